@@ -1,0 +1,62 @@
+//! Errors that cross the wire: a stable code the caller can act on and a
+//! human-readable message.
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of failure a peer reports. Callers branch on the code, never
+/// on the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The request is malformed or names invalid values.
+    BadRequest,
+    /// The named resource does not exist.
+    NotFound,
+    /// The peer's certificate does not allow this call.
+    PermissionDenied,
+    /// This node is not the Raft leader and could not forward the call.
+    NotLeader,
+    /// The node cannot serve right now (starting, catching up, overloaded);
+    /// try again or try another node.
+    Unavailable,
+    /// The peer speaks another protocol version.
+    VersionMismatch,
+    /// A frame broke the framing rules (too large, truncated, undecodable).
+    BadFrame,
+    /// The peer sent a message that is not allowed at this point.
+    ProtocolViolation,
+    /// The server failed; the message says why.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::NotLeader => "not_leader",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::VersionMismatch => "version_mismatch",
+            ErrorCode::BadFrame => "bad_frame",
+            ErrorCode::ProtocolViolation => "protocol_violation",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// An error as sent on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct WireError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        WireError {
+            code,
+            message: message.into(),
+        }
+    }
+}

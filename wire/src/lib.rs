@@ -1,0 +1,23 @@
+//! Every message exchanged between ctrl nodes, krane agents and operators,
+//! and the framing that carries them.
+//!
+//! - [`model`]: the resources of the desired state (deployments, topologies,
+//!   sentinels, cilium network policies, instances).
+//! - [`agent`] and [`operator`]: the two client protocols, one enum of
+//!   requests and one of responses each.
+//! - [`frame`]: length-prefixed postcard frames with a hard size limit, a
+//!   sans-I/O decoder, and thin async helpers.
+//! - [`hello`]: the version handshake that opens every stream.
+//! - [`session`]: the watch protocol rules (what may be sent when, cursor
+//!   rules), free of I/O so both sides are tested without sockets.
+
+pub mod agent;
+pub mod error;
+pub mod frame;
+pub mod hello;
+pub mod model;
+pub mod operator;
+pub mod session;
+
+pub use error::{ErrorCode, WireError};
+pub use model::Pk;

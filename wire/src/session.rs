@@ -1,0 +1,515 @@
+//! The watch protocol's rules, with no I/O: which events may follow which,
+//! how the cursor moves, and what the server answers to a cursor.
+//!
+//! [`plan_watch`] is the server's decision for a new watch. [`WatchServer`]
+//! guards what the server emits; [`WatchClient`] checks what the agent
+//! receives and holds the cursor, which advances only when the agent says an
+//! event was applied. The async drivers in `node` and `agent` feed these
+//! from sockets; the tests here wire them together in memory.
+
+use crate::agent::{ResourceChange, WatchEvent};
+use crate::error::{ErrorCode, WireError};
+use crate::model::{Pk, Resource};
+
+/// What the server does with a watch request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStart {
+    /// Cursor 0: stream every live resource from one snapshot.
+    FullSync,
+    /// Stream the region's change rows with pk > `after`.
+    Incremental { after: Pk },
+    /// The rows after the cursor were compacted away.
+    ResyncRequired { floor: Pk },
+    /// The cursor is ahead of what this node has applied (a lagging
+    /// follower): wait, bounded, for the node to catch up.
+    WaitForCatchUp { cursor: Pk },
+}
+
+/// Decides how to serve `cursor` given the compaction `floor` (every change
+/// row with pk <= floor may be gone) and the node's `applied_pk`.
+pub fn plan_watch(cursor: Pk, floor: Pk, applied_pk: Pk) -> WatchStart {
+    if cursor == 0 {
+        WatchStart::FullSync
+    } else if cursor < floor {
+        WatchStart::ResyncRequired { floor }
+    } else if cursor > applied_pk {
+        WatchStart::WaitForCatchUp { cursor }
+    } else {
+        WatchStart::Incremental { after: cursor }
+    }
+}
+
+/// Where a stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing sent (server) or received (client) yet.
+    Opened,
+    /// Inside a full sync read at `cursor`.
+    Syncing { cursor: Pk },
+    /// Streaming changes; `last` is the last pk sent or received.
+    Live { last: Pk },
+    /// A final event (resync-required, error) went out or came in.
+    Closed,
+}
+
+/// A broken rule of the watch protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("watch protocol violation: {0}")]
+pub struct SessionError(pub String);
+
+impl From<SessionError> for WireError {
+    fn from(err: SessionError) -> Self {
+        WireError::new(ErrorCode::ProtocolViolation, err.0)
+    }
+}
+
+/// The server side of one watch stream: builds the events and refuses to
+/// emit anything out of order.
+#[derive(Debug)]
+pub struct WatchServer {
+    phase: Phase,
+}
+
+impl WatchServer {
+    pub fn new() -> Self {
+        WatchServer {
+            phase: Phase::Opened,
+        }
+    }
+
+    /// The last pk the client has been told about (0 before any).
+    pub fn cursor(&self) -> Pk {
+        match self.phase {
+            Phase::Live { last } => last,
+            _ => 0,
+        }
+    }
+
+    pub fn sync_start(&mut self, cursor: Pk) -> Result<WatchEvent, SessionError> {
+        if self.phase != Phase::Opened {
+            return Err(SessionError("sync-start after the stream began".into()));
+        }
+        self.phase = Phase::Syncing { cursor };
+        Ok(WatchEvent::SyncStart { cursor })
+    }
+
+    pub fn sync_item(&mut self, resource: Resource) -> Result<WatchEvent, SessionError> {
+        match self.phase {
+            Phase::Syncing { cursor } if resource.version() <= cursor => {
+                Ok(WatchEvent::SyncItem(resource))
+            }
+            Phase::Syncing { cursor } => Err(SessionError(format!(
+                "sync item at version {} is newer than the sync cursor {cursor}",
+                resource.version()
+            ))),
+            _ => Err(SessionError("sync item outside a full sync".into())),
+        }
+    }
+
+    pub fn sync_end(&mut self) -> Result<WatchEvent, SessionError> {
+        match self.phase {
+            Phase::Syncing { cursor } => {
+                self.phase = Phase::Live { last: cursor };
+                Ok(WatchEvent::SyncEnd { cursor })
+            }
+            _ => Err(SessionError("sync-end outside a full sync".into())),
+        }
+    }
+
+    /// Starts an incremental stream after `cursor`.
+    pub fn resume(&mut self, cursor: Pk) -> Result<(), SessionError> {
+        if self.phase != Phase::Opened {
+            return Err(SessionError("resume after the stream began".into()));
+        }
+        self.phase = Phase::Live { last: cursor };
+        Ok(())
+    }
+
+    pub fn change(
+        &mut self,
+        version: Pk,
+        change: ResourceChange,
+    ) -> Result<WatchEvent, SessionError> {
+        match self.phase {
+            Phase::Live { last } if version > last => {
+                self.phase = Phase::Live { last: version };
+                Ok(WatchEvent::Change { version, change })
+            }
+            Phase::Live { last } => Err(SessionError(format!(
+                "change {version} is not after the last sent pk {last}"
+            ))),
+            _ => Err(SessionError("change before the stream is live".into())),
+        }
+    }
+
+    /// A bookmark, if `pk` is news to the client.
+    pub fn progress(&mut self, pk: Pk) -> Option<WatchEvent> {
+        match self.phase {
+            Phase::Live { last } if pk > last => {
+                self.phase = Phase::Live { last: pk };
+                Some(WatchEvent::Progress { cursor: pk })
+            }
+            _ => None,
+        }
+    }
+
+    pub fn resync_required(&mut self, floor: Pk) -> WatchEvent {
+        self.phase = Phase::Closed;
+        WatchEvent::ResyncRequired { floor }
+    }
+
+    pub fn error(&mut self, error: WireError) -> WatchEvent {
+        self.phase = Phase::Closed;
+        WatchEvent::Error(error)
+    }
+}
+
+impl Default for WatchServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the agent must do with a received event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAction {
+    /// A full sync begins: start collecting the desired set.
+    BeginFullSync { cursor: Pk },
+    /// Apply this resource as part of the full sync.
+    ApplySynced(Resource),
+    /// The full sync ended: garbage-collect what was not mentioned, then
+    /// call [`WatchClient::applied`] with `cursor`.
+    FinishFullSync { cursor: Pk },
+    /// Apply (or delete) one resource, then call [`WatchClient::applied`]
+    /// with `version`.
+    Apply { version: Pk, change: ResourceChange },
+    /// Nothing to apply up to `cursor`; the cursor already moved.
+    Progress { cursor: Pk },
+    /// The cursor is compacted away: reset to 0 and reconnect.
+    Resync { floor: Pk },
+    /// The server ended the stream with an error.
+    Failed(WireError),
+}
+
+/// The agent side of one watch stream.
+#[derive(Debug)]
+pub struct WatchClient {
+    requested: Pk,
+    /// The last pk the agent applied everything up to: what it stores.
+    cursor: Pk,
+    /// Version of an event handed out and not yet confirmed applied.
+    pending: Option<Pk>,
+    phase: Phase,
+}
+
+impl WatchClient {
+    /// A stream requested with `cursor`.
+    pub fn new(cursor: Pk) -> Self {
+        WatchClient {
+            requested: cursor,
+            cursor,
+            pending: None,
+            phase: Phase::Opened,
+        }
+    }
+
+    /// The cursor to store and to reconnect with.
+    pub fn cursor(&self) -> Pk {
+        self.cursor
+    }
+
+    /// Checks one received event and says what to do with it.
+    pub fn on_event(&mut self, event: WatchEvent) -> Result<ClientAction, SessionError> {
+        if let Some(version) = self.pending {
+            return Err(SessionError(format!(
+                "event received before version {version} was confirmed applied"
+            )));
+        }
+        match (self.phase, event) {
+            (Phase::Opened, WatchEvent::SyncStart { cursor }) if self.requested == 0 => {
+                self.phase = Phase::Syncing { cursor };
+                Ok(ClientAction::BeginFullSync { cursor })
+            }
+            (Phase::Syncing { cursor }, WatchEvent::SyncItem(resource)) => {
+                if resource.version() > cursor {
+                    return Err(SessionError(format!(
+                        "sync item version {} is after the sync cursor {cursor}",
+                        resource.version()
+                    )));
+                }
+                Ok(ClientAction::ApplySynced(resource))
+            }
+            (Phase::Syncing { cursor }, WatchEvent::SyncEnd { cursor: end }) => {
+                if end != cursor {
+                    return Err(SessionError(format!(
+                        "sync-end cursor {end} differs from sync-start cursor {cursor}"
+                    )));
+                }
+                self.phase = Phase::Live { last: cursor };
+                self.pending = Some(cursor);
+                Ok(ClientAction::FinishFullSync { cursor })
+            }
+            (Phase::Opened, WatchEvent::Change { version, change }) if self.requested > 0 => {
+                self.live_change(self.requested, version, change)
+            }
+            (Phase::Live { last }, WatchEvent::Change { version, change }) => {
+                self.live_change(last, version, change)
+            }
+            (Phase::Opened, WatchEvent::Progress { cursor }) if self.requested > 0 => {
+                self.live_progress(self.requested, cursor)
+            }
+            (Phase::Live { last }, WatchEvent::Progress { cursor }) => {
+                self.live_progress(last, cursor)
+            }
+            (Phase::Opened | Phase::Live { .. }, WatchEvent::ResyncRequired { floor }) => {
+                self.phase = Phase::Closed;
+                self.cursor = 0;
+                Ok(ClientAction::Resync { floor })
+            }
+            (Phase::Closed, event) => Err(SessionError(format!(
+                "event after the stream closed: {}",
+                event_name(&event)
+            ))),
+            (_, WatchEvent::Error(error)) => {
+                self.phase = Phase::Closed;
+                Ok(ClientAction::Failed(error))
+            }
+            (phase, event) => Err(SessionError(format!(
+                "{} not allowed {}",
+                event_name(&event),
+                match phase {
+                    Phase::Opened => "as the first event of this stream",
+                    Phase::Syncing { .. } => "during a full sync",
+                    Phase::Live { .. } => "after the sync",
+                    Phase::Closed => "after the stream closed",
+                }
+            ))),
+        }
+    }
+
+    /// Confirms that the event handed out with `version` was applied; the
+    /// cursor moves to it.
+    pub fn applied(&mut self, version: Pk) -> Result<(), SessionError> {
+        match self.pending.take() {
+            Some(pending) if pending == version => {
+                self.cursor = version;
+                Ok(())
+            }
+            other => Err(SessionError(format!(
+                "applied({version}) does not match the pending event {other:?}"
+            ))),
+        }
+    }
+
+    fn live_change(
+        &mut self,
+        last: Pk,
+        version: Pk,
+        change: ResourceChange,
+    ) -> Result<ClientAction, SessionError> {
+        if version <= last {
+            return Err(SessionError(format!(
+                "change {version} is not after the last pk {last}"
+            )));
+        }
+        self.phase = Phase::Live { last: version };
+        self.pending = Some(version);
+        Ok(ClientAction::Apply { version, change })
+    }
+
+    fn live_progress(&mut self, last: Pk, cursor: Pk) -> Result<ClientAction, SessionError> {
+        if cursor < last {
+            return Err(SessionError(format!(
+                "progress {cursor} goes back before pk {last}"
+            )));
+        }
+        self.phase = Phase::Live { last: cursor };
+        self.cursor = cursor;
+        Ok(ClientAction::Progress { cursor })
+    }
+}
+
+fn event_name(event: &WatchEvent) -> &'static str {
+    match event {
+        WatchEvent::SyncStart { .. } => "sync-start",
+        WatchEvent::SyncItem(_) => "sync-item",
+        WatchEvent::SyncEnd { .. } => "sync-end",
+        WatchEvent::Change { .. } => "change",
+        WatchEvent::Progress { .. } => "progress",
+        WatchEvent::ResyncRequired { .. } => "resync-required",
+        WatchEvent::Error(_) => "error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CiliumNetworkPolicy, ResourceKey, ResourceType};
+
+    fn policy(id: &str, version: Pk) -> Resource {
+        Resource::CiliumNetworkPolicy(CiliumNetworkPolicy {
+            id: id.into(),
+            workspace_id: "ws".into(),
+            environment_id: "env".into(),
+            region: "us-east".into(),
+            k8s_name: id.into(),
+            k8s_namespace: "ns".into(),
+            policy_json: "{}".into(),
+            version,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        })
+    }
+
+    fn delete(id: &str) -> ResourceChange {
+        ResourceChange::Delete(ResourceKey {
+            resource_type: ResourceType::CiliumNetworkPolicy,
+            resource_id: id.into(),
+            region: "us-east".into(),
+        })
+    }
+
+    #[test]
+    fn plan_follows_the_cursor_rules() {
+        assert_eq!(plan_watch(0, 10, 20), WatchStart::FullSync);
+        assert_eq!(
+            plan_watch(5, 10, 20),
+            WatchStart::ResyncRequired { floor: 10 }
+        );
+        assert_eq!(
+            plan_watch(10, 10, 20),
+            WatchStart::Incremental { after: 10 }
+        );
+        assert_eq!(
+            plan_watch(20, 10, 20),
+            WatchStart::Incremental { after: 20 }
+        );
+        assert_eq!(
+            plan_watch(21, 10, 20),
+            WatchStart::WaitForCatchUp { cursor: 21 }
+        );
+    }
+
+    /// A server and a client wired together in memory: full sync, then
+    /// changes and bookmarks; the cursor only moves on confirmed applies.
+    #[test]
+    fn full_sync_then_changes_in_memory() {
+        let mut server = WatchServer::new();
+        let mut client = WatchClient::new(0);
+        let mut events = vec![
+            server.sync_start(7).unwrap(),
+            server.sync_item(policy("a", 3)).unwrap(),
+            server.sync_item(policy("b", 7)).unwrap(),
+            server.sync_end().unwrap(),
+            server
+                .change(9, ResourceChange::Apply(policy("a", 9)))
+                .unwrap(),
+        ];
+        events.extend(server.progress(12));
+        events.push(server.change(13, delete("b")).unwrap());
+        assert!(server.progress(13).is_none());
+
+        let mut applied = Vec::new();
+        for event in events {
+            match client.on_event(event).unwrap() {
+                ClientAction::FinishFullSync { cursor } => {
+                    assert_eq!(client.cursor(), 0, "cursor moves only after the GC");
+                    client.applied(cursor).unwrap();
+                }
+                ClientAction::Apply { version, change } => {
+                    applied.push((version, change.key().resource_id));
+                    client.applied(version).unwrap();
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(client.cursor(), 13);
+        assert_eq!(applied, [(9, "a".to_string()), (13, "b".to_string())]);
+    }
+
+    #[test]
+    fn server_refuses_out_of_order_events() {
+        let mut server = WatchServer::new();
+        assert!(server.change(1, delete("a")).is_err(), "not live yet");
+        server.resume(5).unwrap();
+        assert!(server.change(5, delete("a")).is_err());
+        assert!(server.change(6, delete("a")).is_ok());
+        assert!(server.sync_start(1).is_err());
+        let mut syncing = WatchServer::new();
+        syncing.sync_start(4).unwrap();
+        assert!(syncing.sync_item(policy("a", 5)).is_err());
+    }
+
+    #[test]
+    fn client_refuses_what_the_rules_forbid() {
+        // A full sync answering an incremental request.
+        assert!(
+            WatchClient::new(5)
+                .on_event(WatchEvent::SyncStart { cursor: 9 })
+                .is_err()
+        );
+        // A duplicate or older change.
+        let mut client = WatchClient::new(5);
+        assert!(
+            client
+                .on_event(WatchEvent::Change {
+                    version: 5,
+                    change: delete("a")
+                })
+                .is_err()
+        );
+        // An event before the previous one was applied.
+        let mut client = WatchClient::new(5);
+        client
+            .on_event(WatchEvent::Change {
+                version: 6,
+                change: delete("a"),
+            })
+            .unwrap();
+        assert!(client.on_event(WatchEvent::Progress { cursor: 7 }).is_err());
+        // Mismatched sync cursors.
+        let mut client = WatchClient::new(0);
+        client
+            .on_event(WatchEvent::SyncStart { cursor: 3 })
+            .unwrap();
+        assert!(client.on_event(WatchEvent::SyncEnd { cursor: 4 }).is_err());
+        // Sync items outside a sync.
+        let mut client = WatchClient::new(2);
+        assert!(
+            client
+                .on_event(WatchEvent::SyncItem(policy("a", 1)))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_failed_apply_leaves_the_cursor_behind() {
+        let mut client = WatchClient::new(5);
+        client
+            .on_event(WatchEvent::Change {
+                version: 6,
+                change: delete("a"),
+            })
+            .unwrap();
+        // The agent failed to apply 6: it does not call applied(6) and
+        // reconnects with the cursor it has.
+        assert_eq!(client.cursor(), 5);
+    }
+
+    #[test]
+    fn resync_resets_the_cursor() {
+        let mut client = WatchClient::new(5);
+        assert_eq!(
+            client
+                .on_event(WatchEvent::ResyncRequired { floor: 9 })
+                .unwrap(),
+            ClientAction::Resync { floor: 9 }
+        );
+        assert_eq!(client.cursor(), 0);
+        assert!(
+            client
+                .on_event(WatchEvent::Progress { cursor: 10 })
+                .is_err()
+        );
+    }
+}
