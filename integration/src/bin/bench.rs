@@ -1,0 +1,124 @@
+//! Benchmarks, one scenario per run; each figure is printed as one JSON line.
+//!
+//!     cargo run --release -p integration --bin bench -- deploy-to-watch
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+use integration::cluster::TestNode;
+use integration::stats::Summary;
+use wire::agent::{ResourceChange, WatchEvent};
+use wire::model::Resource;
+use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+
+#[derive(Debug, Parser)]
+#[command(about = "ctrl benchmarks; each figure is one JSON line on stdout")]
+struct Args {
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Number of measured operations.
+    #[arg(long, default_value_t = 2_000)]
+    count: usize,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Scenario {
+    /// Latency from a deploy's acknowledgement (and from its request) to
+    /// the change event at a watcher of the region, one node, fsync on.
+    DeployToWatch,
+}
+
+/// Bound on waiting for one watch event.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    match args.scenario {
+        Scenario::DeployToWatch => deploy_to_watch(args.count).await,
+    }
+}
+
+async fn deploy_to_watch(count: usize) -> Result<()> {
+    let node = TestNode::start().await?;
+    let client = node.client()?;
+    let mut watch = client.watch("us-east", 0).await?;
+    // Drain the (empty) full sync.
+    loop {
+        match watch.next().await? {
+            Some(WatchEvent::SyncEnd { .. }) => break,
+            Some(_) => continue,
+            None => bail!("watch ended during the full sync"),
+        }
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(event)) = watch.next().await {
+            if let WatchEvent::Change {
+                change: ResourceChange::Apply(Resource::DeploymentTopology(t)),
+                ..
+            } = event
+            {
+                let _ = tx.send((t.deployment_id, Instant::now()));
+            }
+        }
+    });
+
+    let mut from_ack = Vec::with_capacity(count);
+    let mut from_request = Vec::with_capacity(count);
+    let started = Instant::now();
+    for _ in 0..count {
+        let request = OperatorRequest::CreateDeployment(CreateDeployment {
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            environment_id: "env".into(),
+            image: "nginx:1.27".into(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            replicas: 1,
+            regions: vec!["us-east".into()],
+            env_vars: BTreeMap::new(),
+        });
+        let sent = Instant::now();
+        let OperatorResponse::Created { deployment_id } = client.call(&request).await? else {
+            bail!("unexpected answer to create");
+        };
+        let acked = Instant::now();
+        let (id, seen) = tokio::time::timeout(EVENT_TIMEOUT, rx.recv())
+            .await
+            .context("no watch event in time")?
+            .context("watch ended")?;
+        if id != deployment_id {
+            bail!("watch delivered {id}, expected {deployment_id}");
+        }
+        from_ack.push(seen.saturating_duration_since(acked));
+        from_request.push(seen.saturating_duration_since(sent));
+    }
+    let elapsed = started.elapsed();
+    for (name, samples) in [("ack_to_event", &mut from_ack), ("request_to_event", &mut from_request)] {
+        let s = Summary::of(samples).context("no samples")?;
+        println!(
+            "{}",
+            serde_json::json!({
+                "scenario": "deploy-to-watch",
+                "figure": name,
+                "count": s.count,
+                "p50_us": s.p50_us,
+                "p99_us": s.p99_us,
+                "max_us": s.max_us,
+            })
+        );
+    }
+    println!(
+        "{}",
+        serde_json::json!({
+            "scenario": "deploy-to-watch",
+            "figure": "sequential_deploys_per_s",
+            "value": (count as f64 / elapsed.as_secs_f64()).round(),
+        })
+    );
+    node.node.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,51 @@
+//! `ctrl certs`: a CA and node, operator and agent certificates, for sites
+//! without an ACME service.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Create a CA and certificates for the given nodes and regions.
+    Init {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node ids to issue node certificates for.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        nodes: Vec<u64>,
+        /// Regions to issue agent certificates for.
+        #[arg(long, value_delimiter = ',', default_value = "us-east,eu-west")]
+        regions: Vec<String>,
+        /// DNS names the node certificates carry.
+        #[arg(long, value_delimiter = ',', default_value = "ctrl.local,localhost")]
+        server_names: Vec<String>,
+    },
+    /// Issue an agent certificate for one more region with an existing CA.
+    AddAgent {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        region: String,
+    },
+}
+
+pub fn run(command: CertsCommand) -> Result<()> {
+    match command {
+        CertsCommand::Init {
+            dir,
+            nodes,
+            regions,
+            server_names,
+        } => {
+            transport::certs::init_dir(&dir, &nodes, &regions, &server_names)?;
+            println!("certificates written to {}", dir.display());
+        }
+        CertsCommand::AddAgent { dir, region } => {
+            transport::certs::issue_agent(&dir, &region)?;
+            println!("agent certificate for {region} written to {}", dir.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! Command-line definitions and dispatch.
+
+mod certs;
+mod ops;
+mod serve;
+mod watch;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use config::OperatorConfig;
+
+#[derive(Debug, Parser)]
+#[command(name = "ctrl", version, about = "Deployment control plane node and operator CLI")]
+pub struct Cli {
+    /// Config file: for `serve` the node config; for the other commands the
+    /// operator config (endpoints and certificates), also read from the
+    /// CTRL_CONFIG environment variable.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Log more (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a node. Without --config: a single node on 127.0.0.1:7400 with
+    /// data and fresh dev certificates under ./ctrl-data.
+    Serve(serve::ServeArgs),
+    /// Create certificates.
+    #[command(subcommand)]
+    Certs(certs::CertsCommand),
+    /// Create a deployment and print its id.
+    Deploy(ops::DeployArgs),
+    /// Show a resource.
+    #[command(subcommand)]
+    Get(ops::GetCommand),
+    /// List resources.
+    #[command(subcommand)]
+    List(ops::ListCommand),
+    /// Stop a deployment: its objects are removed from every region.
+    Stop(ops::StopArgs),
+    /// Start a stopped deployment again.
+    Start(ops::StopArgs),
+    /// Watch a region's changes as an agent would, one event per line.
+    Watch(watch::WatchArgs),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    #[default]
+    Text,
+    Json,
+}
+
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn,ctrl=info,node=info",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CTRL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(cli.config, args).await,
+        Command::Certs(command) => certs::run(command),
+        Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, args).await,
+        Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,
+        Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
+        Command::Stop(args) => ops::set_state(&operator_config(&cli.config)?, args, false).await,
+        Command::Start(args) => ops::set_state(&operator_config(&cli.config)?, args, true).await,
+        Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
+    }
+}
+
+fn operator_config(path: &Option<PathBuf>) -> Result<OperatorConfig> {
+    let from_env = std::env::var_os("CTRL_CONFIG").map(PathBuf::from);
+    let path = path.as_ref().or(from_env.as_ref()).context(
+        "no operator config: pass --config FILE or set CTRL_CONFIG (`ctrl serve` prints the path)",
+    )?;
+    Ok(OperatorConfig::load(path)?)
+}

@@ -1,0 +1,164 @@
+//! The operator client: one QUIC connection per call, tried against each
+//! configured node in turn until one answers. Used by the `ctrl` CLI and by
+//! tests.
+
+use std::net::SocketAddr;
+
+use config::OperatorConfig;
+use transport::stream::FramedStream;
+use transport::TransportError;
+use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
+use wire::frame::FRAME_BYTES_MAX;
+use wire::hello::Protocol;
+use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::{ErrorCode, Pk, WireError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("{0}")]
+    Server(WireError),
+    #[error("the node closed the stream without an answer")]
+    NoAnswer,
+    #[error("no node answered: {0}")]
+    AllFailed(String),
+}
+
+/// Talks to a ctrl cluster as an operator.
+pub struct Client {
+    endpoint: quinn::Endpoint,
+    operator_tls: quinn::ClientConfig,
+    agent_tls: quinn::ClientConfig,
+    addrs: Vec<SocketAddr>,
+    server_name: String,
+    timeout_ms: u64,
+}
+
+impl Client {
+    pub fn new(config: &OperatorConfig) -> Result<Self, ClientError> {
+        transport::tls::install_crypto_provider();
+        let paths = transport::tls::TlsPaths {
+            ca_cert: config.tls.ca_cert.clone(),
+            cert: config.tls.cert.clone(),
+            key: config.tls.key.clone(),
+        };
+        let bind = match config.endpoints.first() {
+            Some(SocketAddr::V6(_)) => "[::]:0",
+            _ => "0.0.0.0:0",
+        };
+        let bind: SocketAddr = bind.parse().map_err(|_| ClientError::NoAnswer)?;
+        Ok(Client {
+            endpoint: transport::endpoint::client_endpoint(bind)?,
+            operator_tls: transport::tls::client_config(&paths, wire::operator::ALPN)?,
+            agent_tls: transport::tls::client_config(&paths, wire::agent::ALPN)?,
+            addrs: config.endpoints.clone(),
+            server_name: config.server_name.clone(),
+            timeout_ms: config.request_timeout_ms,
+        })
+    }
+
+    /// Sends one operator request, failing over between nodes when a node
+    /// is unreachable or cannot serve.
+    pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
+        let mut failures = Vec::new();
+        for start in 0..self.addrs.len() {
+            let addrs = rotate(&self.addrs, start);
+            let (connection, addr) = match transport::endpoint::connect_any(
+                &self.endpoint,
+                &self.operator_tls,
+                &addrs[..1],
+                &self.server_name,
+                self.timeout_ms,
+            )
+            .await
+            {
+                Ok(connected) => connected,
+                Err(e) => {
+                    failures.push(e.to_string());
+                    continue;
+                }
+            };
+            let answer = self.call_on(&connection, request).await;
+            connection.close(0u32.into(), b"done");
+            match answer {
+                Ok(OperatorResponse::Error(e))
+                    if matches!(e.code, ErrorCode::NotLeader | ErrorCode::Unavailable) =>
+                {
+                    failures.push(format!("{addr}: {e}"));
+                }
+                Ok(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
+                Ok(response) => return Ok(response),
+                Err(e) => failures.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(ClientError::AllFailed(failures.join("; ")))
+    }
+
+    async fn call_on(
+        &self,
+        connection: &quinn::Connection,
+        request: &OperatorRequest,
+    ) -> Result<OperatorResponse, ClientError> {
+        let call = async {
+            let mut stream =
+                transport::stream::open_call(connection, Protocol::Operator, FRAME_BYTES_MAX)
+                    .await?;
+            stream.send(request).await?;
+            stream.finish().await?;
+            stream.recv::<OperatorResponse>().await
+        };
+        let timeout = std::time::Duration::from_millis(self.timeout_ms);
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(Some(response))) => Ok(response),
+            Ok(Ok(None)) => Err(ClientError::NoAnswer),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(ClientError::AllFailed(format!(
+                "no answer within {} ms",
+                self.timeout_ms
+            ))),
+        }
+    }
+
+    /// Opens a watch of `region` from `cursor` on the first node that
+    /// accepts a connection.
+    pub async fn watch(&self, region: &str, cursor: Pk) -> Result<WatchStream, ClientError> {
+        let (connection, _) = transport::endpoint::connect_any(
+            &self.endpoint,
+            &self.agent_tls,
+            &self.addrs,
+            &self.server_name,
+            self.timeout_ms,
+        )
+        .await?;
+        let mut stream =
+            transport::stream::open_call(&connection, Protocol::Agent, FRAME_BYTES_MAX).await?;
+        stream
+            .send(&AgentRequest::Watch(WatchRequest {
+                region: region.to_string(),
+                cursor,
+            }))
+            .await?;
+        Ok(WatchStream {
+            _connection: connection,
+            stream,
+        })
+    }
+}
+
+fn rotate(addrs: &[SocketAddr], start: usize) -> Vec<SocketAddr> {
+    addrs[start..].iter().chain(&addrs[..start]).copied().collect()
+}
+
+/// An open watch: events as the node sends them.
+pub struct WatchStream {
+    _connection: quinn::Connection,
+    stream: FramedStream,
+}
+
+impl WatchStream {
+    /// The next event; `None` when the node ended the stream.
+    pub async fn next(&mut self) -> Result<Option<WatchEvent>, ClientError> {
+        Ok(self.stream.recv::<WatchEvent>().await?)
+    }
+}

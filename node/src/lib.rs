@@ -1,0 +1,15 @@
+//! ctrl: the control-plane node. It keeps the desired state in a
+//! Raft-replicated redb state machine and serves agents and operators over
+//! QUIC with mutual TLS.
+//!
+//! - [`raft`]: type configuration, log store, state machine, network.
+//! - [`server`]: the QUIC endpoint and the per-protocol handlers.
+//! - [`node`]: opening the stores and starting Raft and the server.
+//! - [`client`]: the operator client the CLI uses.
+//! - [`clock`]: time and ids, passed in.
+
+pub mod client;
+pub mod clock;
+pub mod node;
+pub mod raft;
+pub mod server;

@@ -1,0 +1,140 @@
+//! Starting a node: open the Raft log and the state machine under the data
+//! directory, start openraft, initialise a single-node cluster on first
+//! start, and serve QUIC.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use config::NodeConfig;
+use openraft::BasicNode;
+use tracing::info;
+
+use crate::clock::{Clock, SystemClock};
+use crate::raft::log_store::LogStore;
+use crate::raft::network::Network;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::Raft;
+use crate::server::{self, Limits, NodeState};
+
+/// File names under the data directory.
+pub const RAFT_LOG_FILE: &str = "raft-log.redb";
+pub const STATE_FILE: &str = "state.redb";
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// A started node.
+pub struct RunningNode {
+    pub state: Arc<NodeState>,
+    pub endpoint: quinn::Endpoint,
+    pub local_addr: SocketAddr,
+}
+
+impl RunningNode {
+    /// Stops serving and shuts Raft down.
+    pub async fn shutdown(self) {
+        self.endpoint.close(0u32.into(), b"shutting down");
+        let _ = self.state.raft.shutdown().await;
+        self.endpoint.wait_idle().await;
+    }
+}
+
+/// Opens the node's stores and starts Raft and the QUIC server.
+pub async fn start(config: &NodeConfig) -> Result<RunningNode> {
+    start_with_clock(config, Arc::new(SystemClock)).await
+}
+
+pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Result<RunningNode> {
+    transport::tls::install_crypto_provider();
+    let data_dir: PathBuf = config.data_dir.clone();
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+
+    let log_path = data_dir.join(RAFT_LOG_FILE);
+    let log_store = LogStore::open(&log_path)
+        .with_context(|| format!("cannot open the Raft log {}", log_path.display()))?;
+    let state_path = data_dir.join(STATE_FILE);
+    let store = Arc::new(
+        storage::Store::open(&state_path)
+            .with_context(|| format!("cannot open the state machine {}", state_path.display()))?,
+    );
+    let state_machine = StateMachine::new(store.clone(), &data_dir.join(SNAPSHOT_DIR))
+        .context("cannot open the state machine")?;
+    let applied_pk = state_machine.applied_pk();
+
+    let raft_config = openraft::Config {
+        cluster_name: "ctrl".into(),
+        heartbeat_interval: config.raft.heartbeat_interval_ms,
+        election_timeout_min: config.raft.election_timeout_min_ms,
+        election_timeout_max: config.raft.election_timeout_max_ms,
+        max_payload_entries: config.raft.max_payload_entries,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
+            config.raft.snapshot_logs_since_last,
+        ),
+        ..Default::default()
+    }
+    .validate()
+    .context("invalid Raft settings")?;
+    let raft = Raft::new(
+        config.node_id,
+        Arc::new(raft_config),
+        Network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .context("cannot start Raft")?;
+
+    let advertise = config.advertise_addr.unwrap_or(config.listen_addr);
+    if config.peers.is_empty() && !raft.is_initialized().await.context("raft state")? {
+        let members = BTreeMap::from([(
+            config.node_id,
+            BasicNode {
+                addr: advertise.to_string(),
+            },
+        )]);
+        raft.initialize(members)
+            .await
+            .context("cannot initialise the single-node cluster")?;
+        info!(node_id = config.node_id, "initialised a single-node cluster");
+    }
+
+    let server_config = transport::tls::server_config(
+        &transport::tls::TlsPaths {
+            ca_cert: config.tls.ca_cert.clone(),
+            cert: config.tls.cert.clone(),
+            key: config.tls.key.clone(),
+        },
+        &[wire::agent::ALPN, wire::operator::ALPN],
+    )
+    .context("cannot load the node's TLS files")?;
+    let endpoint = transport::endpoint::server_endpoint(config.listen_addr, server_config)
+        .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+    let local_addr = endpoint.local_addr().context("endpoint address")?;
+
+    let limits = Limits {
+        frame_bytes_max: config.limits.frame_bytes_max,
+        watch_catch_up_wait_ms: config.limits.watch_catch_up_wait_ms,
+        progress_interval_ms: config.watch.progress_interval_ms,
+        sync_page_resources: config.watch.sync_page_resources,
+        request_timeout_ms: config.limits.request_timeout_ms,
+        watch_streams_max: config.limits.watch_streams_max,
+    };
+    let state = Arc::new(NodeState {
+        node_id: config.node_id,
+        raft,
+        store,
+        applied_pk,
+        watch_permits: Arc::new(tokio::sync::Semaphore::new(limits.watch_streams_max)),
+        limits,
+        clock,
+    });
+    tokio::spawn(server::run(endpoint.clone(), state.clone()));
+    info!(node_id = config.node_id, addr = %local_addr, "serving");
+    Ok(RunningNode {
+        state,
+        endpoint,
+        local_addr,
+    })
+}

@@ -1,0 +1,32 @@
+//! Raft wiring: the type configuration, the log store, the state machine and
+//! the network, put together in one place (as openraft's examples do).
+
+pub mod log_store;
+pub mod network;
+pub mod state_machine;
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+use wire::WireError;
+
+pub type NodeId = u64;
+
+/// The outcome of every mutation of one applied command, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResponse {
+    pub outcomes: Vec<Result<storage::Outcome, WireError>>,
+}
+
+openraft::declare_raft_types!(
+    pub TypeConfig:
+        D = storage::Command,
+        R = CommandResponse,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;

@@ -1,0 +1,252 @@
+//! The Raft state machine: the `storage` crate's store, applied through its
+//! one mutation path, plus the current snapshot.
+//!
+//! Apply is deterministic: it uses only what the entry carries (the leader
+//! stamped time and ids before proposing). The applied log id and membership
+//! are committed in the same redb transaction as the state they describe.
+//! After every apply the last change pk is published on a
+//! `tokio::sync::watch` channel, which wakes waiting watch streams at once.
+
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use storage::{RaftMeta, Store};
+use tokio::sync::watch;
+use wire::Pk;
+
+use super::{CommandResponse, NodeId, TypeConfig};
+
+type StoreResult<T> = Result<T, StorageError<NodeId>>;
+
+const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_state_machine(&e).into()
+}
+
+fn sm_write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_state_machine(&e).into()
+}
+
+fn snapshot_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_snapshot(None, &e).into()
+}
+
+/// What the state machine's raft metadata holds, postcard-encoded into the
+/// opaque [`RaftMeta`] of the store.
+type Applied = Option<LogId<NodeId>>;
+type Membership = StoredMembership<NodeId, BasicNode>;
+
+/// The persisted current snapshot: its meta and its bytes.
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+pub struct StateMachine {
+    store: Arc<Store>,
+    applied_pk: watch::Sender<Pk>,
+    last_applied: Applied,
+    membership: Membership,
+    snapshot_dir: PathBuf,
+}
+
+impl StateMachine {
+    /// Opens the state machine over `store`, keeping snapshots in
+    /// `snapshot_dir`.
+    pub fn new(store: Arc<Store>, snapshot_dir: &Path) -> Result<Self, StorageError<NodeId>> {
+        std::fs::create_dir_all(snapshot_dir).map_err(snapshot_err)?;
+        let view = store.read().map_err(sm_read_err)?;
+        let (last_applied, membership) = decode_meta(view.raft_meta())?;
+        let (applied_pk, _) = watch::channel(view.last_pk());
+        Ok(StateMachine {
+            store,
+            applied_pk,
+            last_applied,
+            membership,
+            snapshot_dir: snapshot_dir.to_path_buf(),
+        })
+    }
+
+    /// Subscribes to the last applied change pk.
+    pub fn applied_pk(&self) -> watch::Receiver<Pk> {
+        self.applied_pk.subscribe()
+    }
+
+    pub fn store(&self) -> Arc<Store> {
+        self.store.clone()
+    }
+
+    fn snapshot_path(&self) -> PathBuf {
+        self.snapshot_dir.join(SNAPSHOT_FILE)
+    }
+}
+
+fn decode_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
+    match meta {
+        None => Ok((None, Membership::default())),
+        Some(meta) => {
+            let applied = postcard::from_bytes(&meta.last_applied).map_err(sm_read_err)?;
+            let membership = postcard::from_bytes(&meta.membership).map_err(sm_read_err)?;
+            Ok((applied, membership))
+        }
+    }
+}
+
+fn encode_meta(applied: &Applied, membership: &Membership) -> StoreResult<RaftMeta> {
+    Ok(RaftMeta {
+        last_applied: postcard::to_allocvec(applied).map_err(sm_write_err)?,
+        membership: postcard::to_allocvec(membership).map_err(sm_write_err)?,
+    })
+}
+
+/// Builds snapshots from one read transaction of the store.
+pub struct SnapshotBuilder {
+    store: Arc<Store>,
+    snapshot_dir: PathBuf,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let (data, meta) = self.store.export_snapshot().map_err(sm_read_err)?;
+        let (last_log_id, last_membership) = decode_meta(meta)?;
+        let snapshot_id = match last_log_id {
+            Some(id) => format!("{}-{}-{}", id.leader_id.term, id.leader_id.node_id, id.index),
+            None => "empty".to_string(),
+        };
+        let meta = SnapshotMeta {
+            last_log_id,
+            last_membership,
+            snapshot_id,
+        };
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data,
+        };
+        persist_snapshot(&self.snapshot_dir, &file)?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(file.data)),
+        })
+    }
+}
+
+/// Writes the current snapshot file atomically (temp file, fsync, rename).
+fn persist_snapshot(snapshot_dir: &Path, file: &SnapshotFile) -> StoreResult<()> {
+    let bytes = postcard::to_allocvec(file).map_err(snapshot_err)?;
+    let tmp = snapshot_dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let mut out = std::fs::File::create(&tmp).map_err(snapshot_err)?;
+    out.write_all(&bytes).map_err(snapshot_err)?;
+    out.sync_all().map_err(snapshot_err)?;
+    std::fs::rename(&tmp, snapshot_dir.join(SNAPSHOT_FILE)).map_err(snapshot_err)?;
+    if let Ok(dir) = std::fs::File::open(snapshot_dir) {
+        dir.sync_all().map_err(snapshot_err)?;
+    }
+    Ok(())
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> StoreResult<(Applied, Membership)> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<CommandResponse>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let Some(last) = entries.last() else {
+            return Ok(Vec::new());
+        };
+        let last_applied = Some(last.log_id);
+        let mut membership = self.membership.clone();
+        let mut commands = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            match &entry.payload {
+                EntryPayload::Normal(command) => commands.push(Some(command)),
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    commands.push(None);
+                }
+                EntryPayload::Blank => commands.push(None),
+            }
+        }
+        let meta = encode_meta(&last_applied, &membership)?;
+        let applied = self
+            .store
+            .apply(&commands, &meta, true)
+            .map_err(sm_write_err)?;
+        self.last_applied = last_applied;
+        self.membership = membership;
+        self.applied_pk.send_replace(applied.last_pk);
+        Ok(applied
+            .outcomes
+            .into_iter()
+            .map(|outcomes| CommandResponse { outcomes })
+            .collect())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            store: self.store.clone(),
+            snapshot_dir: self.snapshot_dir.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        let data = snapshot.into_inner();
+        self.store.import_snapshot(&data).map_err(sm_write_err)?;
+        let view = self.store.read().map_err(sm_read_err)?;
+        let (applied, membership) = decode_meta(view.raft_meta())?;
+        if applied != meta.last_log_id {
+            return Err(sm_write_err(std::io::Error::other(format!(
+                "snapshot {} carries state at {:?} but its meta says {:?}",
+                meta.snapshot_id, applied, meta.last_log_id
+            ))));
+        }
+        self.last_applied = applied;
+        self.membership = membership;
+        persist_snapshot(
+            &self.snapshot_dir,
+            &SnapshotFile {
+                meta: meta.clone(),
+                data,
+            },
+        )?;
+        self.applied_pk.send_replace(view.last_pk());
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        let bytes = match std::fs::read(self.snapshot_path()) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
+        };
+        let file: SnapshotFile = postcard::from_bytes(&bytes)
+            .map_err(|e| StorageError::from(StorageIOError::read_snapshot(None, &e)))?;
+        Ok(Some(Snapshot {
+            meta: file.meta,
+            snapshot: Box::new(Cursor::new(file.data)),
+        }))
+    }
+}

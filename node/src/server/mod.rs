@@ -1,0 +1,156 @@
+//! The QUIC server: one endpoint, one ALPN per protocol, one bidirectional
+//! stream per call. Connections are authenticated by mutual TLS; the peer's
+//! certificate decides what it may do.
+
+pub mod agent;
+pub mod operator;
+pub mod watch;
+
+use std::sync::Arc;
+
+use storage::Store;
+use tokio::sync::watch as tokio_watch;
+use tracing::{debug, info, warn};
+use transport::identity::Identity;
+use transport::stream::FramedStream;
+use wire::{ErrorCode, Pk, WireError};
+
+use crate::clock::Clock;
+use crate::raft::Raft;
+
+/// Limits and intervals the server enforces, from the node config.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub frame_bytes_max: usize,
+    pub watch_catch_up_wait_ms: u64,
+    pub progress_interval_ms: u64,
+    pub sync_page_resources: usize,
+    pub request_timeout_ms: u64,
+    pub watch_streams_max: usize,
+}
+
+/// Everything a request handler needs.
+pub struct NodeState {
+    pub node_id: u64,
+    pub raft: Raft,
+    pub store: Arc<Store>,
+    pub applied_pk: tokio_watch::Receiver<Pk>,
+    pub limits: Limits,
+    pub clock: Arc<dyn Clock>,
+    /// Bounds the number of concurrent watch streams.
+    pub watch_permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// Why serving one stream stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Transport(#[from] transport::TransportError),
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    #[error(transparent)]
+    Session(#[from] wire::session::SessionError),
+}
+
+impl ServeError {
+    /// The error as told to the peer.
+    pub fn to_wire(&self) -> WireError {
+        match self {
+            ServeError::Transport(e) => e.to_wire(),
+            ServeError::Storage(e) => WireError::new(ErrorCode::Internal, e.to_string()),
+            ServeError::Session(e) => WireError::new(ErrorCode::ProtocolViolation, e.to_string()),
+        }
+    }
+}
+
+/// Accepts connections until the endpoint closes.
+pub async fn run(endpoint: quinn::Endpoint, state: Arc<NodeState>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let connection = match incoming.await {
+                Ok(connection) => connection,
+                Err(e) => {
+                    debug!("handshake failed: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = serve_connection(connection, state).await {
+                debug!("connection ended: {e}");
+            }
+        });
+    }
+}
+
+async fn serve_connection(
+    connection: quinn::Connection,
+    state: Arc<NodeState>,
+) -> Result<(), transport::TransportError> {
+    let identity = Identity::from_connection(&connection)?;
+    let alpn = transport::tls::negotiated_alpn(&connection);
+    debug!(remote = %connection.remote_address(), ?identity, "connection accepted");
+    loop {
+        let (send, recv) = match connection.accept_bi().await {
+            Ok(streams) => streams,
+            Err(_) => return Ok(()),
+        };
+        let state = state.clone();
+        let identity = identity.clone();
+        let alpn = alpn.clone();
+        tokio::spawn(async move {
+            let result = match alpn.as_deref() {
+                Some(wire::agent::ALPN) => agent::serve_stream(&state, &identity, send, recv).await,
+                Some(wire::operator::ALPN) => {
+                    operator::serve_stream(&state, &identity, send, recv).await
+                }
+                other => {
+                    warn!(?other, "stream on an unknown ALPN");
+                    Ok(())
+                }
+            };
+            if let Err(e) = result {
+                info!(?identity, "stream ended with an error: {e}");
+            }
+        });
+    }
+}
+
+/// Closes a call's send side after its last frame.
+pub(crate) async fn finish(stream: &mut FramedStream) {
+    let _ = stream.finish().await;
+}
+
+/// Proposes one command through Raft and waits (bounded) for its outcomes.
+pub(crate) async fn propose(
+    state: &NodeState,
+    mutations: Vec<storage::Mutation>,
+) -> Result<Vec<Result<storage::Outcome, WireError>>, WireError> {
+    use openraft::error::{ClientWriteError, RaftError};
+
+    let command = storage::Command {
+        now_ms: state.clock.now_ms(),
+        mutations,
+    };
+    let timeout = std::time::Duration::from_millis(state.limits.request_timeout_ms);
+    let written = tokio::time::timeout(timeout, state.raft.client_write(command)).await;
+    match written {
+        Err(_) => Err(WireError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "the write was not committed within {} ms (is a majority of nodes up?)",
+                state.limits.request_timeout_ms
+            ),
+        )),
+        Ok(Ok(response)) => Ok(response.data.outcomes),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            Err(WireError::new(
+                ErrorCode::NotLeader,
+                match forward.leader_node {
+                    Some(node) => format!("not the leader; the leader is at {}", node.addr),
+                    None => "not the leader, and no leader is known (election in progress)".into(),
+                },
+            ))
+        }
+        Ok(Err(e)) => Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
+    }
+}

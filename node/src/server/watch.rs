@@ -1,0 +1,139 @@
+//! The watch driver: serves one agent's watch stream from the node's own
+//! applied state, following the rules of `wire::session`.
+//!
+//! A full sync reads every live resource of the region from **one** redb
+//! read transaction, in bounded pages, then ends with that snapshot's last
+//! pk. After it (or straight away for cursor > 0) the driver streams the
+//! region's change rows after the cursor, each as the resource's current
+//! state, and then waits on the applied-pk channel: a new apply wakes it at
+//! once, no polling. A quiet region gets a progress bookmark now and then.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use transport::stream::FramedStream;
+use wire::agent::{WatchEvent, WatchRequest};
+use wire::session::{WatchServer, WatchStart, plan_watch};
+use wire::{ErrorCode, Pk, WireError};
+
+use super::{NodeState, ServeError};
+
+/// Most change rows read from one read transaction before the next.
+pub const CHANGE_PAGE_ROWS: usize = 1_000;
+
+/// Serves a watch until the agent goes away or an error ends it.
+pub async fn serve(
+    state: &NodeState,
+    stream: &mut FramedStream,
+    request: WatchRequest,
+) -> Result<(), ServeError> {
+    let mut server = WatchServer::new();
+    let mut applied_pk = state.applied_pk.clone();
+    let view = state.store.read()?;
+    let plan = plan_watch(request.cursor, view.floor_pk(), view.last_pk());
+    match plan {
+        WatchStart::FullSync => full_sync(state, stream, &mut server, &request.region, view).await?,
+        WatchStart::Incremental { after } => server.resume(after)?,
+        WatchStart::ResyncRequired { floor } => {
+            stream.send(&server.resync_required(floor)).await?;
+            return Ok(());
+        }
+        WatchStart::WaitForCatchUp { cursor } => {
+            drop(view);
+            let wait = Duration::from_millis(state.limits.watch_catch_up_wait_ms);
+            let caught_up =
+                tokio::time::timeout(wait, applied_pk.wait_for(|pk| *pk >= cursor)).await;
+            if !matches!(caught_up, Ok(Ok(_))) {
+                let error = WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "cursor {cursor} is ahead of this node's applied changes ({}); try another node",
+                        *applied_pk.borrow()
+                    ),
+                );
+                stream.send(&server.error(error)).await?;
+                return Ok(());
+            }
+            server.resume(cursor)?;
+        }
+    }
+    stream_changes(state, stream, &mut server, &request.region, &mut applied_pk).await
+}
+
+async fn full_sync(
+    state: &NodeState,
+    stream: &mut FramedStream,
+    server: &mut WatchServer,
+    region: &str,
+    view: storage::ReadView,
+) -> Result<(), ServeError> {
+    let cursor = view.last_pk();
+    stream.send(&server.sync_start(cursor)?).await?;
+    let page = state.limits.sync_page_resources;
+    let mut after = None;
+    loop {
+        let resources = view.region_resources(region, after.as_ref(), page)?;
+        let full_page = resources.len() == page;
+        after = resources.last().map(|r| r.key());
+        for resource in resources {
+            stream.send(&server.sync_item(resource)?).await?;
+        }
+        if !full_page {
+            break;
+        }
+    }
+    stream.send(&server.sync_end()?).await?;
+    Ok(())
+}
+
+async fn stream_changes(
+    state: &NodeState,
+    stream: &mut FramedStream,
+    server: &mut WatchServer,
+    region: &str,
+    applied_pk: &mut watch::Receiver<Pk>,
+) -> Result<(), ServeError> {
+    let progress_every = Duration::from_millis(state.limits.progress_interval_ms);
+    let mut next_progress = Instant::now() + progress_every;
+    loop {
+        let view = state.store.read()?;
+        let cursor = server.cursor();
+        if cursor < view.floor_pk() {
+            stream.send(&server.resync_required(view.floor_pk())).await?;
+            return Ok(());
+        }
+        let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;
+        let full_page = rows.len() == CHANGE_PAGE_ROWS;
+        for (pk, row) in rows {
+            let change = view.change_event(&row)?;
+            stream.send(&server.change(pk, change)?).await?;
+        }
+        if full_page {
+            continue;
+        }
+        let seen = view.last_pk();
+        drop(view);
+        tokio::select! {
+            changed = applied_pk.wait_for(|pk| *pk > seen) => {
+                if changed.is_err() {
+                    // The state machine is gone: the node is shutting down.
+                    return Ok(());
+                }
+            }
+            _ = tokio::time::sleep_until(next_progress) => {
+                next_progress = Instant::now() + progress_every;
+                if let Some(event) = server.progress(seen) {
+                    stream.send(&event).await?;
+                }
+            }
+            _ = stream.closed() => return Ok(()),
+        }
+    }
+}
+
+/// Sends a final error event on a watch stream.
+pub async fn refuse(stream: &mut FramedStream, error: WireError) -> Result<(), ServeError> {
+    stream.send(&WatchEvent::Error(error)).await?;
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! Helpers for tests that run `ctrl` as a real process: certificates,
+//! config files, a node process whose readiness is read from its output,
+//! and CLI calls.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Bound on waiting for a node to report that it serves.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn ctrl_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ctrl")
+}
+
+/// A free UDP port on loopback (bound, then released).
+pub fn free_udp_addr() -> SocketAddr {
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    socket.local_addr().expect("local addr")
+}
+
+/// A test cluster directory: certificates, a node config, an operator config.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+    pub addr: SocketAddr,
+}
+
+impl Site {
+    pub fn new() -> Site {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certs = dir.path().join("certs");
+        let status = Command::new(ctrl_bin())
+            .args(["certs", "init", "--dir"])
+            .arg(&certs)
+            .args(["--regions", "us-east,eu-west"])
+            .status()
+            .expect("run ctrl certs init");
+        assert!(status.success(), "ctrl certs init failed");
+        let addr = free_udp_addr();
+        let site = Site { dir, addr };
+        std::fs::write(site.node_config(), node_toml(&site.data_dir(), addr, &certs)).unwrap();
+        std::fs::write(site.operator_config(), operator_toml(addr, &certs, "operator")).unwrap();
+        site
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path().join("data")
+    }
+
+    pub fn node_config(&self) -> PathBuf {
+        self.path().join("node.toml")
+    }
+
+    pub fn operator_config(&self) -> PathBuf {
+        self.path().join("operator.toml")
+    }
+
+    /// Starts `ctrl serve` and waits until it says it serves.
+    pub fn start(&self) -> NodeProcess {
+        let mut child = Command::new(ctrl_bin())
+            .arg("serve")
+            .arg("--config")
+            .arg(self.node_config())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn ctrl serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(START_TIMEOUT) {
+                Ok(line) if line.contains("serving on") => break,
+                Ok(_) => continue,
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("ctrl serve did not report serving within {START_TIMEOUT:?}");
+                }
+            }
+        }
+        NodeProcess { child }
+    }
+
+    /// Runs a CLI command against this site with the operator config.
+    pub fn ctrl(&self, args: &[&str]) -> Output {
+        self.ctrl_with(&self.operator_config(), args)
+    }
+
+    pub fn ctrl_with(&self, operator_config: &Path, args: &[&str]) -> Output {
+        Command::new(ctrl_bin())
+            .args(args)
+            .env("CTRL_CONFIG", operator_config)
+            .output()
+            .expect("run ctrl")
+    }
+
+    /// `ctrl deploy`, returning the deployment id.
+    pub fn deploy(&self, regions: &str, replicas: u32) -> String {
+        let out = self.ctrl(&[
+            "deploy",
+            "--image",
+            "nginx:1.27",
+            "--regions",
+            regions,
+            "--replicas",
+            &replicas.to_string(),
+        ]);
+        assert!(out.status.success(), "deploy failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
+    pub fn watch(&self, region: &str, cursor: u64) -> Watcher {
+        let mut child = Command::new(ctrl_bin())
+            .args(["watch", "--region", region, "--cursor", &cursor.to_string(), "-o", "json"])
+            .env("CTRL_CONFIG", self.operator_config())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn ctrl watch");
+        let lines = spawn_line_reader(child.stdout.take().expect("stdout"));
+        Watcher { child, lines }
+    }
+}
+
+fn spawn_line_reader(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+pub fn node_toml(data_dir: &Path, addr: SocketAddr, certs: &Path) -> String {
+    format!(
+        "node_id = 1\ndata_dir = {data:?}\nlisten_addr = \"{addr}\"\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
+        data = data_dir,
+        ca = certs.join("ca.pem"),
+        cert = certs.join("node-1.pem"),
+        key = certs.join("node-1.key"),
+    )
+}
+
+pub fn operator_toml(addr: SocketAddr, certs: &Path, name: &str) -> String {
+    format!(
+        "endpoints = [\"{addr}\"]\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
+        ca = certs.join("ca.pem"),
+        cert = certs.join(format!("{name}.pem")),
+        key = certs.join(format!("{name}.key")),
+    )
+}
+
+/// A running `ctrl serve`; killed when dropped.
+pub struct NodeProcess {
+    pub child: Child,
+}
+
+impl NodeProcess {
+    /// SIGKILL: no chance to flush or close anything.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `ctrl watch`.
+pub struct Watcher {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Watcher {
+    /// The next event as JSON, waiting at most `timeout`.
+    pub fn next(&self, timeout: Duration) -> serde_json::Value {
+        let line = self
+            .lines
+            .recv_timeout(timeout)
+            .unwrap_or_else(|_| panic!("no watch event within {timeout:?}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad JSON line {line:?}: {e}"))
+    }
+
+    /// Asserts nothing arrives within `wait`.
+    pub fn assert_quiet(&self, wait: Duration) {
+        if let Ok(line) = self.lines.recv_timeout(wait) {
+            panic!("unexpected watch event {line}");
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

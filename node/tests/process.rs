@@ -1,0 +1,138 @@
+//! `ctrl serve` as a real process, driven through the CLI: full sync,
+//! incremental watch across regions, a refused client, and SIGKILL.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{Site, Watcher, operator_toml};
+use serde_json::Value;
+
+/// Bound on any single expected watch event.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads a full sync: returns the sync cursor and the deployment ids synced.
+fn read_full_sync(watcher: &Watcher) -> (u64, BTreeSet<String>) {
+    let start = watcher.next(EVENT_TIMEOUT);
+    let cursor = start["SyncStart"]["cursor"].as_u64().expect("sync-start first");
+    let mut ids = BTreeSet::new();
+    loop {
+        let event = watcher.next(EVENT_TIMEOUT);
+        if let Some(end) = event.get("SyncEnd") {
+            assert_eq!(end["cursor"].as_u64(), Some(cursor), "sync-end carries the sync cursor");
+            return (cursor, ids);
+        }
+        let topology = &event["SyncItem"]["DeploymentTopology"];
+        assert!(topology.is_object(), "unexpected sync event {event}");
+        assert!(topology["version"].as_u64().unwrap() <= cursor);
+        ids.insert(topology["deployment_id"].as_str().unwrap().to_string());
+    }
+}
+
+/// Reads one change event: (version, deployment id, region, the topology).
+fn read_change(watcher: &Watcher) -> (u64, String, String, Value) {
+    let event = watcher.next(EVENT_TIMEOUT);
+    let change = &event["Change"];
+    let version = change["version"].as_u64().unwrap_or_else(|| panic!("not a change: {event}"));
+    let topology = change["change"]["Apply"]["DeploymentTopology"].clone();
+    assert_eq!(topology["version"].as_u64(), Some(version), "state is the changed version");
+    (
+        version,
+        topology["deployment_id"].as_str().unwrap().to_string(),
+        topology["region"].as_str().unwrap().to_string(),
+        topology,
+    )
+}
+
+#[test]
+fn full_sync_then_incremental_changes_per_region() {
+    let site = Site::new();
+    let _node = site.start();
+    let a = site.deploy("us-east,eu-west", 2);
+    let b = site.deploy("us-east", 1);
+    let c = site.deploy("eu-west", 1);
+
+    let east = site.watch("us-east", 0);
+    let (cursor, synced) = read_full_sync(&east);
+    assert_eq!(cursor, 4, "four change rows so far: a twice, b, c");
+    assert_eq!(synced, BTreeSet::from([a.clone(), b.clone()]), "exactly the region's resources");
+    let west = site.watch("eu-west", cursor);
+
+    let d = site.deploy("us-east,eu-west", 1);
+    let e = site.deploy("eu-west", 3);
+    let out = site.ctrl(&["stop", &a]);
+    assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
+    let f = site.deploy("us-east", 1);
+
+    let east_changes: Vec<_> = (0..3).map(|_| read_change(&east)).collect();
+    let west_changes: Vec<_> = (0..3).map(|_| read_change(&west)).collect();
+    let ids = |changes: &[(u64, String, String, Value)]| -> Vec<String> {
+        changes.iter().map(|c| c.1.clone()).collect()
+    };
+    assert_eq!(ids(&east_changes), [d.clone(), a.clone(), f]);
+    assert_eq!(ids(&west_changes), [d, e, a.clone()]);
+    for (changes, region) in [(&east_changes, "us-east"), (&west_changes, "eu-west")] {
+        assert!(changes.iter().all(|c| c.2 == region), "only {region} events");
+        assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "pk order");
+    }
+    // Together the two regions saw every pk after the cursor exactly once.
+    let mut all: Vec<u64> = east_changes.iter().chain(&west_changes).map(|c| c.0).collect();
+    all.sort();
+    assert_eq!(all, (cursor + 1..=cursor + 6).collect::<Vec<_>>(), "no gaps, no duplicates");
+    // Stopping is a state change: stopped, zero replicas.
+    let stop = &east_changes[1].3;
+    assert_eq!(stop["desired_state"], "Stopped");
+    assert_eq!(stop["replicas"], 0);
+    let _ = c;
+}
+
+#[test]
+fn a_client_from_another_ca_is_refused() {
+    let site = Site::new();
+    let _node = site.start();
+    let other = site.path().join("other-ca");
+    let status = std::process::Command::new(common::ctrl_bin())
+        .args(["certs", "init", "--dir"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let foreign = site.path().join("foreign.toml");
+    std::fs::write(&foreign, operator_toml(site.addr, &other, "operator")).unwrap();
+    let out = site.ctrl_with(&foreign, &["list", "deployments"]);
+    assert!(!out.status.success(), "a foreign certificate must be refused");
+    assert!(!out.stderr.is_empty(), "and the CLI says why");
+    // The node still serves its own clients.
+    let out = site.ctrl(&["list", "deployments"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
+    let site = Site::new();
+    let node = site.start();
+    let ids: Vec<String> = (0..10).map(|_| site.deploy("us-east", 1)).collect();
+    let before = site.watch("us-east", 0);
+    let (cursor, synced) = read_full_sync(&before);
+    assert_eq!(cursor, 10);
+    drop(before);
+    node.kill9();
+
+    let _node = site.start();
+    for id in &ids {
+        let out = site.ctrl(&["get", "deployment", id, "-o", "json"]);
+        assert!(out.status.success(), "{id} lost: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let after = site.watch("us-east", 0);
+    assert_eq!(read_full_sync(&after), (cursor, synced), "same state after the restart");
+    // An old cursor resumes exactly after itself.
+    let resumed = site.watch("us-east", 5);
+    for expected in 6..=10 {
+        assert_eq!(read_change(&resumed).0, expected);
+    }
+    // New writes continue the pk sequence.
+    let next = site.deploy("us-east", 1);
+    let (version, id, _, _) = read_change(&resumed);
+    assert_eq!((version, id), (11, next));
+}
