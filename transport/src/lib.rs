@@ -1,1 +1,30 @@
-//! placeholder
+//! QUIC and mutual TLS shared by ctrl nodes and krane agents (which never
+//! depend on each other).
+//!
+//! - [`identity`]: who a peer is, read from the `ctrl://…` SAN URI of its
+//!   certificate.
+//! - [`certs`]: a cluster CA and node, operator and agent certificates,
+//!   generated with rcgen for sites without an ACME service.
+//! - [`tls`]: rustls configs (ring provider, TLS 1.3 only, client
+//!   certificates required) wrapped as quinn configs with bounded transport
+//!   limits.
+//! - [`endpoint`]: server and client endpoints, and connecting to the first
+//!   of several addresses that answers.
+//! - [`stream`]: one call per bidirectional stream, as length-prefixed
+//!   postcard frames opened by a [`wire::hello::Hello`].
+//!
+//! Errors are [`TransportError`] (anything on the network path) and
+//! [`CertError`] (generating, loading or reading certificates).
+
+pub mod certs;
+pub mod endpoint;
+pub mod error;
+pub mod identity;
+pub mod stream;
+pub mod tls;
+
+pub use error::{CertError, ConnectFailure, TransportError};
+pub use identity::Identity;
+
+#[cfg(test)]
+mod tests;

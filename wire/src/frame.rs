@@ -98,7 +98,7 @@ impl FrameDecoder {
     }
 
     /// The next whole message, `None` if more bytes are needed.
-    pub fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+    pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
         let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX_BYTES>() else {
             return Ok(None);
         };
@@ -185,7 +185,7 @@ mod tests {
         let mut decoder = FrameDecoder::new(16);
         decoder.push(&u32::MAX.to_le_bytes());
         assert!(matches!(
-            decoder.next::<u32>(),
+            decoder.next_frame::<u32>(),
             Err(FrameError::TooLarge { len_bytes, max_bytes: 16 }) if len_bytes == u32::MAX as usize
         ));
     }
@@ -206,7 +206,7 @@ mod tests {
             let mut out = Vec::new();
             for chunk in [&bytes[..split], &bytes[split..]] {
                 decoder.push(chunk);
-                while let Some(s) = decoder.next::<String>().unwrap() {
+                while let Some(s) = decoder.next_frame::<String>().unwrap() {
                     out.push(s);
                 }
             }
@@ -222,7 +222,7 @@ mod tests {
         bytes.push(0);
         let mut decoder = FrameDecoder::new(64);
         decoder.push(&bytes);
-        assert!(matches!(decoder.next::<u8>(), Err(FrameError::Decode(_))));
+        assert!(matches!(decoder.next_frame::<u8>(), Err(FrameError::Decode(_))));
     }
 
     #[tokio::test]

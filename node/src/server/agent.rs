@@ -18,10 +18,9 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) = super::accept(state, send, recv, wire::hello::Protocol::Agent, |e| {
-        AgentResponse::Error(e)
-    })
-    .await?
+    let Some(mut stream) =
+        super::accept(state, send, recv, wire::hello::Protocol::Agent, AgentResponse::Error)
+            .await?
     else {
         return Ok(());
     };
@@ -106,7 +105,12 @@ fn region_of(request: &AgentRequest) -> &str {
 
 async fn handle(state: &NodeState, request: AgentRequest) -> Result<AgentResponse, WireError> {
     let mutation = match request {
-        AgentRequest::Watch(_) => unreachable!("watches are served above"),
+        AgentRequest::Watch(_) => {
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                "a watch reached the unary handler",
+            ));
+        }
         AgentRequest::GetDesiredDeployment {
             deployment_id,
             region,

@@ -154,3 +154,23 @@ pub(crate) async fn propose(
         Ok(Err(e)) => Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
     }
 }
+
+/// Reads and checks the hello of a new stream. On refusal, answers with the
+/// protocol's error message (built by `to_error`) and returns `None`.
+pub(crate) async fn accept<E: serde::Serialize>(
+    state: &NodeState,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    protocol: wire::hello::Protocol,
+    to_error: impl FnOnce(WireError) -> E,
+) -> Result<Option<FramedStream>, ServeError> {
+    match transport::stream::accept_call(send, recv, protocol, state.limits.frame_bytes_max).await
+    {
+        Ok(stream) => Ok(Some(stream)),
+        Err(transport::stream::AcceptError { mut stream, error }) => {
+            stream.send(&to_error(error)).await?;
+            finish(&mut stream).await;
+            Ok(None)
+        }
+    }
+}

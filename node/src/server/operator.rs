@@ -23,20 +23,10 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let accepted = transport::stream::accept_call(
-        send,
-        recv,
-        Protocol::Operator,
-        state.limits.frame_bytes_max,
-    )
-    .await;
-    let mut stream = match accepted {
-        Ok(stream) => stream,
-        Err(transport::stream::AcceptError { mut stream, error }) => {
-            stream.send(&OperatorResponse::Error(error)).await?;
-            finish(&mut stream).await;
-            return Ok(());
-        }
+    let Some(mut stream) =
+        super::accept(state, send, recv, Protocol::Operator, OperatorResponse::Error).await?
+    else {
+        return Ok(());
     };
     let response = match stream.recv::<OperatorRequest>().await {
         Ok(Some(request)) => {

@@ -1,0 +1,265 @@
+//! The tuning sections of the node config — `[raft]`, `[limits]`,
+//! `[watch]` and `[compaction]` — with their defaults and bounds. Every
+//! field of a section is optional; a missing section is all defaults.
+
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+use crate::validate::Check;
+
+/// Default [`RaftSettings::heartbeat_interval_ms`].
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
+/// Default [`RaftSettings::election_timeout_min_ms`].
+pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 300;
+/// Default [`RaftSettings::election_timeout_max_ms`].
+pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+/// Default [`RaftSettings::snapshot_logs_since_last`].
+pub const DEFAULT_SNAPSHOT_LOGS_SINCE_LAST: u64 = 10_000;
+/// Bounds of [`RaftSettings::snapshot_logs_since_last`].
+pub const SNAPSHOT_LOGS_SINCE_LAST_RANGE: RangeInclusive<u64> = 1..=100_000_000;
+/// Default [`RaftSettings::max_payload_entries`].
+pub const DEFAULT_MAX_PAYLOAD_ENTRIES: u64 = 300;
+/// Bounds of [`RaftSettings::max_payload_entries`].
+pub const MAX_PAYLOAD_ENTRIES_RANGE: RangeInclusive<u64> = 1..=100_000;
+
+/// Default [`NodeLimits::frame_bytes_max`] (1 MiB, the same as
+/// `wire::frame::FRAME_BYTES_MAX`).
+pub const DEFAULT_FRAME_BYTES_MAX: usize = 1 << 20;
+/// Bounds of [`NodeLimits::frame_bytes_max`]: 4 KiB to 64 MiB.
+pub const FRAME_BYTES_MAX_RANGE: RangeInclusive<usize> = (4 << 10)..=(64 << 20);
+/// Default [`NodeLimits::watch_streams_max`].
+pub const DEFAULT_WATCH_STREAMS_MAX: usize = 10_000;
+/// Bounds of [`NodeLimits::watch_streams_max`].
+pub const WATCH_STREAMS_MAX_RANGE: RangeInclusive<usize> = 1..=1_000_000;
+/// Default [`NodeLimits::watch_catch_up_wait_ms`].
+pub const DEFAULT_WATCH_CATCH_UP_WAIT_MS: u64 = 2_000;
+/// Default [`NodeLimits::write_batch_max`].
+pub const DEFAULT_WRITE_BATCH_MAX: usize = 256;
+/// Bounds of [`NodeLimits::write_batch_max`].
+pub const WRITE_BATCH_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
+/// Default [`NodeLimits::request_timeout_ms`] (also the operator's).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
+
+/// Default [`WatchSettings::progress_interval_ms`].
+pub const DEFAULT_PROGRESS_INTERVAL_MS: u64 = 10_000;
+/// Default [`WatchSettings::sync_page_resources`].
+pub const DEFAULT_SYNC_PAGE_RESOURCES: usize = 1_000;
+/// Bounds of [`WatchSettings::sync_page_resources`].
+pub const SYNC_PAGE_RESOURCES_RANGE: RangeInclusive<usize> = 1..=100_000;
+
+/// Default [`CompactionSettings::retention_ms`] (one hour).
+pub const DEFAULT_RETENTION_MS: u64 = 3_600_000;
+/// Default [`CompactionSettings::interval_ms`] (one minute).
+pub const DEFAULT_COMPACTION_INTERVAL_MS: u64 = 60_000;
+/// Default [`CompactionSettings::batch_rows_max`].
+pub const DEFAULT_BATCH_ROWS_MAX: usize = 10_000;
+/// Bounds of [`CompactionSettings::batch_rows_max`].
+pub const BATCH_ROWS_MAX_RANGE: RangeInclusive<usize> = 1..=1_000_000;
+
+/// `[raft]`: openraft timing and log settings. Validated:
+/// `heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RaftSettings {
+    /// How often the leader sends heartbeats.
+    pub heartbeat_interval_ms: u64,
+    /// A follower hearing nothing for a random time between min and max
+    /// starts an election.
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Take a snapshot after this many log entries since the last one.
+    pub snapshot_logs_since_last: u64,
+    /// Log entries per append-entries request.
+    pub max_payload_entries: u64,
+}
+
+impl Default for RaftSettings {
+    fn default() -> RaftSettings {
+        RaftSettings {
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            election_timeout_min_ms: DEFAULT_ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max_ms: DEFAULT_ELECTION_TIMEOUT_MAX_MS,
+            snapshot_logs_since_last: DEFAULT_SNAPSHOT_LOGS_SINCE_LAST,
+            max_payload_entries: DEFAULT_MAX_PAYLOAD_ENTRIES,
+        }
+    }
+}
+
+impl RaftSettings {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.duration_ms("raft.heartbeat_interval_ms", self.heartbeat_interval_ms)?;
+        check.duration_ms("raft.election_timeout_min_ms", self.election_timeout_min_ms)?;
+        check.duration_ms("raft.election_timeout_max_ms", self.election_timeout_max_ms)?;
+        check.less_than(
+            "raft.heartbeat_interval_ms",
+            self.heartbeat_interval_ms,
+            "election_timeout_min_ms",
+            self.election_timeout_min_ms,
+        )?;
+        check.less_than(
+            "raft.election_timeout_min_ms",
+            self.election_timeout_min_ms,
+            "election_timeout_max_ms",
+            self.election_timeout_max_ms,
+        )?;
+        check.in_range(
+            "raft.snapshot_logs_since_last",
+            self.snapshot_logs_since_last,
+            &SNAPSHOT_LOGS_SINCE_LAST_RANGE,
+        )?;
+        check.in_range(
+            "raft.max_payload_entries",
+            self.max_payload_entries,
+            &MAX_PAYLOAD_ENTRIES_RANGE,
+        )
+    }
+}
+
+/// `[limits]`: bounds the node enforces on clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeLimits {
+    /// The largest frame accepted or sent, checked before allocating.
+    pub frame_bytes_max: usize,
+    /// Concurrent watch streams per node; more are refused.
+    pub watch_streams_max: usize,
+    /// How long a watch whose cursor is ahead of this node waits for the
+    /// node to catch up before it is refused.
+    pub watch_catch_up_wait_ms: u64,
+    /// Mutations per write request.
+    pub write_batch_max: usize,
+    /// How long a write may take to commit.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for NodeLimits {
+    fn default() -> NodeLimits {
+        NodeLimits {
+            frame_bytes_max: DEFAULT_FRAME_BYTES_MAX,
+            watch_streams_max: DEFAULT_WATCH_STREAMS_MAX,
+            watch_catch_up_wait_ms: DEFAULT_WATCH_CATCH_UP_WAIT_MS,
+            write_batch_max: DEFAULT_WRITE_BATCH_MAX,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+        }
+    }
+}
+
+impl NodeLimits {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.in_range(
+            "limits.frame_bytes_max",
+            self.frame_bytes_max,
+            &FRAME_BYTES_MAX_RANGE,
+        )?;
+        check.in_range(
+            "limits.watch_streams_max",
+            self.watch_streams_max,
+            &WATCH_STREAMS_MAX_RANGE,
+        )?;
+        check.duration_ms("limits.watch_catch_up_wait_ms", self.watch_catch_up_wait_ms)?;
+        check.in_range(
+            "limits.write_batch_max",
+            self.write_batch_max,
+            &WRITE_BATCH_MAX_RANGE,
+        )?;
+        check.duration_ms("limits.request_timeout_ms", self.request_timeout_ms)
+    }
+}
+
+/// `[watch]`: how the node serves agents' watch streams.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchSettings {
+    /// How often an idle watch stream gets a progress event.
+    pub progress_interval_ms: u64,
+    /// Resources per page of a full sync.
+    pub sync_page_resources: usize,
+}
+
+impl Default for WatchSettings {
+    fn default() -> WatchSettings {
+        WatchSettings {
+            progress_interval_ms: DEFAULT_PROGRESS_INTERVAL_MS,
+            sync_page_resources: DEFAULT_SYNC_PAGE_RESOURCES,
+        }
+    }
+}
+
+impl WatchSettings {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.duration_ms("watch.progress_interval_ms", self.progress_interval_ms)?;
+        check.in_range(
+            "watch.sync_page_resources",
+            self.sync_page_resources,
+            &SYNC_PAGE_RESOURCES_RANGE,
+        )
+    }
+}
+
+/// `[compaction]`: how long change rows are kept before the compaction
+/// floor moves past them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionSettings {
+    /// Change rows younger than this are kept.
+    pub retention_ms: u64,
+    /// How often compaction runs.
+    pub interval_ms: u64,
+    /// Change rows deleted per compaction write.
+    pub batch_rows_max: usize,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> CompactionSettings {
+        CompactionSettings {
+            retention_ms: DEFAULT_RETENTION_MS,
+            interval_ms: DEFAULT_COMPACTION_INTERVAL_MS,
+            batch_rows_max: DEFAULT_BATCH_ROWS_MAX,
+        }
+    }
+}
+
+impl CompactionSettings {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.duration_ms("compaction.retention_ms", self.retention_ms)?;
+        check.duration_ms("compaction.interval_ms", self.interval_ms)?;
+        check.in_range(
+            "compaction.batch_rows_max",
+            self.batch_rows_max,
+            &BATCH_ROWS_MAX_RANGE,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn check() -> Check<'static> {
+        Check::new(Path::new("node.toml"))
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        RaftSettings::default().check(&check()).unwrap();
+        NodeLimits::default().check(&check()).unwrap();
+        WatchSettings::default().check(&check()).unwrap();
+        CompactionSettings::default().check(&check()).unwrap();
+    }
+
+    #[test]
+    fn partial_section_fills_in_defaults() {
+        let raft: RaftSettings = toml::from_str("heartbeat_interval_ms = 50").unwrap();
+        assert_eq!(
+            raft,
+            RaftSettings {
+                heartbeat_interval_ms: 50,
+                ..RaftSettings::default()
+            }
+        );
+    }
+}

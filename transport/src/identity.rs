@@ -1,0 +1,197 @@
+//! Who a peer is. Every certificate of the cluster carries exactly one
+//! identity as a SAN URI: `ctrl://node/<id>`, `ctrl://operator` or
+//! `ctrl://agent/<region>`. The TLS layer has already checked the chain
+//! against the cluster CA when these functions read it, so the identity is
+//! as trustworthy as the CA.
+
+use std::fmt;
+
+use rustls::pki_types::CertificateDer;
+use x509_parser::extensions::GeneralName;
+
+use crate::error::{CertError, TransportError};
+
+/// Scheme and authority prefix of every identity URI.
+pub const URI_PREFIX: &str = "ctrl://";
+
+/// Longest identity URI accepted (prefix, kind and a region of at most 63
+/// bytes fit easily).
+pub const URI_BYTES_MAX: usize = 128;
+
+/// The identity a certificate names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// A ctrl node.
+    Node { node_id: u64 },
+    /// An operator (the `ctrl` CLI).
+    Operator,
+    /// A krane agent; it may watch and report for its region alone.
+    Agent { region: String },
+}
+
+impl Identity {
+    /// The SAN URI encoding this identity.
+    pub fn to_uri(&self) -> String {
+        match self {
+            Identity::Node { node_id } => format!("{URI_PREFIX}node/{node_id}"),
+            Identity::Operator => format!("{URI_PREFIX}operator"),
+            Identity::Agent { region } => format!("{URI_PREFIX}agent/{region}"),
+        }
+    }
+
+    /// Parses an identity URI. Only the canonical form is accepted (node
+    /// ids without leading zeros or signs, regions that are valid region
+    /// names), so every identity has exactly one URI.
+    pub fn from_uri(uri: &str) -> Result<Identity, CertError> {
+        let bad = |reason: &str| CertError::BadIdentity {
+            uri: truncated(uri),
+            reason: reason.to_string(),
+        };
+        if uri.len() > URI_BYTES_MAX {
+            return Err(bad(&format!("longer than {URI_BYTES_MAX} bytes")));
+        }
+        let Some(rest) = uri.strip_prefix(URI_PREFIX) else {
+            return Err(bad(&format!("does not start with {URI_PREFIX}")));
+        };
+        if rest == "operator" {
+            return Ok(Identity::Operator);
+        }
+        if let Some(id) = rest.strip_prefix("node/") {
+            let node_id: u64 = id
+                .parse()
+                .map_err(|_| bad("node id is not a decimal u64"))?;
+            if node_id.to_string() != id {
+                return Err(bad("node id is not in canonical decimal form"));
+            }
+            return Ok(Identity::Node { node_id });
+        }
+        if let Some(region) = rest.strip_prefix("agent/") {
+            wire::operator::validate_region(region).map_err(|e| bad(&e.message))?;
+            return Ok(Identity::Agent {
+                region: region.to_string(),
+            });
+        }
+        Err(bad("expected node/<id>, operator or agent/<region>"))
+    }
+
+    /// Reads the identity from a DER certificate: the one SAN URI starting
+    /// with `ctrl://`. Other SANs (DNS names, IPs) are ignored.
+    pub fn from_cert_der(der: &[u8]) -> Result<Identity, CertError> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der)
+            .map_err(|e| CertError::Parse(e.to_string()))?;
+        let san = cert
+            .subject_alternative_name()
+            .map_err(|e| CertError::Parse(format!("subject alternative names: {e}")))?;
+        let Some(san) = san else {
+            return Err(CertError::NoIdentity);
+        };
+        let uris: Vec<&str> = san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::URI(uri) if uri.starts_with(URI_PREFIX) => Some(*uri),
+                _ => None,
+            })
+            .collect();
+        match uris.as_slice() {
+            [] => Err(CertError::NoIdentity),
+            [uri] => Identity::from_uri(uri),
+            _ => Err(CertError::AmbiguousIdentity { count: uris.len() }),
+        }
+    }
+
+    /// The identity of the peer of an established connection, from the
+    /// leaf of the certificate chain it presented.
+    pub fn from_connection(connection: &quinn::Connection) -> Result<Identity, TransportError> {
+        let chain = connection
+            .peer_identity()
+            .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+            .ok_or(TransportError::NoPeerCertificate)?;
+        let leaf = chain.first().ok_or(TransportError::NoPeerCertificate)?;
+        Identity::from_cert_der(leaf).map_err(TransportError::PeerIdentity)
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::Node { node_id } => write!(f, "node {node_id}"),
+            Identity::Operator => write!(f, "operator"),
+            Identity::Agent { region } => write!(f, "agent of region {region}"),
+        }
+    }
+}
+
+/// Keeps error messages bounded when a peer sends a huge URI.
+fn truncated(uri: &str) -> String {
+    uri.chars().take(URI_BYTES_MAX).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_round_trip_for_every_kind() {
+        for identity in [
+            Identity::Node { node_id: 0 },
+            Identity::Node { node_id: u64::MAX },
+            Identity::Operator,
+            Identity::Agent {
+                region: "eu-west-1".into(),
+            },
+        ] {
+            assert_eq!(Identity::from_uri(&identity.to_uri()).unwrap(), identity);
+        }
+        assert_eq!(Identity::Node { node_id: 7 }.to_uri(), "ctrl://node/7");
+        assert_eq!(Identity::Operator.to_uri(), "ctrl://operator");
+        assert_eq!(
+            Identity::Agent {
+                region: "us-east".into()
+            }
+            .to_uri(),
+            "ctrl://agent/us-east"
+        );
+    }
+
+    #[test]
+    fn non_canonical_and_malformed_uris_are_refused() {
+        for uri in [
+            "",
+            "ctrl://",
+            "https://node/1",
+            "ctrl://node/",
+            "ctrl://node/01",
+            "ctrl://node/+1",
+            "ctrl://node/-1",
+            "ctrl://node/18446744073709551616",
+            "ctrl://node/1/x",
+            "ctrl://operator/",
+            "ctrl://Operator",
+            "ctrl://agent/",
+            "ctrl://agent/US-EAST",
+            "ctrl://agent/us east",
+            "ctrl://agent/-us",
+            "ctrl://agent/us/east",
+            "ctrl://agent/\u{e9}",
+        ] {
+            assert!(Identity::from_uri(uri).is_err(), "{uri:?} was accepted");
+        }
+        let long = format!("ctrl://agent/{}", "a".repeat(10_000));
+        let err = Identity::from_uri(&long).unwrap_err().to_string();
+        assert!(err.len() < 1_000);
+    }
+
+    #[test]
+    fn garbage_der_is_an_error_not_a_panic() {
+        for der in [
+            &[][..],
+            &[0x30][..],
+            &[0x30, 0x82, 0xff, 0xff][..],
+            &[0u8; 64][..],
+        ] {
+            assert!(Identity::from_cert_der(der).is_err());
+        }
+    }
+}
