@@ -1,8 +1,10 @@
-//! Multi-node tests, the Kubernetes simulator (to come) and benchmarks.
+//! Multi-node tests, the Kubernetes simulator and benchmarks.
 //!
 //! [`cluster`] starts ctrl nodes in-process on loopback with fresh
 //! certificates, for benchmarks and tests that need more than one process's
-//! worth of control.
+//! worth of control. [`sim`] is the Kubernetes API simulator krane and
+//! kubectl are pointed at in tests and the demo.
 
 pub mod cluster;
+pub mod sim;
 pub mod stats;

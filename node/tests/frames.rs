@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::Site;
-use tokio::io::AsyncWriteExt;
 use transport::certs;
 use transport::tls::TlsPaths;
 use wire::frame::{FRAME_BYTES_MAX, LEN_PREFIX_BYTES};

@@ -43,8 +43,10 @@ pub async fn serve(
             drop(view);
             let wait = Duration::from_millis(state.limits.watch_catch_up_wait_ms);
             let caught_up =
-                tokio::time::timeout(wait, applied_pk.wait_for(|pk| *pk >= cursor)).await;
-            if !matches!(caught_up, Ok(Ok(_))) {
+                tokio::time::timeout(wait, applied_pk.wait_for(|pk| *pk >= cursor))
+                    .await
+                    .is_ok_and(|woke| woke.is_ok());
+            if !caught_up {
                 let error = WireError::new(
                     ErrorCode::Unavailable,
                     format!(
@@ -115,8 +117,8 @@ async fn stream_changes(
         let seen = view.last_pk();
         drop(view);
         tokio::select! {
-            changed = applied_pk.wait_for(|pk| *pk > seen) => {
-                if changed.is_err() {
+            alive = async { applied_pk.wait_for(|pk| *pk > seen).await.is_ok() } => {
+                if !alive {
                     // The state machine is gone: the node is shutting down.
                     return Ok(());
                 }

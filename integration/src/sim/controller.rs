@@ -1,0 +1,656 @@
+//! A kwok-like controller: turns StatefulSets and Deployments into pods,
+//! "starts" pods after a delay (Running and Ready, or Pending with
+//! `ImagePullBackOff` for images told to fail), and writes the workloads'
+//! status.
+//!
+//! [`Controller::reconcile`] is one idempotent pass over the store (no
+//! clock of its own: `now` comes in); [`run`] is the async driver, woken by
+//! store changes, settings changes or the next pod start deadline — never
+//! by polling.
+//!
+//! Simplified, compared with the real controllers: StatefulSet pods are
+//! created and deleted all at once (as `podManagementPolicy: Parallel`),
+//! and a template change replaces every outdated pod at once; Deployments
+//! own their pods directly (no ReplicaSets) and roll by creating every new
+//! pod at once and deleting an old pod for each new pod that is Ready;
+//! pods are deleted at once (no graceful termination), are Ready as soon as
+//! they run (no probes, `minReadySeconds` ignored) and never restart.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::Shared;
+use super::meta::{self, rfc3339};
+use super::resources::{DEPLOYMENTS, PODS, ResourceDef, STATEFUL_SETS};
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{Key, Part, Store, WriteOpts};
+
+/// Most replicas a workload gets pods for (larger `spec.replicas` are
+/// clamped, so one bad object cannot exhaust memory).
+pub const REPLICAS_MAX: i64 = 1000;
+
+/// Most reconcile passes run back to back before waiting for a change.
+pub const PASSES_MAX: usize = 16;
+
+/// The simulated node every pod is scheduled on.
+pub const NODE_NAME: &str = "sim-node-1";
+const HOST_IP: &str = "192.168.0.10";
+
+/// Settings that may change at run time.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Delay between a pod's creation and its start.
+    pub pod_ready_delay: Duration,
+    /// Images whose pods stay Pending with `ImagePullBackOff`.
+    pub failing_images: Vec<String>,
+}
+
+/// The controller's own memory: when each waiting pod starts.
+#[derive(Debug, Default)]
+pub struct Controller {
+    start_at: HashMap<String, Instant>,
+    ip_count: u32,
+    name_count: u64,
+}
+
+impl Controller {
+    /// One pass: workloads, then pods, then workload status. Returns the
+    /// next instant a waiting pod is due to start, if any.
+    pub fn reconcile(&mut self, store: &mut Store, settings: &Settings, now: Instant, wall: &str) -> Option<Instant> {
+        for sts in all(store, &STATEFUL_SETS) {
+            self.statefulset_pods(store, &sts, wall);
+        }
+        for deploy in all(store, &DEPLOYMENTS) {
+            self.deployment_pods(store, &deploy, wall);
+        }
+        delete_orphans(store);
+        let next = self.pods(store, settings, now, wall);
+        for sts in all(store, &STATEFUL_SETS) {
+            write_status(store, &STATEFUL_SETS, &sts, statefulset_status(store, &sts));
+        }
+        for deploy in all(store, &DEPLOYMENTS) {
+            write_status(store, &DEPLOYMENTS, &deploy, deployment_status(store, &deploy, wall));
+        }
+        next
+    }
+
+    fn statefulset_pods(&mut self, store: &mut Store, sts: &Value, wall: &str) {
+        let (name, ns) = (meta::name_of(sts).to_string(), namespace(sts));
+        let replicas = replicas(sts);
+        let revision = format!("{name}-{}", template_hash(sts));
+        let owned = owned_pods(store, sts);
+        let mut present = HashSet::new();
+        for pod in &owned {
+            let pod_name = meta::name_of(pod);
+            let ordinal = pod_name
+                .strip_prefix(&format!("{name}-"))
+                .and_then(|o| o.parse::<i64>().ok());
+            let current = label(pod, "controller-revision-hash") == Some(revision.as_str());
+            match ordinal {
+                Some(i) if i < replicas && current => {
+                    present.insert(i);
+                }
+                _ => delete_pod(store, &ns, pod_name),
+            }
+        }
+        for i in (0..replicas).filter(|i| !present.contains(i)) {
+            let pod_name = format!("{name}-{i}");
+            let mut pod = pod_from_template(sts, &pod_name);
+            let labels = &mut pod["metadata"]["labels"];
+            labels["controller-revision-hash"] = json!(revision);
+            labels["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
+            labels["apps.kubernetes.io/pod-index"] = json!(i.to_string());
+            pod["spec"]["hostname"] = json!(pod_name);
+            if let Some(service) = sts.pointer("/spec/serviceName").and_then(Value::as_str) {
+                pod["spec"]["subdomain"] = json!(service);
+            }
+            self.create_pod(store, &ns, pod, wall);
+        }
+    }
+
+    fn deployment_pods(&mut self, store: &mut Store, deploy: &Value, wall: &str) {
+        let (name, ns) = (meta::name_of(deploy).to_string(), namespace(deploy));
+        let replicas = replicas(deploy);
+        let hash = template_hash(deploy);
+        let owned = owned_pods(store, deploy);
+        let (new, old): (Vec<&Value>, Vec<&Value>) = owned
+            .iter()
+            .partition(|p| label(p, "pod-template-hash") == Some(hash.as_str()));
+        let new_count = new.len() as i64;
+        for extra in new.iter().skip(replicas.max(0) as usize) {
+            delete_pod(store, &ns, meta::name_of(extra));
+        }
+        for _ in new_count..replicas {
+            self.name_count += 1;
+            let suffix = meta::safe_string(meta::mix64(self.name_count ^ meta::hash_value(deploy)), 5);
+            let mut pod = pod_from_template(deploy, &format!("{name}-{hash}-{suffix}"));
+            pod["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+            self.create_pod(store, &ns, pod, wall);
+        }
+        let ready_new = new.iter().filter(|p| pod_ready(p)).count() as i64;
+        let keep_old = (replicas - ready_new).max(0) as usize;
+        // Drop the old pods that are not ready first.
+        let mut old = old;
+        old.sort_by_key(|p| pod_ready(p));
+        let drop = old.len().saturating_sub(keep_old);
+        for pod in old.iter().take(drop) {
+            delete_pod(store, &ns, meta::name_of(pod));
+        }
+    }
+
+    fn create_pod(&mut self, store: &mut Store, ns: &str, pod: Value, wall: &str) {
+        let opts = WriteOpts {
+            keep_status: true,
+            ..WriteOpts::default()
+        };
+        // AlreadyExists (a pod of that name made by someone else) is left be.
+        let _ = store.create(&PODS, ns, pod, wall, opts);
+    }
+
+    /// Starts the pods whose delay has passed; returns the next deadline.
+    fn pods(&mut self, store: &mut Store, settings: &Settings, now: Instant, wall: &str) -> Option<Instant> {
+        let pods: Vec<Value> = store
+            .list(&PODS, None, &LabelSelector::default(), &FieldSelector::default())
+            .into_iter()
+            .cloned()
+            .collect();
+        let live: HashSet<String> = pods
+            .iter()
+            .filter_map(|p| meta::meta_str(p, "uid").map(str::to_string))
+            .collect();
+        self.start_at.retain(|uid, _| live.contains(uid));
+        let mut next: Option<Instant> = None;
+        for pod in &pods {
+            let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
+            if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") {
+                self.start_at.remove(&uid);
+                continue;
+            }
+            let due = *self
+                .start_at
+                .entry(uid)
+                .or_insert_with(|| now + settings.pod_ready_delay);
+            if due > now {
+                next = Some(next.map_or(due, |n| n.min(due)));
+                continue;
+            }
+            let ip = match pod.pointer("/status/podIP").and_then(Value::as_str) {
+                Some(ip) => ip.to_string(),
+                None => self.next_ip(),
+            };
+            let status = started_status(pod, &settings.failing_images, &ip, wall);
+            let mut updated = pod.clone();
+            updated["status"] = status;
+            if updated != *pod {
+                let key = Key::new(&PODS, &namespace(pod), meta::name_of(pod));
+                let _ = store.update(&key, updated, Part::Status, WriteOpts::default());
+            }
+        }
+        next
+    }
+
+    fn next_ip(&mut self) -> String {
+        loop {
+            self.ip_count = self.ip_count.wrapping_add(1);
+            let n = self.ip_count;
+            let (b, c, d) = (244 + (n >> 16) % 12, (n >> 8) & 0xff, n & 0xff);
+            if d != 0 && d != 255 {
+                return format!("10.{b}.{c}.{d}");
+            }
+        }
+    }
+}
+
+fn all(store: &Store, res: &'static ResourceDef) -> Vec<Value> {
+    store
+        .list(res, None, &LabelSelector::default(), &FieldSelector::default())
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
+fn namespace(o: &Value) -> String {
+    meta::meta_str(o, "namespace").unwrap_or("").to_string()
+}
+
+fn label<'a>(o: &'a Value, k: &str) -> Option<&'a str> {
+    o.pointer("/metadata/labels")?.get(k)?.as_str()
+}
+
+fn replicas(workload: &Value) -> i64 {
+    workload
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+        .clamp(0, REPLICAS_MAX)
+}
+
+fn template_hash(workload: &Value) -> String {
+    let template = workload.pointer("/spec/template").cloned().unwrap_or(Value::Null);
+    meta::safe_string(meta::hash_value(&template), 10)
+}
+
+fn owned_pods(store: &Store, owner: &Value) -> Vec<Value> {
+    let uid = meta::meta_str(owner, "uid").unwrap_or("");
+    let ns = namespace(owner);
+    store
+        .list(&PODS, Some(&ns), &LabelSelector::default(), &FieldSelector::default())
+        .into_iter()
+        .filter(|p| meta::owned_by(p, uid))
+        .cloned()
+        .collect()
+}
+
+fn delete_pod(store: &mut Store, ns: &str, name: &str) {
+    let _ = store.delete(&Key::new(&PODS, ns, name), true, WriteOpts::default());
+}
+
+/// Pods whose controlling StatefulSet or Deployment is gone.
+fn delete_orphans(store: &mut Store) {
+    let uids: HashSet<String> = store
+        .objects()
+        .filter_map(|(_, o)| meta::meta_str(o, "uid").map(str::to_string))
+        .collect();
+    let orphans: Vec<(String, String)> = store
+        .list(&PODS, None, &LabelSelector::default(), &FieldSelector::default())
+        .into_iter()
+        .filter(|p| {
+            p.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| {
+                    refs.iter().any(|r| {
+                        r["controller"] == true
+                            && matches!(r["kind"].as_str(), Some("StatefulSet" | "Deployment"))
+                            && !r["uid"].as_str().is_some_and(|u| uids.contains(u))
+                    })
+                })
+        })
+        .map(|p| (namespace(p), meta::name_of(p).to_string()))
+        .collect();
+    for (ns, name) in orphans {
+        delete_pod(store, &ns, &name);
+    }
+}
+
+/// A new pod (Pending, scheduled) from a workload's template.
+fn pod_from_template(owner: &Value, name: &str) -> Value {
+    let template = owner.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut labels = template.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
+    if !spec.is_object() {
+        spec = json!({});
+    }
+    spec["nodeName"] = json!(NODE_NAME);
+    let containers = spec.get("containers").cloned().unwrap_or(json!([]));
+    let waiting: Vec<Value> = containers
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": false,
+                   "started": false, "restartCount": 0,
+                   "state": {"waiting": {"reason": "ContainerCreating"}}})
+        })
+        .collect();
+    let mut metadata = json!({
+        "name": name,
+        "labels": labels,
+        "ownerReferences": [{
+            "apiVersion": owner["apiVersion"],
+            "kind": owner["kind"],
+            "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"],
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }],
+    });
+    if let Some(a) = template.pointer("/metadata/annotations") {
+        metadata["annotations"] = a.clone();
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": null}],
+            "qosClass": qos_class(&containers),
+            "containerStatuses": waiting,
+        },
+    })
+}
+
+/// `Guaranteed` when every container's requests equal its limits (or only
+/// limits are set), `BestEffort` with no resources, `Burstable` otherwise.
+fn qos_class(containers: &Value) -> &'static str {
+    let list = containers.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let resources: Vec<(&Value, &Value)> = list
+        .iter()
+        .map(|c| (c.pointer("/resources/requests").unwrap_or(&Value::Null), c.pointer("/resources/limits").unwrap_or(&Value::Null)))
+        .collect();
+    let empty = |v: &Value| v.as_object().is_none_or(serde_json::Map::is_empty);
+    if resources.iter().all(|(r, l)| empty(r) && empty(l)) {
+        "BestEffort"
+    } else if !list.is_empty() && resources.iter().all(|(r, l)| !empty(l) && (empty(r) || r == l)) {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// The status of a started pod: Running and Ready, or Pending with
+/// `ImagePullBackOff` if any of its images is told to fail. Condition and
+/// start times already set are kept, so a repeated pass changes nothing.
+fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Value {
+    let old = pod.get("status").cloned().unwrap_or(json!({}));
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let fails = |c: &Value| c["image"].as_str().is_some_and(|i| failing.iter().any(|f| f == i));
+    let bad: Vec<&str> = containers.iter().filter(|c| fails(c)).filter_map(|c| c["name"].as_str()).collect();
+    let ok = bad.is_empty();
+    let old_time = |kind: &str, field: &str| -> Option<Value> {
+        let state = old.pointer("/containerStatuses")?.as_array()?.iter().find(|s| s["name"] == kind)?;
+        state.pointer(field).cloned()
+    };
+    let statuses: Vec<Value> = containers
+        .iter()
+        .map(|c| {
+            let name = c["name"].as_str().unwrap_or("");
+            let image = c["image"].as_str().unwrap_or("");
+            if fails(c) {
+                json!({"name": name, "image": image, "imageID": "", "ready": false, "started": false,
+                       "restartCount": 0, "lastState": {},
+                       "state": {"waiting": {"reason": "ImagePullBackOff",
+                           "message": format!("Back-off pulling image \"{image}\": ErrImagePull: simulated pull failure (k8s-sim failing image)")}}})
+            } else {
+                let started = old_time(name, "/state/running/startedAt").unwrap_or(json!(wall));
+                json!({"name": name, "image": image, "imageID": format!("sim://{image}"),
+                       "containerID": format!("containerd://{:016x}", meta::hash_value(&json!([meta::meta_str(pod, "uid"), name]))),
+                       "ready": ok, "started": true, "restartCount": 0, "lastState": {},
+                       "state": {"running": {"startedAt": started}}})
+            }
+        })
+        .collect();
+    let condition = |kind: &str, status: bool| {
+        let s = if status { "True" } else { "False" };
+        let kept = old
+            .get("conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c["type"] == kind && c["status"] == s))
+            .and_then(|c| c.get("lastTransitionTime").cloned());
+        let mut c = json!({"type": kind, "status": s, "lastProbeTime": null,
+                           "lastTransitionTime": kept.unwrap_or(json!(wall))});
+        if !status {
+            c["reason"] = json!("ContainersNotReady");
+            c["message"] = json!(format!("containers with unready status: [{}]", bad.join(" ")));
+        }
+        c
+    };
+    json!({
+        "phase": if ok { "Running" } else { "Pending" },
+        "conditions": [
+            condition("PodReadyToStartContainers", true),
+            condition("Initialized", true),
+            condition("Ready", ok),
+            condition("ContainersReady", ok),
+            condition("PodScheduled", true),
+        ],
+        "hostIP": HOST_IP,
+        "hostIPs": [{"ip": HOST_IP}],
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "startTime": old.get("startTime").cloned().unwrap_or(json!(wall)),
+        "qosClass": old.get("qosClass").cloned().unwrap_or(json!("BestEffort")),
+        "containerStatuses": statuses,
+    })
+}
+
+/// Whether a pod is Running with condition Ready True.
+pub fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+fn write_status(store: &mut Store, res: &'static ResourceDef, workload: &Value, status: Value) {
+    if workload.get("status") == Some(&status) {
+        return;
+    }
+    let mut updated = workload.clone();
+    updated["status"] = status;
+    let key = Key::new(res, &namespace(workload), meta::name_of(workload));
+    let _ = store.update(&key, updated, Part::Status, WriteOpts::default());
+}
+
+fn generation(o: &Value) -> Value {
+    o.pointer("/metadata/generation").cloned().unwrap_or(json!(1))
+}
+
+fn statefulset_status(store: &Store, sts: &Value) -> Value {
+    let revision = format!("{}-{}", meta::name_of(sts), template_hash(sts));
+    let pods = owned_pods(store, sts);
+    let ready = pods.iter().filter(|p| pod_ready(p)).count();
+    let current = pods
+        .iter()
+        .filter(|p| label(p, "controller-revision-hash") == Some(revision.as_str()))
+        .count();
+    json!({
+        "observedGeneration": generation(sts),
+        "replicas": pods.len(),
+        "readyReplicas": ready,
+        "currentReplicas": current,
+        "updatedReplicas": current,
+        "availableReplicas": ready,
+        "currentRevision": revision,
+        "updateRevision": revision,
+        "collisionCount": 0,
+    })
+}
+
+fn deployment_status(store: &Store, deploy: &Value, wall: &str) -> Value {
+    let hash = template_hash(deploy);
+    let pods = owned_pods(store, deploy);
+    let replicas = replicas(deploy) as usize;
+    let ready = pods.iter().filter(|p| pod_ready(p)).count();
+    let updated = pods
+        .iter()
+        .filter(|p| label(p, "pod-template-hash") == Some(hash.as_str()))
+        .count();
+    let old = deploy.get("status").cloned().unwrap_or(json!({}));
+    let condition = |kind: &str, ok: bool, reason: &str, message: String| {
+        let s = if ok { "True" } else { "False" };
+        let kept = old
+            .get("conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c["type"] == kind && c["status"] == s && c["reason"] == reason))
+            .cloned();
+        kept.unwrap_or_else(|| {
+            json!({"type": kind, "status": s, "reason": reason, "message": message,
+                   "lastUpdateTime": wall, "lastTransitionTime": wall})
+        })
+    };
+    let name = meta::name_of(deploy);
+    let available = ready >= replicas;
+    let complete = updated == replicas && pods.len() == replicas && available;
+    let mut status = json!({
+        "observedGeneration": generation(deploy),
+        "replicas": pods.len(),
+        "updatedReplicas": updated,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+        "conditions": [
+            if available {
+                condition("Available", true, "MinimumReplicasAvailable", "Deployment has minimum availability.".into())
+            } else {
+                condition("Available", false, "MinimumReplicasUnavailable", "Deployment does not have minimum availability.".into())
+            },
+            if complete {
+                condition("Progressing", true, "NewReplicaSetAvailable", format!("ReplicaSet \"{name}-{hash}\" has successfully progressed."))
+            } else {
+                condition("Progressing", true, "ReplicaSetUpdated", format!("ReplicaSet \"{name}-{hash}\" is progressing."))
+            },
+        ],
+    });
+    if pods.len() > ready {
+        status["unavailableReplicas"] = json!(pods.len() - ready);
+    }
+    status
+}
+
+/// The async driver: a pass on start, then one after every store change,
+/// settings change or start deadline, until shutdown.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    let mut controller = Controller::default();
+    let mut changes = shared.changes.subscribe();
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let mut next = None;
+        let mut seen = 0;
+        for _ in 0..PASSES_MAX {
+            let settings = shared.settings();
+            let wall = rfc3339(SystemTime::now());
+            let (before, after, due) = shared.write(|store| {
+                let before = store.resource_version();
+                let due = controller.reconcile(store, &settings, Instant::now(), &wall);
+                (before, store.resource_version(), due)
+            });
+            next = due;
+            seen = after;
+            if before == after {
+                break;
+            }
+        }
+        // Our own writes marked `changes` changed. Mark them seen; a write
+        // by anyone else since our last pass shows as a newer version, and
+        // is then handled at once.
+        let latest = *changes.borrow_and_update();
+        if latest != seen {
+            continue;
+        }
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+            _ = shared.kick.notified() => {}
+            _ = sleep => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WALL: &str = "2024-01-01T00:00:00Z";
+
+    fn sts(replicas: i64, image: &str) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": "web"},
+               "spec": {"replicas": replicas, "serviceName": "web",
+                        "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "app", "image": image}]}}}})
+    }
+
+    fn pods(store: &Store) -> Vec<Value> {
+        all(store, &PODS)
+    }
+
+    fn pass(c: &mut Controller, store: &mut Store, settings: &Settings, now: Instant) -> Option<Instant> {
+        let mut next = None;
+        for _ in 0..PASSES_MAX {
+            let before = store.resource_version();
+            next = c.reconcile(store, settings, now, WALL);
+            if store.resource_version() == before {
+                break;
+            }
+        }
+        next
+    }
+
+    #[test]
+    fn statefulset_pods_start_after_the_delay_and_follow_scale() {
+        let mut store = Store::new(1000, 1);
+        let mut c = Controller::default();
+        let settings = Settings { pod_ready_delay: Duration::from_secs(5), failing_images: vec![] };
+        let t0 = Instant::now();
+        store.create(&STATEFUL_SETS, "default", sts(2, "app:1"), WALL, WriteOpts::default()).unwrap();
+        let next = pass(&mut c, &mut store, &settings, t0);
+        assert_eq!(next, Some(t0 + Duration::from_secs(5)));
+        let names: Vec<String> = pods(&store).iter().map(|p| meta::name_of(p).to_string()).collect();
+        assert_eq!(names, ["web-0", "web-1"]);
+        assert!(pods(&store).iter().all(|p| p["status"]["phase"] == "Pending"));
+        assert!(pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(5)).is_none());
+        assert!(pods(&store).iter().all(pod_ready));
+        let ips: HashSet<String> = pods(&store).iter().map(|p| p["status"]["podIP"].as_str().unwrap().to_string()).collect();
+        assert_eq!(ips.len(), 2);
+        let key = Key::new(&STATEFUL_SETS, "default", "web");
+        let status = &store.get(&key).unwrap()["status"];
+        assert_eq!((status["replicas"].as_i64(), status["readyReplicas"].as_i64()), (Some(2), Some(2)));
+        assert_eq!(status["observedGeneration"], 1);
+
+        store.update(&key, sts(1, "app:1"), Part::Main, WriteOpts::default()).unwrap();
+        pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(6));
+        assert_eq!(pods(&store).len(), 1);
+        let status = &store.get(&key).unwrap()["status"];
+        assert_eq!((status["replicas"].as_i64(), status["observedGeneration"].as_i64()), (Some(1), Some(2)));
+        // A settled pass changes nothing.
+        let rv = store.resource_version();
+        pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(7));
+        assert_eq!(store.resource_version(), rv);
+    }
+
+    #[test]
+    fn failing_images_stay_pending() {
+        let mut store = Store::new(1000, 1);
+        let mut c = Controller::default();
+        let mut settings = Settings { pod_ready_delay: Duration::ZERO, failing_images: vec!["bad:1".into()] };
+        let t0 = Instant::now();
+        store.create(&STATEFUL_SETS, "default", sts(1, "bad:1"), WALL, WriteOpts::default()).unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let pod = &pods(&store)[0];
+        assert_eq!(pod["status"]["phase"], "Pending");
+        assert_eq!(pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ImagePullBackOff");
+        settings.failing_images.clear();
+        pass(&mut c, &mut store, &settings, t0);
+        assert!(pod_ready(&pods(&store)[0]));
+    }
+
+    #[test]
+    fn deployment_rolls_to_a_new_template() {
+        let mut store = Store::new(1000, 1);
+        let mut c = Controller::default();
+        let settings = Settings::default();
+        let t0 = Instant::now();
+        let mut d = sts(2, "app:1");
+        d["kind"] = json!("Deployment");
+        d["metadata"]["name"] = json!("sentinel");
+        store.create(&DEPLOYMENTS, "default", d.clone(), WALL, WriteOpts::default()).unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        assert_eq!(pods(&store).len(), 2);
+        assert!(pods(&store).iter().all(|p| meta::name_of(p).starts_with("sentinel-")));
+        d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
+        let key = Key::new(&DEPLOYMENTS, "default", "sentinel");
+        store.update(&key, d, Part::Main, WriteOpts::default()).unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let images: Vec<Value> = pods(&store).iter().map(|p| p["spec"]["containers"][0]["image"].clone()).collect();
+        assert_eq!(images, [json!("app:2"), json!("app:2")]);
+        let status = &store.get(&key).unwrap()["status"];
+        assert_eq!((status["updatedReplicas"].as_i64(), status["availableReplicas"].as_i64()), (Some(2), Some(2)));
+        assert_eq!(status["observedGeneration"], 2);
+    }
+}

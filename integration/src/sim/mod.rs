@@ -1,0 +1,375 @@
+//! A Kubernetes API simulator: an HTTP server on loopback speaking the
+//! real REST paths and JSON of the resources krane uses, so kube-rs and
+//! `kubectl` talk to it as to a real API server, plus a kwok-like
+//! controller that turns StatefulSets and Deployments into pods.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use integration::sim::{SimConfig, Simulator};
+//! let sim = Simulator::start(SimConfig::default()).await?;
+//! sim.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
+//! // kubectl --kubeconfig /tmp/kubeconfig get pods
+//! sim.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Layers, each a module: [`resources`] (the served kinds, one table),
+//! [`route`] (paths and queries), [`api`] (handlers over the [`store`], a
+//! synchronous state machine with the resourceVersion counter and watch
+//! history), [`fields`] and [`patch`] (server-side apply and patches),
+//! [`watch`] (what a watch sends, and its stream), [`controller`] (pods),
+//! [`discovery`] and [`openapi`], [`table`] (`kubectl get` columns),
+//! [`status`] (errors),
+//! and `server` (the only code touching sockets).
+//!
+//! What is simplified, compared with a real API server:
+//! - no authentication or authorization, plain HTTP/1.1, JSON only (no
+//!   protobuf); OpenAPI v3 only as far as kubectl needs to skip client-side
+//!   validation ([`openapi`]: no schemas), `/openapi/v2` answers 404;
+//! - a namespaced write to a missing namespace creates the namespace
+//!   (a real server answers 404); deleting a namespace deletes its objects
+//!   at once (no `Terminating` phase);
+//! - deletes are immediate (no finalizers, no graceful deletion); the
+//!   default propagation deletes dependents (by ownerReferences) at once,
+//!   `Orphan` leaves them;
+//! - lists ignore `limit`/`continue` (everything in one page) and
+//!   `resourceVersion` (always the latest state);
+//! - server-side apply: see [`fields`] (lists are atomic) and `api::apply`;
+//!   strategic merge: see [`patch`];
+//! - only a few defaults are set (replicas, a service's cluster IP, a
+//!   namespace's status) and objects are not validated against schemas
+//!   beyond names, kinds and JSON shape.
+
+pub mod api;
+pub mod controller;
+pub mod discovery;
+pub mod fields;
+pub mod meta;
+pub mod openapi;
+pub mod patch;
+pub mod resources;
+pub mod route;
+mod server;
+pub mod selector;
+pub mod status;
+pub mod store;
+pub mod table;
+pub mod watch;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::sync::{Notify, watch as channel};
+use tokio::task::JoinHandle;
+
+use controller::Settings;
+use resources::ResourceDef;
+use selector::{FieldSelector, LabelSelector};
+use store::{EVENT_HISTORY_LEN_DEFAULT, Key, Store};
+
+/// How the simulator starts.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Loopback port to listen on; 0 picks a free one.
+    pub port: u16,
+    /// Delay from a pod's creation to its start (Running, or Pending with
+    /// `ImagePullBackOff`), in milliseconds; 0 starts pods at once.
+    pub pod_ready_delay_ms: u64,
+    /// Images whose pods never start (`ImagePullBackOff`).
+    pub failing_images: Vec<String>,
+    /// Watch events kept for resuming watches (older resumes get 410).
+    pub event_history_len: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            port: 0,
+            pod_ready_delay_ms: 0,
+            failing_images: Vec::new(),
+            event_history_len: EVENT_HISTORY_LEN_DEFAULT,
+        }
+    }
+}
+
+/// State shared by the server's connections, watches and the controller.
+pub(crate) struct Shared {
+    store: Mutex<Store>,
+    /// The latest resourceVersion, bumped after every write.
+    changes: channel::Sender<u64>,
+    shutdown: channel::Sender<bool>,
+    settings: Mutex<Settings>,
+    /// Wakes the controller after a settings change.
+    kick: Notify,
+}
+
+impl Shared {
+    fn lock_store(&self) -> MutexGuard<'_, Store> {
+        // A panic while holding the lock leaves the store consistent enough
+        // for a test fixture: every mutation is a single insert/remove.
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the locked store, then announces a new version if any.
+    fn write<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
+        let (result, rv) = {
+            let mut store = self.lock_store();
+            let result = f(&mut store);
+            (result, store.resource_version())
+        };
+        self.changes.send_if_modified(|v| {
+            let newer = rv > *v;
+            if newer {
+                *v = rv;
+            }
+            newer
+        });
+        result
+    }
+
+    fn settings(&self) -> Settings {
+        self.settings.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn update_settings(&self, f: impl FnOnce(&mut Settings)) {
+        f(&mut self.settings.lock().unwrap_or_else(PoisonError::into_inner));
+        self.kick.notify_one();
+    }
+}
+
+/// A read-only view of the store, for tests' assertions and predicates.
+pub struct View<'a>(&'a Store);
+
+impl View<'_> {
+    /// One object by kind, namespace (`""` for cluster-scoped) and name.
+    pub fn get(&self, res: &'static ResourceDef, namespace: &str, name: &str) -> Option<&Value> {
+        self.0.get(&Key::new(res, namespace, name))
+    }
+
+    /// Objects of a kind in a namespace (`None`: all) matching a label
+    /// selector in query syntax (`app=web,tier!=db`); a malformed selector
+    /// matches nothing.
+    pub fn list(&self, res: &'static ResourceDef, namespace: Option<&str>, label_selector: &str) -> Vec<&Value> {
+        match LabelSelector::parse(label_selector) {
+            Ok(labels) => self.0.list(res, namespace, &labels, &FieldSelector::default()),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Pods of a namespace matching a label selector.
+    pub fn pods(&self, namespace: &str, label_selector: &str) -> Vec<&Value> {
+        self.list(&resources::PODS, Some(namespace), label_selector)
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.0.resource_version()
+    }
+}
+
+/// Whether a pod is Running and Ready.
+pub fn pod_ready(pod: &Value) -> bool {
+    controller::pod_ready(pod)
+}
+
+/// A running simulator: its HTTP server and its controller.
+pub struct Simulator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+    controller: JoinHandle<()>,
+}
+
+impl Simulator {
+    /// Binds `127.0.0.1:port`, creates the `default` and `kube-system`
+    /// namespaces, and starts serving and the controller.
+    pub async fn start(config: SimConfig) -> std::io::Result<Simulator> {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, config.port)).await?;
+        let addr = listener.local_addr()?;
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id()) << 32
+            ^ u64::from(addr.port());
+        let mut store = Store::new(config.event_history_len, seed);
+        let now = meta::rfc3339(SystemTime::now());
+        for ns in ["default", "kube-system"] {
+            store
+                .ensure_namespace(ns, &now)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        let (changes, _) = channel::channel(store.resource_version());
+        let (shutdown, _) = channel::channel(false);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            changes,
+            shutdown,
+            settings: Mutex::new(Settings {
+                pod_ready_delay: Duration::from_millis(config.pod_ready_delay_ms),
+                failing_images: config.failing_images,
+            }),
+            kick: Notify::new(),
+        });
+        let server = tokio::spawn(server::serve(listener, shared.clone()));
+        let controller = tokio::spawn(controller::run(shared.clone()));
+        Ok(Simulator {
+            addr,
+            shared,
+            server,
+            controller,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig (YAML) whose current context points at this simulator,
+    /// namespace `default`, no credentials.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: k8s-sim
+  cluster:
+    server: {url}
+contexts:
+- name: k8s-sim
+  context:
+    cluster: k8s-sim
+    user: k8s-sim
+    namespace: default
+current-context: k8s-sim
+users:
+- name: k8s-sim
+  user: {{}}
+preferences: {{}}
+",
+            url = self.url()
+        )
+    }
+
+    /// Writes [`Simulator::kubeconfig`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.kubeconfig())
+    }
+
+    /// Runs `f` on a read-only view of the current state.
+    pub fn inspect<R>(&self, f: impl FnOnce(&View<'_>) -> R) -> R {
+        let store = self.shared.lock_store();
+        f(&View(&store))
+    }
+
+    /// One object (a copy), by kind, namespace and name.
+    pub fn get(&self, res: &'static ResourceDef, namespace: &str, name: &str) -> Option<Value> {
+        self.inspect(|v| v.get(res, namespace, name).cloned())
+    }
+
+    /// Objects (copies) of a kind matching a label selector.
+    pub fn list(&self, res: &'static ResourceDef, namespace: Option<&str>, label_selector: &str) -> Vec<Value> {
+        self.inspect(|v| v.list(res, namespace, label_selector).into_iter().cloned().collect())
+    }
+
+    /// Pods (copies) of a namespace matching a label selector.
+    pub fn pods(&self, namespace: &str, label_selector: &str) -> Vec<Value> {
+        self.list(&resources::PODS, Some(namespace), label_selector)
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inspect(|v| v.resource_version())
+    }
+
+    /// A receiver of the latest resourceVersion, changed after every write.
+    pub fn subscribe(&self) -> channel::Receiver<u64> {
+        self.shared.changes.subscribe()
+    }
+
+    /// Waits until `predicate` holds on the state, re-checking after every
+    /// write (no polling); `Err` with the last resourceVersion after
+    /// `timeout`.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut predicate: impl FnMut(&View<'_>) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        let mut changes = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            changes.borrow_and_update();
+            if self.inspect(&mut predicate) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => {
+                    return Err(WaitTimeout {
+                        resource_version: self.resource_version(),
+                        timeout,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Replaces the list of images whose pods fail to start.
+    pub fn set_failing_images(&self, images: Vec<String>) {
+        self.shared.update_settings(|s| s.failing_images = images);
+    }
+
+    /// Makes pods of `image` fail to start from now on.
+    pub fn add_failing_image(&self, image: &str) {
+        self.shared.update_settings(|s| {
+            if !s.failing_images.iter().any(|i| i == image) {
+                s.failing_images.push(image.to_string());
+            }
+        });
+    }
+
+    /// Lets pods of `image` start (pods waiting on it start at once).
+    pub fn remove_failing_image(&self, image: &str) {
+        self.shared
+            .update_settings(|s| s.failing_images.retain(|i| i != image));
+    }
+
+    /// Changes the pod start delay for pods created from now on.
+    pub fn set_pod_ready_delay(&self, delay: Duration) {
+        self.shared.update_settings(|s| s.pod_ready_delay = delay);
+    }
+
+    /// Stops serving (open watches end) and stops the controller.
+    pub async fn shutdown(self) {
+        self.shared.shutdown.send_replace(true);
+        let _ = self.server.await;
+        let _ = self.controller.await;
+    }
+}
+
+/// [`Simulator::wait_until`] gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitTimeout {
+    pub resource_version: u64,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "condition not met within {:?} (last resourceVersion {})",
+            self.timeout, self.resource_version
+        )
+    }
+}
+
+impl std::error::Error for WaitTimeout {}

@@ -1,0 +1,134 @@
+//! The HTTP/1.1 server: accepts loopback connections, reads each request
+//! (body bounded by [`api::BODY_BYTES_MAX`]), answers it through
+//! [`api::handle`] with the store locked, and streams watches. The only
+//! code of the simulator touching sockets.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use super::api::{self, Outcome};
+use super::meta::rfc3339;
+use super::route::{Query, URI_BYTES_MAX};
+use super::status::ApiError;
+use super::{Shared, watch};
+
+/// Most connections served at once; more wait in the listen backlog.
+pub const CONNECTIONS_MAX: usize = 1024;
+
+/// Pause after a failed accept (e.g. out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Serves until shutdown, then drops every connection (and so every watch).
+pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept(), if connections.len() < CONNECTIONS_MAX => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = shared.clone();
+                    connections.spawn(async move {
+                        let service = service_fn(move |req| respond(shared.clone(), req));
+                        // A client closing mid-request is not our error.
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "k8s-sim: accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            },
+        }
+    }
+    connections.shutdown().await;
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: hyper::header::HeaderName) -> &'a str {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    let query = parts.uri.query().unwrap_or("");
+    if path.len() + query.len() > URI_BYTES_MAX {
+        let e = ApiError::bad_request(format!("request URI longer than {URI_BYTES_MAX} bytes"));
+        return Ok(json(e.code, &e.to_status()));
+    }
+    let body = match Limited::new(body, api::BODY_BYTES_MAX).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let error = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                ApiError::too_large(api::BODY_BYTES_MAX)
+            } else {
+                ApiError::bad_request(format!("reading the request body: {e}"))
+            };
+            return Ok(json(error.code, &error.to_status()));
+        }
+    };
+    let request = api::Request {
+        method: parts.method.as_str(),
+        path,
+        query: Query::parse(query),
+        content_type: header(&parts.headers, CONTENT_TYPE),
+        accept: header(&parts.headers, hyper::header::ACCEPT),
+        user_agent: header(&parts.headers, hyper::header::USER_AGENT),
+        body: &body,
+    };
+    let now = rfc3339(SystemTime::now());
+    let outcome = shared.write(|store| api::handle(store, &request, &now));
+    tracing::debug!(method = request.method, path, query, "k8s-sim request");
+    Ok(match outcome {
+        Outcome::Json(code, value) => json(code, &value),
+        Outcome::Text(code, text) => {
+            let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+            *r.status_mut() = status_code(code);
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            r
+        }
+        Outcome::Watch(spec) => {
+            let stream = watch::stream(shared.clone(), *spec);
+            let mut r = Response::new(StreamBody::new(stream).boxed_unsync());
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r
+        }
+    })
+}
+
+fn status_code(code: u16) -> StatusCode {
+    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+fn json(code: u16, value: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(value.to_string())).boxed_unsync());
+    *r.status_mut() = status_code(code);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}

@@ -1,0 +1,124 @@
+//! The replicated command: what the leader proposes through Raft and every
+//! replica applies with [`crate::Store::apply`], and what applying returns.
+//!
+//! A command is complete before it is proposed: the leader stamps `now_ms`
+//! and every id into it, so apply never reads a clock or a random source and
+//! every replica computes the same state, the same pks and the same outcomes.
+
+use serde::{Deserialize, Serialize};
+use wire::WireError;
+use wire::model::{
+    CiliumNetworkPolicy, Deployment, DesiredState, Instance, Pk, Sentinel, SentinelStatus, UnixMs,
+};
+
+/// Most change rows one [`Mutation::Compact`] may delete (the bounded
+/// compaction step of the design).
+pub const COMPACT_ROWS_MAX: u32 = 10_000;
+
+/// Most instances one [`Mutation::ReportInstances`] may carry.
+pub const REPORT_INSTANCES_MAX: usize = wire::agent::REPORT_INSTANCES_MAX;
+
+/// One Raft entry's worth of mutations, applied in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// Leader time when the command was proposed; every timestamp apply
+    /// writes comes from here.
+    pub now_ms: UnixMs,
+    pub mutations: Vec<Mutation>,
+}
+
+/// One change of replicated state. Each is applied all-or-nothing: a
+/// rejected mutation writes nothing, and the others of its command still
+/// land.
+// Resource-carrying variants dominate the size; mutations are built once and
+// moved into a command, so boxing would only add allocations (as in `wire`).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mutation {
+    /// Writes the deployment row (as filled by the leader: id, status,
+    /// timestamps) and one topology per region, each with a new pk and a
+    /// change row. A duplicate id, no region, or a repeated region is
+    /// `BadRequest`.
+    CreateDeployment {
+        deployment: Deployment,
+        k8s_namespace: String,
+    },
+    /// `Stopped`: the deployment becomes stopped and every topology gets
+    /// `desired_state = Stopped`, `replicas = 0`. `Running`: replicas are
+    /// restored from the deployment and its status becomes `Deploying`.
+    /// Either way one change row per region. Setting the state the
+    /// deployment already has is a successful no-op.
+    SetDesiredState {
+        deployment_id: String,
+        desired_state: DesiredState,
+    },
+    /// Replaces the instances of (deployment, region), then re-checks
+    /// readiness. Never writes change rows.
+    ReportInstances {
+        deployment_id: String,
+        region: String,
+        instances: Vec<Instance>,
+    },
+    /// Removes the instances of (deployment, region). No change rows.
+    ReportDeploymentDeleted {
+        deployment_id: String,
+        region: String,
+    },
+    /// Creates or replaces a sentinel; apply assigns its version (a new pk)
+    /// and its timestamps, and writes a change row.
+    UpsertSentinel(Sentinel),
+    /// Records a sentinel's observed status. No change row.
+    ReportSentinelStatus(SentinelStatus),
+    /// Creates or replaces a policy; new pk, change row.
+    UpsertCiliumNetworkPolicy(CiliumNetworkPolicy),
+    /// Removes a policy and writes a change row, streamed as a delete.
+    DeleteCiliumNetworkPolicy { id: String, region: String },
+    /// Deletes the oldest change rows (in pk order) while their
+    /// `created_at_ms < created_before_ms`, at most `rows_max` (itself at
+    /// most [`COMPACT_ROWS_MAX`]), and raises the floor to the highest pk
+    /// deleted.
+    Compact {
+        created_before_ms: UnixMs,
+        rows_max: u32,
+    },
+}
+
+/// What a successful mutation produced.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// [`Mutation::CreateDeployment`].
+    DeploymentCreated { deployment_id: String },
+    /// [`Mutation::SetDesiredState`]: the deployment as it now is.
+    Deployment(Deployment),
+    /// Every other mutation but compaction.
+    Recorded,
+    /// [`Mutation::Compact`].
+    Compacted { rows_deleted: u64, floor_pk: Pk },
+}
+
+/// The outcome of one mutation: a deterministic domain result.
+pub type MutationResult = Result<Outcome, WireError>;
+
+/// One Raft entry to apply: `None` is an entry without a command (blank or
+/// membership), which only advances the Raft metadata.
+pub type ApplyEntry<'a> = Option<&'a Command>;
+
+/// Raft's own bookkeeping, opaque to storage, committed in the same
+/// transaction as the state it describes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftMeta {
+    /// The last applied log id, encoded by the caller.
+    pub last_applied: Vec<u8>,
+    /// The last applied membership, encoded by the caller.
+    pub membership: Vec<u8>,
+}
+
+/// What [`crate::Store::apply`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyResult {
+    /// Per entry, per mutation (an entry without a command has none).
+    pub outcomes: Vec<Vec<MutationResult>>,
+    /// The newest pk after the batch: wake the watchers waiting past it.
+    pub last_pk: Pk,
+}

@@ -1,0 +1,601 @@
+//! The read view: one redb read transaction, so every call on a
+//! [`ReadView`] sees the same consistent cut of state and change log.
+//!
+//! A full sync pages through [`ReadView::region_resources`] and ends with
+//! [`ReadView::last_pk`] of the same view; an incremental watch reads
+//! [`ReadView::changes_after`] and turns each row into an event with
+//! [`ReadView::change_event`], in the same view.
+
+use std::fmt::Debug;
+use std::ops::Bound;
+
+use redb::{Key, ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Value};
+use serde::de::DeserializeOwned;
+use wire::agent::ResourceChange;
+use wire::model::{
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Resource, ResourceKey,
+    ResourceType, Sentinel, SentinelStatus,
+};
+
+use crate::command::RaftMeta;
+use crate::error::{RedbContext, Result, StorageError};
+use crate::tables::{
+    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, decode, meta, name,
+};
+
+const OP: &str = "read";
+
+/// A consistent, read-only cut of the state machine. `Send`: it may be held
+/// across `.await` points while a full sync streams. Holding it does not
+/// block writers, but keeps the pages of its cut alive: do not keep one for
+/// longer than a sync.
+pub struct ReadView {
+    pub(crate) deployments: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) topology: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) sentinels: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) sentinel_status: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) policies: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) instances: ReadOnlyTable<InstanceKey, Bytes>,
+    pub(crate) changes: ReadOnlyTable<u64, Bytes>,
+    pub(crate) region_changes: ReadOnlyTable<RegionChangeKey, ()>,
+    schema_version: u32,
+    last_pk: Pk,
+    floor_pk: Pk,
+    raft_meta: Option<RaftMeta>,
+    // Dropped after the tables.
+    _txn: ReadTransaction,
+}
+
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<ReadView>();
+};
+
+impl ReadView {
+    pub(crate) fn new(txn: ReadTransaction) -> Result<ReadView> {
+        let metadata = txn
+            .open_table(tables::METADATA)
+            .ctx_table(OP, name::METADATA)?;
+        let schema_version = match load_raw(&metadata, meta::SCHEMA_VERSION)? {
+            Some(bytes) => tables::decode_u32(meta::SCHEMA_VERSION, &bytes)?,
+            None => {
+                return Err(StorageError::corrupt(
+                    name::METADATA,
+                    &meta::SCHEMA_VERSION,
+                    "missing",
+                ));
+            }
+        };
+        let meta_u64 = |key: &'static str| -> Result<u64> {
+            match load_raw(&metadata, key)? {
+                Some(bytes) => tables::decode_u64(key, &bytes),
+                None => Ok(0),
+            }
+        };
+        let last_pk = meta_u64(meta::LAST_PK)?;
+        let floor_pk = meta_u64(meta::FLOOR_PK)?;
+        let raft_meta = match (
+            load_raw(&metadata, meta::RAFT_APPLIED)?,
+            load_raw(&metadata, meta::RAFT_MEMBERSHIP)?,
+        ) {
+            (Some(last_applied), Some(membership)) => Some(RaftMeta {
+                last_applied,
+                membership,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(StorageError::corrupt(
+                    name::METADATA,
+                    &meta::RAFT_APPLIED,
+                    "raft_applied and raft_membership must be both present or both absent",
+                ));
+            }
+        };
+        Ok(ReadView {
+            deployments: txn
+                .open_table(tables::DEPLOYMENTS)
+                .ctx_table(OP, name::DEPLOYMENTS)?,
+            topology: txn
+                .open_table(tables::DEPLOYMENT_TOPOLOGY)
+                .ctx_table(OP, name::DEPLOYMENT_TOPOLOGY)?,
+            sentinels: txn
+                .open_table(tables::SENTINELS)
+                .ctx_table(OP, name::SENTINELS)?,
+            sentinel_status: txn
+                .open_table(tables::SENTINEL_STATUS)
+                .ctx_table(OP, name::SENTINEL_STATUS)?,
+            policies: txn
+                .open_table(tables::CILIUM_NETWORK_POLICIES)
+                .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?,
+            instances: txn
+                .open_table(tables::INSTANCES)
+                .ctx_table(OP, name::INSTANCES)?,
+            changes: txn
+                .open_table(tables::CHANGES)
+                .ctx_table(OP, name::CHANGES)?,
+            region_changes: txn
+                .open_table(tables::REGION_CHANGES)
+                .ctx_table(OP, name::REGION_CHANGES)?,
+            schema_version,
+            last_pk,
+            floor_pk,
+            raft_meta,
+            _txn: txn,
+        })
+    }
+
+    /// The pk of the newest change row ever written (0: none yet).
+    pub fn last_pk(&self) -> Pk {
+        self.last_pk
+    }
+
+    /// The compaction floor: every change row with `pk <= floor_pk` may be
+    /// gone, so a cursor below it must resync.
+    pub fn floor_pk(&self) -> Pk {
+        self.floor_pk
+    }
+
+    /// The Raft metadata committed with this state (`None` before the
+    /// first apply).
+    pub fn raft_meta(&self) -> Option<RaftMeta> {
+        self.raft_meta.clone()
+    }
+
+    /// A page of the live resources of `region` for a full sync, ordered by
+    /// type (as in [`ResourceType::ALL`]) then id, starting after `after`
+    /// (the key of the last resource of the previous page; its region is
+    /// ignored). At most `limit` resources; fewer means the end.
+    pub fn region_resources(
+        &self,
+        region: &str,
+        after: Option<&ResourceKey>,
+        limit: usize,
+    ) -> Result<Vec<Resource>> {
+        let mut out = Vec::new();
+        for resource_type in ResourceType::ALL {
+            let start = match after {
+                Some(key) if key.resource_type > resource_type => continue,
+                Some(key) if key.resource_type == resource_type => {
+                    Bound::Excluded(key.resource_id.as_str())
+                }
+                _ => Bound::Included(""),
+            };
+            let room = limit - out.len();
+            if room == 0 {
+                break;
+            }
+            match resource_type {
+                ResourceType::DeploymentTopology => out.extend(
+                    scan_region::<DeploymentTopology>(
+                        &self.topology,
+                        name::DEPLOYMENT_TOPOLOGY,
+                        region,
+                        start,
+                        room,
+                    )?
+                    .into_iter()
+                    .map(Resource::DeploymentTopology),
+                ),
+                ResourceType::Sentinel => out.extend(
+                    scan_region::<Sentinel>(&self.sentinels, name::SENTINELS, region, start, room)?
+                        .into_iter()
+                        .map(Resource::Sentinel),
+                ),
+                ResourceType::CiliumNetworkPolicy => out.extend(
+                    scan_region::<CiliumNetworkPolicy>(
+                        &self.policies,
+                        name::CILIUM_NETWORK_POLICIES,
+                        region,
+                        start,
+                        room,
+                    )?
+                    .into_iter()
+                    .map(Resource::CiliumNetworkPolicy),
+                ),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The change rows of `region` with `pk > after`, ascending, at most
+    /// `limit`. Rows at or below [`Self::floor_pk`] may be missing: check the
+    /// cursor against the floor first.
+    pub fn changes_after(
+        &self,
+        region: &str,
+        after: Pk,
+        limit: usize,
+    ) -> Result<Vec<(Pk, ChangeRow)>> {
+        let Some(first) = after.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let range = self
+            .region_changes
+            .range((region, first)..=(region, Pk::MAX))
+            .ctx_table(OP, name::REGION_CHANGES)?;
+        for entry in range.take(limit) {
+            let (key, _) = entry.ctx_table(OP, name::REGION_CHANGES)?;
+            let (_, pk) = key.value();
+            let row: ChangeRow = load(&self.changes, name::CHANGES, pk)?.ok_or_else(|| {
+                StorageError::corrupt(
+                    name::REGION_CHANGES,
+                    &key.value(),
+                    "indexes a change row that does not exist",
+                )
+            })?;
+            if row.region != region {
+                return Err(StorageError::corrupt(
+                    name::REGION_CHANGES,
+                    &key.value(),
+                    format!("indexes a change row of region {:?}", row.region),
+                ));
+            }
+            out.push((pk, row));
+        }
+        Ok(out)
+    }
+
+    /// The event to stream for a change row: the resource's current state,
+    /// or a delete of its key if it no longer exists. Never skipped.
+    pub fn change_event(&self, row: &ChangeRow) -> Result<ResourceChange> {
+        let key = row.key();
+        Ok(match self.resource(&key)? {
+            Some(resource) => ResourceChange::Apply(resource),
+            None => ResourceChange::Delete(key),
+        })
+    }
+
+    /// The current state of one resource of one region.
+    pub fn resource(&self, key: &ResourceKey) -> Result<Option<Resource>> {
+        let (id, region) = (key.resource_id.as_str(), key.region.as_str());
+        Ok(match key.resource_type {
+            ResourceType::DeploymentTopology => {
+                self.topology(id, region)?.map(Resource::DeploymentTopology)
+            }
+            ResourceType::Sentinel => self.sentinel(id, region)?.map(Resource::Sentinel),
+            ResourceType::CiliumNetworkPolicy => {
+                self.policy(id, region)?.map(Resource::CiliumNetworkPolicy)
+            }
+        })
+    }
+
+    pub fn deployment(&self, id: &str) -> Result<Option<Deployment>> {
+        load(&self.deployments, name::DEPLOYMENTS, id)
+    }
+
+    /// Deployments ordered by id, starting after `after`, at most `limit`.
+    pub fn list_deployments(&self, after: Option<&str>, limit: usize) -> Result<Vec<Deployment>> {
+        let start = match after {
+            Some(id) => Bound::Excluded(id),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        let range = self
+            .deployments
+            .range::<&str>((start, Bound::Unbounded))
+            .ctx_table(OP, name::DEPLOYMENTS)?;
+        for entry in range.take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::DEPLOYMENTS)?;
+            out.push(decode(name::DEPLOYMENTS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Every reported instance of a deployment, by region then pod name.
+    pub fn instances(&self, deployment_id: &str) -> Result<Vec<Instance>> {
+        let mut out = Vec::new();
+        let range = self
+            .instances
+            .range((deployment_id, "", "")..)
+            .ctx_table(OP, name::INSTANCES)?;
+        for entry in range {
+            let (key, value) = entry.ctx_table(OP, name::INSTANCES)?;
+            if key.value().0 != deployment_id {
+                break;
+            }
+            out.push(decode(name::INSTANCES, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn topology(
+        &self,
+        deployment_id: &str,
+        region: &str,
+    ) -> Result<Option<DeploymentTopology>> {
+        load(
+            &self.topology,
+            name::DEPLOYMENT_TOPOLOGY,
+            (region, deployment_id),
+        )
+    }
+
+    pub fn sentinel(&self, id: &str, region: &str) -> Result<Option<Sentinel>> {
+        load(&self.sentinels, name::SENTINELS, (region, id))
+    }
+
+    pub fn sentinel_status(
+        &self,
+        sentinel_id: &str,
+        region: &str,
+    ) -> Result<Option<SentinelStatus>> {
+        load(
+            &self.sentinel_status,
+            name::SENTINEL_STATUS,
+            (region, sentinel_id),
+        )
+    }
+
+    pub fn policy(&self, id: &str, region: &str) -> Result<Option<CiliumNetworkPolicy>> {
+        load(&self.policies, name::CILIUM_NETWORK_POLICIES, (region, id))
+    }
+
+    /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
+    /// change log, its index, `last_pk`, `floor_pk` and the schema version,
+    /// for comparing replicas at the same applied index. The Raft metadata is
+    /// left out. It hashes redb's key encoding, so compare replicas running
+    /// the same redb major version.
+    pub fn state_hash(&self) -> Result<u64> {
+        let mut hash = Fnv1a::new();
+        hash_table(&mut hash, name::DEPLOYMENTS, &self.deployments)?;
+        hash_table(&mut hash, name::DEPLOYMENT_TOPOLOGY, &self.topology)?;
+        hash_table(&mut hash, name::SENTINELS, &self.sentinels)?;
+        hash_table(&mut hash, name::SENTINEL_STATUS, &self.sentinel_status)?;
+        hash_table(&mut hash, name::CILIUM_NETWORK_POLICIES, &self.policies)?;
+        hash_table(&mut hash, name::INSTANCES, &self.instances)?;
+        hash_table(&mut hash, name::CHANGES, &self.changes)?;
+        hash_table(&mut hash, name::REGION_CHANGES, &self.region_changes)?;
+        hash.write_framed(name::METADATA.as_bytes());
+        hash.write(&self.schema_version.to_le_bytes());
+        hash.write(&self.last_pk.to_le_bytes());
+        hash.write(&self.floor_pk.to_le_bytes());
+        Ok(hash.finish())
+    }
+}
+
+/// FNV-1a, 64 bits: tiny, stable across platforms and releases (unlike
+/// std's `DefaultHasher`), good enough to tell replicas apart.
+pub(crate) struct Fnv1a(u64);
+
+impl Fnv1a {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    pub(crate) fn new() -> Self {
+        Fnv1a(Self::OFFSET_BASIS)
+    }
+
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// Writes the length first, so that concatenations cannot collide.
+    pub(crate) fn write_framed(&mut self, bytes: &[u8]) {
+        self.write(&(bytes.len() as u64).to_le_bytes());
+        self.write(bytes);
+    }
+
+    pub(crate) fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn hash_table<K: Key + 'static, V: Value + 'static>(
+    hash: &mut Fnv1a,
+    table_name: &'static str,
+    table: &ReadOnlyTable<K, V>,
+) -> Result<()> {
+    hash.write_framed(table_name.as_bytes());
+    hash.write(&table.len().ctx_table(OP, table_name)?.to_le_bytes());
+    for entry in table.iter().ctx_table(OP, table_name)? {
+        let (key, value) = entry.ctx_table(OP, table_name)?;
+        hash.write_framed(K::as_bytes(&key.value()).as_ref());
+        hash.write_framed(V::as_bytes(&value.value()).as_ref());
+    }
+    Ok(())
+}
+
+/// Reads and decodes one row.
+pub(crate) fn load<'k, K, T>(
+    table: &impl ReadableTable<K, Bytes>,
+    table_name: &'static str,
+    key: K::SelfType<'k>,
+) -> Result<Option<T>>
+where
+    K: Key + 'static,
+    K::SelfType<'k>: Debug,
+    T: DeserializeOwned,
+{
+    match table.get(&key).ctx_table(OP, table_name)? {
+        Some(value) => decode(table_name, &key, value.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads one metadata value as bytes.
+pub(crate) fn load_raw(
+    table: &impl ReadableTable<&'static str, Bytes>,
+    key: &str,
+) -> Result<Option<Vec<u8>>> {
+    Ok(table
+        .get(key)
+        .ctx_table(OP, name::METADATA)?
+        .map(|value| value.value().to_vec()))
+}
+
+/// Up to `limit` rows of one region of a `(region, id)` table, ids from
+/// `start` on, ascending.
+pub(crate) fn scan_region<T: DeserializeOwned>(
+    table: &impl ReadableTable<RegionKey, Bytes>,
+    table_name: &'static str,
+    region: &str,
+    start: Bound<&str>,
+    limit: usize,
+) -> Result<Vec<T>> {
+    let lower = match start {
+        Bound::Included(id) => Bound::Included((region, id)),
+        Bound::Excluded(id) => Bound::Excluded((region, id)),
+        Bound::Unbounded => Bound::Included((region, "")),
+    };
+    let mut out = Vec::new();
+    let range = table
+        .range::<(&str, &str)>((lower, Bound::Unbounded))
+        .ctx_table(OP, table_name)?;
+    for entry in range.take(limit) {
+        let (key, value) = entry.ctx_table(OP, table_name)?;
+        if key.value().0 != region {
+            break;
+        }
+        out.push(decode(table_name, &key.value(), value.value())?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::*;
+    use crate::{Mutation, Store};
+
+    #[test]
+    fn full_sync_pages_by_type_then_id_within_one_region() {
+        let store = Store::in_memory().unwrap();
+        apply_one(
+            &store,
+            1,
+            vec![
+                Mutation::UpsertCiliumNetworkPolicy(policy("p2", "eu")),
+                Mutation::UpsertCiliumNetworkPolicy(policy("p1", "eu")),
+                Mutation::UpsertSentinel(sentinel("s1", "eu")),
+                create("d2", &["eu", "eu-west"], 1),
+                create("d1", &["eu"], 1),
+                // Neighbouring regions must not leak into "eu".
+                Mutation::UpsertCiliumNetworkPolicy(policy("p0", "eu-west")),
+                Mutation::UpsertSentinel(sentinel("s0", "e")),
+            ],
+        );
+        let view = store.read().unwrap();
+        let all: Vec<(ResourceType, String)> = view
+            .region_resources("eu", None, usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|r| (r.key().resource_type, r.key().resource_id))
+            .collect();
+        let expected = [
+            (ResourceType::DeploymentTopology, "d1"),
+            (ResourceType::DeploymentTopology, "d2"),
+            (ResourceType::Sentinel, "s1"),
+            (ResourceType::CiliumNetworkPolicy, "p1"),
+            (ResourceType::CiliumNetworkPolicy, "p2"),
+        ];
+        assert_eq!(
+            all,
+            expected.map(|(t, id)| (t, id.to_string())).to_vec(),
+            "{all:?}"
+        );
+        for page_size in 1..=6 {
+            let mut paged = Vec::new();
+            let mut after = None;
+            loop {
+                let page = view
+                    .region_resources("eu", after.as_ref(), page_size)
+                    .unwrap();
+                assert!(page.len() <= page_size);
+                after = page.last().map(Resource::key);
+                let done = page.len() < page_size;
+                paged.extend(page);
+                if done {
+                    break;
+                }
+            }
+            assert_eq!(paged, view.region_resources("eu", None, 100).unwrap());
+        }
+        assert!(view.region_resources("eu", None, 0).unwrap().is_empty());
+        assert!(
+            view.region_resources("nowhere", None, 9)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn changes_after_edges() {
+        let store = Store::in_memory().unwrap();
+        apply_one(&store, 1, vec![create("d1", &["eu", "eu-west", "e"], 1)]);
+        let view = store.read().unwrap();
+        assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
+        assert_eq!(view.changes_after("eu", 0, 0).unwrap(), vec![]);
+        assert_eq!(view.changes_after("eu", Pk::MAX, 10).unwrap(), vec![]);
+        assert_eq!(view.changes_after("eu-west", 1, 10).unwrap()[0].0, 2);
+        assert_eq!(view.changes_after("eu-west", 2, 10).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn lists_and_lookups() {
+        let store = Store::in_memory().unwrap();
+        apply_one(
+            &store,
+            1,
+            vec![
+                create("d1", &["eu"], 1),
+                create("d10", &["eu"], 1),
+                create("d2", &["eu"], 1),
+                Mutation::ReportInstances {
+                    deployment_id: "d1".into(),
+                    region: "eu".into(),
+                    instances: running("d1", "eu", 2),
+                },
+                Mutation::ReportInstances {
+                    deployment_id: "d10".into(),
+                    region: "eu".into(),
+                    instances: running("d10", "eu", 3),
+                },
+            ],
+        );
+        let view = store.read().unwrap();
+        let ids = |list: Vec<Deployment>| list.into_iter().map(|d| d.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(view.list_deployments(None, 10).unwrap()),
+            ["d1", "d10", "d2"]
+        );
+        assert_eq!(ids(view.list_deployments(None, 2).unwrap()), ["d1", "d10"]);
+        assert_eq!(ids(view.list_deployments(Some("d10"), 2).unwrap()), ["d2"]);
+        assert_eq!(view.instances("d1").unwrap().len(), 2);
+        assert_eq!(view.instances("d10").unwrap().len(), 3);
+        assert!(view.instances("d").unwrap().is_empty());
+        assert!(view.deployment("d3").unwrap().is_none());
+        assert!(view.topology("d1", "us").unwrap().is_none());
+        assert!(view.sentinel("s", "eu").unwrap().is_none());
+        assert!(view.policy("p", "eu").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_view_is_a_consistent_cut() {
+        let store = Store::in_memory().unwrap();
+        apply_one(&store, 1, vec![create("d1", &["eu"], 1)]);
+        let view = store.read().unwrap();
+        let hash = view.state_hash().unwrap();
+        apply_one(&store, 2, vec![create("d2", &["eu"], 1)]);
+        assert_eq!(view.last_pk(), 1);
+        assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
+        assert!(view.deployment("d2").unwrap().is_none());
+        assert_eq!(view.state_hash().unwrap(), hash);
+        assert_ne!(store.read().unwrap().state_hash().unwrap(), hash);
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        let hash = |s: &[u8]| {
+            let mut h = Fnv1a::new();
+            h.write(s);
+            h.finish()
+        };
+        assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(hash(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(hash(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}

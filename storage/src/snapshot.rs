@@ -1,0 +1,662 @@
+//! Snapshots: every table (state, change log, its index, metadata) exported
+//! from one read transaction, and imported atomically in one write
+//! transaction after full validation.
+//!
+//! Format: `MAGIC` (8 bytes) | schema version (`u32` LE) | FNV-1a checksum of
+//! the body (`u64` LE) | body (postcard [`SnapshotBody`]). Rows are stored
+//! typed, and import derives every table key from its row, so a key cannot
+//! disagree with its value; each list must be strictly ascending in its
+//! table's key order, which makes the bytes of a given state unique.
+
+use std::fmt::Debug;
+
+use redb::{Durability, ReadOnlyTable, ReadableTable, WriteTransaction};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use wire::model::{
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Sentinel, SentinelStatus,
+};
+
+use crate::Store;
+use crate::apply::WriteTables;
+use crate::command::RaftMeta;
+use crate::error::{RedbContext, Result, StorageError};
+use crate::read::{Fnv1a, ReadView};
+use crate::tables::{self, ChangeRow, SCHEMA_VERSION, decode, encode, meta, name};
+
+/// First bytes of every snapshot.
+const MAGIC: &[u8; 8] = b"ctrlsnap";
+/// Magic, schema version, checksum.
+const HEADER_BYTES: usize = 8 + 4 + 8;
+
+const OP_EXPORT: &str = "export snapshot";
+const OP_IMPORT: &str = "import snapshot";
+
+/// Everything a replica's state machine holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotBody {
+    last_pk: Pk,
+    floor_pk: Pk,
+    raft_meta: Option<RaftMeta>,
+    deployments: Vec<Deployment>,
+    topologies: Vec<DeploymentTopology>,
+    sentinels: Vec<Sentinel>,
+    sentinel_status: Vec<SentinelStatus>,
+    policies: Vec<CiliumNetworkPolicy>,
+    instances: Vec<Instance>,
+    changes: Vec<(Pk, ChangeRow)>,
+    region_changes: Vec<(String, Pk)>,
+}
+
+impl Store {
+    /// Exports the whole state from one read transaction (writers are not
+    /// blocked). Returns the bytes and the Raft metadata they contain, so the
+    /// caller can name the snapshot after the state it holds.
+    pub fn export_snapshot(&self) -> Result<(Vec<u8>, Option<RaftMeta>)> {
+        let view = self.read()?;
+        let body = SnapshotBody {
+            last_pk: view.last_pk(),
+            floor_pk: view.floor_pk(),
+            raft_meta: view.raft_meta(),
+            deployments: rows(&view.deployments, name::DEPLOYMENTS, |d: &Deployment| {
+                d.id.as_str()
+            })?,
+            topologies: rows(
+                &view.topology,
+                name::DEPLOYMENT_TOPOLOGY,
+                |t: &DeploymentTopology| (t.region.as_str(), t.deployment_id.as_str()),
+            )?,
+            sentinels: rows(&view.sentinels, name::SENTINELS, |s: &Sentinel| {
+                (s.region.as_str(), s.id.as_str())
+            })?,
+            sentinel_status: rows(
+                &view.sentinel_status,
+                name::SENTINEL_STATUS,
+                |s: &SentinelStatus| (s.region.as_str(), s.sentinel_id.as_str()),
+            )?,
+            policies: rows(
+                &view.policies,
+                name::CILIUM_NETWORK_POLICIES,
+                |p: &CiliumNetworkPolicy| (p.region.as_str(), p.id.as_str()),
+            )?,
+            instances: rows(&view.instances, name::INSTANCES, |i: &Instance| {
+                (
+                    i.deployment_id.as_str(),
+                    i.region.as_str(),
+                    i.pod_name.as_str(),
+                )
+            })?,
+            changes: change_rows(&view)?,
+            region_changes: region_change_rows(&view)?,
+        };
+        Ok((seal(&body)?, body.raft_meta))
+    }
+
+    /// Validates `bytes` completely, then replaces the whole state with them
+    /// in one durable write transaction. Invalid bytes are
+    /// [`StorageError::InvalidSnapshot`] and leave the state untouched.
+    pub fn import_snapshot(&self, bytes: &[u8]) -> Result<()> {
+        let body = parse(bytes)?;
+        validate(&body)?;
+        let mut txn = self.db.begin_write().ctx("import snapshot: begin")?;
+        txn.set_durability(Durability::Immediate)
+            .ctx("import snapshot: set durability")?;
+        clear(&txn)?;
+        {
+            let mut t = WriteTables::open(&txn, OP_IMPORT)?;
+            write_body(&mut t, &body)?;
+        }
+        txn.commit().ctx("import snapshot: commit")?;
+        Ok(())
+    }
+}
+
+/// Encodes the body behind the header.
+fn seal(body: &SnapshotBody) -> Result<Vec<u8>> {
+    let bytes = encode("a snapshot", body)?;
+    let mut checksum = Fnv1a::new();
+    checksum.write(&bytes);
+    let mut out = Vec::with_capacity(HEADER_BYTES + bytes.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&SCHEMA_VERSION.to_le_bytes());
+    out.extend_from_slice(&checksum.finish().to_le_bytes());
+    out.extend_from_slice(&bytes);
+    Ok(out)
+}
+
+/// Decodes every row of a table, checking that its key is the one derived
+/// from the row (import derives it the same way).
+fn rows<K, T>(
+    table: &ReadOnlyTable<K, tables::Bytes>,
+    table_name: &'static str,
+    derive_key: impl for<'r> Fn(&'r T) -> K::SelfType<'r>,
+) -> Result<Vec<T>>
+where
+    K: redb::Key + 'static,
+    for<'a> K::SelfType<'a>: Debug,
+    T: DeserializeOwned,
+{
+    let mut out = Vec::new();
+    for entry in table.iter().ctx_table(OP_EXPORT, table_name)? {
+        let (key, value) = entry.ctx_table(OP_EXPORT, table_name)?;
+        let row: T = decode(table_name, &key.value(), value.value())?;
+        let mismatch = {
+            let derived = derive_key(&row);
+            (K::as_bytes(&derived).as_ref() != K::as_bytes(&key.value()).as_ref())
+                .then(|| format!("the row's own key is {derived:?}"))
+        };
+        if let Some(reason) = mismatch {
+            return Err(StorageError::corrupt(table_name, &key.value(), reason));
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+fn change_rows(view: &ReadView) -> Result<Vec<(Pk, ChangeRow)>> {
+    let mut out = Vec::new();
+    for entry in view.changes.iter().ctx_table(OP_EXPORT, name::CHANGES)? {
+        let (key, value) = entry.ctx_table(OP_EXPORT, name::CHANGES)?;
+        out.push((
+            key.value(),
+            decode(name::CHANGES, &key.value(), value.value())?,
+        ));
+    }
+    Ok(out)
+}
+
+fn region_change_rows(view: &ReadView) -> Result<Vec<(String, Pk)>> {
+    let mut out = Vec::new();
+    for entry in view
+        .region_changes
+        .iter()
+        .ctx_table(OP_EXPORT, name::REGION_CHANGES)?
+    {
+        let (key, _) = entry.ctx_table(OP_EXPORT, name::REGION_CHANGES)?;
+        let (region, pk) = key.value();
+        out.push((region.to_string(), pk));
+    }
+    Ok(out)
+}
+
+/// Checks the header and checksum, and decodes the body.
+fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(StorageError::invalid_snapshot(format!(
+            "{} bytes is shorter than the {HEADER_BYTES}-byte header",
+            bytes.len()
+        )));
+    }
+    let (header, body) = bytes.split_at(HEADER_BYTES);
+    if &header[..8] != MAGIC {
+        return Err(StorageError::invalid_snapshot(
+            "not a ctrl state snapshot (bad magic)",
+        ));
+    }
+    // Both slices have the length of their array (HEADER_BYTES layout).
+    let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+    let checksum = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
+    if version != SCHEMA_VERSION {
+        return Err(StorageError::invalid_snapshot(format!(
+            "schema version {version}, but this build reads only version {SCHEMA_VERSION}"
+        )));
+    }
+    let mut actual = Fnv1a::new();
+    actual.write(body);
+    if actual.finish() != checksum {
+        return Err(StorageError::invalid_snapshot(
+            "checksum mismatch (truncated or damaged)",
+        ));
+    }
+    match postcard::take_from_bytes::<SnapshotBody>(body) {
+        Ok((body, [])) => Ok(body),
+        Ok((_, rest)) => Err(StorageError::invalid_snapshot(format!(
+            "{} trailing bytes after the body",
+            rest.len()
+        ))),
+        Err(e) => Err(StorageError::invalid_snapshot(format!(
+            "the body does not decode: {e}"
+        ))),
+    }
+}
+
+/// Fails unless `keys` is strictly ascending (sorted, no duplicates).
+fn strictly_ascending<K: Ord + Debug>(what: &str, keys: impl Iterator<Item = K>) -> Result<()> {
+    let mut previous: Option<K> = None;
+    for key in keys {
+        if let Some(previous) = &previous
+            && *previous >= key
+        {
+            return Err(StorageError::invalid_snapshot(format!(
+                "{what}: {key:?} follows {previous:?} (duplicate or out of order)"
+            )));
+        }
+        previous = Some(key);
+    }
+    Ok(())
+}
+
+/// Checks the invariants apply maintains, so an imported state is one apply
+/// could have produced.
+fn validate(body: &SnapshotBody) -> Result<()> {
+    let invalid = |reason: String| StorageError::invalid_snapshot(reason);
+    if body.floor_pk > body.last_pk {
+        return Err(invalid(format!(
+            "floor pk {} is above last pk {}",
+            body.floor_pk, body.last_pk
+        )));
+    }
+    strictly_ascending(name::DEPLOYMENTS, body.deployments.iter().map(|d| &d.id))?;
+    strictly_ascending(
+        name::DEPLOYMENT_TOPOLOGY,
+        body.topologies
+            .iter()
+            .map(|t| (&t.region, &t.deployment_id)),
+    )?;
+    strictly_ascending(
+        name::SENTINELS,
+        body.sentinels.iter().map(|s| (&s.region, &s.id)),
+    )?;
+    strictly_ascending(
+        name::SENTINEL_STATUS,
+        body.sentinel_status
+            .iter()
+            .map(|s| (&s.region, &s.sentinel_id)),
+    )?;
+    strictly_ascending(
+        name::CILIUM_NETWORK_POLICIES,
+        body.policies.iter().map(|p| (&p.region, &p.id)),
+    )?;
+    strictly_ascending(
+        name::INSTANCES,
+        body.instances
+            .iter()
+            .map(|i| (&i.deployment_id, &i.region, &i.pod_name)),
+    )?;
+    strictly_ascending(name::CHANGES, body.changes.iter().map(|(pk, _)| *pk))?;
+    strictly_ascending(
+        name::REGION_CHANGES,
+        body.region_changes.iter().map(|(r, pk)| (r, *pk)),
+    )?;
+
+    // The change log is `floor_pk + 1 ..= last_pk`, each row indexed once.
+    if let (Some((first, _)), Some((last, _))) = (body.changes.first(), body.changes.last())
+        && (*first <= body.floor_pk || *last > body.last_pk)
+    {
+        return Err(invalid(format!(
+            "change rows {first}..={last} lie outside ({}, {}]",
+            body.floor_pk, body.last_pk
+        )));
+    }
+    let mut derived: Vec<(&String, Pk)> = body
+        .changes
+        .iter()
+        .map(|(pk, row)| (&row.region, *pk))
+        .collect();
+    derived.sort();
+    let indexed = body.region_changes.iter().map(|(r, pk)| (r, *pk));
+    if !derived.iter().copied().eq(indexed) {
+        return Err(invalid(
+            "region_changes does not index exactly the change rows".to_string(),
+        ));
+    }
+
+    // Versions point into the log; references resolve.
+    let versions = body
+        .topologies
+        .iter()
+        .map(|t| t.version)
+        .chain(body.sentinels.iter().map(|s| s.version))
+        .chain(body.policies.iter().map(|p| p.version));
+    if let Some(version) = versions.into_iter().find(|v| *v > body.last_pk) {
+        return Err(invalid(format!(
+            "a resource has version {version}, above last pk {}",
+            body.last_pk
+        )));
+    }
+    let has_region = |deployment_id: &String, region: &String| {
+        body.deployments
+            .binary_search_by(|d| d.id.cmp(deployment_id))
+            .is_ok_and(|i| body.deployments[i].regions.contains(region))
+    };
+    if let Some(t) = body
+        .topologies
+        .iter()
+        .find(|t| !has_region(&t.deployment_id, &t.region))
+    {
+        return Err(invalid(format!(
+            "topology {:?}/{:?} has no deployment listing its region",
+            t.deployment_id, t.region
+        )));
+    }
+    if let Some(i) = body
+        .instances
+        .iter()
+        .find(|i| !has_region(&i.deployment_id, &i.region))
+    {
+        return Err(invalid(format!(
+            "instance {:?} of {:?}/{:?} has no deployment listing its region",
+            i.pod_name, i.deployment_id, i.region
+        )));
+    }
+    if let Some(s) = body.sentinel_status.iter().find(|s| {
+        body.sentinels
+            .binary_search_by(|x| (&x.region, &x.id).cmp(&(&s.region, &s.sentinel_id)))
+            .is_err()
+    }) {
+        return Err(invalid(format!(
+            "status of sentinel {:?}/{:?} that does not exist",
+            s.region, s.sentinel_id
+        )));
+    }
+    Ok(())
+}
+
+/// Empties every table (redb recreates them when opened again).
+fn clear(txn: &WriteTransaction) -> Result<()> {
+    const OP: &str = "import snapshot: clear";
+    txn.delete_table(tables::DEPLOYMENTS)
+        .ctx_table(OP, name::DEPLOYMENTS)?;
+    txn.delete_table(tables::DEPLOYMENT_TOPOLOGY)
+        .ctx_table(OP, name::DEPLOYMENT_TOPOLOGY)?;
+    txn.delete_table(tables::SENTINELS)
+        .ctx_table(OP, name::SENTINELS)?;
+    txn.delete_table(tables::SENTINEL_STATUS)
+        .ctx_table(OP, name::SENTINEL_STATUS)?;
+    txn.delete_table(tables::CILIUM_NETWORK_POLICIES)
+        .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
+    txn.delete_table(tables::INSTANCES)
+        .ctx_table(OP, name::INSTANCES)?;
+    txn.delete_table(tables::CHANGES)
+        .ctx_table(OP, name::CHANGES)?;
+    txn.delete_table(tables::REGION_CHANGES)
+        .ctx_table(OP, name::REGION_CHANGES)?;
+    txn.delete_table(tables::METADATA)
+        .ctx_table(OP, name::METADATA)?;
+    Ok(())
+}
+
+fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
+    for d in &body.deployments {
+        let bytes = encode("a deployment", d)?;
+        t.deployments
+            .insert(d.id.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::DEPLOYMENTS)?;
+    }
+    for x in &body.topologies {
+        let bytes = encode("a deployment topology", x)?;
+        t.topology
+            .insert(
+                (x.region.as_str(), x.deployment_id.as_str()),
+                bytes.as_slice(),
+            )
+            .ctx_table(OP_IMPORT, name::DEPLOYMENT_TOPOLOGY)?;
+    }
+    for s in &body.sentinels {
+        let bytes = encode("a sentinel", s)?;
+        t.sentinels
+            .insert((s.region.as_str(), s.id.as_str()), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::SENTINELS)?;
+    }
+    for s in &body.sentinel_status {
+        let bytes = encode("a sentinel status", s)?;
+        t.sentinel_status
+            .insert(
+                (s.region.as_str(), s.sentinel_id.as_str()),
+                bytes.as_slice(),
+            )
+            .ctx_table(OP_IMPORT, name::SENTINEL_STATUS)?;
+    }
+    for p in &body.policies {
+        let bytes = encode("a cilium network policy", p)?;
+        t.policies
+            .insert((p.region.as_str(), p.id.as_str()), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::CILIUM_NETWORK_POLICIES)?;
+    }
+    for i in &body.instances {
+        let bytes = encode("an instance", i)?;
+        t.instances
+            .insert(
+                (
+                    i.deployment_id.as_str(),
+                    i.region.as_str(),
+                    i.pod_name.as_str(),
+                ),
+                bytes.as_slice(),
+            )
+            .ctx_table(OP_IMPORT, name::INSTANCES)?;
+    }
+    for (pk, row) in &body.changes {
+        let bytes = encode("a change row", row)?;
+        t.changes
+            .insert(*pk, bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::CHANGES)?;
+    }
+    for (region, pk) in &body.region_changes {
+        t.region_changes
+            .insert((region.as_str(), *pk), ())
+            .ctx_table(OP_IMPORT, name::REGION_CHANGES)?;
+    }
+    t.metadata
+        .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
+        .ctx_table(OP_IMPORT, name::METADATA)?;
+    t.put_meta_u64(meta::LAST_PK, body.last_pk)?;
+    t.put_meta_u64(meta::FLOOR_PK, body.floor_pk)?;
+    if let Some(raft) = &body.raft_meta {
+        t.put_raft_meta(raft)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use wire::model::DesiredState;
+
+    use super::*;
+    use crate::Mutation;
+    use crate::test_support::*;
+
+    const REGIONS: [&str; 4] = ["ap", "eu", "eu-west", "us"];
+
+    /// A store with a bit of everything, compaction included.
+    fn populated() -> Store {
+        let store = Store::in_memory().unwrap();
+        apply_one(
+            &store,
+            10,
+            vec![
+                create("d1", &["eu", "us"], 1),
+                create("d2", &["eu-west"], 2),
+                Mutation::UpsertSentinel(sentinel("s1", "eu")),
+                Mutation::UpsertCiliumNetworkPolicy(policy("p1", "ap")),
+                Mutation::UpsertCiliumNetworkPolicy(policy("p2", "eu")),
+            ],
+        );
+        apply_one(
+            &store,
+            20,
+            vec![
+                Mutation::ReportInstances {
+                    deployment_id: "d1".into(),
+                    region: "eu".into(),
+                    instances: running("d1", "eu", 2),
+                },
+                Mutation::ReportSentinelStatus(sentinel_status("s1", "eu")),
+                Mutation::DeleteCiliumNetworkPolicy {
+                    id: "p1".into(),
+                    region: "ap".into(),
+                },
+                Mutation::SetDesiredState {
+                    deployment_id: "d2".into(),
+                    desired_state: DesiredState::Stopped,
+                },
+            ],
+        );
+        apply_one(
+            &store,
+            30,
+            vec![Mutation::Compact {
+                created_before_ms: 15,
+                rows_max: 3,
+            }],
+        );
+        store
+    }
+
+    fn answers(store: &Store) -> Vec<Vec<(Pk, ChangeRow)>> {
+        let view = store.read().unwrap();
+        let mut out = Vec::new();
+        for region in REGIONS {
+            for after in 0..=view.last_pk() + 1 {
+                out.push(view.changes_after(region, after, usize::MAX).unwrap());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn export_then_import_gives_an_identical_state() {
+        let source = populated();
+        let (bytes, raft) = source.export_snapshot().unwrap();
+        assert_eq!(raft, Some(raft_meta(30)));
+        let view = source.read().unwrap();
+        assert_eq!((view.floor_pk(), view.last_pk()), (3, 8));
+
+        let target = Store::in_memory().unwrap();
+        target.import_snapshot(&bytes).unwrap();
+        let imported = target.read().unwrap();
+        assert_eq!(imported.state_hash().unwrap(), view.state_hash().unwrap());
+        assert_eq!(imported.raft_meta(), view.raft_meta());
+        assert_eq!(
+            (imported.floor_pk(), imported.last_pk()),
+            (view.floor_pk(), view.last_pk())
+        );
+        assert_eq!(answers(&target), answers(&source));
+        // The same state exports to the same bytes.
+        assert_eq!(target.export_snapshot().unwrap().0, bytes);
+    }
+
+    #[test]
+    fn import_replaces_everything() {
+        let source = Store::in_memory().unwrap();
+        apply_one(&source, 5, vec![create("other", &["us"], 1)]);
+        let (bytes, _) = source.export_snapshot().unwrap();
+
+        let target = populated();
+        target.import_snapshot(&bytes).unwrap();
+        let view = target.read().unwrap();
+        assert_eq!(
+            view.state_hash().unwrap(),
+            source.read().unwrap().state_hash().unwrap()
+        );
+        assert!(view.deployment("d1").unwrap().is_none());
+        assert!(view.sentinel_status("s1", "eu").unwrap().is_none());
+        assert_eq!(view.raft_meta(), Some(raft_meta(5)));
+
+        // An empty store's snapshot empties a store (no raft meta).
+        let (empty, raft) = Store::in_memory().unwrap().export_snapshot().unwrap();
+        assert_eq!(raft, None);
+        target.import_snapshot(&empty).unwrap();
+        let view = target.read().unwrap();
+        assert_eq!((view.last_pk(), view.raft_meta()), (0, None));
+        assert!(view.list_deployments(None, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn garbage_is_an_error_and_changes_nothing() {
+        let store = populated();
+        let before = store.read().unwrap().state_hash().unwrap();
+        let (good, _) = store.export_snapshot().unwrap();
+        let mut wrong_version = good.clone();
+        wrong_version[8] ^= 1;
+        let mut trailing = good.clone();
+        trailing.push(0);
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty", vec![]),
+            ("short", good[..10].to_vec()),
+            ("magic", b"notasnapshot-at-all-really".to_vec()),
+            ("version", wrong_version),
+            ("truncated", good[..good.len() - 1].to_vec()),
+            ("trailing", trailing),
+        ];
+        for (what, bytes) in cases {
+            let err = store.import_snapshot(&bytes).unwrap_err();
+            assert!(
+                matches!(err, StorageError::InvalidSnapshot { .. }),
+                "{what}: {err}"
+            );
+        }
+        assert_eq!(store.read().unwrap().state_hash().unwrap(), before);
+    }
+
+    #[test]
+    fn a_well_formed_but_inconsistent_body_is_refused() {
+        let empty = |last_pk, floor_pk| SnapshotBody {
+            last_pk,
+            floor_pk,
+            raft_meta: None,
+            deployments: vec![],
+            topologies: vec![],
+            sentinels: vec![],
+            sentinel_status: vec![],
+            policies: vec![],
+            instances: vec![],
+            changes: vec![],
+            region_changes: vec![],
+        };
+        let row = |region: &str| ChangeRow {
+            resource_type: wire::model::ResourceType::Sentinel,
+            resource_id: "s".into(),
+            region: region.into(),
+            created_at_ms: 1,
+        };
+        let mut unindexed = empty(2, 0);
+        unindexed.changes = vec![(1, row("eu")), (2, row("us"))];
+        unindexed.region_changes = vec![("eu".into(), 1)];
+        let mut below_floor = empty(2, 1);
+        below_floor.changes = vec![(1, row("eu"))];
+        below_floor.region_changes = vec![("eu".into(), 1)];
+        let mut orphan = empty(1, 0);
+        orphan.instances = running("ghost", "eu", 1);
+        let mut duplicate = empty(0, 0);
+        duplicate.deployments = vec![deployment("d", &["eu"], 1), deployment("d", &["eu"], 1)];
+        let mut future_version = empty(0, 0);
+        future_version.policies = vec![policy("p", "eu")];
+        future_version.policies[0].version = 1;
+
+        let store = Store::in_memory().unwrap();
+        for (what, body) in [
+            ("floor above last", empty(1, 2)),
+            ("unindexed", unindexed),
+            ("below floor", below_floor),
+            ("orphan instance", orphan),
+            ("duplicate", duplicate),
+            ("future version", future_version),
+        ] {
+            let err = store.import_snapshot(&seal(&body).unwrap()).unwrap_err();
+            assert!(
+                matches!(err, StorageError::InvalidSnapshot { .. }),
+                "{what}: {err}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_are_refused(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let store = Store::in_memory().unwrap();
+            prop_assert!(store.import_snapshot(&bytes).is_err());
+        }
+
+        #[test]
+        fn any_flipped_byte_is_refused(index in any::<prop::sample::Index>(), flip in 1..=255u8) {
+            // Built once per case; small enough.
+            let store = populated();
+            let (mut bytes, _) = store.export_snapshot().unwrap();
+            let i = index.index(bytes.len());
+            bytes[i] ^= flip;
+            prop_assert!(store.import_snapshot(&bytes).is_err());
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The redb schema of ctrl's state machine: every table declared once as a
+//! typed constant, the schema version, the metadata keys, and the row codec.
+//!
+//! Values are postcard-encoded `wire` types stored as `&[u8]`; keys are redb
+//! tuples so that one region (or one deployment) is a contiguous key range.
+//! Changing any key type, value type or encoding means a new
+//! [`SCHEMA_VERSION`]; [`crate::Store::open`] refuses a file of another
+//! version.
+
+use std::fmt::Debug;
+
+use redb::TableDefinition;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use wire::model::{ResourceKey, ResourceType, UnixMs};
+
+use crate::error::{Result, StorageError};
+
+/// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A postcard-encoded value.
+pub type Bytes = &'static [u8];
+/// `(region, id)`: one resource of one region.
+pub type RegionKey = (&'static str, &'static str);
+/// `(deployment_id, region, pod_name)`.
+pub type InstanceKey = (&'static str, &'static str, &'static str);
+/// `(region, pk)`: the per-region index of the change log.
+pub type RegionChangeKey = (&'static str, u64);
+
+/// Table names, for error messages and the state hash.
+pub mod name {
+    pub const DEPLOYMENTS: &str = "deployments";
+    pub const DEPLOYMENT_TOPOLOGY: &str = "deployment_topology";
+    pub const SENTINELS: &str = "sentinels";
+    pub const SENTINEL_STATUS: &str = "sentinel_status";
+    pub const CILIUM_NETWORK_POLICIES: &str = "cilium_network_policies";
+    pub const INSTANCES: &str = "instances";
+    pub const CHANGES: &str = "changes";
+    pub const REGION_CHANGES: &str = "region_changes";
+    pub const METADATA: &str = "metadata";
+}
+
+/// `id` → [`wire::model::Deployment`].
+pub const DEPLOYMENTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::DEPLOYMENTS);
+/// `(region, deployment_id)` → [`wire::model::DeploymentTopology`].
+pub const DEPLOYMENT_TOPOLOGY: TableDefinition<RegionKey, Bytes> =
+    TableDefinition::new(name::DEPLOYMENT_TOPOLOGY);
+/// `(region, id)` → [`wire::model::Sentinel`].
+pub const SENTINELS: TableDefinition<RegionKey, Bytes> = TableDefinition::new(name::SENTINELS);
+/// `(region, sentinel_id)` → [`wire::model::SentinelStatus`].
+pub const SENTINEL_STATUS: TableDefinition<RegionKey, Bytes> =
+    TableDefinition::new(name::SENTINEL_STATUS);
+/// `(region, id)` → [`wire::model::CiliumNetworkPolicy`].
+pub const CILIUM_NETWORK_POLICIES: TableDefinition<RegionKey, Bytes> =
+    TableDefinition::new(name::CILIUM_NETWORK_POLICIES);
+/// `(deployment_id, region, pod_name)` → [`wire::model::Instance`].
+pub const INSTANCES: TableDefinition<InstanceKey, Bytes> = TableDefinition::new(name::INSTANCES);
+/// `pk` → [`ChangeRow`]: the change log.
+pub const CHANGES: TableDefinition<u64, Bytes> = TableDefinition::new(name::CHANGES);
+/// `(region, pk)` → `()`: every change row, indexed by region.
+pub const REGION_CHANGES: TableDefinition<RegionChangeKey, ()> =
+    TableDefinition::new(name::REGION_CHANGES);
+/// Metadata key (see [`meta`]) → bytes.
+pub const METADATA: TableDefinition<&str, Bytes> = TableDefinition::new(name::METADATA);
+
+/// Keys of the [`METADATA`] table.
+pub mod meta {
+    /// `u32` little-endian: the [`super::SCHEMA_VERSION`] the file was written with.
+    pub const SCHEMA_VERSION: &str = "schema_version";
+    /// `u64` little-endian: the pk of the newest change row ever written.
+    pub const LAST_PK: &str = "last_pk";
+    /// `u64` little-endian: the compaction floor; every change row with
+    /// `pk <= floor_pk` may be gone.
+    pub const FLOOR_PK: &str = "floor_pk";
+    /// Opaque bytes from the caller: the last applied Raft log id.
+    pub const RAFT_APPLIED: &str = "raft_applied";
+    /// Opaque bytes from the caller: the last applied Raft membership.
+    pub const RAFT_MEMBERSHIP: &str = "raft_membership";
+}
+
+/// One row of the change log: a pointer to the resource that changed, never
+/// its state (that is looked up when the row is streamed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeRow {
+    pub resource_type: ResourceType,
+    pub resource_id: String,
+    pub region: String,
+    /// The `now_ms` of the command that wrote the row (leader time).
+    pub created_at_ms: UnixMs,
+}
+
+impl ChangeRow {
+    /// The resource this row points at.
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey {
+            resource_type: self.resource_type,
+            resource_id: self.resource_id.clone(),
+            region: self.region.clone(),
+        }
+    }
+}
+
+/// Encodes a row value.
+pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>> {
+    postcard::to_allocvec(value).map_err(|source| StorageError::Encode { what, source })
+}
+
+/// Decodes a row value; a row that does not decode (or has trailing bytes)
+/// is [`StorageError::Corrupt`].
+pub(crate) fn decode<T: DeserializeOwned>(
+    table: &'static str,
+    key: &dyn Debug,
+    bytes: &[u8],
+) -> Result<T> {
+    match postcard::take_from_bytes::<T>(bytes) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(StorageError::corrupt(
+            table,
+            key,
+            format!("{} trailing bytes after the value", rest.len()),
+        )),
+        Err(e) => Err(StorageError::corrupt(table, key, e.to_string())),
+    }
+}
+
+pub(crate) fn encode_u64(value: u64) -> [u8; 8] {
+    value.to_le_bytes()
+}
+
+pub(crate) fn decode_u64(key: &str, bytes: &[u8]) -> Result<u64> {
+    let array: [u8; 8] = bytes.try_into().map_err(|_| {
+        StorageError::corrupt(
+            name::METADATA,
+            &key,
+            format!("expected 8 bytes, found {}", bytes.len()),
+        )
+    })?;
+    Ok(u64::from_le_bytes(array))
+}
+
+pub(crate) fn decode_u32(key: &str, bytes: &[u8]) -> Result<u32> {
+    let array: [u8; 4] = bytes.try_into().map_err(|_| {
+        StorageError::corrupt(
+            name::METADATA,
+            &key,
+            format!("expected 4 bytes, found {}", bytes.len()),
+        )
+    })?;
+    Ok(u32::from_le_bytes(array))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_types_are_listed_in_key_order() {
+        // `ReadView::region_resources` pages by (type, id) and relies on
+        // `ResourceType`'s derived order matching `ResourceType::ALL`.
+        let mut sorted = ResourceType::ALL;
+        sorted.sort();
+        assert_eq!(sorted, ResourceType::ALL);
+    }
+
+    #[test]
+    fn decode_rejects_garbage_and_trailing_bytes() {
+        let row = ChangeRow {
+            resource_type: ResourceType::Sentinel,
+            resource_id: "s".into(),
+            region: "eu".into(),
+            created_at_ms: 7,
+        };
+        let mut bytes = encode("change row", &row).unwrap();
+        assert_eq!(decode::<ChangeRow>("t", &1u64, &bytes).unwrap(), row);
+        bytes.push(0);
+        assert!(matches!(
+            decode::<ChangeRow>("t", &1u64, &bytes),
+            Err(StorageError::Corrupt { table: "t", .. })
+        ));
+        assert!(decode::<ChangeRow>("t", &1u64, &[0xff, 0xff, 0xff]).is_err());
+        assert!(decode_u64("k", &[1, 2, 3]).is_err());
+    }
+}
