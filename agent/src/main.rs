@@ -17,7 +17,11 @@ use wire::hello::Protocol;
 use wire::session::{ClientAction, WatchClient};
 
 #[derive(Debug, Parser)]
-#[command(name = "krane", version, about = "Per-cluster agent of the ctrl control plane")]
+#[command(
+    name = "krane",
+    version,
+    about = "Per-cluster agent of the ctrl control plane"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -40,7 +44,10 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -71,7 +78,10 @@ async fn run(path: PathBuf) -> Result<()> {
         );
     }
     let Some(first) = addrs.first() else {
-        bail!("{}: no ctrl endpoint resolves to an address", path.display());
+        bail!(
+            "{}: no ctrl endpoint resolves to an address",
+            path.display()
+        );
     };
     let tls = TlsPaths {
         ca_cert: config.tls.ca_cert.clone(),
@@ -111,12 +121,16 @@ async fn watch_once(
     config: &AgentConfig,
     cursor: &mut u64,
 ) -> Result<()> {
-    let (connection, addr) =
-        transport::endpoint::connect_any(endpoint, client_config, addrs, &config.server_name, 5_000)
-            .await?;
+    let (connection, addr) = transport::endpoint::connect_any(
+        endpoint,
+        client_config,
+        addrs,
+        &config.server_name,
+        5_000,
+    )
+    .await?;
     info!(%addr, cursor = *cursor, region = %config.region, "watching");
-    let mut stream =
-        open_call(&connection, Protocol::Agent, wire::frame::FRAME_BYTES_MAX).await?;
+    let mut stream = open_call(&connection, Protocol::Agent, wire::frame::FRAME_BYTES_MAX).await?;
     stream
         .send(&AgentRequest::Watch(WatchRequest {
             region: config.region.clone(),

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use config::OperatorConfig;
-use transport::stream::FramedStream;
 use transport::TransportError;
+use transport::stream::FramedStream;
 use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
 use wire::frame::FRAME_BYTES_MAX;
 use wire::hello::Protocol;
@@ -147,7 +147,11 @@ impl Client {
 }
 
 fn rotate(addrs: &[SocketAddr], start: usize) -> Vec<SocketAddr> {
-    addrs[start..].iter().chain(&addrs[..start]).copied().collect()
+    addrs[start..]
+        .iter()
+        .chain(&addrs[..start])
+        .copied()
+        .collect()
 }
 
 /// An open watch: events as the node sends them.

@@ -8,7 +8,10 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     cli::init_tracing(args.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

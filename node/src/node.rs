@@ -13,10 +13,10 @@ use openraft::BasicNode;
 use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
+use crate::raft::Raft;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::Network;
 use crate::raft::state_machine::StateMachine;
-use crate::raft::Raft;
 use crate::server::{self, Limits, NodeState};
 
 /// File names under the data directory.
@@ -97,7 +97,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         raft.initialize(members)
             .await
             .context("cannot initialise the single-node cluster")?;
-        info!(node_id = config.node_id, "initialised a single-node cluster");
+        info!(
+            node_id = config.node_id,
+            "initialised a single-node cluster"
+        );
     }
 
     let server_config = transport::tls::server_config(

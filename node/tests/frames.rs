@@ -8,10 +8,10 @@ use std::time::Duration;
 use common::Site;
 use transport::certs;
 use transport::tls::TlsPaths;
+use wire::ErrorCode;
 use wire::frame::{FRAME_BYTES_MAX, LEN_PREFIX_BYTES};
 use wire::hello::{Hello, Protocol};
 use wire::operator::{OperatorRequest, OperatorResponse};
-use wire::ErrorCode;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -55,7 +55,11 @@ async fn an_oversized_frame_closes_the_stream_and_the_node_serves_on() {
     match answer {
         Some(OperatorResponse::Error(e)) => {
             assert_eq!(e.code, ErrorCode::BadFrame);
-            assert!(e.message.contains("exceeds"), "names the problem: {}", e.message);
+            assert!(
+                e.message.contains("exceeds"),
+                "names the problem: {}",
+                e.message
+            );
         }
         other => panic!("expected a bad-frame error, got {other:?}"),
     }
@@ -63,10 +67,16 @@ async fn an_oversized_frame_closes_the_stream_and_the_node_serves_on() {
     // The same connection and a new one both still work.
     for connection in [
         connection.clone(),
-        transport::endpoint::connect_any(&endpoint, &client_config, &[site.addr], "localhost", 5_000)
-            .await
-            .unwrap()
-            .0,
+        transport::endpoint::connect_any(
+            &endpoint,
+            &client_config,
+            &[site.addr],
+            "localhost",
+            5_000,
+        )
+        .await
+        .unwrap()
+        .0,
     ] {
         let mut call =
             transport::stream::open_call(&connection, Protocol::Operator, FRAME_BYTES_MAX)
@@ -82,6 +92,9 @@ async fn an_oversized_frame_closes_the_stream_and_the_node_serves_on() {
             .await
             .unwrap()
             .unwrap();
-        assert!(matches!(answer, Some(OperatorResponse::Deployments { .. })), "{answer:?}");
+        assert!(
+            matches!(answer, Some(OperatorResponse::Deployments { .. })),
+            "{answer:?}"
+        );
     }
 }

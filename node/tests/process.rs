@@ -15,12 +15,18 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reads a full sync: returns the sync cursor and the deployment ids synced.
 fn read_full_sync(watcher: &Watcher) -> (u64, BTreeSet<String>) {
     let start = watcher.next(EVENT_TIMEOUT);
-    let cursor = start["SyncStart"]["cursor"].as_u64().expect("sync-start first");
+    let cursor = start["SyncStart"]["cursor"]
+        .as_u64()
+        .expect("sync-start first");
     let mut ids = BTreeSet::new();
     loop {
         let event = watcher.next(EVENT_TIMEOUT);
         if let Some(end) = event.get("SyncEnd") {
-            assert_eq!(end["cursor"].as_u64(), Some(cursor), "sync-end carries the sync cursor");
+            assert_eq!(
+                end["cursor"].as_u64(),
+                Some(cursor),
+                "sync-end carries the sync cursor"
+            );
             return (cursor, ids);
         }
         let topology = &event["SyncItem"]["DeploymentTopology"];
@@ -34,9 +40,15 @@ fn read_full_sync(watcher: &Watcher) -> (u64, BTreeSet<String>) {
 fn read_change(watcher: &Watcher) -> (u64, String, String, Value) {
     let event = watcher.next(EVENT_TIMEOUT);
     let change = &event["Change"];
-    let version = change["version"].as_u64().unwrap_or_else(|| panic!("not a change: {event}"));
+    let version = change["version"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a change: {event}"));
     let topology = change["change"]["Apply"]["DeploymentTopology"].clone();
-    assert_eq!(topology["version"].as_u64(), Some(version), "state is the changed version");
+    assert_eq!(
+        topology["version"].as_u64(),
+        Some(version),
+        "state is the changed version"
+    );
     (
         version,
         topology["deployment_id"].as_str().unwrap().to_string(),
@@ -56,13 +68,21 @@ fn full_sync_then_incremental_changes_per_region() {
     let east = site.watch("us-east", 0);
     let (cursor, synced) = read_full_sync(&east);
     assert_eq!(cursor, 4, "four change rows so far: a twice, b, c");
-    assert_eq!(synced, BTreeSet::from([a.clone(), b.clone()]), "exactly the region's resources");
+    assert_eq!(
+        synced,
+        BTreeSet::from([a.clone(), b.clone()]),
+        "exactly the region's resources"
+    );
     let west = site.watch("eu-west", cursor);
 
     let d = site.deploy("us-east,eu-west", 1);
     let e = site.deploy("eu-west", 3);
     let out = site.ctrl(&["stop", &a]);
-    assert!(out.status.success(), "stop: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let f = site.deploy("us-east", 1);
 
     let east_changes: Vec<_> = (0..3).map(|_| read_change(&east)).collect();
@@ -73,13 +93,24 @@ fn full_sync_then_incremental_changes_per_region() {
     assert_eq!(ids(&east_changes), [d.clone(), a.clone(), f]);
     assert_eq!(ids(&west_changes), [d, e, a.clone()]);
     for (changes, region) in [(&east_changes, "us-east"), (&west_changes, "eu-west")] {
-        assert!(changes.iter().all(|c| c.2 == region), "only {region} events");
+        assert!(
+            changes.iter().all(|c| c.2 == region),
+            "only {region} events"
+        );
         assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "pk order");
     }
     // Together the two regions saw every pk after the cursor exactly once.
-    let mut all: Vec<u64> = east_changes.iter().chain(&west_changes).map(|c| c.0).collect();
+    let mut all: Vec<u64> = east_changes
+        .iter()
+        .chain(&west_changes)
+        .map(|c| c.0)
+        .collect();
     all.sort();
-    assert_eq!(all, (cursor + 1..=cursor + 6).collect::<Vec<_>>(), "no gaps, no duplicates");
+    assert_eq!(
+        all,
+        (cursor + 1..=cursor + 6).collect::<Vec<_>>(),
+        "no gaps, no duplicates"
+    );
     // Stopping is a state change: stopped, zero replicas.
     let stop = &east_changes[1].3;
     assert_eq!(stop["desired_state"], "Stopped");
@@ -101,11 +132,18 @@ fn a_client_from_another_ca_is_refused() {
     let foreign = site.path().join("foreign.toml");
     std::fs::write(&foreign, operator_toml(site.addr, &other, "operator")).unwrap();
     let out = site.ctrl_with(&foreign, &["list", "deployments"]);
-    assert!(!out.status.success(), "a foreign certificate must be refused");
+    assert!(
+        !out.status.success(),
+        "a foreign certificate must be refused"
+    );
     assert!(!out.stderr.is_empty(), "and the CLI says why");
     // The node still serves its own clients.
     let out = site.ctrl(&["list", "deployments"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -122,10 +160,18 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     let _node = site.start();
     for id in &ids {
         let out = site.ctrl(&["get", "deployment", id, "-o", "json"]);
-        assert!(out.status.success(), "{id} lost: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{id} lost: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let after = site.watch("us-east", 0);
-    assert_eq!(read_full_sync(&after), (cursor, synced), "same state after the restart");
+    assert_eq!(
+        read_full_sync(&after),
+        (cursor, synced),
+        "same state after the restart"
+    );
     // An old cursor resumes exactly after itself.
     let resumed = site.watch("us-east", 5);
     for expected in 6..=10 {

@@ -86,6 +86,8 @@ pub enum AgentResponse {
 }
 
 /// A change to one resource, as streamed after a full sync.
+// See `WatchEvent`: boxing the resource would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResourceChange {
     /// The resource's current state: create or update it.

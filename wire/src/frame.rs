@@ -222,7 +222,10 @@ mod tests {
         bytes.push(0);
         let mut decoder = FrameDecoder::new(64);
         decoder.push(&bytes);
-        assert!(matches!(decoder.next_frame::<u8>(), Err(FrameError::Decode(_))));
+        assert!(matches!(
+            decoder.next_frame::<u8>(),
+            Err(FrameError::Decode(_))
+        ));
     }
 
     #[tokio::test]

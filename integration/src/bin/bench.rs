@@ -97,7 +97,10 @@ async fn deploy_to_watch(count: usize) -> Result<()> {
         from_request.push(seen.saturating_duration_since(sent));
     }
     let elapsed = started.elapsed();
-    for (name, samples) in [("ack_to_event", &mut from_ack), ("request_to_event", &mut from_request)] {
+    for (name, samples) in [
+        ("ack_to_event", &mut from_ack),
+        ("request_to_event", &mut from_request),
+    ] {
         let s = Summary::of(samples).context("no samples")?;
         println!(
             "{}",

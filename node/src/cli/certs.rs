@@ -44,7 +44,10 @@ pub fn run(command: CertsCommand) -> Result<()> {
         }
         CertsCommand::AddAgent { dir, region } => {
             transport::certs::issue_agent(&dir, &region)?;
-            println!("agent certificate for {region} written to {}", dir.display());
+            println!(
+                "agent certificate for {region} written to {}",
+                dir.display()
+            );
         }
     }
     Ok(())

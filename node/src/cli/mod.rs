@@ -12,7 +12,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use config::OperatorConfig;
 
 #[derive(Debug, Parser)]
-#[command(name = "ctrl", version, about = "Deployment control plane node and operator CLI")]
+#[command(
+    name = "ctrl",
+    version,
+    about = "Deployment control plane node and operator CLI"
+)]
 pub struct Cli {
     /// Config file: for `serve` the node config; for the other commands the
     /// operator config (endpoints and certificates), also read from the

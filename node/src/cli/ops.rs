@@ -131,7 +131,10 @@ pub async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
         Output::Text => {
-            println!("{:<20} {:<10} {:<8} {:<9} IMAGE", "ID", "STATUS", "DESIRED", "REPLICAS");
+            println!(
+                "{:<20} {:<10} {:<8} {:<9} IMAGE",
+                "ID", "STATUS", "DESIRED", "REPLICAS"
+            );
             for d in &all {
                 print_row(d);
             }
@@ -179,7 +182,10 @@ fn print_view(view: &DeploymentView) {
     println!("desired:     {}", d.desired_state.as_str());
     println!("regions:     {}", d.regions.join(","));
     println!("replicas:    {} per region", d.replicas);
-    println!("resources:   {}m cpu, {} MiB", d.cpu_millicores, d.memory_mib);
+    println!(
+        "resources:   {}m cpu, {} MiB",
+        d.cpu_millicores, d.memory_mib
+    );
     for region in &d.regions {
         let running = view
             .instances

@@ -38,7 +38,10 @@ pub async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
     );
     if node_config.is_none() {
         let operator = absolute(&args.data_dir)?.join("operator.toml");
-        println!("point the CLI at it:\n  export CTRL_CONFIG={}", operator.display());
+        println!(
+            "point the CLI at it:\n  export CTRL_CONFIG={}",
+            operator.display()
+        );
         println!("  ctrl deploy --image nginx:1.27 --regions us-east,eu-west --replicas 2");
     }
     wait_for_signal().await;
@@ -81,8 +84,7 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 }
 
 async fn wait_for_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;

@@ -43,7 +43,10 @@ pub async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
             ClientAction::Apply { version, .. } => session.applied(version)?,
             ClientAction::Failed(e) => bail!("the node ended the watch: {e}"),
             ClientAction::Resync { floor } => {
-                bail!("cursor {} is below the compaction floor {floor}; watch from 0", args.cursor)
+                bail!(
+                    "cursor {} is below the compaction floor {floor}; watch from 0",
+                    args.cursor
+                )
             }
             _ => {}
         }

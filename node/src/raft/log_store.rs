@@ -173,8 +173,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         // A durable commit: the entries are on disk before openraft hears
         // they are.
-        let result = txn.commit().map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = result.as_ref().err().map(|e| StorageIOError::write_logs(e).into());
+        let result = txn
+            .commit()
+            .map_err(|e| std::io::Error::other(e.to_string()));
+        let failed = result
+            .as_ref()
+            .err()
+            .map(|e| StorageIOError::write_logs(e).into());
         callback.log_io_completed(result);
         match failed {
             Some(err) => Err(err),
@@ -186,7 +191,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let txn = self.db.begin_write().map_err(write_err)?;
         {
             let mut table = txn.open_table(LOG).map_err(write_err)?;
-            table.retain_in(log_id.index.., |_, _| false).map_err(write_err)?;
+            table
+                .retain_in(log_id.index.., |_, _| false)
+                .map_err(write_err)?;
         }
         txn.commit().map_err(write_err)
     }
@@ -198,9 +205,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             // The purge point is persisted in the same transaction that
             // removes the entries.
             let mut meta = txn.open_table(META).map_err(write_err)?;
-            meta.insert(KEY_LAST_PURGED, bytes.as_slice()).map_err(write_err)?;
+            meta.insert(KEY_LAST_PURGED, bytes.as_slice())
+                .map_err(write_err)?;
             let mut table = txn.open_table(LOG).map_err(write_err)?;
-            table.retain_in(..=log_id.index, |_, _| false).map_err(write_err)?;
+            table
+                .retain_in(..=log_id.index, |_, _| false)
+                .map_err(write_err)?;
         }
         txn.commit().map_err(write_err)
     }

@@ -119,7 +119,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let (data, meta) = self.store.export_snapshot().map_err(sm_read_err)?;
         let (last_log_id, last_membership) = decode_meta(meta)?;
         let snapshot_id = match last_log_id {
-            Some(id) => format!("{}-{}-{}", id.leader_id.term, id.leader_id.node_id, id.index),
+            Some(id) => format!(
+                "{}-{}-{}",
+                id.leader_id.term, id.leader_id.node_id, id.index
+            ),
             None => "empty".to_string(),
         };
         let meta = SnapshotMeta {

@@ -18,9 +18,14 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) =
-        super::accept(state, send, recv, wire::hello::Protocol::Agent, AgentResponse::Error)
-            .await?
+    let Some(mut stream) = super::accept(
+        state,
+        send,
+        recv,
+        wire::hello::Protocol::Agent,
+        AgentResponse::Error,
+    )
+    .await?
     else {
         return Ok(());
     };
@@ -37,7 +42,9 @@ pub async fn serve_stream(
         return serve_watch(state, identity, stream, watch_request).await;
     }
     let response = match authorize(identity, region_of(&request)) {
-        Ok(()) => handle(state, request).await.unwrap_or_else(AgentResponse::Error),
+        Ok(()) => handle(state, request)
+            .await
+            .unwrap_or_else(AgentResponse::Error),
         Err(e) => AgentResponse::Error(e),
     };
     stream.send(&response).await?;

@@ -164,8 +164,7 @@ pub(crate) async fn accept<E: serde::Serialize>(
     protocol: wire::hello::Protocol,
     to_error: impl FnOnce(WireError) -> E,
 ) -> Result<Option<FramedStream>, ServeError> {
-    match transport::stream::accept_call(send, recv, protocol, state.limits.frame_bytes_max).await
-    {
+    match transport::stream::accept_call(send, recv, protocol, state.limits.frame_bytes_max).await {
         Ok(stream) => Ok(Some(stream)),
         Err(transport::stream::AcceptError { mut stream, error }) => {
             stream.send(&to_error(error)).await?;

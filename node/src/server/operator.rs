@@ -23,8 +23,14 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) =
-        super::accept(state, send, recv, Protocol::Operator, OperatorResponse::Error).await?
+    let Some(mut stream) = super::accept(
+        state,
+        send,
+        recv,
+        Protocol::Operator,
+        OperatorResponse::Error,
+    )
+    .await?
     else {
         return Ok(());
     };
@@ -147,10 +153,12 @@ async fn set_desired_state(
 }
 
 fn single_outcome(outcomes: Vec<Result<Outcome, WireError>>) -> Result<Outcome, WireError> {
-    outcomes
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| Err(WireError::new(ErrorCode::Internal, "command had no outcome")))
+    outcomes.into_iter().next().unwrap_or_else(|| {
+        Err(WireError::new(
+            ErrorCode::Internal,
+            "command had no outcome",
+        ))
+    })
 }
 
 fn unexpected(outcome: Outcome) -> WireError {

@@ -33,7 +33,9 @@ pub async fn serve(
     let view = state.store.read()?;
     let plan = plan_watch(request.cursor, view.floor_pk(), view.last_pk());
     match plan {
-        WatchStart::FullSync => full_sync(state, stream, &mut server, &request.region, view).await?,
+        WatchStart::FullSync => {
+            full_sync(state, stream, &mut server, &request.region, view).await?
+        }
         WatchStart::Incremental { after } => server.resume(after)?,
         WatchStart::ResyncRequired { floor } => {
             stream.send(&server.resync_required(floor)).await?;
@@ -42,10 +44,9 @@ pub async fn serve(
         WatchStart::WaitForCatchUp { cursor } => {
             drop(view);
             let wait = Duration::from_millis(state.limits.watch_catch_up_wait_ms);
-            let caught_up =
-                tokio::time::timeout(wait, applied_pk.wait_for(|pk| *pk >= cursor))
-                    .await
-                    .is_ok_and(|woke| woke.is_ok());
+            let caught_up = tokio::time::timeout(wait, applied_pk.wait_for(|pk| *pk >= cursor))
+                .await
+                .is_ok_and(|woke| woke.is_ok());
             if !caught_up {
                 let error = WireError::new(
                     ErrorCode::Unavailable,
@@ -102,7 +103,9 @@ async fn stream_changes(
         let view = state.store.read()?;
         let cursor = server.cursor();
         if cursor < view.floor_pk() {
-            stream.send(&server.resync_required(view.floor_pk())).await?;
+            stream
+                .send(&server.resync_required(view.floor_pk()))
+                .await?;
             return Ok(());
         }
         let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;

@@ -43,8 +43,16 @@ impl Site {
         assert!(status.success(), "ctrl certs init failed");
         let addr = free_udp_addr();
         let site = Site { dir, addr };
-        std::fs::write(site.node_config(), node_toml(&site.data_dir(), addr, &certs)).unwrap();
-        std::fs::write(site.operator_config(), operator_toml(addr, &certs, "operator")).unwrap();
+        std::fs::write(
+            site.node_config(),
+            node_toml(&site.data_dir(), addr, &certs),
+        )
+        .unwrap();
+        std::fs::write(
+            site.operator_config(),
+            operator_toml(addr, &certs, "operator"),
+        )
+        .unwrap();
         site
     }
 
@@ -121,14 +129,26 @@ impl Site {
             "--replicas",
             &replicas.to_string(),
         ]);
-        assert!(out.status.success(), "deploy failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "deploy failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
     /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
     pub fn watch(&self, region: &str, cursor: u64) -> Watcher {
         let mut child = Command::new(ctrl_bin())
-            .args(["watch", "--region", region, "--cursor", &cursor.to_string(), "-o", "json"])
+            .args([
+                "watch",
+                "--region",
+                region,
+                "--cursor",
+                &cursor.to_string(),
+                "-o",
+                "json",
+            ])
             .env("CTRL_CONFIG", self.operator_config())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,0 +1,550 @@
+//! Proptest strategies for every message of the `wire` crate, shared by the
+//! integration tests. Strings, maps and lists are kept short so a case is
+//! cheap; integers range over their whole domain so every varint width is
+//! exercised.
+
+// Each test binary uses a different subset of these strategies.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+
+use wire::agent::{
+    AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent, WatchRequest,
+};
+use wire::hello::{self, Hello, Protocol};
+use wire::model::{
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
+    Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+};
+use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::{ErrorCode, WireError};
+
+/// A short string of arbitrary (non-newline) Unicode scalar values,
+/// including the empty string and multi-byte characters.
+pub fn short_string() -> impl Strategy<Value = String> {
+    ".{0,6}"
+}
+
+pub fn env_vars() -> impl Strategy<Value = BTreeMap<String, String>> {
+    btree_map(short_string(), short_string(), 0..3)
+}
+
+pub fn regions() -> impl Strategy<Value = Vec<String>> {
+    vec(short_string(), 0..3)
+}
+
+// ---------------------------------------------------------------- enums
+
+pub fn resource_type() -> impl Strategy<Value = ResourceType> {
+    prop_oneof![
+        Just(ResourceType::DeploymentTopology),
+        Just(ResourceType::Sentinel),
+        Just(ResourceType::CiliumNetworkPolicy),
+    ]
+}
+
+pub fn desired_state() -> impl Strategy<Value = DesiredState> {
+    prop_oneof![Just(DesiredState::Running), Just(DesiredState::Stopped)]
+}
+
+pub fn deployment_status() -> impl Strategy<Value = DeploymentStatus> {
+    prop_oneof![
+        Just(DeploymentStatus::Deploying),
+        Just(DeploymentStatus::Ready),
+        Just(DeploymentStatus::Failed),
+        Just(DeploymentStatus::Stopped),
+    ]
+}
+
+pub fn health() -> impl Strategy<Value = Health> {
+    prop_oneof![
+        Just(Health::Unknown),
+        Just(Health::Healthy),
+        Just(Health::Unhealthy),
+    ]
+}
+
+pub fn instance_status() -> impl Strategy<Value = InstanceStatus> {
+    prop_oneof![
+        Just(InstanceStatus::Pending),
+        Just(InstanceStatus::Running),
+        Just(InstanceStatus::Failed),
+    ]
+}
+
+pub fn error_code() -> impl Strategy<Value = ErrorCode> {
+    prop_oneof![
+        Just(ErrorCode::BadRequest),
+        Just(ErrorCode::NotFound),
+        Just(ErrorCode::PermissionDenied),
+        Just(ErrorCode::NotLeader),
+        Just(ErrorCode::Unavailable),
+        Just(ErrorCode::VersionMismatch),
+        Just(ErrorCode::BadFrame),
+        Just(ErrorCode::ProtocolViolation),
+        Just(ErrorCode::Internal),
+    ]
+}
+
+pub fn protocol() -> impl Strategy<Value = Protocol> {
+    prop_oneof![
+        Just(Protocol::Agent),
+        Just(Protocol::Operator),
+        Just(Protocol::Raft),
+    ]
+}
+
+prop_compose! {
+    pub fn wire_error()(code in error_code(), message in short_string()) -> WireError {
+        WireError { code, message }
+    }
+}
+
+// ---------------------------------------------------------------- model
+
+prop_compose! {
+    pub fn resource_key()(
+        resource_type in resource_type(),
+        resource_id in short_string(),
+        region in short_string(),
+    ) -> ResourceKey {
+        ResourceKey { resource_type, resource_id, region }
+    }
+}
+
+prop_compose! {
+    pub fn deployment()(
+        id in short_string(),
+        workspace_id in short_string(),
+        project_id in short_string(),
+        environment_id in short_string(),
+        image in short_string(),
+        cpu_millicores in any::<u32>(),
+        memory_mib in any::<u32>(),
+        replicas in any::<u32>(),
+        regions in regions(),
+        env_vars in env_vars(),
+        desired_state in desired_state(),
+        status in deployment_status(),
+        created_at_ms in any::<u64>(),
+        updated_at_ms in any::<u64>(),
+    ) -> Deployment {
+        Deployment {
+            id,
+            workspace_id,
+            project_id,
+            environment_id,
+            image,
+            cpu_millicores,
+            memory_mib,
+            replicas,
+            regions,
+            env_vars,
+            desired_state,
+            status,
+            created_at_ms,
+            updated_at_ms,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn deployment_topology()(
+        deployment_id in short_string(),
+        workspace_id in short_string(),
+        project_id in short_string(),
+        environment_id in short_string(),
+        region in short_string(),
+        k8s_name in short_string(),
+        k8s_namespace in short_string(),
+        image in short_string(),
+        cpu_millicores in any::<u32>(),
+        memory_mib in any::<u32>(),
+        replicas in any::<u32>(),
+        env_vars in env_vars(),
+        desired_state in desired_state(),
+        version in any::<u64>(),
+        created_at_ms in any::<u64>(),
+        updated_at_ms in any::<u64>(),
+    ) -> DeploymentTopology {
+        DeploymentTopology {
+            deployment_id,
+            workspace_id,
+            project_id,
+            environment_id,
+            region,
+            k8s_name,
+            k8s_namespace,
+            image,
+            cpu_millicores,
+            memory_mib,
+            replicas,
+            env_vars,
+            desired_state,
+            version,
+            created_at_ms,
+            updated_at_ms,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn sentinel()(
+        id in short_string(),
+        workspace_id in short_string(),
+        project_id in short_string(),
+        app_id in short_string(),
+        environment_id in short_string(),
+        region in short_string(),
+        k8s_name in short_string(),
+        k8s_namespace in short_string(),
+        image in short_string(),
+        cpu_millicores in any::<u32>(),
+        memory_mib in any::<u32>(),
+        replicas in any::<u32>(),
+        desired_state in desired_state(),
+        version in any::<u64>(),
+        created_at_ms in any::<u64>(),
+        updated_at_ms in any::<u64>(),
+    ) -> Sentinel {
+        Sentinel {
+            id,
+            workspace_id,
+            project_id,
+            app_id,
+            environment_id,
+            region,
+            k8s_name,
+            k8s_namespace,
+            image,
+            cpu_millicores,
+            memory_mib,
+            replicas,
+            desired_state,
+            version,
+            created_at_ms,
+            updated_at_ms,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn cilium_network_policy()(
+        id in short_string(),
+        workspace_id in short_string(),
+        environment_id in short_string(),
+        region in short_string(),
+        k8s_name in short_string(),
+        k8s_namespace in short_string(),
+        policy_json in ".{0,24}",
+        version in any::<u64>(),
+        created_at_ms in any::<u64>(),
+        updated_at_ms in any::<u64>(),
+    ) -> CiliumNetworkPolicy {
+        CiliumNetworkPolicy {
+            id,
+            workspace_id,
+            environment_id,
+            region,
+            k8s_name,
+            k8s_namespace,
+            policy_json,
+            version,
+            created_at_ms,
+            updated_at_ms,
+        }
+    }
+}
+
+pub fn resource() -> impl Strategy<Value = Resource> {
+    prop_oneof![
+        deployment_topology().prop_map(Resource::DeploymentTopology),
+        sentinel().prop_map(Resource::Sentinel),
+        cilium_network_policy().prop_map(Resource::CiliumNetworkPolicy),
+    ]
+}
+
+prop_compose! {
+    pub fn instance()(
+        deployment_id in short_string(),
+        region in short_string(),
+        pod_name in short_string(),
+        address in short_string(),
+        cpu_millicores in any::<u32>(),
+        memory_mib in any::<u32>(),
+        status in instance_status(),
+        reason in option::of(short_string()),
+        updated_at_ms in any::<u64>(),
+    ) -> Instance {
+        Instance {
+            deployment_id,
+            region,
+            pod_name,
+            address,
+            cpu_millicores,
+            memory_mib,
+            status,
+            reason,
+            updated_at_ms,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn sentinel_status()(
+        sentinel_id in short_string(),
+        region in short_string(),
+        available_replicas in any::<u32>(),
+        updated_replicas in any::<u32>(),
+        ready_replicas in any::<u32>(),
+        observed_generation in any::<i64>(),
+        running_image in short_string(),
+        health in health(),
+        updated_at_ms in any::<u64>(),
+    ) -> SentinelStatus {
+        SentinelStatus {
+            sentinel_id,
+            region,
+            available_replicas,
+            updated_replicas,
+            ready_replicas,
+            observed_generation,
+            running_image,
+            health,
+            updated_at_ms,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- agent
+
+prop_compose! {
+    pub fn watch_request()(region in short_string(), cursor in any::<u64>()) -> WatchRequest {
+        WatchRequest { region, cursor }
+    }
+}
+
+pub fn deployment_report() -> impl Strategy<Value = DeploymentReport> {
+    prop_oneof![
+        (short_string(), short_string(), vec(instance(), 0..3)).prop_map(
+            |(deployment_id, region, instances)| DeploymentReport::Instances {
+                deployment_id,
+                region,
+                instances,
+            }
+        ),
+        (short_string(), short_string()).prop_map(|(deployment_id, region)| {
+            DeploymentReport::Deleted {
+                deployment_id,
+                region,
+            }
+        }),
+    ]
+}
+
+pub fn agent_request() -> impl Strategy<Value = AgentRequest> {
+    prop_oneof![
+        watch_request().prop_map(AgentRequest::Watch),
+        deployment_report().prop_map(AgentRequest::ReportDeploymentStatus),
+        sentinel_status().prop_map(AgentRequest::ReportSentinelStatus),
+        (short_string(), short_string()).prop_map(|(deployment_id, region)| {
+            AgentRequest::GetDesiredDeployment {
+                deployment_id,
+                region,
+            }
+        }),
+        (short_string(), short_string()).prop_map(|(sentinel_id, region)| {
+            AgentRequest::GetDesiredSentinel {
+                sentinel_id,
+                region,
+            }
+        }),
+        (short_string(), short_string())
+            .prop_map(|(policy_id, region)| AgentRequest::GetDesiredPolicy { policy_id, region }),
+    ]
+}
+
+pub fn agent_response() -> impl Strategy<Value = AgentResponse> {
+    prop_oneof![
+        Just(AgentResponse::Ack),
+        option::of(deployment_topology()).prop_map(AgentResponse::DesiredDeployment),
+        option::of(sentinel()).prop_map(AgentResponse::DesiredSentinel),
+        option::of(cilium_network_policy()).prop_map(AgentResponse::DesiredPolicy),
+        wire_error().prop_map(AgentResponse::Error),
+    ]
+}
+
+pub fn resource_change() -> impl Strategy<Value = ResourceChange> {
+    prop_oneof![
+        resource().prop_map(ResourceChange::Apply),
+        resource_key().prop_map(ResourceChange::Delete),
+    ]
+}
+
+pub fn watch_event() -> impl Strategy<Value = WatchEvent> {
+    prop_oneof![
+        any::<u64>().prop_map(|cursor| WatchEvent::SyncStart { cursor }),
+        resource().prop_map(WatchEvent::SyncItem),
+        any::<u64>().prop_map(|cursor| WatchEvent::SyncEnd { cursor }),
+        (any::<u64>(), resource_change())
+            .prop_map(|(version, change)| WatchEvent::Change { version, change }),
+        any::<u64>().prop_map(|cursor| WatchEvent::Progress { cursor }),
+        any::<u64>().prop_map(|floor| WatchEvent::ResyncRequired { floor }),
+        wire_error().prop_map(WatchEvent::Error),
+    ]
+}
+
+// ---------------------------------------------------------------- operator
+
+prop_compose! {
+    pub fn create_deployment()(
+        workspace_id in short_string(),
+        project_id in short_string(),
+        environment_id in short_string(),
+        image in short_string(),
+        cpu_millicores in any::<u32>(),
+        memory_mib in any::<u32>(),
+        replicas in any::<u32>(),
+        regions in regions(),
+        env_vars in env_vars(),
+    ) -> CreateDeployment {
+        CreateDeployment {
+            workspace_id,
+            project_id,
+            environment_id,
+            image,
+            cpu_millicores,
+            memory_mib,
+            replicas,
+            regions,
+            env_vars,
+        }
+    }
+}
+
+pub fn operator_request() -> impl Strategy<Value = OperatorRequest> {
+    prop_oneof![
+        create_deployment().prop_map(OperatorRequest::CreateDeployment),
+        short_string().prop_map(|id| OperatorRequest::GetDeployment { id }),
+        (option::of(short_string()), any::<u32>())
+            .prop_map(|(after, limit)| OperatorRequest::ListDeployments { after, limit }),
+        (short_string(), desired_state()).prop_map(|(id, desired_state)| {
+            OperatorRequest::SetDesiredState { id, desired_state }
+        }),
+    ]
+}
+
+prop_compose! {
+    pub fn deployment_view()(
+        deployment in deployment(),
+        instances in vec(instance(), 0..3),
+    ) -> DeploymentView {
+        DeploymentView { deployment, instances }
+    }
+}
+
+pub fn operator_response() -> impl Strategy<Value = OperatorResponse> {
+    prop_oneof![
+        short_string().prop_map(|deployment_id| OperatorResponse::Created { deployment_id }),
+        deployment_view().prop_map(OperatorResponse::Deployment),
+        (vec(deployment(), 0..3), option::of(short_string()))
+            .prop_map(|(items, next_after)| OperatorResponse::Deployments { items, next_after }),
+        deployment().prop_map(OperatorResponse::Updated),
+        wire_error().prop_map(OperatorResponse::Error),
+    ]
+}
+
+// ---------------------------------------------------------------- hello
+
+pub fn hello() -> impl Strategy<Value = Hello> {
+    prop_oneof![
+        protocol().prop_map(Hello::new),
+        (any::<[u8; 4]>(), any::<u32>(), protocol()).prop_map(|(magic, version, protocol)| {
+            Hello {
+                magic,
+                version,
+                protocol,
+            }
+        }),
+        (any::<u32>(), protocol()).prop_map(|(version, protocol)| Hello {
+            magic: hello::MAGIC,
+            version,
+            protocol,
+        }),
+    ]
+}
+
+// ---------------------------------------------------------------- chunking
+
+/// Sizes in which to split a byte stream: mostly tiny (so prefixes and
+/// payloads are split everywhere), sometimes everything at once.
+pub fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
+    vec(prop_oneof![4 => 1usize..8, 2 => 1usize..64, 1 => Just(usize::MAX)], 1..8)
+}
+
+/// Splits `bytes` into consecutive chunks of the given sizes, cycling
+/// through them; every chunk is non-empty and the chunks cover `bytes`.
+pub fn split<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+    assert!(!sizes.is_empty() && sizes.iter().all(|&s| s > 0));
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    for &size in sizes.iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let (chunk, tail) = rest.split_at(size.min(rest.len()));
+        out.push(chunk);
+        rest = tail;
+    }
+    out
+}
+
+/// An `AsyncRead` that hands out at most a few bytes per read, so
+/// `read_frame` has to loop over short reads.
+pub struct ChunkedReader {
+    data: Vec<u8>,
+    pos: usize,
+    sizes: Vec<usize>,
+    next: usize,
+}
+
+impl ChunkedReader {
+    pub fn new(data: Vec<u8>, sizes: Vec<usize>) -> Self {
+        assert!(!sizes.is_empty() && sizes.iter().all(|&s| s > 0));
+        ChunkedReader {
+            data,
+            pos: 0,
+            sizes,
+            next: 0,
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for ChunkedReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let size = this.sizes[this.next % this.sizes.len()];
+        this.next += 1;
+        let n = size
+            .min(buf.remaining())
+            .min(this.data.len() - this.pos);
+        buf.put_slice(&this.data[this.pos..this.pos + n]);
+        this.pos += n;
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// A current-thread runtime for driving `read_frame` in a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("build a current-thread runtime")
+}
