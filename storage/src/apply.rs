@@ -36,7 +36,12 @@ const K8S_NAME_BYTES_MAX: usize = 63;
 /// replica and krane agree.
 pub fn deployment_k8s_name(deployment_id: &str) -> String {
     let mut out = String::from("dep-");
-    for c in deployment_id.chars() {
+    // Ids minted by ctrl already carry the prefix (`dep_…`).
+    let bare = deployment_id
+        .strip_prefix("dep_")
+        .or_else(|| deployment_id.strip_prefix("dep-"))
+        .unwrap_or(deployment_id);
+    for c in bare.chars() {
         if out.len() >= K8S_NAME_BYTES_MAX {
             break;
         }
@@ -693,6 +698,7 @@ mod tests {
     #[test]
     fn k8s_names_are_dns_labels() {
         assert_eq!(deployment_k8s_name("Dep_01.X"), "dep-dep-01-x");
+        assert_eq!(deployment_k8s_name("dep_20yysmkk16yj3"), "dep-20yysmkk16yj3");
         assert_eq!(deployment_k8s_name("é"), "dep");
         let long = deployment_k8s_name(&"a".repeat(100));
         assert_eq!(long.len(), K8S_NAME_BYTES_MAX);

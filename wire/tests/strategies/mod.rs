@@ -483,7 +483,10 @@ pub fn hello() -> impl Strategy<Value = Hello> {
 /// Sizes in which to split a byte stream: mostly tiny (so prefixes and
 /// payloads are split everywhere), sometimes everything at once.
 pub fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
-    vec(prop_oneof![4 => 1usize..8, 2 => 1usize..64, 1 => Just(usize::MAX)], 1..8)
+    vec(
+        prop_oneof![4 => 1usize..8, 2 => 1usize..64, 1 => Just(usize::MAX)],
+        1..8,
+    )
 }
 
 /// Splits `bytes` into consecutive chunks of the given sizes, cycling
@@ -533,9 +536,7 @@ impl tokio::io::AsyncRead for ChunkedReader {
         let this = self.get_mut();
         let size = this.sizes[this.next % this.sizes.len()];
         this.next += 1;
-        let n = size
-            .min(buf.remaining())
-            .min(this.data.len() - this.pos);
+        let n = size.min(buf.remaining()).min(this.data.len() - this.pos);
         buf.put_slice(&this.data[this.pos..this.pos + n]);
         this.pos += n;
         std::task::Poll::Ready(Ok(()))

@@ -1,0 +1,235 @@
+//! Every message survives framing: `frame::encode` followed by
+//! `frame::decode`, by a `FrameDecoder` fed in arbitrary chunks, and by
+//! `read_frame` (over a byte slice and over a reader that returns short
+//! reads) gives back the values that went in, in order.
+
+mod strategies;
+
+use std::fmt::Debug;
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use wire::frame::{
+    self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES, payload_len, read_frame,
+};
+
+use strategies::*;
+
+fn config() -> ProptestConfig {
+    ProptestConfig::with_cases(256)
+}
+
+/// Encodes `msgs` back to back and checks that every way of reading them
+/// back yields exactly `msgs`.
+fn check_roundtrip<T>(msgs: &[T], sizes: &[usize]) -> Result<(), TestCaseError>
+where
+    T: Serialize + DeserializeOwned + PartialEq + Debug,
+{
+    let mut stream = Vec::new();
+    let mut payload_max = 0;
+    for msg in msgs {
+        let bytes = frame::encode(msg, FRAME_BYTES_MAX)?;
+        let (prefix, payload) = bytes.split_first_chunk::<LEN_PREFIX_BYTES>().unwrap();
+        prop_assert!(!payload.is_empty(), "every message has a non-empty payload");
+        prop_assert_eq!(payload_len(*prefix, FRAME_BYTES_MAX)?, payload.len());
+        payload_max = payload_max.max(payload.len());
+
+        // The bare payload decodes on its own.
+        let decoded: T = frame::decode(payload)?;
+        prop_assert_eq!(&decoded, msg);
+        // The encoding is canonical: re-encoding gives the same bytes.
+        prop_assert_eq!(&frame::encode(&decoded, FRAME_BYTES_MAX)?, &bytes);
+        // The limit is inclusive: exactly the payload size is allowed, one
+        // byte less is refused.
+        prop_assert_eq!(&frame::encode(msg, payload.len())?, &bytes);
+        let too_small = frame::encode(msg, payload.len() - 1);
+        prop_assert!(
+            matches!(
+                too_small,
+                Err(FrameError::TooLarge { len_bytes, max_bytes })
+                    if len_bytes == payload.len() && max_bytes == payload.len() - 1
+            ),
+            "encode under the limit: {:?}",
+            too_small
+        );
+
+        stream.extend_from_slice(&bytes);
+    }
+
+    // Sans-I/O decoder, at the default limit and at the tightest limit that
+    // still admits every frame, fed in chunks.
+    for max in [FRAME_BYTES_MAX, payload_max] {
+        let mut decoder = FrameDecoder::new(max);
+        prop_assert!(decoder.next_frame::<T>()?.is_none());
+        let mut out = Vec::new();
+        for chunk in split(&stream, sizes) {
+            decoder.push(chunk);
+            while let Some(msg) = decoder.next_frame::<T>()? {
+                out.push(msg);
+            }
+        }
+        decoder.finish()?;
+        prop_assert_eq!(&out, &msgs);
+    }
+
+    // Async reader over a plain byte slice and over short reads.
+    let rt = runtime();
+    let mut slice = &stream[..];
+    let from_slice = rt.block_on(read_all::<_, T>(&mut slice, FRAME_BYTES_MAX))?;
+    prop_assert_eq!(&from_slice, &msgs);
+    prop_assert!(slice.is_empty(), "read_frame left {} bytes", slice.len());
+
+    let mut chunked = ChunkedReader::new(stream.clone(), sizes.to_vec());
+    let from_chunks = rt.block_on(read_all::<_, T>(&mut chunked, payload_max))?;
+    prop_assert_eq!(&from_chunks, &msgs);
+    Ok(())
+}
+
+/// Reads frames until a clean end of stream.
+async fn read_all<R, T>(reader: &mut R, max_bytes: usize) -> Result<Vec<T>, FrameError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    let mut out = Vec::new();
+    while let Some(msg) = read_frame(reader, max_bytes).await? {
+        out.push(msg);
+    }
+    // The end of stream is sticky.
+    assert!(read_frame::<_, T>(reader, max_bytes).await?.is_none());
+    Ok(out)
+}
+
+macro_rules! roundtrip_tests {
+    ($($name:ident: $strategy:expr;)*) => {
+        proptest! {
+            #![proptest_config(config())]
+            $(
+                #[test]
+                fn $name(msgs in vec($strategy, 1..4), sizes in chunk_sizes()) {
+                    check_roundtrip(&msgs, &sizes)?;
+                }
+            )*
+        }
+    };
+}
+
+roundtrip_tests! {
+    // model
+    resource_key_roundtrips: resource_key();
+    deployment_roundtrips: deployment();
+    deployment_topology_roundtrips: deployment_topology();
+    sentinel_roundtrips: sentinel();
+    cilium_network_policy_roundtrips: cilium_network_policy();
+    resource_roundtrips: resource();
+    instance_roundtrips: instance();
+    sentinel_status_roundtrips: sentinel_status();
+    // small enums and errors
+    resource_type_roundtrips: resource_type();
+    desired_state_roundtrips: desired_state();
+    deployment_status_roundtrips: deployment_status();
+    health_roundtrips: health();
+    instance_status_roundtrips: instance_status();
+    error_code_roundtrips: error_code();
+    wire_error_roundtrips: wire_error();
+    // agent protocol
+    watch_request_roundtrips: watch_request();
+    deployment_report_roundtrips: deployment_report();
+    agent_request_roundtrips: agent_request();
+    agent_response_roundtrips: agent_response();
+    resource_change_roundtrips: resource_change();
+    watch_event_roundtrips: watch_event();
+    // operator protocol
+    create_deployment_roundtrips: create_deployment();
+    operator_request_roundtrips: operator_request();
+    deployment_view_roundtrips: deployment_view();
+    operator_response_roundtrips: operator_response();
+    // handshake
+    hello_roundtrips: hello();
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A resource keeps its key and version through the wire.
+    #[test]
+    fn resource_key_and_version_survive(resource in resource()) {
+        let bytes = frame::encode(&resource, FRAME_BYTES_MAX)?;
+        let back: wire::model::Resource = frame::decode(&bytes[LEN_PREFIX_BYTES..])?;
+        prop_assert_eq!(back.key(), resource.key());
+        prop_assert_eq!(back.version(), resource.version());
+    }
+
+    /// A hello's check verdict does not change through the wire.
+    #[test]
+    fn hello_check_survives(
+        hello in hello(),
+        expected in protocol(),
+    ) {
+        let bytes = frame::encode(&hello, FRAME_BYTES_MAX)?;
+        let back: wire::hello::Hello = frame::decode(&bytes[LEN_PREFIX_BYTES..])?;
+        prop_assert_eq!(back.check(expected), hello.check(expected));
+    }
+
+    /// A stream interleaving the message kinds of one connection (hello,
+    /// then requests and events) decodes in order.
+    #[test]
+    fn mixed_stream_roundtrips(
+        hello in hello(),
+        request in agent_request(),
+        events in vec(watch_event(), 0..4),
+        sizes in chunk_sizes(),
+    ) {
+        let mut stream = frame::encode(&hello, FRAME_BYTES_MAX)?;
+        stream.extend(frame::encode(&request, FRAME_BYTES_MAX)?);
+        for event in &events {
+            stream.extend(frame::encode(event, FRAME_BYTES_MAX)?);
+        }
+
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+        let mut got_hello = None;
+        let mut got_request = None;
+        let mut got_events = Vec::new();
+        for chunk in split(&stream, &sizes) {
+            decoder.push(chunk);
+            loop {
+                if got_hello.is_none() {
+                    match decoder.next_frame::<wire::hello::Hello>()? {
+                        Some(h) => got_hello = Some(h),
+                        None => break,
+                    }
+                } else if got_request.is_none() {
+                    match decoder.next_frame::<wire::agent::AgentRequest>()? {
+                        Some(r) => got_request = Some(r),
+                        None => break,
+                    }
+                } else {
+                    match decoder.next_frame::<wire::agent::WatchEvent>()? {
+                        Some(e) => got_events.push(e),
+                        None => break,
+                    }
+                }
+            }
+        }
+        decoder.finish()?;
+        prop_assert_eq!(got_hello, Some(hello.clone()));
+        prop_assert_eq!(got_request, Some(request.clone()));
+        prop_assert_eq!(&got_events, &events);
+
+        let rt = runtime();
+        let mut reader = ChunkedReader::new(stream, sizes);
+        rt.block_on(async {
+            let h: wire::hello::Hello = read_frame(&mut reader, FRAME_BYTES_MAX).await?.unwrap();
+            let r: wire::agent::AgentRequest =
+                read_frame(&mut reader, FRAME_BYTES_MAX).await?.unwrap();
+            let rest: Vec<wire::agent::WatchEvent> = read_all(&mut reader, FRAME_BYTES_MAX).await?;
+            assert_eq!(h, hello);
+            assert_eq!(r, request);
+            assert_eq!(rest, events);
+            Ok::<_, FrameError>(())
+        })?;
+    }
+}
