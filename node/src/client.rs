@@ -33,6 +33,8 @@ pub struct Client {
     addrs: Vec<SocketAddr>,
     server_name: String,
     timeout_ms: u64,
+    /// The connection of the last successful call, reused by the next one.
+    cached: tokio::sync::Mutex<Option<(quinn::Connection, SocketAddr)>>,
 }
 
 impl Client {
@@ -55,13 +57,33 @@ impl Client {
             addrs: config.endpoints.clone(),
             server_name: config.server_name.clone(),
             timeout_ms: config.request_timeout_ms,
+            cached: tokio::sync::Mutex::new(None),
         })
     }
 
     /// Sends one operator request, failing over between nodes when a node
     /// is unreachable or cannot serve.
     pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
+        let mut cached = self.cached.lock().await;
         let mut failures = Vec::new();
+        if let Some((connection, addr)) = cached.take() {
+            match self.call_on(&connection, request).await {
+                Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
+                    failures.push(format!("{addr}: {e}"));
+                }
+                Ok(OperatorResponse::Error(e)) => {
+                    *cached = Some((connection, addr));
+                    return Err(ClientError::Server(e));
+                }
+                Ok(response) => {
+                    *cached = Some((connection, addr));
+                    return Ok(response);
+                }
+                // A stale connection (the node restarted, idle timeout):
+                // fall through to a fresh one.
+                Err(_) => {}
+            }
+        }
         for start in 0..self.addrs.len() {
             let addrs = rotate(&self.addrs, start);
             let (connection, addr) = match transport::endpoint::connect_any(
@@ -79,16 +101,18 @@ impl Client {
                     continue;
                 }
             };
-            let answer = self.call_on(&connection, request).await;
-            connection.close(0u32.into(), b"done");
-            match answer {
-                Ok(OperatorResponse::Error(e))
-                    if matches!(e.code, ErrorCode::NotLeader | ErrorCode::Unavailable) =>
-                {
+            match self.call_on(&connection, request).await {
+                Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
                 }
-                Ok(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
-                Ok(response) => return Ok(response),
+                Ok(OperatorResponse::Error(e)) => {
+                    *cached = Some((connection, addr));
+                    return Err(ClientError::Server(e));
+                }
+                Ok(response) => {
+                    *cached = Some((connection, addr));
+                    return Ok(response);
+                }
                 Err(e) => failures.push(format!("{addr}: {e}")),
             }
         }
@@ -144,6 +168,11 @@ impl Client {
             stream,
         })
     }
+}
+
+/// Errors another node may not have.
+fn retry_elsewhere(error: &WireError) -> bool {
+    matches!(error.code, ErrorCode::NotLeader | ErrorCode::Unavailable)
 }
 
 fn rotate(addrs: &[SocketAddr], start: usize) -> Vec<SocketAddr> {

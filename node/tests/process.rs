@@ -182,3 +182,36 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     let (version, id, _, _) = read_change(&resumed);
     assert_eq!((version, id), (11, next));
 }
+
+#[test]
+fn deploy_wait_gives_up_naming_the_regions_short_of_replicas() {
+    let site = Site::new();
+    let _node = site.start();
+    // No agent runs, so nothing is ever reported running.
+    let out = site.ctrl(&[
+        "deploy",
+        "--image",
+        "nginx:1.27",
+        "--regions",
+        "us-east,eu-west",
+        "--replicas",
+        "2",
+        "--wait",
+        "--timeout-s",
+        "1",
+    ]);
+    assert!(
+        !out.status.success(),
+        "--wait must fail when nothing becomes ready"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not ready after 1 s"), "{stderr}");
+    assert!(
+        stderr.contains("us-east has no instances reported"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("eu-west has no instances reported"),
+        "{stderr}"
+    );
+}

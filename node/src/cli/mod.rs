@@ -3,6 +3,7 @@
 mod certs;
 mod ops;
 mod serve;
+mod wait;
 mod watch;
 
 use std::path::PathBuf;

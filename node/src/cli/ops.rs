@@ -34,6 +34,12 @@ pub struct DeployArgs {
     pub project: String,
     #[arg(long, default_value = "env_default")]
     pub environment: String,
+    /// Wait until every region runs its replicas, showing progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits before giving up.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_s: u64,
 }
 
 fn parse_env_var(text: &str) -> Result<(String, String), String> {
@@ -72,6 +78,7 @@ const LIST_PAGE: u32 = 500;
 
 pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
     let client = Client::new(config)?;
+    let (wait, timeout_s) = (args.wait, args.timeout_s);
     let request = OperatorRequest::CreateDeployment(CreateDeployment {
         workspace_id: args.workspace,
         project_id: args.project,
@@ -86,6 +93,9 @@ pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
     match client.call(&request).await? {
         OperatorResponse::Created { deployment_id } => {
             println!("{deployment_id}");
+            if wait {
+                super::wait::until_ready(&client, &deployment_id, timeout_s).await?;
+            }
             Ok(())
         }
         other => bail!("unexpected answer: {other:?}"),
