@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use config::AgentConfig;
+use config::{AgentConfig, ConfigFile};
 use tracing::{info, warn};
 use transport::stream::open_call;
 use transport::tls::TlsPaths;

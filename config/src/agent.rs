@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::endpoint::Endpoint;
 use crate::error::ConfigError;
-use crate::file::{parse, read, resolve, serialize_optional_path, serialize_path, to_toml};
+use crate::file::{ConfigFile, resolve, serialize_optional_path, serialize_path};
 use crate::tls::{DEFAULT_SERVER_NAME, TlsFiles};
 use crate::validate::{Check, ENDPOINTS_MAX};
 
@@ -133,42 +133,29 @@ impl AgentConfig {
         }
     }
 
-    /// Reads, parses and validates the file at `path`, then resolves
-    /// relative paths against the file's directory.
-    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
-        let mut config = AgentConfig::from_toml_str(&read(path)?, path)?;
-        if let Some(dir) = path.parent() {
-            config.resolve_relative_paths(dir);
+    fn check_endpoints(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.entries("endpoints", self.endpoints.len(), &(1..=ENDPOINTS_MAX))?;
+        let mut seen: HashMap<&Endpoint, usize> = HashMap::new();
+        for (index, endpoint) in self.endpoints.iter().enumerate() {
+            let field = format!("endpoints[{index}]");
+            if let Some(problem) = endpoint.problem() {
+                return Err(check.fail(field, format!("{problem} (got {endpoint})")));
+            }
+            if let Some(first) = seen.insert(endpoint, index) {
+                return Err(check.fail(
+                    field,
+                    format!("{endpoint} is already listed as endpoints[{first}]"),
+                ));
+            }
         }
-        Ok(config)
+        Ok(())
     }
+}
 
-    /// Parses and validates `text`; `path` only names the file in errors.
-    /// Relative paths are left as written.
-    pub fn from_toml_str(text: &str, path: &Path) -> Result<AgentConfig, ConfigError> {
-        let config: AgentConfig = parse(text, path)?;
-        config.validate(path)?;
-        Ok(config)
-    }
-
-    /// The config as TOML, every field written out; loads back equal.
-    pub fn to_toml_string(&self) -> String {
-        to_toml(self)
-    }
-
-    /// Makes relative paths (`data_dir`, `kubeconfig`, `[tls]`) relative to
-    /// `base_dir`.
-    pub fn resolve_relative_paths(&mut self, base_dir: &Path) {
-        resolve(base_dir, &mut self.data_dir);
-        if let Some(kubeconfig) = &mut self.kubeconfig {
-            resolve(base_dir, kubeconfig);
-        }
-        self.tls.resolve_relative_paths(base_dir);
-    }
-
+impl ConfigFile for AgentConfig {
     /// Checks every rule; the error names `path` and the first field that
     /// breaks one.
-    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         let check = Check::new(path);
         check.dns_label("region", &self.region)?;
         self.check_endpoints(&check)?;
@@ -195,22 +182,14 @@ impl AgentConfig {
         )
     }
 
-    fn check_endpoints(&self, check: &Check<'_>) -> Result<(), ConfigError> {
-        check.entries("endpoints", self.endpoints.len(), &(1..=ENDPOINTS_MAX))?;
-        let mut seen: HashMap<&Endpoint, usize> = HashMap::new();
-        for (index, endpoint) in self.endpoints.iter().enumerate() {
-            let field = format!("endpoints[{index}]");
-            if let Some(problem) = endpoint.problem() {
-                return Err(check.fail(field, format!("{problem} (got {endpoint})")));
-            }
-            if let Some(first) = seen.insert(endpoint, index) {
-                return Err(check.fail(
-                    field,
-                    format!("{endpoint} is already listed as endpoints[{first}]"),
-                ));
-            }
+    /// Makes relative paths (`data_dir`, `kubeconfig`, `[tls]`) relative to
+    /// `base_dir`.
+    fn resolve_relative_paths(&mut self, base_dir: &Path) {
+        resolve(base_dir, &mut self.data_dir);
+        if let Some(kubeconfig) = &mut self.kubeconfig {
+            resolve(base_dir, kubeconfig);
         }
-        Ok(())
+        self.tls.resolve_relative_paths(base_dir);
     }
 }
 

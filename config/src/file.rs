@@ -96,6 +96,39 @@ fn too_large(path: &Path) -> ConfigError {
     }
 }
 
+/// The entry points every config file shares: read, parse, validate and
+/// resolve relative paths; write back as TOML.
+pub trait ConfigFile: Serialize + DeserializeOwned {
+    /// Checks every rule; the error names `path` and the field.
+    fn validate(&self, path: &Path) -> Result<(), ConfigError>;
+
+    /// Makes relative paths relative to `base_dir`.
+    fn resolve_relative_paths(&mut self, base_dir: &Path);
+
+    /// Reads, parses and validates the file at `path`, then resolves
+    /// relative paths against the file's directory.
+    fn load(path: &Path) -> Result<Self, ConfigError> {
+        let mut config = Self::from_toml_str(&read(path)?, path)?;
+        if let Some(dir) = path.parent() {
+            config.resolve_relative_paths(dir);
+        }
+        Ok(config)
+    }
+
+    /// Parses and validates `text`; `path` only names the file in errors.
+    /// Relative paths are left as written.
+    fn from_toml_str(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: Self = parse(text, path)?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// The config as TOML, every field written out; loads back equal.
+    fn to_toml_string(&self) -> String {
+        to_toml(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

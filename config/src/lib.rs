@@ -2,7 +2,7 @@
 //! ([`AgentConfig`]) and operators ([`OperatorConfig`]): defaults,
 //! validation, and errors that name the file, the field and the problem.
 //!
-//! Each config has the same entry points:
+//! Each config implements [`ConfigFile`], whose entry points are:
 //!
 //! - `load(path)` reads the file, parses it, validates it, and resolves
 //!   relative paths (data directories, TLS files, the kubeconfig — defaults
@@ -31,6 +31,7 @@ pub mod endpoint;
 pub mod error;
 mod field;
 mod file;
+pub use file::ConfigFile;
 pub mod node;
 pub mod operator;
 pub mod settings;

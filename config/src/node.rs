@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
-use crate::file::{parse, read, resolve, serialize_path, to_toml};
+use crate::file::{ConfigFile, resolve, serialize_path};
 use crate::settings::{CompactionSettings, NodeLimits, RaftSettings, WatchSettings};
 use crate::tls::TlsFiles;
 use crate::validate::Check;
@@ -116,54 +116,10 @@ impl NodeConfig {
         }
     }
 
-    /// Reads, parses and validates the file at `path`, then resolves
-    /// relative paths against the file's directory.
-    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
-        let mut config = NodeConfig::from_toml_str(&read(path)?, path)?;
-        if let Some(dir) = path.parent() {
-            config.resolve_relative_paths(dir);
-        }
-        Ok(config)
-    }
-
-    /// Parses and validates `text`; `path` only names the file in errors.
-    /// Relative paths are left as written.
-    pub fn from_toml_str(text: &str, path: &Path) -> Result<NodeConfig, ConfigError> {
-        let config: NodeConfig = parse(text, path)?;
-        config.validate(path)?;
-        Ok(config)
-    }
-
-    /// The config as TOML, every field written out; loads back equal.
-    pub fn to_toml_string(&self) -> String {
-        to_toml(self)
-    }
-
-    /// Makes relative paths (`data_dir`, `[tls]`) relative to `base_dir`.
-    pub fn resolve_relative_paths(&mut self, base_dir: &Path) {
-        resolve(base_dir, &mut self.data_dir);
-        self.tls.resolve_relative_paths(base_dir);
-    }
-
     /// The address peers and clients use: `advertise_addr`, else
     /// `listen_addr`.
     pub fn advertised_addr(&self) -> SocketAddr {
         self.advertise_addr.unwrap_or(self.listen_addr)
-    }
-
-    /// Checks every rule; the error names `path` and the first field that
-    /// breaks one.
-    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let check = Check::new(path);
-        check.in_range("node_id", self.node_id, &NODE_ID_RANGE)?;
-        check.path_set("data_dir", &self.data_dir)?;
-        self.check_addrs(&check)?;
-        self.check_peers(&check)?;
-        self.tls.check(&check, "tls")?;
-        self.raft.check(&check)?;
-        self.limits.check(&check)?;
-        self.watch.check(&check)?;
-        self.compaction.check(&check)
     }
 
     fn check_addrs(&self, check: &Check<'_>) -> Result<(), ConfigError> {
@@ -217,6 +173,29 @@ impl NodeConfig {
             }
         }
         Ok(())
+    }
+}
+
+impl ConfigFile for NodeConfig {
+    /// Checks every rule; the error names `path` and the first field that
+    /// breaks one.
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let check = Check::new(path);
+        check.in_range("node_id", self.node_id, &NODE_ID_RANGE)?;
+        check.path_set("data_dir", &self.data_dir)?;
+        self.check_addrs(&check)?;
+        self.check_peers(&check)?;
+        self.tls.check(&check, "tls")?;
+        self.raft.check(&check)?;
+        self.limits.check(&check)?;
+        self.watch.check(&check)?;
+        self.compaction.check(&check)
+    }
+
+    /// Makes relative paths (`data_dir`, `[tls]`) relative to `base_dir`.
+    fn resolve_relative_paths(&mut self, base_dir: &Path) {
+        resolve(base_dir, &mut self.data_dir);
+        self.tls.resolve_relative_paths(base_dir);
     }
 }
 

@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
-use crate::file::{parse, read, to_toml};
+use crate::file::ConfigFile;
 use crate::node::{CERTS_DIR, DEFAULT_DATA_DIR, DEFAULT_LISTEN_ADDR};
 use crate::settings::DEFAULT_REQUEST_TIMEOUT_MS;
 use crate::tls::{DEFAULT_SERVER_NAME, TlsFiles};
@@ -73,38 +73,12 @@ impl Default for OperatorConfig {
     }
 }
 
-impl OperatorConfig {
-    /// Reads, parses and validates the file at `path`, then resolves
-    /// relative paths against the file's directory.
-    pub fn load(path: &Path) -> Result<OperatorConfig, ConfigError> {
-        let mut config = OperatorConfig::from_toml_str(&read(path)?, path)?;
-        if let Some(dir) = path.parent() {
-            config.resolve_relative_paths(dir);
-        }
-        Ok(config)
-    }
+impl OperatorConfig {}
 
-    /// Parses and validates `text`; `path` only names the file in errors.
-    /// Relative paths are left as written.
-    pub fn from_toml_str(text: &str, path: &Path) -> Result<OperatorConfig, ConfigError> {
-        let config: OperatorConfig = parse(text, path)?;
-        config.validate(path)?;
-        Ok(config)
-    }
-
-    /// The config as TOML, every field written out; loads back equal.
-    pub fn to_toml_string(&self) -> String {
-        to_toml(self)
-    }
-
-    /// Makes relative `[tls]` paths relative to `base_dir`.
-    pub fn resolve_relative_paths(&mut self, base_dir: &Path) {
-        self.tls.resolve_relative_paths(base_dir);
-    }
-
+impl ConfigFile for OperatorConfig {
     /// Checks every rule; the error names `path` and the first field that
     /// breaks one.
-    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         let check = Check::new(path);
         check.entries("endpoints", self.endpoints.len(), &(1..=ENDPOINTS_MAX))?;
         let mut seen: HashMap<SocketAddr, usize> = HashMap::new();
@@ -121,6 +95,11 @@ impl OperatorConfig {
         check.server_name("server_name", &self.server_name)?;
         self.tls.check(&check, "tls")?;
         check.duration_ms("request_timeout_ms", self.request_timeout_ms)
+    }
+
+    /// Makes relative `[tls]` paths relative to `base_dir`.
+    fn resolve_relative_paths(&mut self, base_dir: &Path) {
+        self.tls.resolve_relative_paths(base_dir);
     }
 }
 

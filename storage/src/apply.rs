@@ -698,7 +698,10 @@ mod tests {
     #[test]
     fn k8s_names_are_dns_labels() {
         assert_eq!(deployment_k8s_name("Dep_01.X"), "dep-dep-01-x");
-        assert_eq!(deployment_k8s_name("dep_20yysmkk16yj3"), "dep-20yysmkk16yj3");
+        assert_eq!(
+            deployment_k8s_name("dep_20yysmkk16yj3"),
+            "dep-20yysmkk16yj3"
+        );
         assert_eq!(deployment_k8s_name("é"), "dep");
         let long = deployment_k8s_name(&"a".repeat(100));
         assert_eq!(long.len(), K8S_NAME_BYTES_MAX);

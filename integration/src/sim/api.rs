@@ -31,6 +31,9 @@ pub const FIELD_MANAGER_BYTES_MAX: usize = 128;
 /// Longest watch (`timeoutSeconds` is clamped to it, and it is the default).
 pub const WATCH_TIMEOUT_MAX: Duration = Duration::from_secs(1800);
 
+/// Namespaces that may not be deleted, as on a real server.
+pub const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
 /// One HTTP request, parsed just enough.
 #[derive(Debug)]
 pub struct Request<'a> {
@@ -47,7 +50,7 @@ pub struct Request<'a> {
 #[derive(Debug)]
 pub enum Outcome {
     Json(u16, Value),
-    Text(u16, &'static str),
+    Text(u16, String),
     Watch(Box<WatchSpec>),
 }
 
@@ -64,7 +67,10 @@ fn dispatch(store: &mut Store, req: &Request<'_>, now: &str) -> Result<Outcome, 
         Ok(route) => route,
         Err(RouteError::NotFound) => return Err(ApiError::path_not_found(req.path)),
         Err(RouteError::UnknownSubresource(sub)) => {
-            return Err(ApiError::path_not_found(&format!("{} (subresource {sub} is not simulated)", req.path)));
+            return Err(ApiError::path_not_found(&format!(
+                "{} (subresource {sub} is not simulated)",
+                req.path
+            )));
         }
     };
     let read_only = |doc: Value| {
@@ -79,8 +85,10 @@ fn dispatch(store: &mut Store, req: &Request<'_>, now: &str) -> Result<Outcome, 
         Route::CoreVersions => read_only(discovery::core_versions()),
         Route::Groups => read_only(discovery::groups()),
         Route::Group(g) => read_only(discovery::api_group(&g)),
-        Route::Resources { group, version } => read_only(discovery::resource_list(&group, &version)),
-        Route::Health => Ok(Outcome::Text(200, "ok")),
+        Route::Resources { group, version } => {
+            read_only(discovery::resource_list(&group, &version))
+        }
+        Route::Health => Ok(Outcome::Text(200, "ok".into())),
         Route::OpenApiRoot => read_only(openapi::root()),
         Route::OpenApiDocument(path) => match openapi::document(&path) {
             Some(doc) => read_only(doc),
@@ -90,8 +98,19 @@ fn dispatch(store: &mut Store, req: &Request<'_>, now: &str) -> Result<Outcome, 
     }
 }
 
-fn objects(store: &mut Store, req: &Request<'_>, p: &ObjectPath, now: &str) -> Result<Outcome, ApiError> {
+fn objects(
+    store: &mut Store,
+    req: &Request<'_>,
+    p: &ObjectPath,
+    now: &str,
+) -> Result<Outcome, ApiError> {
     let res = p.res;
+    let binary = ["application/vnd.kubernetes.protobuf", "application/cbor"];
+    if !req.body.is_empty() && binary.iter().any(|b| req.content_type.starts_with(b)) {
+        // kubectl's typed commands (`kubectl create namespace`, `kubectl
+        // run`, …) send protobuf; `kubectl create -f` / `apply` send JSON.
+        return Err(ApiError::unsupported_media_type(req.content_type));
+    }
     if res.namespaced && p.name.is_some() && p.namespace.is_none() {
         return Err(ApiError::path_not_found(req.path));
     }
@@ -103,15 +122,23 @@ fn objects(store: &mut Store, req: &Request<'_>, p: &ObjectPath, now: &str) -> R
     let ns = p.namespace.as_deref().unwrap_or("");
     let key = |name: &str| Key::new(res, ns, name);
     let watching = p.watch_prefix || q.flag("watch");
+    if p.sub == Some(Sub::Log) && req.method != "GET" {
+        return Err(ApiError::method_not_allowed(req.method, req.path));
+    }
     match (req.method, p.name.as_deref(), p.sub) {
         ("GET", None, None) if watching => watch(req, res, p.namespace.clone(), None),
         ("GET", Some(name), None) if watching => watch(req, res, p.namespace.clone(), Some(name)),
         ("GET", None, None) => list(store, req, res, p.namespace.as_deref(), now),
         ("GET", Some(name), sub) => {
-            let object = store.get(&key(name)).ok_or_else(|| ApiError::not_found(res, name))?;
+            let object = store
+                .get(&key(name))
+                .ok_or_else(|| ApiError::not_found(res, name))?;
             Ok(match sub {
                 Some(Sub::Scale) => Outcome::Json(200, scale_of(object)),
-                _ if table::wanted(req.accept) => Outcome::Json(200, table::of_objects(res, &[object], now)),
+                Some(Sub::Log) => Outcome::Text(200, log_of(object)),
+                _ if table::wanted(req.accept) => {
+                    Outcome::Json(200, table::of_objects(res, &[object], now))
+                }
                 _ => Outcome::Json(200, object.clone()),
             })
         }
@@ -121,7 +148,14 @@ fn objects(store: &mut Store, req: &Request<'_>, p: &ObjectPath, now: &str) -> R
             }
             let mut body = json_body(req.body)?;
             if body.is_object() {
-                fields::record_update(None, &mut body, &manager(req)?, scope(res, None), &res.api_version(), now);
+                fields::record_update(
+                    None,
+                    &mut body,
+                    &manager(req)?,
+                    scope(res, None),
+                    &res.api_version(),
+                    now,
+                );
             }
             let created = store.create(res, ns, body, now, opts)?;
             Ok(Outcome::Json(201, created))
@@ -131,10 +165,20 @@ fn objects(store: &mut Store, req: &Request<'_>, p: &ObjectPath, now: &str) -> R
             if sub == Some(Sub::Scale) {
                 return scale_update(store, req, &key(name), &body, now, opts);
             }
-            let current = store.get(&key(name)).ok_or_else(|| ApiError::not_found(res, name))?.clone();
+            let current = store
+                .get(&key(name))
+                .ok_or_else(|| ApiError::not_found(res, name))?
+                .clone();
             let mut body = body;
             if body.is_object() {
-                fields::record_update(Some(&current), &mut body, &manager(req)?, scope(res, sub), &res.api_version(), now);
+                fields::record_update(
+                    Some(&current),
+                    &mut body,
+                    &manager(req)?,
+                    scope(res, sub),
+                    &res.api_version(),
+                    now,
+                );
             }
             let updated = store.update(&key(name), body, part(sub), opts)?;
             Ok(Outcome::Json(200, updated))
@@ -149,7 +193,9 @@ fn objects(store: &mut Store, req: &Request<'_>, p: &ObjectPath, now: &str) -> R
 fn scope(res: &ResourceDef, sub: Option<Sub>) -> Scope {
     match sub {
         Some(Sub::Status) => Scope::Status,
-        _ => Scope::Main { has_status: res.has_status },
+        _ => Scope::Main {
+            has_status: res.has_status,
+        },
     }
 }
 
@@ -161,7 +207,8 @@ fn part(sub: Option<Sub>) -> Part {
 }
 
 fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// An apply body: YAML (which includes JSON), parsed with the JSON parser
@@ -170,7 +217,8 @@ fn yaml_body(body: &[u8]) -> Result<Value, ApiError> {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         return Ok(v);
     }
-    serde_yaml_ng::from_slice::<Value>(body).map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
+    serde_yaml_ng::from_slice::<Value>(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid YAML body: {e}")))
 }
 
 /// `fieldManager`, else the user agent's product (`kubectl`), as real
@@ -180,7 +228,11 @@ fn manager(req: &Request<'_>) -> Result<String, ApiError> {
         Some(m) => m.to_string(),
         None => {
             let product = req.user_agent.split('/').next().unwrap_or("").trim();
-            if product.is_empty() { "unknown".to_string() } else { product.to_string() }
+            if product.is_empty() {
+                "unknown".to_string()
+            } else {
+                product.to_string()
+            }
         }
     };
     if m.len() > FIELD_MANAGER_BYTES_MAX {
@@ -199,7 +251,13 @@ fn selectors(q: &Query) -> Result<(LabelSelector, FieldSelector), ApiError> {
     Ok((labels, fields))
 }
 
-fn list(store: &Store, req: &Request<'_>, res: &'static ResourceDef, ns: Option<&str>, now: &str) -> Result<Outcome, ApiError> {
+fn list(
+    store: &Store,
+    req: &Request<'_>,
+    res: &'static ResourceDef,
+    ns: Option<&str>,
+    now: &str,
+) -> Result<Outcome, ApiError> {
     let (labels, fields) = selectors(&req.query)?;
     let items = store.list(res, ns, &labels, &fields);
     if table::wanted(req.accept) {
@@ -218,11 +276,18 @@ fn list(store: &Store, req: &Request<'_>, res: &'static ResourceDef, ns: Option<
     ))
 }
 
-fn watch(req: &Request<'_>, res: &'static ResourceDef, namespace: Option<String>, name: Option<&str>) -> Result<Outcome, ApiError> {
+fn watch(
+    req: &Request<'_>,
+    res: &'static ResourceDef,
+    namespace: Option<String>,
+    name: Option<&str>,
+) -> Result<Outcome, ApiError> {
     let q = &req.query;
     let (labels, mut fields) = selectors(q)?;
     if let Some(name) = name {
-        fields.requirements.push(("metadata.name".into(), name.to_string(), true));
+        fields
+            .requirements
+            .push(("metadata.name".into(), name.to_string(), true));
     }
     let initial = q.flag("sendInitialEvents");
     let start = match q.get("resourceVersion") {
@@ -273,7 +338,10 @@ fn patch_object(
         "application/json-patch+json" => patch::json_patch,
         other => return Err(ApiError::unsupported_media_type(other)),
     };
-    let current = store.get(key).ok_or_else(|| ApiError::not_found(res, &key.name))?.clone();
+    let current = store
+        .get(key)
+        .ok_or_else(|| ApiError::not_found(res, &key.name))?
+        .clone();
     if sub == Some(Sub::Scale) {
         let mut scale = scale_of(&current);
         patch_fn(&mut scale, &patch_body).map_err(ApiError::bad_request)?;
@@ -282,37 +350,71 @@ fn patch_object(
     let mut target = current.clone();
     patch_fn(&mut target, &patch_body).map_err(ApiError::bad_request)?;
     if target.is_object() {
-        fields::record_update(Some(&current), &mut target, &manager(req)?, scope(res, sub), &res.api_version(), now);
+        fields::record_update(
+            Some(&current),
+            &mut target,
+            &manager(req)?,
+            scope(res, sub),
+            &res.api_version(),
+            now,
+        );
     }
     let updated = store.update(key, target, part(sub), opts)?;
     Ok(Outcome::Json(200, updated))
 }
 
 /// Server-side apply (see [`fields`] for the ownership rules).
-fn apply(store: &mut Store, req: &Request<'_>, key: &Key, sub: Option<Sub>, now: &str, opts: WriteOpts) -> Result<Outcome, ApiError> {
+fn apply(
+    store: &mut Store,
+    req: &Request<'_>,
+    key: &Key,
+    sub: Option<Sub>,
+    now: &str,
+    opts: WriteOpts,
+) -> Result<Outcome, ApiError> {
     let res = key.res;
     let Some(manager) = req.query.get("fieldManager").filter(|m| !m.is_empty()) else {
-        return Err(ApiError::invalid(res, &key.name, "fieldManager", "Required value: is required for apply patch"));
+        return Err(ApiError::invalid(
+            res,
+            &key.name,
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
     };
     let manager = manager.to_string();
     if manager.len() > FIELD_MANAGER_BYTES_MAX {
-        return Err(ApiError::bad_request(format!("fieldManager longer than {FIELD_MANAGER_BYTES_MAX} bytes")));
+        return Err(ApiError::bad_request(format!(
+            "fieldManager longer than {FIELD_MANAGER_BYTES_MAX} bytes"
+        )));
     }
     let force = req.query.flag("force");
     let applied = yaml_body(req.body)?;
     if !applied.is_object() {
-        return Err(ApiError::bad_request("the applied configuration must be an object"));
+        return Err(ApiError::bad_request(
+            "the applied configuration must be an object",
+        ));
     }
     if sub == Some(Sub::Scale) {
-        return Err(ApiError::unsupported_media_type("application/apply-patch+yaml on /scale"));
+        return Err(ApiError::unsupported_media_type(
+            "application/apply-patch+yaml on /scale",
+        ));
     }
-    for (field, want) in [("apiVersion", res.api_version()), ("kind", res.kind.to_string())] {
+    for (field, want) in [
+        ("apiVersion", res.api_version()),
+        ("kind", res.kind.to_string()),
+    ] {
         match applied.get(field).and_then(Value::as_str) {
             Some(v) if v == want => {}
             Some(v) => {
-                return Err(ApiError::bad_request(format!("the {field} in the applied configuration ({v}) does not match {want}")));
+                return Err(ApiError::bad_request(format!(
+                    "the {field} in the applied configuration ({v}) does not match {want}"
+                )));
             }
-            None => return Err(ApiError::bad_request(format!("{field} must be set in an apply patch"))),
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "{field} must be set in an apply patch"
+                )));
+            }
         }
     }
     let name = meta::name_of(&applied);
@@ -323,19 +425,33 @@ fn apply(store: &mut Store, req: &Request<'_>, key: &Key, sub: Option<Sub>, now:
         )));
     }
     let current = store.get(key).cloned();
-    if let (Some(cur), Some(rv)) = (&current, meta::meta_str(&applied, "resourceVersion"))
-        && !rv.is_empty()
-        && Some(rv) != meta::meta_str(cur, "resourceVersion")
-    {
-        return Err(ApiError::conflict(res, &key.name, "the object has been modified; please apply your changes to the latest version and try again"));
+    if stale(
+        meta::meta_str(&applied, "resourceVersion"),
+        current.as_ref(),
+    ) {
+        return Err(ApiError::conflict(
+            res,
+            &key.name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
     }
     let scope = scope(res, sub);
-    let plan = fields::plan_apply(current.as_ref(), &applied, &manager, scope, force, &res.api_version(), now)
-        .map_err(|conflicts| ApiError::apply_conflict(res, &key.name, &conflicts))?;
+    let plan = fields::plan_apply(
+        current.as_ref(),
+        &applied,
+        &manager,
+        scope,
+        force,
+        &res.api_version(),
+        now,
+    )
+    .map_err(|conflicts| ApiError::apply_conflict(res, &key.name, &conflicts))?;
     let mut object = match &current {
         Some(cur) => cur.clone(),
         None if sub == Some(Sub::Status) => return Err(ApiError::not_found(res, &key.name)),
-        None => json!({"apiVersion": res.api_version(), "kind": res.kind, "metadata": {"name": key.name}}),
+        None => {
+            json!({"apiVersion": res.api_version(), "kind": res.kind, "metadata": {"name": key.name}})
+        }
     };
     for path in &plan.remove {
         fields::remove_path(&mut object, path);
@@ -364,7 +480,12 @@ fn in_scope(applied: &Value, scope: Scope) -> Value {
                     .as_object()
                     .into_iter()
                     .flatten()
-                    .filter(|(mk, _)| matches!(mk.as_str(), "labels" | "annotations" | "ownerReferences" | "finalizers"))
+                    .filter(|(mk, _)| {
+                        matches!(
+                            mk.as_str(),
+                            "labels" | "annotations" | "ownerReferences" | "finalizers"
+                        )
+                    })
                     .map(|(mk, mv)| (mk.clone(), mv.clone()))
                     .collect();
                 out.insert(k.clone(), Value::Object(meta));
@@ -374,6 +495,35 @@ fn in_scope(applied: &Value, scope: Scope) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// What `kubectl logs` shows for a simulated pod.
+fn log_of(pod: &Value) -> String {
+    let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
+    containers
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "k8s-sim: container {} (image {}) of pod {}/{} is simulated and writes no logs\n",
+                c["name"].as_str().unwrap_or("?"),
+                c["image"].as_str().unwrap_or("?"),
+                meta::meta_str(pod, "namespace").unwrap_or(""),
+                meta::name_of(pod),
+            )
+        })
+        .collect()
+}
+
+/// Whether a requested resourceVersion (a precondition) is set and differs
+/// from the live object's.
+fn stale(wanted: Option<&str>, live: Option<&Value>) -> bool {
+    match (wanted, live) {
+        (Some(rv), Some(live)) => {
+            !rv.is_empty() && Some(rv) != meta::meta_str(live, "resourceVersion")
+        }
+        _ => false,
+    }
 }
 
 /// The `autoscaling/v1` `Scale` of a StatefulSet or Deployment.
@@ -402,23 +552,51 @@ pub fn scale_of(object: &Value) -> Value {
     })
 }
 
-fn scale_update(store: &mut Store, req: &Request<'_>, key: &Key, scale: &Value, now: &str, opts: WriteOpts) -> Result<Outcome, ApiError> {
+fn scale_update(
+    store: &mut Store,
+    req: &Request<'_>,
+    key: &Key,
+    scale: &Value,
+    now: &str,
+    opts: WriteOpts,
+) -> Result<Outcome, ApiError> {
     let res = key.res;
-    let current = store.get(key).ok_or_else(|| ApiError::not_found(res, &key.name))?.clone();
+    let current = store
+        .get(key)
+        .ok_or_else(|| ApiError::not_found(res, &key.name))?
+        .clone();
     let replicas = scale
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .filter(|r| (0..=i64::from(i32::MAX)).contains(r))
-        .ok_or_else(|| ApiError::invalid(res, &key.name, "spec.replicas", "must be a non-negative integer"))?;
-    if let Some(rv) = meta::meta_str(scale, "resourceVersion")
-        && !rv.is_empty()
-        && Some(rv) != meta::meta_str(&current, "resourceVersion")
-    {
-        return Err(ApiError::conflict(res, &key.name, "the object has been modified; please apply your changes to the latest version and try again"));
+        .ok_or_else(|| {
+            ApiError::invalid(
+                res,
+                &key.name,
+                "spec.replicas",
+                "must be a non-negative integer",
+            )
+        })?;
+    if stale(meta::meta_str(scale, "resourceVersion"), Some(&current)) {
+        return Err(ApiError::conflict(
+            res,
+            &key.name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
     }
     let mut target = current.clone();
+    if !target.get("spec").is_some_and(Value::is_object) {
+        target["spec"] = json!({});
+    }
     target["spec"]["replicas"] = json!(replicas);
-    fields::record_update(Some(&current), &mut target, &manager(req)?, scope(res, None), &res.api_version(), now);
+    fields::record_update(
+        Some(&current),
+        &mut target,
+        &manager(req)?,
+        scope(res, None),
+        &res.api_version(),
+        now,
+    );
     let updated = store.update(key, target, Part::Main, opts)?;
     Ok(Outcome::Json(200, scale_of(&updated)))
 }
@@ -439,30 +617,73 @@ fn delete(store: &mut Store, req: &Request<'_>, key: &Key) -> Result<Outcome, Ap
         .or_else(|| options.get("propagationPolicy").and_then(Value::as_str));
     let orphan = policy == Some("Orphan") || options.get("orphanDependents") == Some(&json!(true));
     let dry_run = req.query.get("dryRun") == Some("All")
-        || options.get("dryRun").and_then(Value::as_array).is_some_and(|d| d.contains(&json!("All")));
-    let current = store.get(key).ok_or_else(|| ApiError::not_found(key.res, &key.name))?;
-    for (field, path) in [("uid", "/preconditions/uid"), ("resourceVersion", "/preconditions/resourceVersion")] {
-        if let Some(want) = options.pointer(path).and_then(Value::as_str)
-            && Some(want) != meta::meta_str(current, field)
-        {
-            return Err(ApiError::conflict(key.res, &key.name, &format!("Precondition failed: {field} in precondition: {want}")));
+        || options
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.contains(&json!("All")));
+    if key.res.kind == "Namespace" && PROTECTED_NAMESPACES.contains(&key.name.as_str()) {
+        return Err(ApiError::forbidden(
+            key.res,
+            &key.name,
+            "this namespace may not be deleted",
+        ));
+    }
+    let current = store
+        .get(key)
+        .ok_or_else(|| ApiError::not_found(key.res, &key.name))?;
+    for (field, path) in [
+        ("uid", "/preconditions/uid"),
+        ("resourceVersion", "/preconditions/resourceVersion"),
+    ] {
+        let want = options.pointer(path).and_then(Value::as_str);
+        if let Some(want) = want.filter(|w| Some(*w) != meta::meta_str(current, field)) {
+            return Err(ApiError::conflict(
+                key.res,
+                &key.name,
+                &format!("Precondition failed: {field} in precondition: {want}"),
+            ));
         }
     }
-    let deleted = store.delete(key, !orphan, WriteOpts { dry_run, keep_status: false })?;
+    let deleted = store.delete(
+        key,
+        !orphan,
+        WriteOpts {
+            dry_run,
+            keep_status: false,
+        },
+    )?;
     Ok(Outcome::Json(200, deleted))
 }
 
-fn delete_collection(store: &mut Store, req: &Request<'_>, res: &'static ResourceDef, ns: Option<&str>) -> Result<Outcome, ApiError> {
+fn delete_collection(
+    store: &mut Store,
+    req: &Request<'_>,
+    res: &'static ResourceDef,
+    ns: Option<&str>,
+) -> Result<Outcome, ApiError> {
     let (labels, fields) = selectors(&req.query)?;
     let dry_run = req.query.get("dryRun") == Some("All");
     let keys: Vec<Key> = store
         .list(res, ns, &labels, &fields)
         .into_iter()
-        .map(|o| Key::new(res, meta::meta_str(o, "namespace").unwrap_or(""), meta::name_of(o)))
+        .map(|o| {
+            Key::new(
+                res,
+                meta::meta_str(o, "namespace").unwrap_or(""),
+                meta::name_of(o),
+            )
+        })
         .collect();
     let mut items = Vec::with_capacity(keys.len());
     for k in &keys {
-        items.push(store.delete(k, true, WriteOpts { dry_run, keep_status: false })?);
+        items.push(store.delete(
+            k,
+            true,
+            WriteOpts {
+                dry_run,
+                keep_status: false,
+            },
+        )?);
     }
     if items.is_empty() {
         return Ok(Outcome::Json(200, status::success()));
@@ -476,4 +697,206 @@ fn delete_collection(store: &mut Store, req: &Request<'_>, res: &'static Resourc
             "items": items,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2024-01-01T00:00:00Z";
+
+    fn request<'a>(
+        method: &'a str,
+        path: &'a str,
+        content_type: &'a str,
+        body: &'a [u8],
+    ) -> Request<'a> {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        Request {
+            method,
+            path,
+            query: Query::parse(query),
+            content_type,
+            accept: "application/json",
+            user_agent: "test/1.0",
+            body,
+        }
+    }
+
+    fn code(store: &mut Store, method: &str, path: &str, content_type: &str, body: &str) -> u16 {
+        match handle(
+            store,
+            &request(method, path, content_type, body.as_bytes()),
+            NOW,
+        ) {
+            Outcome::Json(code, v) => {
+                if code >= 400 {
+                    assert_eq!(v["kind"], "Status", "{v}");
+                    assert_eq!(v["code"], code, "{v}");
+                }
+                code
+            }
+            Outcome::Text(code, _) => code,
+            Outcome::Watch(_) => 200,
+        }
+    }
+
+    fn body(store: &mut Store, method: &str, path: &str, content_type: &str, body: &str) -> Value {
+        match handle(
+            store,
+            &request(method, path, content_type, body.as_bytes()),
+            NOW,
+        ) {
+            Outcome::Json(_, v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn apply_is_idempotent_and_drops_fields_no_longer_applied() {
+        let mut store = Store::new(100, 1);
+        let path = "/api/v1/namespaces/default/configmaps/c?fieldManager=krane";
+        let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  labels: {a: '1'}\ndata:\n  x: '1'\n  y: '2'\n";
+        let first = body(
+            &mut store,
+            "PATCH",
+            path,
+            "application/apply-patch+yaml",
+            yaml,
+        );
+        let again = body(
+            &mut store,
+            "PATCH",
+            path,
+            "application/apply-patch+yaml",
+            yaml,
+        );
+        assert_eq!(
+            first["metadata"]["resourceVersion"],
+            again["metadata"]["resourceVersion"]
+        );
+        // Another manager adds a field; krane stops applying `y`.
+        let merge = r#"{"data": {"z": "3"}}"#;
+        body(
+            &mut store,
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/c?fieldManager=ops",
+            "application/merge-patch+json",
+            merge,
+        );
+        let yaml = yaml.replace("  y: '2'\n", "");
+        let after = body(
+            &mut store,
+            "PATCH",
+            path,
+            "application/apply-patch+yaml",
+            &yaml,
+        );
+        assert_eq!(after["data"], json!({"x": "1", "z": "3"}));
+        let managers: Vec<&str> = after["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, ["krane", "ops"]);
+    }
+
+    #[test]
+    fn bad_input_is_a_status_never_a_panic() {
+        let mut store = Store::new(100, 1);
+        let sts = "/apis/apps/v1/namespaces/default/statefulsets";
+        let created = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                             "metadata": {"name": "web"}, "spec": 5})
+        .to_string();
+        assert_eq!(
+            code(&mut store, "POST", sts, "application/json", &created),
+            201
+        );
+        let bodies = [
+            "",
+            "{",
+            "[]",
+            "5",
+            "null",
+            "\"x\"",
+            "{\"metadata\": 5}",
+            "{\"metadata\": {\"name\": 5}}",
+            "{\"spec\": [1]}",
+            "{\"kind\": \"Pod\"}",
+            "{\"apiVersion\": 7}",
+            "[{\"op\": \"add\"}]",
+            "{\"spec\": {\"replicas\": \"many\"}}",
+            "{\"metadata\": {\"managedFields\": [5, {\"manager\": 1}]}}",
+            "a: [",
+            "- 1",
+            "{\"apiVersion\": \"apps/v1\", \"kind\": \"StatefulSet\", \"metadata\": {\"name\": \"other\"}}",
+        ];
+        let content_types = [
+            "application/json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/json-patch+json",
+            "application/apply-patch+yaml",
+            "text/plain",
+            "application/vnd.kubernetes.protobuf",
+        ];
+        let targets = [
+            ("POST", sts.to_string()),
+            ("PUT", format!("{sts}/web")),
+            ("PUT", format!("{sts}/web/status")),
+            ("PUT", format!("{sts}/web/scale")),
+            ("DELETE", format!("{sts}/nope")),
+        ];
+        for body in bodies {
+            for (method, path) in &targets {
+                let c = code(&mut store, method, path, "application/json", body);
+                assert!(
+                    c == 200 || c == 201 || c >= 400,
+                    "{method} {path} {body}: {c}"
+                );
+            }
+            for ct in content_types {
+                for path in [
+                    format!("{sts}/web"),
+                    format!("{sts}/web/status"),
+                    format!("{sts}/web/scale"),
+                ] {
+                    let path = format!("{path}?fieldManager=m&force=true");
+                    let c = code(&mut store, "PATCH", &path, ct, body);
+                    assert!(
+                        c == 200 || c == 201 || c >= 400,
+                        "PATCH {path} {ct} {body}: {c}"
+                    );
+                }
+            }
+        }
+        for path in [
+            "/apis/apps/v1/namespaces/default/statefulsets?labelSelector=a%20in%20(",
+            "/api/v1/pods?watch=1&resourceVersion=x",
+            "/api/v1/pods?watch=1&timeoutSeconds=-1",
+            "/api/v1/pods/x",
+            "/nope",
+            "/apis/apps/v1/namespaces/default/statefulsets/web/log",
+        ] {
+            assert!(code(&mut store, "GET", path, "", "") >= 400, "{path}");
+        }
+        assert_eq!(code(&mut store, "POST", "/version", "", ""), 405);
+        // Scaling works even though the stored spec was not an object.
+        let scale = r#"{"spec": {"replicas": 2}}"#;
+        assert_eq!(
+            code(
+                &mut store,
+                "PATCH",
+                &format!("{sts}/web/scale"),
+                "application/merge-patch+json",
+                scale
+            ),
+            200
+        );
+        // The controller copes with whatever was stored.
+        let settings = crate::sim::controller::Settings::default();
+        let mut controller = crate::sim::controller::Controller::default();
+        controller.reconcile(&mut store, &settings, tokio::time::Instant::now(), NOW);
+    }
 }

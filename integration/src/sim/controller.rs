@@ -4,7 +4,7 @@
 //! status.
 //!
 //! [`Controller::reconcile`] is one idempotent pass over the store (no
-//! clock of its own: `now` comes in); [`run`] is the async driver, woken by
+//! clock of its own: `now` comes in); `run` is the async driver, woken by
 //! store changes, settings changes or the next pod start deadline — never
 //! by polling.
 //!
@@ -60,31 +60,40 @@ pub struct Controller {
 impl Controller {
     /// One pass: workloads, then pods, then workload status. Returns the
     /// next instant a waiting pod is due to start, if any.
-    pub fn reconcile(&mut self, store: &mut Store, settings: &Settings, now: Instant, wall: &str) -> Option<Instant> {
+    pub fn reconcile(
+        &mut self,
+        store: &mut Store,
+        settings: &Settings,
+        now: Instant,
+        wall: &str,
+    ) -> Option<Instant> {
+        let owned = PodIndex::new(store);
         for sts in all(store, &STATEFUL_SETS) {
-            self.statefulset_pods(store, &sts, wall);
+            self.statefulset_pods(store, &sts, &owned.of(&sts), wall);
         }
         for deploy in all(store, &DEPLOYMENTS) {
-            self.deployment_pods(store, &deploy, wall);
+            self.deployment_pods(store, &deploy, &owned.of(&deploy), wall);
         }
         delete_orphans(store);
         let next = self.pods(store, settings, now, wall);
+        let owned = PodIndex::new(store);
         for sts in all(store, &STATEFUL_SETS) {
-            write_status(store, &STATEFUL_SETS, &sts, statefulset_status(store, &sts));
+            let status = statefulset_status(&sts, &owned.of(&sts));
+            write_status(store, &STATEFUL_SETS, &sts, status);
         }
         for deploy in all(store, &DEPLOYMENTS) {
-            write_status(store, &DEPLOYMENTS, &deploy, deployment_status(store, &deploy, wall));
+            let status = deployment_status(&deploy, &owned.of(&deploy), wall);
+            write_status(store, &DEPLOYMENTS, &deploy, status);
         }
         next
     }
 
-    fn statefulset_pods(&mut self, store: &mut Store, sts: &Value, wall: &str) {
+    fn statefulset_pods(&mut self, store: &mut Store, sts: &Value, owned: &[&Value], wall: &str) {
         let (name, ns) = (meta::name_of(sts).to_string(), namespace(sts));
         let replicas = replicas(sts);
         let revision = format!("{name}-{}", template_hash(sts));
-        let owned = owned_pods(store, sts);
         let mut present = HashSet::new();
-        for pod in &owned {
+        for pod in owned {
             let pod_name = meta::name_of(pod);
             let ordinal = pod_name
                 .strip_prefix(&format!("{name}-"))
@@ -112,11 +121,10 @@ impl Controller {
         }
     }
 
-    fn deployment_pods(&mut self, store: &mut Store, deploy: &Value, wall: &str) {
+    fn deployment_pods(&mut self, store: &mut Store, deploy: &Value, owned: &[&Value], wall: &str) {
         let (name, ns) = (meta::name_of(deploy).to_string(), namespace(deploy));
         let replicas = replicas(deploy);
         let hash = template_hash(deploy);
-        let owned = owned_pods(store, deploy);
         let (new, old): (Vec<&Value>, Vec<&Value>) = owned
             .iter()
             .partition(|p| label(p, "pod-template-hash") == Some(hash.as_str()));
@@ -126,7 +134,8 @@ impl Controller {
         }
         for _ in new_count..replicas {
             self.name_count += 1;
-            let suffix = meta::safe_string(meta::mix64(self.name_count ^ meta::hash_value(deploy)), 5);
+            let suffix =
+                meta::safe_string(meta::mix64(self.name_count ^ meta::hash_value(deploy)), 5);
             let mut pod = pod_from_template(deploy, &format!("{name}-{hash}-{suffix}"));
             pod["metadata"]["labels"]["pod-template-hash"] = json!(hash);
             self.create_pod(store, &ns, pod, wall);
@@ -152,9 +161,20 @@ impl Controller {
     }
 
     /// Starts the pods whose delay has passed; returns the next deadline.
-    fn pods(&mut self, store: &mut Store, settings: &Settings, now: Instant, wall: &str) -> Option<Instant> {
+    fn pods(
+        &mut self,
+        store: &mut Store,
+        settings: &Settings,
+        now: Instant,
+        wall: &str,
+    ) -> Option<Instant> {
         let pods: Vec<Value> = store
-            .list(&PODS, None, &LabelSelector::default(), &FieldSelector::default())
+            .list(
+                &PODS,
+                None,
+                &LabelSelector::default(),
+                &FieldSelector::default(),
+            )
             .into_iter()
             .cloned()
             .collect();
@@ -207,7 +227,12 @@ impl Controller {
 
 fn all(store: &Store, res: &'static ResourceDef) -> Vec<Value> {
     store
-        .list(res, None, &LabelSelector::default(), &FieldSelector::default())
+        .list(
+            res,
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+        )
         .into_iter()
         .cloned()
         .collect()
@@ -230,19 +255,55 @@ fn replicas(workload: &Value) -> i64 {
 }
 
 fn template_hash(workload: &Value) -> String {
-    let template = workload.pointer("/spec/template").cloned().unwrap_or(Value::Null);
+    let template = workload
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or(Value::Null);
     meta::safe_string(meta::hash_value(&template), 10)
 }
 
-fn owned_pods(store: &Store, owner: &Value) -> Vec<Value> {
-    let uid = meta::meta_str(owner, "uid").unwrap_or("");
-    let ns = namespace(owner);
-    store
-        .list(&PODS, Some(&ns), &LabelSelector::default(), &FieldSelector::default())
-        .into_iter()
-        .filter(|p| meta::owned_by(p, uid))
-        .cloned()
-        .collect()
+/// Pods by the uid of their controlling owner, as of one moment.
+struct PodIndex(HashMap<String, Vec<Value>>);
+
+impl PodIndex {
+    fn new(store: &Store) -> PodIndex {
+        let mut by_owner: HashMap<String, Vec<Value>> = HashMap::new();
+        for pod in store.list(
+            &PODS,
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+        ) {
+            let refs = pod
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array);
+            for r in refs
+                .into_iter()
+                .flatten()
+                .filter(|r| r["controller"] == true)
+            {
+                if let Some(uid) = r["uid"].as_str() {
+                    by_owner
+                        .entry(uid.to_string())
+                        .or_default()
+                        .push(pod.clone());
+                }
+            }
+        }
+        PodIndex(by_owner)
+    }
+
+    /// The pods `owner` controls (in its namespace).
+    fn of(&self, owner: &Value) -> Vec<&Value> {
+        let uid = meta::meta_str(owner, "uid").unwrap_or("");
+        let ns = meta::meta_str(owner, "namespace");
+        self.0
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter(|p| meta::meta_str(p, "namespace") == ns)
+            .collect()
+    }
 }
 
 fn delete_pod(store: &mut Store, ns: &str, name: &str) {
@@ -256,7 +317,12 @@ fn delete_orphans(store: &mut Store) {
         .filter_map(|(_, o)| meta::meta_str(o, "uid").map(str::to_string))
         .collect();
     let orphans: Vec<(String, String)> = store
-        .list(&PODS, None, &LabelSelector::default(), &FieldSelector::default())
+        .list(
+            &PODS,
+            None,
+            &LabelSelector::default(),
+            &FieldSelector::default(),
+        )
         .into_iter()
         .filter(|p| {
             p.pointer("/metadata/ownerReferences")
@@ -278,8 +344,14 @@ fn delete_orphans(store: &mut Store) {
 
 /// A new pod (Pending, scheduled) from a workload's template.
 fn pod_from_template(owner: &Value, name: &str) -> Value {
-    let template = owner.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    let mut labels = template.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    let template = owner
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or(json!({}));
+    let mut labels = template
+        .pointer("/metadata/labels")
+        .cloned()
+        .unwrap_or(json!({}));
     if !labels.is_object() {
         labels = json!({});
     }
@@ -334,12 +406,21 @@ fn qos_class(containers: &Value) -> &'static str {
     let list = containers.as_array().map(Vec::as_slice).unwrap_or(&[]);
     let resources: Vec<(&Value, &Value)> = list
         .iter()
-        .map(|c| (c.pointer("/resources/requests").unwrap_or(&Value::Null), c.pointer("/resources/limits").unwrap_or(&Value::Null)))
+        .map(|c| {
+            (
+                c.pointer("/resources/requests").unwrap_or(&Value::Null),
+                c.pointer("/resources/limits").unwrap_or(&Value::Null),
+            )
+        })
         .collect();
     let empty = |v: &Value| v.as_object().is_none_or(serde_json::Map::is_empty);
     if resources.iter().all(|(r, l)| empty(r) && empty(l)) {
         "BestEffort"
-    } else if !list.is_empty() && resources.iter().all(|(r, l)| !empty(l) && (empty(r) || r == l)) {
+    } else if !list.is_empty()
+        && resources
+            .iter()
+            .all(|(r, l)| !empty(l) && (empty(r) || r == l))
+    {
         "Guaranteed"
     } else {
         "Burstable"
@@ -351,12 +432,28 @@ fn qos_class(containers: &Value) -> &'static str {
 /// start times already set are kept, so a repeated pass changes nothing.
 fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Value {
     let old = pod.get("status").cloned().unwrap_or(json!({}));
-    let containers = pod.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
-    let fails = |c: &Value| c["image"].as_str().is_some_and(|i| failing.iter().any(|f| f == i));
-    let bad: Vec<&str> = containers.iter().filter(|c| fails(c)).filter_map(|c| c["name"].as_str()).collect();
+    let containers = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let fails = |c: &Value| {
+        c["image"]
+            .as_str()
+            .is_some_and(|i| failing.iter().any(|f| f == i))
+    };
+    let bad: Vec<&str> = containers
+        .iter()
+        .filter(|c| fails(c))
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     let ok = bad.is_empty();
     let old_time = |kind: &str, field: &str| -> Option<Value> {
-        let state = old.pointer("/containerStatuses")?.as_array()?.iter().find(|s| s["name"] == kind)?;
+        let state = old
+            .pointer("/containerStatuses")?
+            .as_array()?
+            .iter()
+            .find(|s| s["name"] == kind)?;
         state.pointer(field).cloned()
     };
     let statuses: Vec<Value> = containers
@@ -389,7 +486,10 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
                            "lastTransitionTime": kept.unwrap_or(json!(wall))});
         if !status {
             c["reason"] = json!("ContainersNotReady");
-            c["message"] = json!(format!("containers with unready status: [{}]", bad.join(" ")));
+            c["message"] = json!(format!(
+                "containers with unready status: [{}]",
+                bad.join(" ")
+            ));
         }
         c
     };
@@ -418,7 +518,10 @@ pub fn pod_ready(pod: &Value) -> bool {
         && pod
             .pointer("/status/conditions")
             .and_then(Value::as_array)
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
 }
 
 fn write_status(store: &mut Store, res: &'static ResourceDef, workload: &Value, status: Value) {
@@ -432,12 +535,13 @@ fn write_status(store: &mut Store, res: &'static ResourceDef, workload: &Value, 
 }
 
 fn generation(o: &Value) -> Value {
-    o.pointer("/metadata/generation").cloned().unwrap_or(json!(1))
+    o.pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1))
 }
 
-fn statefulset_status(store: &Store, sts: &Value) -> Value {
+fn statefulset_status(sts: &Value, pods: &[&Value]) -> Value {
     let revision = format!("{}-{}", meta::name_of(sts), template_hash(sts));
-    let pods = owned_pods(store, sts);
     let ready = pods.iter().filter(|p| pod_ready(p)).count();
     let current = pods
         .iter()
@@ -456,9 +560,8 @@ fn statefulset_status(store: &Store, sts: &Value) -> Value {
     })
 }
 
-fn deployment_status(store: &Store, deploy: &Value, wall: &str) -> Value {
+fn deployment_status(deploy: &Value, pods: &[&Value], wall: &str) -> Value {
     let hash = template_hash(deploy);
-    let pods = owned_pods(store, deploy);
     let replicas = replicas(deploy) as usize;
     let ready = pods.iter().filter(|p| pod_ready(p)).count();
     let updated = pods
@@ -471,7 +574,10 @@ fn deployment_status(store: &Store, deploy: &Value, wall: &str) -> Value {
         let kept = old
             .get("conditions")
             .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c["type"] == kind && c["status"] == s && c["reason"] == reason))
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == kind && c["status"] == s && c["reason"] == reason)
+            })
             .cloned();
         kept.unwrap_or_else(|| {
             json!({"type": kind, "status": s, "reason": reason, "message": message,
@@ -570,7 +676,12 @@ mod tests {
         all(store, &PODS)
     }
 
-    fn pass(c: &mut Controller, store: &mut Store, settings: &Settings, now: Instant) -> Option<Instant> {
+    fn pass(
+        c: &mut Controller,
+        store: &mut Store,
+        settings: &Settings,
+        now: Instant,
+    ) -> Option<Instant> {
         let mut next = None;
         for _ in 0..PASSES_MAX {
             let before = store.resource_version();
@@ -586,28 +697,63 @@ mod tests {
     fn statefulset_pods_start_after_the_delay_and_follow_scale() {
         let mut store = Store::new(1000, 1);
         let mut c = Controller::default();
-        let settings = Settings { pod_ready_delay: Duration::from_secs(5), failing_images: vec![] };
+        let settings = Settings {
+            pod_ready_delay: Duration::from_secs(5),
+            failing_images: vec![],
+        };
         let t0 = Instant::now();
-        store.create(&STATEFUL_SETS, "default", sts(2, "app:1"), WALL, WriteOpts::default()).unwrap();
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                sts(2, "app:1"),
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
         let next = pass(&mut c, &mut store, &settings, t0);
         assert_eq!(next, Some(t0 + Duration::from_secs(5)));
-        let names: Vec<String> = pods(&store).iter().map(|p| meta::name_of(p).to_string()).collect();
+        let names: Vec<String> = pods(&store)
+            .iter()
+            .map(|p| meta::name_of(p).to_string())
+            .collect();
         assert_eq!(names, ["web-0", "web-1"]);
-        assert!(pods(&store).iter().all(|p| p["status"]["phase"] == "Pending"));
+        assert!(
+            pods(&store)
+                .iter()
+                .all(|p| p["status"]["phase"] == "Pending")
+        );
         assert!(pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(5)).is_none());
         assert!(pods(&store).iter().all(pod_ready));
-        let ips: HashSet<String> = pods(&store).iter().map(|p| p["status"]["podIP"].as_str().unwrap().to_string()).collect();
+        let ips: HashSet<String> = pods(&store)
+            .iter()
+            .map(|p| p["status"]["podIP"].as_str().unwrap().to_string())
+            .collect();
         assert_eq!(ips.len(), 2);
         let key = Key::new(&STATEFUL_SETS, "default", "web");
         let status = &store.get(&key).unwrap()["status"];
-        assert_eq!((status["replicas"].as_i64(), status["readyReplicas"].as_i64()), (Some(2), Some(2)));
+        assert_eq!(
+            (
+                status["replicas"].as_i64(),
+                status["readyReplicas"].as_i64()
+            ),
+            (Some(2), Some(2))
+        );
         assert_eq!(status["observedGeneration"], 1);
 
-        store.update(&key, sts(1, "app:1"), Part::Main, WriteOpts::default()).unwrap();
+        store
+            .update(&key, sts(1, "app:1"), Part::Main, WriteOpts::default())
+            .unwrap();
         pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(6));
         assert_eq!(pods(&store).len(), 1);
         let status = &store.get(&key).unwrap()["status"];
-        assert_eq!((status["replicas"].as_i64(), status["observedGeneration"].as_i64()), (Some(1), Some(2)));
+        assert_eq!(
+            (
+                status["replicas"].as_i64(),
+                status["observedGeneration"].as_i64()
+            ),
+            (Some(1), Some(2))
+        );
         // A settled pass changes nothing.
         let rv = store.resource_version();
         pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(7));
@@ -618,13 +764,27 @@ mod tests {
     fn failing_images_stay_pending() {
         let mut store = Store::new(1000, 1);
         let mut c = Controller::default();
-        let mut settings = Settings { pod_ready_delay: Duration::ZERO, failing_images: vec!["bad:1".into()] };
+        let mut settings = Settings {
+            pod_ready_delay: Duration::ZERO,
+            failing_images: vec!["bad:1".into()],
+        };
         let t0 = Instant::now();
-        store.create(&STATEFUL_SETS, "default", sts(1, "bad:1"), WALL, WriteOpts::default()).unwrap();
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                sts(1, "bad:1"),
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
         pass(&mut c, &mut store, &settings, t0);
         let pod = &pods(&store)[0];
         assert_eq!(pod["status"]["phase"], "Pending");
-        assert_eq!(pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ImagePullBackOff");
+        assert_eq!(
+            pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ImagePullBackOff"
+        );
         settings.failing_images.clear();
         pass(&mut c, &mut store, &settings, t0);
         assert!(pod_ready(&pods(&store)[0]));
@@ -639,18 +799,41 @@ mod tests {
         let mut d = sts(2, "app:1");
         d["kind"] = json!("Deployment");
         d["metadata"]["name"] = json!("sentinel");
-        store.create(&DEPLOYMENTS, "default", d.clone(), WALL, WriteOpts::default()).unwrap();
+        store
+            .create(
+                &DEPLOYMENTS,
+                "default",
+                d.clone(),
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
         pass(&mut c, &mut store, &settings, t0);
         assert_eq!(pods(&store).len(), 2);
-        assert!(pods(&store).iter().all(|p| meta::name_of(p).starts_with("sentinel-")));
+        assert!(
+            pods(&store)
+                .iter()
+                .all(|p| meta::name_of(p).starts_with("sentinel-"))
+        );
         d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
         let key = Key::new(&DEPLOYMENTS, "default", "sentinel");
-        store.update(&key, d, Part::Main, WriteOpts::default()).unwrap();
+        store
+            .update(&key, d, Part::Main, WriteOpts::default())
+            .unwrap();
         pass(&mut c, &mut store, &settings, t0);
-        let images: Vec<Value> = pods(&store).iter().map(|p| p["spec"]["containers"][0]["image"].clone()).collect();
+        let images: Vec<Value> = pods(&store)
+            .iter()
+            .map(|p| p["spec"]["containers"][0]["image"].clone())
+            .collect();
         assert_eq!(images, [json!("app:2"), json!("app:2")]);
         let status = &store.get(&key).unwrap()["status"];
-        assert_eq!((status["updatedReplicas"].as_i64(), status["availableReplicas"].as_i64()), (Some(2), Some(2)));
+        assert_eq!(
+            (
+                status["updatedReplicas"].as_i64(),
+                status["availableReplicas"].as_i64()
+            ),
+            (Some(2), Some(2))
+        );
         assert_eq!(status["observedGeneration"], 2);
     }
 }

@@ -87,6 +87,15 @@ pub fn resource_list(group: &str, version: &str) -> Value {
                 "verbs": SUBRESOURCE_VERBS,
             }));
         }
+        if r.kind == "Pod" {
+            list.push(json!({
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get"],
+            }));
+        }
         if r.has_scale {
             list.push(json!({
                 "name": format!("{}/scale", r.plural),
@@ -123,7 +132,10 @@ fn resource_entry(r: &ResourceDef) -> Value {
     if !r.short_names.is_empty() {
         entry["shortNames"] = json!(r.short_names);
     }
-    if matches!(r.kind, "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet") {
+    if matches!(
+        r.kind,
+        "Pod" | "Service" | "StatefulSet" | "Deployment" | "ReplicaSet"
+    ) {
         entry["categories"] = json!(["all"]);
     }
     entry

@@ -36,7 +36,7 @@ const OWNABLE_METADATA: &[&str] = &["labels", "annotations", "ownerReferences", 
 pub fn in_scope(scope: Scope, top: &str) -> bool {
     match scope {
         Scope::Main { has_status } => {
-            !matches!(top, "apiVersion" | "kind") && !(has_status && top == "status")
+            !(matches!(top, "apiVersion" | "kind") || (has_status && top == "status"))
         }
         Scope::Status => top == "status",
     }
@@ -226,7 +226,9 @@ fn from_fields_v1(v: &Value, path: &mut Path, out: &mut FieldSet) {
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("f:").map(|k| (k, v)))
         .collect();
-    let keyed = m.keys().any(|k| k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:"));
+    let keyed = m
+        .keys()
+        .any(|k| k.starts_with("k:") || k.starts_with("v:") || k.starts_with("i:"));
     if !path.is_empty() && (m.contains_key(".") || children.is_empty() || keyed) {
         out.insert(path.clone());
     }
@@ -265,8 +267,7 @@ pub fn record_update(
     }
     let subresource = matches!(scope, Scope::Status).then_some("status");
     for e in entries.iter_mut() {
-        e.fields
-            .retain(|f| !changed.iter().any(|c| overlaps(c, f)));
+        e.fields.retain(|f| !changed.iter().any(|c| overlaps(c, f)));
     }
     let owned: FieldSet = changed.into_iter().filter(|p| after.contains(p)).collect();
     match entries
@@ -327,7 +328,10 @@ pub fn plan_apply(
                 for q in e.fields.iter().filter(|q| overlaps(p, q)) {
                     taken.push((i, q.clone()));
                     let field = format!(".{}", p.join("."));
-                    if !conflicts.iter().any(|(m, f)| *m == e.manager && *f == field) {
+                    if !conflicts
+                        .iter()
+                        .any(|(m, f)| *m == e.manager && *f == field)
+                    {
                         conflicts.push((e.manager.clone(), field));
                     }
                 }
@@ -415,9 +419,14 @@ mod tests {
 
     #[test]
     fn fields_v1_round_trips() {
-        let fields: FieldSet = [p("spec.replicas"), p("spec.template"), p("spec.template.x"), p("metadata.labels.app")]
-            .into_iter()
-            .collect();
+        let fields: FieldSet = [
+            p("spec.replicas"),
+            p("spec.template"),
+            p("spec.template.x"),
+            p("metadata.labels.app"),
+        ]
+        .into_iter()
+        .collect();
         let v1 = to_fields_v1(&fields);
         assert_eq!(v1["f:spec"]["f:replicas"], json!({}));
         assert_eq!(v1["f:spec"]["f:template"]["."], json!({}));
@@ -432,27 +441,57 @@ mod tests {
             "metadata": {"name": "a", "uid": "u", "labels": {"app": "x"}},
             "spec": {"replicas": 2, "template": {}}, "status": {"ready": 1}});
         let paths = owned_paths(&obj, MAIN);
-        let want: FieldSet = [p("metadata.labels.app"), p("spec.replicas"), p("spec.template")].into_iter().collect();
+        let want: FieldSet = [
+            p("metadata.labels.app"),
+            p("spec.replicas"),
+            p("spec.template"),
+        ]
+        .into_iter()
+        .collect();
         assert_eq!(paths, want);
-        assert_eq!(owned_paths(&obj, Scope::Status), [p("status.ready")].into_iter().collect());
+        assert_eq!(
+            owned_paths(&obj, Scope::Status),
+            [p("status.ready")].into_iter().collect()
+        );
     }
 
     #[test]
     fn apply_conflicts_unless_forced_and_drops_unapplied_fields() {
         let now = "2024-01-01T00:00:00Z";
         let mut live = json!({"spec": {"replicas": 1, "paused": false}});
-        let plan = plan_apply(None, &live, "krane", MAIN, false, "apps/v1", now).ok().unwrap();
+        let plan = plan_apply(None, &live, "krane", MAIN, false, "apps/v1", now)
+            .ok()
+            .unwrap();
         write_entries(&mut live, &plan.entries);
         // kubectl scale changes replicas: it owns that field now.
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(3);
         record_update(Some(&live), &mut scaled, "kubectl", MAIN, "apps/v1", now);
         let applied = json!({"spec": {"replicas": 1}});
-        let conflicts = plan_apply(Some(&scaled), &applied, "krane", MAIN, false, "apps/v1", now).err().unwrap();
-        assert_eq!(conflicts, vec![("kubectl".to_string(), ".spec.replicas".to_string())]);
-        let plan = plan_apply(Some(&scaled), &applied, "krane", MAIN, true, "apps/v1", now).ok().unwrap();
+        let conflicts = plan_apply(
+            Some(&scaled),
+            &applied,
+            "krane",
+            MAIN,
+            false,
+            "apps/v1",
+            now,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            conflicts,
+            vec![("kubectl".to_string(), ".spec.replicas".to_string())]
+        );
+        let plan = plan_apply(Some(&scaled), &applied, "krane", MAIN, true, "apps/v1", now)
+            .ok()
+            .unwrap();
         assert_eq!(plan.remove, vec![p("spec.paused")]);
-        assert!(plan.entries.iter().all(|e| e.manager == "krane" || e.fields.is_empty()));
+        assert!(
+            plan.entries
+                .iter()
+                .all(|e| e.manager == "krane" || e.fields.is_empty())
+        );
     }
 
     #[test]

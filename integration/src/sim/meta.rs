@@ -11,7 +11,10 @@ pub const NAME_BYTES_MAX: usize = 253;
 /// Formats a wall-clock time as RFC 3339 in UTC with second precision,
 /// the form of `creationTimestamp`.
 pub fn rfc3339(at: SystemTime) -> String {
-    let secs = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);

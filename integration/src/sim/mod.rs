@@ -16,17 +16,31 @@
 //!
 //! Layers, each a module: [`resources`] (the served kinds, one table),
 //! [`route`] (paths and queries), [`api`] (handlers over the [`store`], a
-//! synchronous state machine with the resourceVersion counter and watch
-//! history), [`fields`] and [`patch`] (server-side apply and patches),
-//! [`watch`] (what a watch sends, and its stream), [`controller`] (pods),
-//! [`discovery`] and [`openapi`], [`table`] (`kubectl get` columns),
-//! [`status`] (errors),
-//! and `server` (the only code touching sockets).
+//! synchronous state machine holding the resourceVersion counter and the
+//! watch history), [`fields`] and [`patch`] (server-side apply and
+//! patches), [`watch`] (what a watch sends, and its stream), [`controller`]
+//! (pods), [`discovery`] and [`openapi`], [`table`] (`kubectl get`
+//! columns), [`status`] (errors), and `server` (the only code touching
+//! sockets). The store, the handlers and the controller's passes take the
+//! time as an argument and are tested without sockets or clocks.
+//!
+//! Served: discovery (legacy format, also when aggregated discovery is
+//! asked for), get, list and watch with label and field selectors, create,
+//! replace, server-side apply, merge / strategic-merge / JSON patches,
+//! delete and delete-collection, the `status` and `scale` subresources,
+//! `pods/log` (a fixed line), `Table` output for `kubectl get`, and
+//! `dryRun=All`. A watch resumed from a version older than the kept history
+//! gets a 410 `Expired` Status as an in-band `ERROR` event (HTTP 200), as
+//! real servers send it and as kube-rs's watcher expects in order to
+//! re-list.
 //!
 //! What is simplified, compared with a real API server:
-//! - no authentication or authorization, plain HTTP/1.1, JSON only (no
-//!   protobuf); OpenAPI v3 only as far as kubectl needs to skip client-side
-//!   validation ([`openapi`]: no schemas), `/openapi/v2` answers 404;
+//! - no authentication or authorization; plain HTTP/1.1; JSON only, so
+//!   kubectl's typed commands that send protobuf (`kubectl create
+//!   namespace X`, `kubectl run`) get 415 (use `kubectl create -f` or
+//!   `kubectl apply -f`); OpenAPI v3 only as far as kubectl needs to leave
+//!   validation to the server ([`openapi`]: no schemas), `/openapi/v2`
+//!   answers 404;
 //! - a namespaced write to a missing namespace creates the namespace
 //!   (a real server answers 404); deleting a namespace deletes its objects
 //!   at once (no `Terminating` phase);
@@ -35,11 +49,12 @@
 //!   `Orphan` leaves them;
 //! - lists ignore `limit`/`continue` (everything in one page) and
 //!   `resourceVersion` (always the latest state);
-//! - server-side apply: see [`fields`] (lists are atomic) and `api::apply`;
-//!   strategic merge: see [`patch`];
-//! - only a few defaults are set (replicas, a service's cluster IP, a
-//!   namespace's status) and objects are not validated against schemas
-//!   beyond names, kinds and JSON shape.
+//! - server-side apply: see [`fields`] (maps merge, lists are atomic and
+//!   owned whole) and `api::apply`; strategic merge: see [`patch`];
+//! - only a few defaults are set (replicas, update strategies, a service's
+//!   cluster IP, a namespace's status) and objects are not validated
+//!   against schemas beyond names, kinds and JSON shape;
+//! - the controller's own simplifications are listed in [`controller`].
 
 pub mod api;
 pub mod controller;
@@ -50,8 +65,8 @@ pub mod openapi;
 pub mod patch;
 pub mod resources;
 pub mod route;
-mod server;
 pub mod selector;
+mod server;
 pub mod status;
 pub mod store;
 pub mod table;
@@ -132,7 +147,10 @@ impl Shared {
     }
 
     fn settings(&self) -> Settings {
-        self.settings.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn update_settings(&self, f: impl FnOnce(&mut Settings)) {
@@ -153,9 +171,16 @@ impl View<'_> {
     /// Objects of a kind in a namespace (`None`: all) matching a label
     /// selector in query syntax (`app=web,tier!=db`); a malformed selector
     /// matches nothing.
-    pub fn list(&self, res: &'static ResourceDef, namespace: Option<&str>, label_selector: &str) -> Vec<&Value> {
+    pub fn list(
+        &self,
+        res: &'static ResourceDef,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Vec<&Value> {
         match LabelSelector::parse(label_selector) {
-            Ok(labels) => self.0.list(res, namespace, &labels, &FieldSelector::default()),
+            Ok(labels) => self
+                .0
+                .list(res, namespace, &labels, &FieldSelector::default()),
             Err(_) => Vec::new(),
         }
     }
@@ -175,12 +200,18 @@ pub fn pod_ready(pod: &Value) -> bool {
     controller::pod_ready(pod)
 }
 
-/// A running simulator: its HTTP server and its controller.
+/// A running simulator: its HTTP server and its controller. Dropping it
+/// stops both (as [`Simulator::shutdown`] does, without waiting).
 pub struct Simulator {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    server: JoinHandle<()>,
-    controller: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.shared.shutdown.send_replace(true);
+    }
 }
 
 impl Simulator {
@@ -214,13 +245,14 @@ impl Simulator {
             }),
             kick: Notify::new(),
         });
-        let server = tokio::spawn(server::serve(listener, shared.clone()));
-        let controller = tokio::spawn(controller::run(shared.clone()));
+        let tasks = vec![
+            tokio::spawn(server::serve(listener, shared.clone())),
+            tokio::spawn(controller::run(shared.clone())),
+        ];
         Ok(Simulator {
             addr,
             shared,
-            server,
-            controller,
+            tasks,
         })
     }
 
@@ -276,8 +308,18 @@ preferences: {{}}
     }
 
     /// Objects (copies) of a kind matching a label selector.
-    pub fn list(&self, res: &'static ResourceDef, namespace: Option<&str>, label_selector: &str) -> Vec<Value> {
-        self.inspect(|v| v.list(res, namespace, label_selector).into_iter().cloned().collect())
+    pub fn list(
+        &self,
+        res: &'static ResourceDef,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Vec<Value> {
+        self.inspect(|v| {
+            v.list(res, namespace, label_selector)
+                .into_iter()
+                .cloned()
+                .collect()
+        })
     }
 
     /// Pods (copies) of a namespace matching a label selector.
@@ -348,10 +390,11 @@ preferences: {{}}
     }
 
     /// Stops serving (open watches end) and stops the controller.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.shared.shutdown.send_replace(true);
-        let _ = self.server.await;
-        let _ = self.controller.await;
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = task.await;
+        }
     }
 }
 

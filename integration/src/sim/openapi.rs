@@ -60,7 +60,11 @@ pub fn document(path: &str) -> Option<Value> {
 }
 
 fn object_path(r: &ResourceDef) -> String {
-    let ns = if r.namespaced { "/namespaces/{namespace}" } else { "" };
+    let ns = if r.namespaced {
+        "/namespaces/{namespace}"
+    } else {
+        ""
+    };
     format!("{}{ns}/{}/{{name}}", r.group_version_path(), r.plural)
 }
 
@@ -94,8 +98,18 @@ mod tests {
         let doc = document("apis/apps/v1").unwrap();
         let op = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"]["patch"];
         assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "StatefulSet");
-        assert!(op["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        assert!(
+            op["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == "fieldValidation")
+        );
         assert!(document("apis/nope/v1").is_none());
-        assert!(document("api/v1").unwrap()["paths"].get("/api/v1/namespaces/{name}").is_some());
+        assert!(
+            document("api/v1").unwrap()["paths"]
+                .get("/api/v1/namespaces/{name}")
+                .is_some()
+        );
     }
 }

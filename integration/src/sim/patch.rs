@@ -32,12 +32,22 @@ pub const JSON_PATCH_OPS_MAX: usize = 10_000;
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
     let ops = patch.as_array().ok_or("a JSON patch must be an array")?;
     if ops.len() > JSON_PATCH_OPS_MAX {
-        return Err(format!("a JSON patch may hold at most {JSON_PATCH_OPS_MAX} operations"));
+        return Err(format!(
+            "a JSON patch may hold at most {JSON_PATCH_OPS_MAX} operations"
+        ));
     }
     for op in ops {
-        let field = |k: &str| op.get(k).and_then(Value::as_str).ok_or(format!("operation {op} lacks {k:?}"));
+        let field = |k: &str| {
+            op.get(k)
+                .and_then(Value::as_str)
+                .ok_or(format!("operation {op} lacks {k:?}"))
+        };
         let path = pointer(field("path")?)?;
-        let value = || op.get("value").cloned().ok_or(format!("operation {op} lacks \"value\""));
+        let value = || {
+            op.get("value")
+                .cloned()
+                .ok_or(format!("operation {op} lacks \"value\""))
+        };
         match field("op")? {
             "add" => add(target, &path, value()?)?,
             "remove" => {
@@ -53,7 +63,9 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
             }
             "copy" => {
                 let from = pointer(field("from")?)?;
-                let v = lookup(target, &from).cloned().ok_or(format!("no value at {from:?}"))?;
+                let v = lookup(target, &from)
+                    .cloned()
+                    .ok_or(format!("no value at {from:?}"))?;
                 add(target, &path, v)?;
             }
             "test" => {
@@ -71,8 +83,13 @@ fn pointer(p: &str) -> Result<Vec<String>, String> {
     if p.is_empty() {
         return Ok(Vec::new());
     }
-    let rest = p.strip_prefix('/').ok_or(format!("invalid JSON pointer {p:?}"))?;
-    Ok(rest.split('/').map(|s| s.replace("~1", "/").replace("~0", "~")).collect())
+    let rest = p
+        .strip_prefix('/')
+        .ok_or(format!("invalid JSON pointer {p:?}"))?;
+    Ok(rest
+        .split('/')
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect())
 }
 
 fn lookup<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
@@ -106,7 +123,11 @@ fn add(target: &mut Value, path: &[String], value: Value) -> Result<(), String> 
             m.insert(last.clone(), value);
         }
         Value::Array(a) => {
-            let i = if last == "-" { a.len() } else { last.parse().map_err(|_| format!("bad index {last:?}"))? };
+            let i = if last == "-" {
+                a.len()
+            } else {
+                last.parse().map_err(|_| format!("bad index {last:?}"))?
+            };
             if i > a.len() {
                 return Err(format!("index {i} out of range"));
             }
@@ -118,7 +139,9 @@ fn add(target: &mut Value, path: &[String], value: Value) -> Result<(), String> 
 }
 
 fn remove(target: &mut Value, path: &[String]) -> Result<Value, String> {
-    let (last, up) = path.split_last().ok_or("cannot remove the whole document")?;
+    let (last, up) = path
+        .split_last()
+        .ok_or("cannot remove the whole document")?;
     match parent(target, up)? {
         Value::Object(m) => m.remove(last).ok_or(format!("no value at {last:?}")),
         Value::Array(a) => {
@@ -135,8 +158,14 @@ fn remove(target: &mut Value, path: &[String]) -> Result<Value, String> {
 /// The merge key of a list field in the core and apps schemas.
 fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env"
-        | "imagePullSecrets" | "containerStatuses" | "initContainerStatuses" => "name",
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "containerStatuses"
+        | "initContainerStatuses" => "name",
         "volumeMounts" => "mountPath",
         "volumeDevices" => "devicePath",
         "ports" => "containerPort",
@@ -205,7 +234,12 @@ fn merge_at(
     }
 }
 
-fn merge_list(existing: &mut Vec<Value>, items: &[Value], key: &str, depth: usize) -> Result<(), String> {
+fn merge_list(
+    existing: &mut Vec<Value>,
+    items: &[Value],
+    key: &str,
+    depth: usize,
+) -> Result<(), String> {
     for item in items {
         let Some(k) = item.get(key).filter(|k| !k.is_null()) else {
             // No key: appended as is (a real server would reject it).
@@ -288,8 +322,17 @@ mod tests {
             {"op": "test", "path": "/copied", "value": 3},
         ]);
         json_patch(&mut t, &p).unwrap();
-        assert_eq!(t, json!({"spec": {"replicas": 3, "list": [1, 2, 3, 4]}, "copied": 3}));
-        assert!(json_patch(&mut t, &json!([{"op": "test", "path": "/copied", "value": 4}])).is_err());
+        assert_eq!(
+            t,
+            json!({"spec": {"replicas": 3, "list": [1, 2, 3, 4]}, "copied": 3})
+        );
+        assert!(
+            json_patch(
+                &mut t,
+                &json!([{"op": "test", "path": "/copied", "value": 4}])
+            )
+            .is_err()
+        );
         assert!(json_patch(&mut t, &json!([{"op": "remove", "path": "/nope"}])).is_err());
         assert!(json_patch(&mut t, &json!({"op": "add"})).is_err());
     }

@@ -87,10 +87,12 @@ const fn core(
     }
 }
 
-pub static NAMESPACES: ResourceDef = core("namespaces", "namespace", "Namespace", false, &["ns"], true);
+pub static NAMESPACES: ResourceDef =
+    core("namespaces", "namespace", "Namespace", false, &["ns"], true);
 pub static PODS: ResourceDef = core("pods", "pod", "Pod", true, &["po"], true);
 pub static SERVICES: ResourceDef = core("services", "service", "Service", true, &["svc"], true);
-pub static CONFIG_MAPS: ResourceDef = core("configmaps", "configmap", "ConfigMap", true, &["cm"], false);
+pub static CONFIG_MAPS: ResourceDef =
+    core("configmaps", "configmap", "ConfigMap", true, &["cm"], false);
 pub static SECRETS: ResourceDef = core("secrets", "secret", "Secret", true, &[], false);
 pub static EVENTS: ResourceDef = core("events", "event", "Event", true, &["ev"], false);
 

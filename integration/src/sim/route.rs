@@ -13,6 +13,8 @@ pub const URI_BYTES_MAX: usize = 8192;
 pub enum Sub {
     Status,
     Scale,
+    /// `pods/NAME/log`: a fixed line (simulated containers write nothing).
+    Log,
 }
 
 /// A request for objects: one collection, maybe one object, maybe a
@@ -40,7 +42,10 @@ pub enum Route {
     /// `/apis/GROUP`.
     Group(String),
     /// `/api/v1` or `/apis/GROUP/VERSION`: the resource list.
-    Resources { group: String, version: String },
+    Resources {
+        group: String,
+        version: String,
+    },
     /// `/healthz`, `/livez`, `/readyz`.
     Health,
     /// `/openapi/v3`.
@@ -71,7 +76,10 @@ pub fn parse(path: &str) -> Result<Route, RouteError> {
         ["openapi", "v3", rest @ ..] => Ok(Route::OpenApiDocument(rest.join("/"))),
         ["apis"] => Ok(Route::Groups),
         ["apis", group] => {
-            if resources::named_group_versions().iter().any(|(g, _)| g == group) {
+            if resources::named_group_versions()
+                .iter()
+                .any(|(g, _)| g == group)
+            {
                 Ok(Route::Group(group.to_string()))
             } else {
                 Err(RouteError::NotFound)
@@ -105,7 +113,9 @@ fn resource_path(group: &str, version: &str, rest: &[&str]) -> Result<Route, Rou
     // `namespaces/NS/PLURAL/...` is namespaced; `namespaces`, `namespaces/NS`
     // and `namespaces/NS/status` address Namespace objects.
     let (res, namespace, tail) = match rest {
-        ["namespaces", ns, plural, tail @ ..] if group.is_empty() && *plural != "status" && *plural != "finalize" => {
+        ["namespaces", ns, plural, tail @ ..]
+            if group.is_empty() && *plural != "status" && *plural != "finalize" =>
+        {
             let res = find(plural)?;
             if !res.namespaced {
                 return Err(RouteError::NotFound);
@@ -127,6 +137,7 @@ fn resource_path(group: &str, version: &str, rest: &[&str]) -> Result<Route, Rou
         [name] => (Some(name.to_string()), None),
         [name, "status"] if res.has_status => (Some(name.to_string()), Some(Sub::Status)),
         [name, "scale"] if res.has_scale => (Some(name.to_string()), Some(Sub::Scale)),
+        [name, "log"] if res.kind == "Pod" => (Some(name.to_string()), Some(Sub::Log)),
         [_, other] => return Err(RouteError::UnknownSubresource(other.to_string())),
         _ => return Err(RouteError::NotFound),
     };
@@ -214,19 +225,31 @@ mod tests {
         let o = objects("/api/v1/pods");
         assert_eq!((o.res, o.namespace, o.name), (&PODS, None, None));
         let o = objects("/api/v1/namespaces/kube-system");
-        assert_eq!((o.res, o.name.as_deref()), (&NAMESPACES, Some("kube-system")));
+        assert_eq!(
+            (o.res, o.name.as_deref()),
+            (&NAMESPACES, Some("kube-system"))
+        );
         let o = objects("/api/v1/namespaces/x/status");
         assert_eq!((o.res, o.sub), (&NAMESPACES, Some(Sub::Status)));
         let o = objects("/api/v1/watch/namespaces/x/pods");
         assert!(o.watch_prefix);
         assert_eq!(o.res, &PODS);
-        assert_eq!(parse("/apis/apps/v1"), Ok(Route::Resources { group: "apps".into(), version: "v1".into() }));
+        assert_eq!(
+            parse("/apis/apps/v1"),
+            Ok(Route::Resources {
+                group: "apps".into(),
+                version: "v1".into()
+            })
+        );
         assert_eq!(parse("/apis/nope/v1/things"), Err(RouteError::NotFound));
         assert_eq!(
-            parse("/api/v1/namespaces/x/pods/p/log"),
-            Err(RouteError::UnknownSubresource("log".into()))
+            parse("/api/v1/namespaces/x/pods/p/exec"),
+            Err(RouteError::UnknownSubresource("exec".into()))
         );
-        assert_eq!(parse("/api/v1/namespaces/x/namespaces"), Err(RouteError::NotFound));
+        assert_eq!(
+            parse("/api/v1/namespaces/x/namespaces"),
+            Err(RouteError::NotFound)
+        );
     }
 
     #[test]

@@ -53,7 +53,9 @@ impl LabelSelector {
 
     /// Whether an object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels").and_then(Value::as_object);
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
         let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         self.requirements.iter().all(|r| match r {
             Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
@@ -125,10 +127,16 @@ fn parse_term(term: &str) -> Result<Requirement, String> {
         return Ok(Requirement::NotExists(key_checked(key.trim())?));
     }
     if let Some((k, v)) = term.split_once("!=") {
-        return Ok(Requirement::NotEquals(key_checked(k.trim())?, value_checked(v.trim())?));
+        return Ok(Requirement::NotEquals(
+            key_checked(k.trim())?,
+            value_checked(v.trim())?,
+        ));
     }
     if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-        return Ok(Requirement::Equals(key_checked(k.trim())?, value_checked(v.trim())?));
+        return Ok(Requirement::Equals(
+            key_checked(k.trim())?,
+            value_checked(v.trim())?,
+        ));
     }
     let words: Vec<&str> = term.splitn(2, char::is_whitespace).collect();
     if let [key, rest] = words.as_slice() {
@@ -263,14 +271,25 @@ mod tests {
         );
         assert!(LabelSelector::parse("").unwrap().is_empty());
         assert_eq!(
-            LabelSelector::parse("a=1,!b,c in (x,y)").unwrap().to_string(),
+            LabelSelector::parse("a=1,!b,c in (x,y)")
+                .unwrap()
+                .to_string(),
             "a=1,!b,c in (x,y)"
         );
     }
 
     #[test]
     fn rejects_malformed_selectors() {
-        for bad in ["a=(", "a in (x", "a) ", "a=b c", "a ~ b", "k$=v", "a in x", &"k".repeat(5000)] {
+        for bad in [
+            "a=(",
+            "a in (x",
+            "a) ",
+            "a=b c",
+            "a ~ b",
+            "k$=v",
+            "a in x",
+            &"k".repeat(5000),
+        ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?} should fail");
         }
     }
@@ -278,11 +297,27 @@ mod tests {
     #[test]
     fn matches_labels() {
         let p = pod(json!({"app": "x", "env": "dev"}));
-        let yes = ["app=x", "app=x,env!=prod", "env", "!canary", "env in (dev,qa)", "env notin (prod)", "nope!=1"];
+        let yes = [
+            "app=x",
+            "app=x,env!=prod",
+            "env",
+            "!canary",
+            "env in (dev,qa)",
+            "env notin (prod)",
+            "nope!=1",
+        ];
         for s in yes {
             assert!(LabelSelector::parse(s).unwrap().matches(&p), "{s}");
         }
-        let no = ["app=y", "env!=dev", "canary", "!app", "env in (qa)", "env notin (dev)", "app=x,env=prod"];
+        let no = [
+            "app=y",
+            "env!=dev",
+            "canary",
+            "!app",
+            "env in (qa)",
+            "env notin (dev)",
+            "app=x,env=prod",
+        ];
         for s in no {
             assert!(!LabelSelector::parse(s).unwrap().matches(&p), "{s}");
         }
@@ -295,9 +330,17 @@ mod tests {
     fn matches_fields() {
         let p = pod(json!({}));
         assert!(FieldSelector::parse("metadata.name=p").unwrap().matches(&p));
-        assert!(FieldSelector::parse("metadata.name==p,status.phase!=Pending").unwrap().matches(&p));
+        assert!(
+            FieldSelector::parse("metadata.name==p,status.phase!=Pending")
+                .unwrap()
+                .matches(&p)
+        );
         assert!(!FieldSelector::parse("metadata.name=q").unwrap().matches(&p));
-        assert!(FieldSelector::parse("metadata.namespace=").unwrap().matches(&p));
+        assert!(
+            FieldSelector::parse("metadata.namespace=")
+                .unwrap()
+                .matches(&p)
+        );
         assert!(FieldSelector::parse("bogus").is_err());
         assert!(FieldSelector::parse("a..b=c").is_err());
     }

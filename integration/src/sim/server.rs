@@ -64,14 +64,17 @@ pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     connections.shutdown().await;
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: hyper::header::HeaderName) -> &'a str {
+fn header(headers: &HeaderMap, name: hyper::header::HeaderName) -> &str {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
 }
 
-async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn respond(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path();
     let query = parts.uri.query().unwrap_or("");
@@ -82,7 +85,10 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response
     let body = match Limited::new(body, api::BODY_BYTES_MAX).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => {
-            let error = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            let error = if e
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 ApiError::too_large(api::BODY_BYTES_MAX)
             } else {
                 ApiError::bad_request(format!("reading the request body: {e}"))
@@ -105,10 +111,12 @@ async fn respond(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response
     Ok(match outcome {
         Outcome::Json(code, value) => json(code, &value),
         Outcome::Text(code, text) => {
-            let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())).boxed_unsync());
+            let mut r = Response::new(Full::new(Bytes::from(text)).boxed_unsync());
             *r.status_mut() = status_code(code);
-            r.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             r
         }
         Outcome::Watch(spec) => {

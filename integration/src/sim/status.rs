@@ -63,11 +63,7 @@ impl ApiError {
 
     /// A server-side apply conflict with other field managers; `causes` are
     /// `(manager, field path)` pairs.
-    pub fn apply_conflict(
-        res: &ResourceDef,
-        name: &str,
-        causes: &[(String, String)],
-    ) -> ApiError {
+    pub fn apply_conflict(res: &ResourceDef, name: &str, causes: &[(String, String)]) -> ApiError {
         let api_version = res.api_version();
         let listed: Vec<String> = causes
             .iter()
@@ -133,11 +129,22 @@ impl ApiError {
         )
     }
 
+    pub fn forbidden(res: &ResourceDef, name: &str, why: &str) -> ApiError {
+        ApiError::new(
+            403,
+            "Forbidden",
+            format!("{} \"{name}\" is forbidden: {why}", res.qualified_name()),
+        )
+        .with_details(res, name)
+    }
+
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
         ApiError::new(
             405,
             "MethodNotAllowed",
-            format!("the server does not allow this method on the requested resource ({method} {path})"),
+            format!(
+                "the server does not allow this method on the requested resource ({method} {path})"
+            ),
         )
     }
 
@@ -145,7 +152,9 @@ impl ApiError {
         ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type:?}; k8s-sim speaks JSON only: use `kubectl create -f` or `kubectl apply -f` rather than typed `kubectl create KIND`)"
+            ),
         )
     }
 

@@ -20,7 +20,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 
 /// Default number of watch events kept for resuming watches.
-pub const EVENT_HISTORY_LEN_DEFAULT: usize = 10_000;
+pub const EVENT_HISTORY_LEN_DEFAULT: usize = 4096;
 
 /// Where an object lives.
 #[derive(Debug, Clone)]
@@ -213,14 +213,20 @@ impl Store {
         check_type(res, &mut object)?;
         let generated = meta::meta_str(&object, "generateName").map(str::to_string);
         let mut name = meta::name_of(&object).to_string();
-        if name.is_empty()
-            && let Some(prefix) = generated
-        {
+        if let Some(prefix) = generated.filter(|_| name.is_empty()) {
             self.uid_count += 1;
-            name = format!("{prefix}{}", meta::safe_string(meta::mix64(self.uid_seed ^ self.uid_count), 5));
+            name = format!(
+                "{prefix}{}",
+                meta::safe_string(meta::mix64(self.uid_seed ^ self.uid_count), 5)
+            );
         }
         if !meta::valid_name(&name) {
-            return Err(ApiError::invalid(res, &name, "metadata.name", "a lowercase RFC 1123 subdomain is required"));
+            return Err(ApiError::invalid(
+                res,
+                &name,
+                "metadata.name",
+                "a lowercase RFC 1123 subdomain is required",
+            ));
         }
         check_namespace(res, namespace, &object)?;
         let key = Key::new(res, namespace, &name);
@@ -240,13 +246,16 @@ impl Store {
         m.insert("uid".into(), json!(uid));
         m.insert("creationTimestamp".into(), json!(now));
         m.insert("generation".into(), json!(1));
-        for server_field in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "resourceVersion"] {
+        for server_field in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "resourceVersion",
+        ] {
             m.remove(server_field);
         }
         if res.has_status && !opts.keep_status {
-            if let Some(o) = object.as_object_mut() {
-                o.remove("status");
-            }
+            set_or_remove(&mut object, "status", None);
         }
         self.defaults(res, None, &mut object);
         if opts.dry_run {
@@ -279,7 +288,9 @@ impl Store {
         }
         check_namespace(res, &key.namespace, &object)?;
         let wanted_rv = meta::meta_str(&object, "resourceVersion").unwrap_or("");
-        if !wanted_rv.is_empty() && wanted_rv != meta::meta_str(current, "resourceVersion").unwrap_or("") {
+        if !wanted_rv.is_empty()
+            && wanted_rv != meta::meta_str(current, "resourceVersion").unwrap_or("")
+        {
             return Err(ApiError::conflict(
                 res,
                 &key.name,
@@ -290,7 +301,14 @@ impl Store {
             Part::Main => {
                 let mut next = object;
                 let m = metadata_mut(&mut next);
-                for kept in ["name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp"] {
+                for kept in [
+                    "name",
+                    "namespace",
+                    "uid",
+                    "creationTimestamp",
+                    "generation",
+                    "deletionTimestamp",
+                ] {
                     match current.pointer(&format!("/metadata/{kept}")) {
                         Some(v) => m.insert(kept.into(), v.clone()),
                         None => m.remove(kept),
@@ -313,12 +331,22 @@ impl Store {
         let mut next = next;
         let current = current.clone();
         self.defaults(res, Some(&current), &mut next);
-        let generation = current.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-        let generation = if spec_of(&current) == spec_of(&next) { generation } else { generation + 1 };
+        let generation = current
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let generation = if spec_of(&current) == spec_of(&next) {
+            generation
+        } else {
+            generation + 1
+        };
         metadata_mut(&mut next).insert("generation".into(), json!(generation));
         metadata_mut(&mut next).insert(
             "resourceVersion".into(),
-            current.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+            current
+                .pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(Value::Null),
         );
         if same_ignoring_times(&current, &next) || opts.dry_run {
             return Ok(if opts.dry_run { next } else { current });
@@ -342,14 +370,18 @@ impl Store {
             while let Some(owner) = pending.pop() {
                 let uid = meta::meta_str(&owner, "uid").unwrap_or("").to_string();
                 let is_namespace = owner.get("kind").and_then(Value::as_str) == Some("Namespace");
-                let owner_ns = meta::meta_str(&owner, "namespace").unwrap_or("").to_string();
+                let owner_ns = meta::meta_str(&owner, "namespace")
+                    .unwrap_or("")
+                    .to_string();
                 let owner_name = meta::name_of(&owner).to_string();
                 let dependents: Vec<Key> = self
                     .objects
                     .iter()
                     .filter(|(k, v)| {
                         (is_namespace && k.res.namespaced && k.namespace == owner_name)
-                            || (k.namespace == owner_ns && !uid.is_empty() && meta::owned_by(v, &uid))
+                            || (k.namespace == owner_ns
+                                && !uid.is_empty()
+                                && meta::owned_by(v, &uid))
                     })
                     .map(|(k, _)| k.clone())
                     .collect();
@@ -380,7 +412,13 @@ impl Store {
         last
     }
 
-    fn commit(&mut self, key: Key, mut object: Value, kind: EventType, prev: Option<Value>) -> Value {
+    fn commit(
+        &mut self,
+        key: Key,
+        mut object: Value,
+        kind: EventType,
+        prev: Option<Value>,
+    ) -> Value {
         self.rv += 1;
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.objects.insert(key.clone(), object.clone());
@@ -420,7 +458,8 @@ impl Store {
                     l.insert("kubernetes.io/metadata.name".into(), json!(name));
                 }
                 if let Some(s) = spec(object) {
-                    s.entry("finalizers").or_insert_with(|| json!(["kubernetes"]));
+                    s.entry("finalizers")
+                        .or_insert_with(|| json!(["kubernetes"]));
                 }
                 object["status"] = json!({"phase": "Active"});
             }
@@ -430,13 +469,16 @@ impl Store {
                     s.entry("revisionHistoryLimit").or_insert(json!(10));
                     match res.kind {
                         "StatefulSet" => {
-                            s.entry("podManagementPolicy").or_insert(json!("OrderedReady"));
-                            s.entry("updateStrategy")
-                                .or_insert(json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
+                            s.entry("podManagementPolicy")
+                                .or_insert(json!("OrderedReady"));
+                            s.entry("updateStrategy").or_insert(
+                                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                            );
                         }
                         "Deployment" => {
                             s.entry("progressDeadlineSeconds").or_insert(json!(600));
-                            s.entry("strategy").or_insert(json!({"type": "RollingUpdate",
+                            s.entry("strategy")
+                                .or_insert(json!({"type": "RollingUpdate",
                                 "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}));
                         }
                         _ => {}
@@ -475,7 +517,9 @@ impl Store {
 /// Checks and fills `kind` / `apiVersion`; the body must be a JSON object.
 fn check_type(res: &ResourceDef, object: &mut Value) -> Result<(), ApiError> {
     let Some(o) = object.as_object_mut() else {
-        return Err(ApiError::bad_request("the request body must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
     };
     let api_version = res.api_version();
     match o.get("apiVersion").and_then(Value::as_str) {
@@ -499,7 +543,9 @@ fn check_type(res: &ResourceDef, object: &mut Value) -> Result<(), ApiError> {
     }
     o.insert("apiVersion".into(), json!(api_version));
     o.insert("kind".into(), json!(res.kind));
-    if o.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
+    if o.get("metadata")
+        .is_some_and(|m| !m.is_object() && !m.is_null())
+    {
         return Err(ApiError::bad_request("metadata must be an object"));
     }
     Ok(())
@@ -507,9 +553,11 @@ fn check_type(res: &ResourceDef, object: &mut Value) -> Result<(), ApiError> {
 
 fn check_namespace(res: &ResourceDef, namespace: &str, object: &Value) -> Result<(), ApiError> {
     match meta::meta_str(object, "namespace") {
-        Some(ns) if res.namespaced && !ns.is_empty() && ns != namespace => Err(ApiError::bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        )),
+        Some(ns) if res.namespaced && !ns.is_empty() && ns != namespace => {
+            Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ))
+        }
         _ if res.namespaced && !meta::valid_name(namespace) => Err(ApiError::bad_request(format!(
             "invalid namespace {namespace:?}"
         ))),
@@ -568,55 +616,104 @@ mod tests {
     #[test]
     fn create_sets_metadata_and_rejects_duplicates() {
         let mut s = Store::new(100, 1);
-        let o = s.create(&STATEFUL_SETS, "default", sts("web", 1), NOW, WriteOpts::default()).unwrap();
+        let o = s
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                sts("web", 1),
+                NOW,
+                WriteOpts::default(),
+            )
+            .unwrap();
         assert_eq!(o["metadata"]["generation"], 1);
         assert_eq!(o["metadata"]["namespace"], "default");
         assert_eq!(o["metadata"]["creationTimestamp"], NOW);
         // The namespace was created first (rv 1), then the object (rv 2).
         assert_eq!(o["metadata"]["resourceVersion"], "2");
-        let err = s.create(&STATEFUL_SETS, "default", sts("web", 1), NOW, WriteOpts::default()).unwrap_err();
+        let err = s
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                sts("web", 1),
+                NOW,
+                WriteOpts::default(),
+            )
+            .unwrap_err();
         assert_eq!((err.code, err.reason), (409, "AlreadyExists"));
-        let err = s.create(&STATEFUL_SETS, "default", json!([1]), NOW, WriteOpts::default()).unwrap_err();
+        let err = s
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                json!([1]),
+                NOW,
+                WriteOpts::default(),
+            )
+            .unwrap_err();
         assert_eq!(err.code, 400);
     }
 
     #[test]
     fn generation_moves_on_spec_changes_only() {
         let mut s = Store::new(100, 1);
-        s.create(&STATEFUL_SETS, "default", sts("web", 1), NOW, WriteOpts::default()).unwrap();
+        s.create(
+            &STATEFUL_SETS,
+            "default",
+            sts("web", 1),
+            NOW,
+            WriteOpts::default(),
+        )
+        .unwrap();
         let key = Key::new(&STATEFUL_SETS, "default", "web");
         let mut o = sts("web", 1);
         o["metadata"]["labels"]["x"] = json!("y");
         let o = s.update(&key, o, Part::Main, WriteOpts::default()).unwrap();
         assert_eq!(o["metadata"]["generation"], 1);
-        let o = s.update(&key, sts("web", 2), Part::Main, WriteOpts::default()).unwrap();
+        let o = s
+            .update(&key, sts("web", 2), Part::Main, WriteOpts::default())
+            .unwrap();
         assert_eq!(o["metadata"]["generation"], 2);
         let rv = s.resource_version();
         // A no-op write keeps the version.
-        s.update(&key, sts("web", 2), Part::Main, WriteOpts::default()).unwrap();
+        s.update(&key, sts("web", 2), Part::Main, WriteOpts::default())
+            .unwrap();
         assert_eq!(s.resource_version(), rv);
         // Status writes go to /status only.
         let mut with_status = sts("web", 2);
         with_status["status"] = json!({"replicas": 2});
-        let o = s.update(&key, with_status.clone(), Part::Main, WriteOpts::default()).unwrap();
+        let o = s
+            .update(&key, with_status.clone(), Part::Main, WriteOpts::default())
+            .unwrap();
         assert!(o.get("status").is_none());
-        let o = s.update(&key, with_status, Part::Status, WriteOpts::default()).unwrap();
+        let o = s
+            .update(&key, with_status, Part::Status, WriteOpts::default())
+            .unwrap();
         assert_eq!(o["status"]["replicas"], 2);
         assert_eq!(o["metadata"]["generation"], 2);
         // A stale resourceVersion conflicts.
         let mut stale = sts("web", 3);
         stale["metadata"]["resourceVersion"] = json!("1");
-        let err = s.update(&key, stale, Part::Main, WriteOpts::default()).unwrap_err();
+        let err = s
+            .update(&key, stale, Part::Main, WriteOpts::default())
+            .unwrap_err();
         assert_eq!((err.code, err.reason), (409, "Conflict"));
     }
 
     #[test]
     fn delete_cascades_to_owned_objects() {
         let mut s = Store::new(100, 1);
-        let owner = s.create(&STATEFUL_SETS, "default", sts("web", 1), NOW, WriteOpts::default()).unwrap();
+        let owner = s
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                sts("web", 1),
+                NOW,
+                WriteOpts::default(),
+            )
+            .unwrap();
         let uid = owner["metadata"]["uid"].clone();
         let pod = json!({"metadata": {"name": "web-0", "ownerReferences": [{"uid": uid, "name": "web"}]}});
-        s.create(&PODS, "default", pod, NOW, WriteOpts::default()).unwrap();
+        s.create(&PODS, "default", pod, NOW, WriteOpts::default())
+            .unwrap();
         let key = Key::new(&STATEFUL_SETS, "default", "web");
         s.delete(&key, true, WriteOpts::default()).unwrap();
         assert!(s.get(&Key::new(&PODS, "default", "web-0")).is_none());
@@ -629,8 +726,14 @@ mod tests {
         let mut s = Store::new(3, 1);
         s.ensure_namespace("default", NOW).unwrap(); // rv 1
         for i in 0..4 {
-            s.create(&PODS, "default", json!({"metadata": {"name": format!("p{i}")}}), NOW, WriteOpts::default())
-                .unwrap(); // rv 2..=5
+            s.create(
+                &PODS,
+                "default",
+                json!({"metadata": {"name": format!("p{i}")}}),
+                NOW,
+                WriteOpts::default(),
+            )
+            .unwrap(); // rv 2..=5
         }
         assert_eq!(s.resource_version(), 5);
         // Kept: rv 3, 4, 5; rv 1 and 2 are gone.

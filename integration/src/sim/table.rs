@@ -35,7 +35,11 @@ pub fn of_objects(res: &ResourceDef, objects: &[&Value], now: &str) -> Value {
             column("IP", "string", 1),
             column("Node", "string", 1),
         ],
-        "StatefulSet" => vec![column("Name", "string", 0), column("Ready", "string", 0), column("Age", "string", 0)],
+        "StatefulSet" => vec![
+            column("Name", "string", 0),
+            column("Ready", "string", 0),
+            column("Age", "string", 0),
+        ],
         "Deployment" => vec![
             column("Name", "string", 0),
             column("Ready", "string", 0),
@@ -51,7 +55,11 @@ pub fn of_objects(res: &ResourceDef, objects: &[&Value], now: &str) -> Value {
             column("Port(s)", "string", 0),
             column("Age", "string", 0),
         ],
-        "Namespace" => vec![column("Name", "string", 0), column("Status", "string", 0), column("Age", "string", 0)],
+        "Namespace" => vec![
+            column("Name", "string", 0),
+            column("Status", "string", 0),
+            column("Age", "string", 0),
+        ],
         _ => vec![column("Name", "string", 0), column("Age", "string", 0)],
     };
     let rows: Vec<Value> = objects.iter().map(|o| row(res, o, now)).collect();
@@ -70,24 +78,57 @@ fn row(res: &ResourceDef, o: &Value, now: SystemTime) -> Value {
         .and_then(meta::parse_rfc3339)
         .map(|t| human_age(now.duration_since(t).unwrap_or_default()))
         .unwrap_or_else(|| "<unknown>".into());
-    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let s = |p: &str| {
+        o.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
     let cells = match res.kind {
         "Pod" => {
-            let statuses = o.pointer("/status/containerStatuses").and_then(Value::as_array);
-            let total = o.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
+            let statuses = o
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array);
+            let total = o
+                .pointer("/spec/containers")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
             let ready = statuses.map_or(0, |s| s.iter().filter(|c| c["ready"] == true).count());
             let waiting = statuses
-                .and_then(|s| s.iter().find_map(|c| c.pointer("/state/waiting/reason")?.as_str()))
+                .and_then(|s| {
+                    s.iter()
+                        .find_map(|c| c.pointer("/state/waiting/reason")?.as_str())
+                })
                 .map(str::to_string);
             let phase = waiting.unwrap_or_else(|| s("/status/phase"));
-            let restarts: i64 = statuses.map_or(0, |s| s.iter().filter_map(|c| c["restartCount"].as_i64()).sum());
+            let restarts: i64 = statuses.map_or(0, |s| {
+                s.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
+            });
             let ip = s("/status/podIP");
             let node = s("/spec/nodeName");
-            let none = |v: String| if v.is_empty() { "<none>".to_string() } else { v };
-            json!([name, format!("{ready}/{total}"), phase, restarts.to_string(), age, none(ip), none(node)])
+            let none = |v: String| {
+                if v.is_empty() {
+                    "<none>".to_string()
+                } else {
+                    v
+                }
+            };
+            json!([
+                name,
+                format!("{ready}/{total}"),
+                phase,
+                restarts.to_string(),
+                age,
+                none(ip),
+                none(node)
+            ])
         }
-        "StatefulSet" => json!([name, format!("{}/{}", n("/status/readyReplicas"), n("/spec/replicas")), age]),
+        "StatefulSet" => json!([
+            name,
+            format!("{}/{}", n("/status/readyReplicas"), n("/spec/replicas")),
+            age
+        ]),
         "Deployment" => json!([
             name,
             format!("{}/{}", n("/status/readyReplicas"), n("/spec/replicas")),
@@ -103,8 +144,19 @@ fn row(res: &ResourceDef, o: &Value, now: SystemTime) -> Value {
                 .flatten()
                 .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
                 .collect();
-            let ports = if ports.is_empty() { "<none>".to_string() } else { ports.join(",") };
-            json!([name, s("/spec/type"), s("/spec/clusterIP"), "<none>", ports, age])
+            let ports = if ports.is_empty() {
+                "<none>".to_string()
+            } else {
+                ports.join(",")
+            };
+            json!([
+                name,
+                s("/spec/type"),
+                s("/spec/clusterIP"),
+                "<none>",
+                ports,
+                age
+            ])
         }
         "Namespace" => json!([name, s("/status/phase"), age]),
         _ => json!([name, age]),
@@ -120,7 +172,8 @@ fn row(res: &ResourceDef, o: &Value, now: SystemTime) -> Value {
     json!({"cells": cells, "object": partial})
 }
 
-/// kubectl's short ages: `42s`, `3m12s`, `5h`, `2d3h`.
+/// kubectl's short ages: `42s`, `3m12s`, `66m`, `5h`, `2d`.
+#[allow(clippy::manual_is_multiple_of)] // u64::is_multiple_of is newer than the MSRV
 pub fn human_age(d: Duration) -> String {
     let s = d.as_secs();
     match s {
@@ -142,7 +195,9 @@ mod tests {
         assert_eq!(human_age(Duration::from_secs(130)), "2m10s");
         assert_eq!(human_age(Duration::from_secs(4000)), "66m");
         assert_eq!(human_age(Duration::from_secs(20_000)), "5h");
-        assert!(wanted("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"));
+        assert!(wanted(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
         assert!(!wanted("application/json"));
     }
 }

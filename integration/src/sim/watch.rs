@@ -1,6 +1,6 @@
 //! Watches: which events a watch sends ([`WatchCursor`], a pure state
 //! machine over the store) and the async stream the server sends them on
-//! ([`stream`]), one JSON object per line, woken by store changes.
+//! (`stream`), one JSON object per line, woken by store changes.
 //!
 //! Semantics, as a real API server: no `resourceVersion` (or `0`) starts
 //! with a synthetic `ADDED` per existing object; `resourceVersion=N`
@@ -75,13 +75,19 @@ impl WatchCursor {
             WatchStart::Now | WatchStart::InitialEvents => {
                 cursor.rv = store.resource_version();
                 let mut frames: Vec<Value> = store
-                    .list(cursor.spec.res, cursor.spec.namespace.as_deref(), &cursor.spec.labels, &cursor.spec.fields)
+                    .list(
+                        cursor.spec.res,
+                        cursor.spec.namespace.as_deref(),
+                        &cursor.spec.labels,
+                        &cursor.spec.fields,
+                    )
                     .into_iter()
                     .map(|o| frame("ADDED", o.clone()))
                     .collect();
                 if cursor.spec.start == WatchStart::InitialEvents {
                     let mut b = cursor.bookmark();
-                    b["object"]["metadata"]["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+                    b["object"]["metadata"]["annotations"] =
+                        json!({"k8s.io/initial-events-end": "true"});
                     frames.push(b);
                 }
                 Ok(frames)
@@ -112,11 +118,12 @@ impl WatchCursor {
     }
 
     fn matches(&self, object: &Value) -> bool {
-        let ns_ok = self
-            .spec
-            .namespace
-            .as_deref()
-            .is_none_or(|ns| object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns));
+        let ns_ok = self.spec.namespace.as_deref().is_none_or(|ns| {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                == Some(ns)
+        });
         ns_ok && self.spec.labels.matches(object) && self.spec.fields.matches(object)
     }
 
@@ -154,9 +161,8 @@ fn error_frame(e: &ApiError) -> Value {
 /// One event as a line; objects as one-row Tables if the watch asked.
 fn line(v: &Value, table_of: Option<&'static ResourceDef>) -> Bytes {
     let mut v = v.clone();
-    if let Some(res) = table_of
-        && matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED"))
-    {
+    let is_object_event = matches!(v["type"].as_str(), Some("ADDED" | "MODIFIED" | "DELETED"));
+    if let Some(res) = table_of.filter(|_| is_object_event) {
         let now = rfc3339(SystemTime::now());
         v["object"] = table::of_objects(res, &[&v["object"]], &now);
     }
@@ -239,7 +245,9 @@ impl Streaming {
     fn push(&mut self, frames: Result<Vec<Value>, Value>) {
         let table_of = self.cursor.spec.table.then_some(self.cursor.spec.res);
         match frames {
-            Ok(frames) => self.pending.extend(frames.iter().map(|f| line(f, table_of))),
+            Ok(frames) => self
+                .pending
+                .extend(frames.iter().map(|f| line(f, table_of))),
             Err(error) => {
                 self.pending.push_back(line(&error, None));
                 self.done = true;
@@ -276,22 +284,36 @@ mod tests {
     fn types(frames: &[Value]) -> Vec<String> {
         frames
             .iter()
-            .map(|f| format!("{} {}", f["type"].as_str().unwrap(), f["object"]["metadata"]["name"].as_str().unwrap_or("")))
+            .map(|f| {
+                format!(
+                    "{} {}",
+                    f["type"].as_str().unwrap(),
+                    f["object"]["metadata"]["name"].as_str().unwrap_or("")
+                )
+            })
             .collect()
     }
 
     #[test]
     fn resumes_after_a_version_and_expires_old_ones() {
         let mut store = Store::new(4, 1);
-        store.create(&PODS, "default", pod("a", "x"), NOW, WriteOpts::default()).unwrap(); // ns rv 1, pod rv 2
+        store
+            .create(&PODS, "default", pod("a", "x"), NOW, WriteOpts::default())
+            .unwrap(); // ns rv 1, pod rv 2
         let (mut w, first) = WatchCursor::start(spec(WatchStart::Now, "app=x"), &store);
         assert_eq!(types(&first.unwrap()), ["ADDED a"]);
-        store.create(&PODS, "default", pod("b", "x"), NOW, WriteOpts::default()).unwrap(); // rv 3
-        store.create(&PODS, "default", pod("c", "y"), NOW, WriteOpts::default()).unwrap(); // rv 4
+        store
+            .create(&PODS, "default", pod("b", "x"), NOW, WriteOpts::default())
+            .unwrap(); // rv 3
+        store
+            .create(&PODS, "default", pod("c", "y"), NOW, WriteOpts::default())
+            .unwrap(); // rv 4
         assert_eq!(types(&w.poll(&store).unwrap()), ["ADDED b"]);
         // Relabelling b out of the selector is a DELETED for this watch.
         let key = Key::new(&PODS, "default", "b");
-        store.update(&key, pod("b", "y"), Part::Main, WriteOpts::default()).unwrap(); // rv 5
+        store
+            .update(&key, pod("b", "y"), Part::Main, WriteOpts::default())
+            .unwrap(); // rv 5
         assert_eq!(types(&w.poll(&store).unwrap()), ["DELETED b"]);
 
         // Resume from rv 3: sees the relabel of b only.
@@ -299,7 +321,15 @@ mod tests {
         assert_eq!(types(&resumed.unwrap()), ["DELETED b"]);
         // Five more writes push rv 5 out of a 4-event history.
         for i in 0..5 {
-            store.create(&PODS, "default", pod(&format!("z{i}"), "z"), NOW, WriteOpts::default()).unwrap();
+            store
+                .create(
+                    &PODS,
+                    "default",
+                    pod(&format!("z{i}"), "z"),
+                    NOW,
+                    WriteOpts::default(),
+                )
+                .unwrap();
         }
         let (_, gone) = WatchCursor::start(spec(WatchStart::From(3), "app=x"), &store);
         let err = gone.unwrap_err();
@@ -314,12 +344,17 @@ mod tests {
     #[test]
     fn initial_events_end_with_a_bookmark() {
         let mut store = Store::new(10, 1);
-        store.create(&PODS, "default", pod("a", "x"), NOW, WriteOpts::default()).unwrap();
+        store
+            .create(&PODS, "default", pod("a", "x"), NOW, WriteOpts::default())
+            .unwrap();
         let (_, first) = WatchCursor::start(spec(WatchStart::InitialEvents, ""), &store);
         let first = first.unwrap();
         assert_eq!(first.len(), 2);
         assert_eq!(first[1]["type"], "BOOKMARK");
         assert_eq!(first[1]["object"]["metadata"]["resourceVersion"], "2");
-        assert_eq!(first[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        assert_eq!(
+            first[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
     }
 }

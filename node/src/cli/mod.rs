@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use config::OperatorConfig;
+use config::{ConfigFile, OperatorConfig};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use config::{NodeConfig, OperatorConfig, TlsFiles};
+use config::{ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
 
 /// Where the embedded default keeps everything.
 pub const DEFAULT_DATA_DIR: &str = "ctrl-data";
