@@ -25,6 +25,10 @@ fmt:
 bench SCENARIO="deploy-to-watch":
     cargo run --release -p integration --bin bench -- {{SCENARIO}}
 
+# A simulated Kubernetes API server on loopback (kubectl works against it).
+sim PORT="6443":
+    cargo run --release -p integration --bin k8s-sim -- --port {{PORT}} --kubeconfig sim.kubeconfig
+
 # Run the embedded single-node default.
 serve:
     cargo run --release -p node --bin ctrl -- serve
