@@ -15,7 +15,7 @@ use tracing::info;
 use crate::clock::{Clock, SystemClock};
 use crate::raft::Raft;
 use crate::raft::log_store::LogStore;
-use crate::raft::network::Network;
+use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
 use crate::server::{self, Limits, NodeState};
 
@@ -63,12 +63,34 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         .context("cannot open the state machine")?;
     let applied_pk = state_machine.applied_pk();
 
+    let tls_paths = transport::tls::TlsPaths {
+        ca_cert: config.tls.ca_cert.clone(),
+        cert: config.tls.cert.clone(),
+        key: config.tls.key.clone(),
+    };
+    let server_config = transport::tls::server_config(
+        &tls_paths,
+        &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
+    )
+    .context("cannot load the node's TLS files")?;
+    let endpoint = transport::endpoint::server_endpoint(config.listen_addr, server_config)
+        .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+    let local_addr = endpoint.local_addr().context("endpoint address")?;
+    let network = Network::new(
+        endpoint.clone(),
+        transport::tls::client_config(&tls_paths, network::ALPN)
+            .context("cannot load the node's TLS files")?,
+        config::tls::DEFAULT_SERVER_NAME.to_string(),
+        config.limits.frame_bytes_max,
+    );
+
     let raft_config = openraft::Config {
         cluster_name: "ctrl".into(),
         heartbeat_interval: config.raft.heartbeat_interval_ms,
         election_timeout_min: config.raft.election_timeout_min_ms,
         election_timeout_max: config.raft.election_timeout_max_ms,
         max_payload_entries: config.raft.max_payload_entries,
+        snapshot_max_chunk_size: network::SNAPSHOT_CHUNK_BYTES,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
             config.raft.snapshot_logs_since_last,
         ),
@@ -79,7 +101,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     let raft = Raft::new(
         config.node_id,
         Arc::new(raft_config),
-        Network,
+        network,
         log_store,
         state_machine,
     )
@@ -102,19 +124,6 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
             "initialised a single-node cluster"
         );
     }
-
-    let server_config = transport::tls::server_config(
-        &transport::tls::TlsPaths {
-            ca_cert: config.tls.ca_cert.clone(),
-            cert: config.tls.cert.clone(),
-            key: config.tls.key.clone(),
-        },
-        &[wire::agent::ALPN, wire::operator::ALPN],
-    )
-    .context("cannot load the node's TLS files")?;
-    let endpoint = transport::endpoint::server_endpoint(config.listen_addr, server_config)
-        .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
-    let local_addr = endpoint.local_addr().context("endpoint address")?;
 
     let limits = Limits {
         frame_bytes_max: config.limits.frame_bytes_max,

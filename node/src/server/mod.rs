@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod operator;
+pub mod raft;
 pub mod watch;
 
 use std::sync::Arc;
@@ -102,6 +103,9 @@ async fn serve_connection(
                 Some(wire::agent::ALPN) => agent::serve_stream(&state, &identity, send, recv).await,
                 Some(wire::operator::ALPN) => {
                     operator::serve_stream(&state, &identity, send, recv).await
+                }
+                Some(crate::raft::network::ALPN) => {
+                    raft::serve_stream(&state, &identity, send, recv).await
                 }
                 other => {
                     warn!(?other, "stream on an unknown ALPN");
