@@ -57,7 +57,7 @@ pub enum RaftResponse {
 /// What a node needs to dial its peers.
 #[derive(Clone)]
 pub struct Network {
-    inner: Option<Arc<Dialer>>,
+    inner: Arc<Dialer>,
 }
 
 struct Dialer {
@@ -76,19 +76,13 @@ impl Network {
         frame_bytes_max: usize,
     ) -> Network {
         Network {
-            inner: Some(Arc::new(Dialer {
+            inner: Arc::new(Dialer {
                 endpoint,
                 client_config,
                 server_name,
                 frame_bytes_max,
-            })),
+            }),
         }
-    }
-
-    /// A network with no transport, for storage tests: every peer is
-    /// unreachable.
-    pub fn disconnected() -> Network {
-        Network { inner: None }
     }
 }
 
@@ -96,7 +90,7 @@ impl Network {
 pub struct PeerClient {
     target: NodeId,
     addr: Result<SocketAddr, String>,
-    dialer: Option<Arc<Dialer>>,
+    dialer: Arc<Dialer>,
     connection: Mutex<Option<quinn::Connection>>,
 }
 
@@ -128,9 +122,7 @@ enum CallError {
 
 impl PeerClient {
     async fn connection(&self) -> Result<quinn::Connection, CallError> {
-        let dialer = self.dialer.as_ref().ok_or_else(|| {
-            CallError::Unreachable(format!("node {}: no network configured", self.target))
-        })?;
+        let dialer = &self.dialer;
         let addr = self.addr.clone().map_err(CallError::Unreachable)?;
         let mut cached = self.connection.lock().await;
         if let Some(connection) = cached.as_ref().filter(|c| c.close_reason().is_none()) {
@@ -151,10 +143,7 @@ impl PeerClient {
 
     async fn call(&self, request: RaftRequest, ttl: Duration) -> Result<RaftResponse, CallError> {
         let connection = self.connection().await?;
-        let frame_bytes_max = self
-            .dialer
-            .as_ref()
-            .map_or(wire::frame::FRAME_BYTES_MAX, |d| d.frame_bytes_max);
+        let frame_bytes_max = self.dialer.frame_bytes_max;
         let exchange = async {
             let mut stream = open_call(&connection, Protocol::Raft, frame_bytes_max).await?;
             stream.send(&request).await?;
