@@ -1,5 +1,7 @@
 //! Three in-process ctrl nodes replicating over QUIC: a write through any
-//! endpoint reaches every node, and every node serves the same change log.
+//! endpoint reaches every node, every node serves the same change log, a
+//! follower forwards writes to the leader, and a write through a follower
+//! survives the leader going away (it waits for the election).
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -50,7 +52,7 @@ async fn scenario() {
     )
     .unwrap();
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_udp_addr()).collect();
-    let mut nodes = Vec::new();
+    let mut nodes: Vec<node::node::RunningNode> = Vec::new();
     for (index, addr) in addrs.iter().enumerate() {
         let id = index as u64 + 1;
         let mut config = NodeConfig::single_node_default(&dir.path().join(format!("node-{id}")));
@@ -143,6 +145,46 @@ async fn scenario() {
         let mut expected = ids.clone();
         expected.sort();
         assert_eq!(synced, expected, "node at {addr} serves every deployment");
+    }
+
+    // Writes sent to a follower are forwarded to the leader.
+    let leader = nodes[0]
+        .state
+        .raft
+        .metrics()
+        .borrow()
+        .current_leader
+        .unwrap();
+    let follower = (0..3).find(|i| *i as u64 + 1 != leader).unwrap();
+    let via_follower = Client::new(&OperatorConfig {
+        endpoints: vec![addrs[follower]],
+        tls: TlsFiles::in_dir(&certs, "operator"),
+        ..OperatorConfig::default()
+    })
+    .unwrap();
+    assert!(matches!(
+        via_follower.call(&create("us-east")).await.unwrap(),
+        OperatorResponse::Created { .. }
+    ));
+
+    // The leader goes away: a write through the follower waits for the
+    // election and lands on the new leader.
+    let leader_node = nodes.remove(leader as usize - 1);
+    leader_node.shutdown().await;
+    let follower_addr = addrs[follower];
+    let survivor = Client::new(&OperatorConfig {
+        endpoints: vec![follower_addr],
+        tls: TlsFiles::in_dir(&certs, "operator"),
+        ..OperatorConfig::default()
+    })
+    .unwrap();
+    assert!(matches!(
+        survivor.call(&create("us-east")).await.unwrap(),
+        OperatorResponse::Created { .. }
+    ));
+    for node in &nodes {
+        let mut applied = node.state.applied_pk.clone();
+        applied.wait_for(|pk| *pk >= 22).await.unwrap();
     }
     for node in nodes {
         node.shutdown().await;

@@ -101,7 +101,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     let raft = Raft::new(
         config.node_id,
         Arc::new(raft_config),
-        network,
+        network.clone(),
         log_store,
         state_machine,
     )
@@ -136,6 +136,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     let state = Arc::new(NodeState {
         node_id: config.node_id,
         raft,
+        network,
         store,
         applied_pk,
         watch_permits: Arc::new(tokio::sync::Semaphore::new(limits.watch_streams_max)),

@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 use transport::stream::open_call;
 use wire::hello::Protocol;
 
-use super::{NodeId, TypeConfig};
+use super::{CommandResponse, NodeId, TypeConfig};
 
 /// ALPN of the Raft protocol between nodes.
 pub const ALPN: &[u8] = b"ctrl-raft/1";
@@ -40,6 +40,8 @@ pub enum RaftRequest {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<NodeId>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A write a follower forwards to the leader on a client's behalf.
+    ClientWrite(storage::Command),
 }
 
 /// The answer to a [`RaftRequest`], with the remote Raft's own error.
@@ -50,6 +52,8 @@ pub enum RaftResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
+    /// The outcomes of a forwarded write, or why the leader could not commit it.
+    ClientWrite(Result<CommandResponse, wire::WireError>),
     /// The stream was refused before reaching Raft (permission, bad frame).
     Refused(wire::WireError),
 }
@@ -58,6 +62,8 @@ pub enum RaftResponse {
 #[derive(Clone)]
 pub struct Network {
     inner: Arc<Dialer>,
+    /// The client to the leader writes were last forwarded to.
+    forward_to: Arc<Mutex<Option<(NodeId, Arc<PeerClient>)>>>,
 }
 
 struct Dialer {
@@ -82,6 +88,48 @@ impl Network {
                 server_name,
                 frame_bytes_max,
             }),
+            forward_to: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn client(&self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            target,
+            addr: node
+                .addr
+                .parse()
+                .map_err(|e| format!("node {target} has a bad address {:?}: {e}", node.addr)),
+            dialer: self.inner.clone(),
+            connection: Mutex::new(None),
+        }
+    }
+
+    /// Sends a write to the leader `target` and returns its outcomes.
+    pub async fn forward(
+        &self,
+        target: NodeId,
+        node: &BasicNode,
+        command: storage::Command,
+        ttl: Duration,
+    ) -> Result<CommandResponse, ForwardError> {
+        let client = {
+            let mut cached = self.forward_to.lock().await;
+            match cached.as_ref() {
+                Some((id, client)) if *id == target => client.clone(),
+                _ => {
+                    let client = Arc::new(self.client(target, node));
+                    *cached = Some((target, client.clone()));
+                    client
+                }
+            }
+        };
+        match client.call(RaftRequest::ClientWrite(command), ttl).await {
+            Ok(RaftResponse::ClientWrite(Ok(response))) => Ok(response),
+            Ok(RaftResponse::ClientWrite(Err(e))) => Err(ForwardError::Refused(e)),
+            Ok(_) => Err(ForwardError::Failed(format!(
+                "node {target} answered another RPC than the one asked"
+            ))),
+            Err(CallError::Unreachable(m) | CallError::Network(m)) => Err(ForwardError::Failed(m)),
         }
     }
 }
@@ -98,21 +146,22 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient {
-            target,
-            addr: node
-                .addr
-                .parse()
-                .map_err(|e| format!("node {target} has a bad address {:?}: {e}", node.addr)),
-            dialer: self.inner.clone(),
-            connection: Mutex::new(None),
-        }
+        self.client(target, node)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct PeerError(String);
+
+/// Why a forwarded write has no outcome.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The leader answered with an error (it may no longer lead).
+    Refused(wire::WireError),
+    /// The leader could not be reached or did not answer.
+    Failed(String),
+}
 
 /// Why an RPC did not get an answer from the peer's Raft.
 enum CallError {

@@ -6,6 +6,9 @@ pub mod agent;
 pub mod operator;
 pub mod raft;
 pub mod watch;
+pub mod write;
+
+pub(crate) use write::propose;
 
 use std::sync::Arc;
 
@@ -34,6 +37,8 @@ pub struct Limits {
 pub struct NodeState {
     pub node_id: u64,
     pub raft: Raft,
+    /// Dials peers: Raft RPCs and writes forwarded to the leader.
+    pub network: crate::raft::network::Network,
     pub store: Arc<Store>,
     pub applied_pk: tokio_watch::Receiver<Pk>,
     pub limits: Limits,
@@ -122,41 +127,6 @@ async fn serve_connection(
 /// Closes a call's send side after its last frame.
 pub(crate) async fn finish(stream: &mut FramedStream) {
     let _ = stream.finish().await;
-}
-
-/// Proposes one command through Raft and waits (bounded) for its outcomes.
-pub(crate) async fn propose(
-    state: &NodeState,
-    mutations: Vec<storage::Mutation>,
-) -> Result<Vec<Result<storage::Outcome, WireError>>, WireError> {
-    use openraft::error::{ClientWriteError, RaftError};
-
-    let command = storage::Command {
-        now_ms: state.clock.now_ms(),
-        mutations,
-    };
-    let timeout = std::time::Duration::from_millis(state.limits.request_timeout_ms);
-    let written = tokio::time::timeout(timeout, state.raft.client_write(command)).await;
-    match written {
-        Err(_) => Err(WireError::new(
-            ErrorCode::Unavailable,
-            format!(
-                "the write was not committed within {} ms (is a majority of nodes up?)",
-                state.limits.request_timeout_ms
-            ),
-        )),
-        Ok(Ok(response)) => Ok(response.data.outcomes),
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
-            Err(WireError::new(
-                ErrorCode::NotLeader,
-                match forward.leader_node {
-                    Some(node) => format!("not the leader; the leader is at {}", node.addr),
-                    None => "not the leader, and no leader is known (election in progress)".into(),
-                },
-            ))
-        }
-        Ok(Err(e)) => Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
-    }
 }
 
 /// Reads and checks the hello of a new stream. On refusal, answers with the

@@ -34,6 +34,9 @@ pub async fn serve_stream(
         Ok(Some(RaftRequest::InstallSnapshot(rpc))) => {
             RaftResponse::InstallSnapshot(state.raft.install_snapshot(rpc).await)
         }
+        Ok(Some(RaftRequest::ClientWrite(command))) => {
+            RaftResponse::ClientWrite(super::write::commit_forwarded(state, command).await)
+        }
         Ok(None) => return Ok(()),
         Err(e) => RaftResponse::Refused(e.to_wire()),
     };

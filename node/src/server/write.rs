@@ -1,0 +1,108 @@
+//! Writes from anywhere: a command is proposed to the local Raft; on a
+//! follower it is forwarded to the leader over the Raft ALPN; during an
+//! election it is retried until a leader is known. All of it within the
+//! request timeout, after which the caller gets a clear `Unavailable`.
+//!
+//! A retried create carries the same leader-assigned id, so a write that
+//! committed but whose answer was lost is refused as a duplicate rather
+//! than applied twice.
+
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use storage::{Command, Mutation, MutationResult};
+use tokio::time::Instant;
+use wire::{ErrorCode, WireError};
+
+use super::NodeState;
+use crate::raft::network::ForwardError;
+
+/// Proposes one command and waits (bounded) for its outcomes.
+pub async fn propose(
+    state: &NodeState,
+    mutations: Vec<Mutation>,
+) -> Result<Vec<MutationResult>, WireError> {
+    let command = Command {
+        now_ms: state.clock.now_ms(),
+        mutations,
+    };
+    let budget = Duration::from_millis(state.limits.request_timeout_ms);
+    let deadline = Instant::now() + budget;
+    let mut last_problem = String::from("no leader is known");
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(unavailable(state, &last_problem));
+        }
+        let written = tokio::time::timeout(remaining, state.raft.client_write(command.clone()));
+        let forward = match written.await {
+            Err(_) => return Err(unavailable(state, "the write was not committed in time")),
+            Ok(Ok(response)) => return Ok(response.data.outcomes),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => forward,
+            Ok(Err(e)) => return Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
+        };
+        match (forward.leader_id, forward.leader_node) {
+            (Some(leader), Some(node)) => {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match state
+                    .network
+                    .forward(leader, &node, command.clone(), remaining)
+                    .await
+                {
+                    Ok(response) => return Ok(response.outcomes),
+                    Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
+                        return Err(e);
+                    }
+                    Err(ForwardError::Refused(e)) => last_problem = e.message,
+                    Err(ForwardError::Failed(reason)) => last_problem = reason,
+                }
+                // The leader we knew is gone or stepped down: wait for
+                // another one.
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let _ = state
+                    .raft
+                    .wait(Some(remaining))
+                    .metrics(
+                        |m| m.current_leader.is_some_and(|id| id != leader),
+                        "a new leader",
+                    )
+                    .await;
+            }
+            _ => {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let _ = state
+                    .raft
+                    .wait(Some(remaining))
+                    .metrics(|m| m.current_leader.is_some(), "a leader")
+                    .await;
+            }
+        }
+    }
+}
+
+/// Commits a write forwarded by a follower. It is not forwarded again.
+pub async fn commit_forwarded(
+    state: &NodeState,
+    command: Command,
+) -> Result<crate::raft::CommandResponse, WireError> {
+    let budget = Duration::from_millis(state.limits.request_timeout_ms);
+    match tokio::time::timeout(budget, state.raft.client_write(command)).await {
+        Err(_) => Err(unavailable(state, "the write was not committed in time")),
+        Ok(Ok(response)) => Ok(response.data),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(WireError::new(
+            ErrorCode::NotLeader,
+            format!("node {} is no longer the leader", state.node_id),
+        )),
+        Ok(Err(e)) => Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
+    }
+}
+
+fn unavailable(state: &NodeState, problem: &str) -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "the write was not committed within {} ms ({problem}); is a majority of nodes up?",
+            state.limits.request_timeout_ms
+        ),
+    )
+}
