@@ -58,12 +58,15 @@ pub enum RaftResponse {
     Refused(wire::WireError),
 }
 
+/// The leader's id and a client to it.
+type LeaderClient = (NodeId, Arc<PeerClient>);
+
 /// What a node needs to dial its peers.
 #[derive(Clone)]
 pub struct Network {
     inner: Arc<Dialer>,
     /// The client to the leader writes were last forwarded to.
-    forward_to: Arc<Mutex<Option<(NodeId, Arc<PeerClient>)>>>,
+    forward_to: Arc<Mutex<Option<LeaderClient>>>,
 }
 
 struct Dialer {
