@@ -108,15 +108,23 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     .await
     .context("cannot start Raft")?;
 
-    let advertise = config.advertise_addr.unwrap_or(config.listen_addr);
-    if config.peers.is_empty() && !raft.is_initialized().await.context("raft state")? {
-        let members = BTreeMap::from([(
-            config.node_id,
+    let advertise = config.advertise_addr.unwrap_or(local_addr);
+    let mut configured_members = BTreeMap::from([(
+        config.node_id,
+        BasicNode {
+            addr: advertise.to_string(),
+        },
+    )]);
+    for peer in &config.peers {
+        configured_members.insert(
+            peer.node_id,
             BasicNode {
-                addr: advertise.to_string(),
+                addr: peer.addr.to_string(),
             },
-        )]);
-        raft.initialize(members)
+        );
+    }
+    if config.peers.is_empty() && !raft.is_initialized().await.context("raft state")? {
+        raft.initialize(configured_members.clone())
             .await
             .context("cannot initialise the single-node cluster")?;
         info!(
@@ -136,6 +144,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     let state = Arc::new(NodeState {
         node_id: config.node_id,
         raft,
+        configured_members,
         network,
         store,
         applied_pk,

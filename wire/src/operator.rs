@@ -39,6 +39,28 @@ pub enum OperatorRequest {
         id: String,
         desired_state: DesiredState,
     },
+    /// Initialise a fresh cluster with the members of the receiving node's
+    /// config (itself and its peers).
+    InitCluster,
+    /// The receiving node's own view of the cluster.
+    NodeStatus,
+}
+
+/// One node's view of the cluster, as `ctrl cluster status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: u64,
+    pub addr: String,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    pub term: u64,
+    pub leader_id: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub applied_index: Option<u64>,
+    /// The last change-log pk this node applied.
+    pub last_change_pk: u64,
+    /// Voters and learners: (node id, address).
+    pub members: Vec<(u64, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,5 +175,10 @@ pub enum OperatorResponse {
         next_after: Option<String>,
     },
     Updated(Deployment),
+    /// The cluster was initialised with these members.
+    Initialized {
+        members: Vec<(u64, String)>,
+    },
+    NodeStatus(NodeStatus),
     Error(WireError),
 }

@@ -1,6 +1,7 @@
 //! Command-line definitions and dispatch.
 
 mod certs;
+mod cluster;
 mod ops;
 mod serve;
 mod wait;
@@ -51,6 +52,9 @@ pub enum Command {
     Stop(ops::StopArgs),
     /// Start a stopped deployment again.
     Start(ops::StopArgs),
+    /// Initialise the cluster and show its nodes.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Watch a region's changes as an agent would, one event per line.
     Watch(watch::WatchArgs),
 }
@@ -85,6 +89,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
         Command::Stop(args) => ops::set_state(&operator_config(&cli.config)?, args, false).await,
         Command::Start(args) => ops::set_state(&operator_config(&cli.config)?, args, true).await,
+        Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
     }
 }

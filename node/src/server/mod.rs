@@ -3,6 +3,7 @@
 //! certificate decides what it may do.
 
 pub mod agent;
+pub mod cluster;
 pub mod operator;
 pub mod raft;
 pub mod watch;
@@ -37,6 +38,8 @@ pub struct Limits {
 pub struct NodeState {
     pub node_id: u64,
     pub raft: Raft,
+    /// The cluster this node's config describes: itself and its peers.
+    pub configured_members: std::collections::BTreeMap<u64, openraft::BasicNode>,
     /// Dials peers: Raft RPCs and writes forwarded to the leader.
     pub network: crate::raft::network::Network,
     pub store: Arc<Store>,

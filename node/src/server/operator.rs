@@ -63,6 +63,10 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::SetDesiredState { id, desired_state } => {
             set_desired_state(state, id, desired_state).await
         }
+        OperatorRequest::InitCluster => super::cluster::init(state).await,
+        OperatorRequest::NodeStatus => {
+            Ok(OperatorResponse::NodeStatus(super::cluster::status(state)))
+        }
     };
     result.unwrap_or_else(OperatorResponse::Error)
 }

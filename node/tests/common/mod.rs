@@ -74,35 +74,7 @@ impl Site {
 
     /// Starts `ctrl serve` and waits until it says it serves.
     pub fn start(&self) -> NodeProcess {
-        let mut child = Command::new(ctrl_bin())
-            .arg("serve")
-            .arg("--config")
-            .arg(self.node_config())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn ctrl serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            match rx.recv_timeout(START_TIMEOUT) {
-                Ok(line) if line.contains("serving on") => break,
-                Ok(_) => continue,
-                Err(_) => {
-                    let _ = child.kill();
-                    panic!("ctrl serve did not report serving within {START_TIMEOUT:?}");
-                }
-            }
-        }
-        NodeProcess { child }
+        start_node(&self.node_config())
     }
 
     /// Runs a CLI command against this site with the operator config.
@@ -157,6 +129,39 @@ impl Site {
         let lines = spawn_line_reader(child.stdout.take().expect("stdout"));
         Watcher { child, lines }
     }
+}
+
+/// Starts `ctrl serve --config PATH` and waits until it says it serves.
+pub fn start_node(config: &Path) -> NodeProcess {
+    let mut child = Command::new(ctrl_bin())
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ctrl serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) if line.contains("serving on") => break,
+            Ok(_) => continue,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("ctrl serve did not report serving within {START_TIMEOUT:?}");
+            }
+        }
+    }
+    NodeProcess { child }
 }
 
 fn spawn_line_reader(stdout: ChildStdout) -> mpsc::Receiver<String> {

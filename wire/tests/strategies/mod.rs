@@ -20,7 +20,9 @@ use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
     Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{
+    CreateDeployment, DeploymentView, NodeStatus, OperatorRequest, OperatorResponse,
+};
 use wire::{ErrorCode, WireError};
 
 /// A short string of arbitrary (non-newline) Unicode scalar values,
@@ -435,7 +437,32 @@ pub fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         (short_string(), desired_state()).prop_map(|(id, desired_state)| {
             OperatorRequest::SetDesiredState { id, desired_state }
         }),
+        Just(OperatorRequest::InitCluster),
+        Just(OperatorRequest::NodeStatus),
     ]
+}
+
+fn members() -> impl Strategy<Value = Vec<(u64, String)>> {
+    vec((any::<u64>(), short_string()), 0..3)
+}
+
+prop_compose! {
+    pub fn node_status()(
+        node_id in any::<u64>(),
+        addr in short_string(),
+        role in short_string(),
+        term in any::<u64>(),
+        leader_id in option::of(any::<u64>()),
+        last_log_index in option::of(any::<u64>()),
+        applied_index in option::of(any::<u64>()),
+        last_change_pk in any::<u64>(),
+        members in members(),
+    ) -> NodeStatus {
+        NodeStatus {
+            node_id, addr, role, term, leader_id, last_log_index, applied_index,
+            last_change_pk, members,
+        }
+    }
 }
 
 prop_compose! {
@@ -454,6 +481,8 @@ pub fn operator_response() -> impl Strategy<Value = OperatorResponse> {
         (vec(deployment(), 0..3), option::of(short_string()))
             .prop_map(|(items, next_after)| OperatorResponse::Deployments { items, next_after }),
         deployment().prop_map(OperatorResponse::Updated),
+        members().prop_map(|members| OperatorResponse::Initialized { members }),
+        node_status().prop_map(OperatorResponse::NodeStatus),
         wire_error().prop_map(OperatorResponse::Error),
     ]
 }
