@@ -1,20 +1,18 @@
-//! krane: the per-cluster agent. This first cut watches its region from
-//! ctrl and logs what it would apply; the Kubernetes controllers, the local
-//! state and status reports come with the krane work.
+//! krane: the per-cluster agent's command line.
+//!
+//! - `krane run --config FILE`: watch the region and converge the cluster.
+//! - `krane state --data-dir DIR [-o json]`: print the stored cursor, the
+//!   number of full syncs and the applied resources (krane must be stopped:
+//!   the running agent holds the file's lock).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use agent::state::{STATE_FILE, StateSummary, read_summary_at};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
 use config::{AgentConfig, ConfigFile};
-use tracing::{info, warn};
-use transport::stream::open_call;
-use transport::tls::TlsPaths;
-use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
-use wire::hello::Protocol;
-use wire::session::{ClientAction, WatchClient};
+use wire::model::Resource;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,9 +32,23 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the local state (krane must not be running).
+    State {
+        /// The agent's data directory (the config's `data_dir`).
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
-fn main() -> std::process::ExitCode {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("KRANE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -44,118 +56,80 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        Command::Run { config } => runtime.block_on(run(config)),
+        Command::Run { config } => run(config),
+        Command::State { data_dir, output } => show_state(data_dir, output),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
 
-async fn run(path: PathBuf) -> Result<()> {
+fn run(path: PathBuf) -> Result<()> {
     let config = AgentConfig::load(&path)?;
-    transport::tls::install_crypto_provider();
-    let mut addrs: Vec<SocketAddr> = Vec::new();
-    for endpoint in &config.endpoints {
-        addrs.extend(
-            endpoint
-                .resolve()
-                .with_context(|| format!("cannot resolve ctrl endpoint {endpoint}"))?,
-        );
-    }
-    let Some(first) = addrs.first() else {
-        bail!(
-            "{}: no ctrl endpoint resolves to an address",
-            path.display()
-        );
-    };
-    let tls = TlsPaths {
-        ca_cert: config.tls.ca_cert.clone(),
-        cert: config.tls.cert.clone(),
-        key: config.tls.key.clone(),
-    };
-    let client_config = transport::tls::client_config(&tls, wire::agent::ALPN)?;
-    let endpoint =
-        transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(*first))?;
-    let mut cursor = 0;
-    loop {
-        match watch_once(&endpoint, &client_config, &addrs, &config, &mut cursor).await {
-            Ok(()) => info!("the watch ended; reconnecting"),
-            Err(e) => warn!("watch failed: {e:#}"),
-        }
-        let backoff = jittered_backoff_ms(
-            config.reconnect_backoff_min_ms,
-            config.reconnect_backoff_max_ms,
-        );
-        tokio::time::sleep(Duration::from_millis(backoff)).await;
-        addrs.rotate_left(1);
-    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        agent::run::run(&config, shutdown_signal())
+            .await
+            .with_context(|| format!("krane with {}", path.display()))
+    })
 }
 
-/// A random delay in `[min_ms, max_ms]`, so agents do not reconnect in step.
-fn jittered_backoff_ms(min_ms: u64, max_ms: u64) -> u64 {
-    if max_ms <= min_ms {
-        return min_ms;
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
     }
-    min_ms + rand::random::<u64>() % (max_ms - min_ms + 1)
+    let _ = tokio::signal::ctrl_c().await;
 }
 
-async fn watch_once(
-    endpoint: &quinn::Endpoint,
-    client_config: &quinn::ClientConfig,
-    addrs: &[SocketAddr],
-    config: &AgentConfig,
-    cursor: &mut u64,
-) -> Result<()> {
-    let (connection, addr) = transport::endpoint::connect_any(
-        endpoint,
-        client_config,
-        addrs,
-        &config.server_name,
-        5_000,
-    )
-    .await?;
-    info!(%addr, cursor = *cursor, region = %config.region, "watching");
-    let mut stream = open_call(&connection, Protocol::Agent, wire::frame::FRAME_BYTES_MAX).await?;
-    stream
-        .send(&AgentRequest::Watch(WatchRequest {
-            region: config.region.clone(),
-            cursor: *cursor,
-        }))
-        .await?;
-    let mut session = WatchClient::new(*cursor);
-    while let Some(event) = stream.recv::<WatchEvent>().await? {
-        match session.on_event(event)? {
-            ClientAction::BeginFullSync { cursor } => info!(cursor, "full sync"),
-            ClientAction::ApplySynced(resource) => info!(key = ?resource.key(), "desired"),
-            ClientAction::FinishFullSync { cursor } => session.applied(cursor)?,
-            ClientAction::Apply { version, change } => {
-                info!(version, key = ?change.key(), "change");
-                session.applied(version)?;
-            }
-            ClientAction::Progress { cursor } => info!(cursor, "progress"),
-            ClientAction::Resync { floor } => {
-                info!(floor, "resync required");
-                *cursor = 0;
-                return Ok(());
-            }
-            ClientAction::Failed(e) => bail!("ctrl ended the watch: {e}"),
-        }
-        *cursor = session.cursor();
+fn show_state(data_dir: PathBuf, output: Output) -> Result<()> {
+    let summary = read_summary_at(&data_dir.join(STATE_FILE))?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        Output::Text => print_text(&summary),
     }
     Ok(())
+}
+
+fn print_text(summary: &StateSummary) {
+    println!("cursor:     {}", summary.cursor);
+    println!("full syncs: {}", summary.full_syncs);
+    println!("applied:    {}", summary.applied.len());
+    for entry in &summary.applied {
+        let detail = match &entry.resource {
+            Resource::DeploymentTopology(t) => format!(
+                "{}/{} replicas={} image={} {}",
+                t.k8s_namespace,
+                t.k8s_name,
+                t.replicas,
+                t.image,
+                t.desired_state.as_str()
+            ),
+            Resource::Sentinel(s) => format!("{}/{}", s.k8s_namespace, s.k8s_name),
+            Resource::CiliumNetworkPolicy(p) => format!("{}/{}", p.k8s_namespace, p.k8s_name),
+        };
+        println!(
+            "  {} {} v{} {}",
+            entry.key.resource_type.as_str(),
+            entry.key.resource_id,
+            entry.version,
+            detail
+        );
+    }
 }

@@ -1,0 +1,132 @@
+//! Controllers: what each kind of desired-state resource becomes in the
+//! cluster. [`Reconciler`] is the seam the watch loop drives (a fake in
+//! tests); [`Controller`] is the real one over kube-rs, dispatching by
+//! resource type, and telling the status reporter which deployments it
+//! converged or removed ([`Notice`]).
+//!
+//! Every operation is idempotent, in the manner of kube-rs's
+//! `reconcile`: the watch loop retries a failed one from the stored cursor,
+//! and the periodic full sync re-applies everything as a safety net.
+
+pub mod deployment;
+
+use std::future::Future;
+
+use kube::Client;
+use tokio::sync::mpsc;
+use tracing::warn;
+use wire::model::{Resource, ResourceKey, ResourceType};
+
+use crate::k8s::{K8sError, Namespaces, Outcome};
+
+/// What the controller tells the status reporter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A deployment's objects were applied in `namespace`; its pods have
+    /// these sizes.
+    DeploymentApplied {
+        deployment_id: String,
+        namespace: String,
+        cpu_millicores: u32,
+        memory_mib: u32,
+    },
+    /// A deployment's objects were deleted (or never existed).
+    DeploymentDeleted { deployment_id: String },
+}
+
+/// Converges the cluster towards one resource, or removes it.
+pub trait Reconciler: Send + Sync {
+    /// Creates or updates the resource's objects (or deletes them, for a
+    /// stopped deployment).
+    fn apply(&self, resource: &Resource) -> impl Future<Output = Result<(), K8sError>> + Send;
+
+    /// Deletes the objects of `key`; `last` is the spec last applied for
+    /// it, when known.
+    fn delete(
+        &self,
+        key: &ResourceKey,
+        last: Option<&Resource>,
+    ) -> impl Future<Output = Result<(), K8sError>> + Send;
+}
+
+/// The kube-rs controllers.
+pub struct Controller {
+    client: Client,
+    namespaces: Namespaces,
+    /// Where a deployment's objects are when no applied spec says.
+    default_namespace: String,
+    notices: mpsc::Sender<Notice>,
+}
+
+impl Controller {
+    pub fn new(client: Client, default_namespace: &str, notices: mpsc::Sender<Notice>) -> Self {
+        Controller {
+            client,
+            namespaces: Namespaces::default(),
+            default_namespace: default_namespace.to_string(),
+            notices,
+        }
+    }
+
+    async fn notify(&self, notice: Notice) {
+        // The reporter gone means krane is shutting down; nothing to tell.
+        let _ = self.notices.send(notice).await;
+    }
+}
+
+impl Reconciler for Controller {
+    async fn apply(&self, resource: &Resource) -> Result<(), K8sError> {
+        match resource {
+            Resource::DeploymentTopology(topology) => {
+                let outcome = deployment::apply(&self.client, &self.namespaces, topology).await?;
+                let notice = match (deployment::wants_objects(topology), outcome) {
+                    (_, Outcome::Foreign) => return Ok(()),
+                    (true, Outcome::Done) => Notice::DeploymentApplied {
+                        deployment_id: topology.deployment_id.clone(),
+                        namespace: topology.k8s_namespace.clone(),
+                        cpu_millicores: topology.cpu_millicores,
+                        memory_mib: topology.memory_mib,
+                    },
+                    (false, Outcome::Done) => Notice::DeploymentDeleted {
+                        deployment_id: topology.deployment_id.clone(),
+                    },
+                };
+                self.notify(notice).await;
+            }
+            Resource::Sentinel(_) | Resource::CiliumNetworkPolicy(_) => {
+                // Recorded in the local state by the caller, so the full
+                // sync after this controller lands applies it.
+                warn!(key = ?resource.key(), "no controller for this resource type yet; recorded only");
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, key: &ResourceKey, last: Option<&Resource>) -> Result<(), K8sError> {
+        match key.resource_type {
+            ResourceType::DeploymentTopology => {
+                let (namespace, name) = match last {
+                    Some(Resource::DeploymentTopology(t)) => {
+                        (t.k8s_namespace.clone(), t.k8s_name.clone())
+                    }
+                    _ => (
+                        self.default_namespace.clone(),
+                        storage::deployment_k8s_name(&key.resource_id),
+                    ),
+                };
+                deployment::delete(&self.client, &namespace, &name).await?;
+                self.notify(Notice::DeploymentDeleted {
+                    deployment_id: key.resource_id.clone(),
+                })
+                .await;
+            }
+            ResourceType::Sentinel | ResourceType::CiliumNetworkPolicy => {
+                warn!(
+                    ?key,
+                    "no controller for this resource type yet; forgotten only"
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,288 @@
+//! The Kubernetes side shared by krane's controllers: the client, the
+//! field manager and labels, and the two guarded operations every
+//! controller uses — server-side apply and delete — which never touch an
+//! object that lacks krane's managed-by label.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+/// The server-side apply field manager of every object krane writes.
+pub const FIELD_MANAGER: &str = "krane";
+/// The label every object krane creates carries, with value
+/// [`MANAGED_BY_VALUE`]; objects without it are never changed or deleted.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "krane";
+/// `managed-by=krane`, as a label selector.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=krane";
+pub const DEPLOYMENT_ID_LABEL: &str = "unkey.com/deployment.id";
+pub const WORKSPACE_ID_LABEL: &str = "unkey.com/workspace.id";
+pub const PROJECT_ID_LABEL: &str = "unkey.com/project.id";
+pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
+/// Longest label value Kubernetes accepts.
+pub const LABEL_VALUE_BYTES_MAX: usize = 63;
+/// Most namespaces krane remembers having checked or created.
+pub const KNOWN_NAMESPACES_MAX: usize = 1_024;
+
+/// A Kubernetes operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    #[error("cannot read kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: Box<kube::config::KubeconfigError>,
+    },
+    #[error("in-cluster Kubernetes config: {0}")]
+    InCluster(Box<kube::config::InClusterError>),
+    #[error("{kind} {namespace}/{name}: {source}")]
+    Api {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        source: Box<kube::Error>,
+    },
+    #[error("Kubernetes client: {0}")]
+    Client(Box<kube::Error>),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<kube::Error> for K8sError {
+    fn from(e: kube::Error) -> Self {
+        K8sError::Client(Box::new(e))
+    }
+}
+
+/// The client for `kubeconfig`, or the in-cluster config when `None`.
+pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, K8sError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                K8sError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    source: Box::new(source),
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| K8sError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    source: Box::new(source),
+                })?
+        }
+        None => kube::Config::incluster().map_err(|e| K8sError::InCluster(Box::new(e)))?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Whether an object carries krane's managed-by label.
+pub fn is_managed(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|labels| labels.get(MANAGED_BY_LABEL))
+        .is_some_and(|value| value == MANAGED_BY_VALUE)
+}
+
+/// `value` made a valid label value: characters outside `[A-Za-z0-9._-]`
+/// become `-`, at most [`LABEL_VALUE_BYTES_MAX`] bytes, starting and
+/// ending with an alphanumeric character (empty if none is left).
+pub fn label_value(value: &str) -> String {
+    let mapped: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(LABEL_VALUE_BYTES_MAX)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// What a guarded operation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied, deleted, or already absent.
+    Done,
+    /// An object of that name exists without krane's label; left alone.
+    Foreign,
+}
+
+/// Applies `object` with server-side apply under [`FIELD_MANAGER`],
+/// forcing ownership of the fields it sets, unless an object of that name
+/// exists without krane's label.
+pub async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<Outcome, K8sError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned,
+{
+    let name = object.name_any();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let error = |source| K8sError::Api {
+        kind: K::KIND,
+        namespace: namespace.to_string(),
+        name: name.clone(),
+        source: Box::new(source),
+    };
+    if let Some(existing) = api.get_metadata_opt(&name).await.map_err(error)?
+        && !is_managed(&existing.metadata)
+    {
+        warn!(
+            kind = K::KIND,
+            namespace, name, "exists without the managed-by label; left alone"
+        );
+        return Ok(Outcome::Foreign);
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(object))
+        .await
+        .map_err(error)?;
+    debug!(kind = K::KIND, namespace, name, "applied");
+    Ok(Outcome::Done)
+}
+
+/// Deletes `name` if it exists and carries krane's label; the delete is
+/// conditional on the uid that was checked. Absent is success.
+pub async fn delete<K>(client: &Client, namespace: &str, name: &str) -> Result<Outcome, K8sError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let error = |source| K8sError::Api {
+        kind: K::KIND,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source: Box::new(source),
+    };
+    let Some(existing) = api.get_metadata_opt(name).await.map_err(error)? else {
+        return Ok(Outcome::Done);
+    };
+    if !is_managed(&existing.metadata) {
+        warn!(
+            kind = K::KIND,
+            namespace, name, "exists without the managed-by label; not deleted"
+        );
+        return Ok(Outcome::Foreign);
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: existing.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            debug!(kind = K::KIND, namespace, name, "deleted");
+            Ok(Outcome::Done)
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Outcome::Done),
+        Err(e) => Err(error(e)),
+    }
+}
+
+/// Makes sure namespaces exist before objects are applied in them: a
+/// missing namespace is created with krane's label (an existing one is
+/// never changed). Remembers what it checked.
+#[derive(Debug, Default)]
+pub struct Namespaces {
+    known: Mutex<BTreeSet<String>>,
+}
+
+impl Namespaces {
+    pub async fn ensure(&self, client: &Client, name: &str) -> Result<(), K8sError> {
+        if self.lock().contains(name) {
+            return Ok(());
+        }
+        let api: Api<Namespace> = Api::all(client.clone());
+        let error = |source| K8sError::Api {
+            kind: "Namespace",
+            namespace: String::new(),
+            name: name.to_string(),
+            source: Box::new(source),
+        };
+        if api.get_metadata_opt(name).await.map_err(error)?.is_none() {
+            let namespace = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    labels: Some(BTreeMap::from([(
+                        MANAGED_BY_LABEL.to_string(),
+                        MANAGED_BY_VALUE.to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            };
+            match api.create(&PostParams::default(), &namespace).await {
+                Ok(_) => debug!(namespace = name, "created namespace"),
+                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+                Err(e) => return Err(error(e)),
+            }
+        }
+        let mut known = self.lock();
+        if known.len() < KNOWN_NAMESPACES_MAX {
+            known.insert(name.to_string());
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // The set is only ever inserted into; a panic elsewhere cannot
+        // leave it inconsistent.
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_made_valid() {
+        assert_eq!(label_value("dep_20yysmkk16yj3"), "dep_20yysmkk16yj3");
+        assert_eq!(label_value("my workspace/1"), "my-workspace-1");
+        assert_eq!(label_value("-_x_-"), "x");
+        assert_eq!(label_value("é"), "");
+        assert_eq!(label_value(&"a".repeat(100)).len(), LABEL_VALUE_BYTES_MAX);
+    }
+
+    #[test]
+    fn managed_needs_the_exact_label() {
+        let mut meta = ObjectMeta::default();
+        assert!(!is_managed(&meta));
+        meta.labels = Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_string(),
+            "helm".to_string(),
+        )]));
+        assert!(!is_managed(&meta));
+        meta.labels = Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_string(),
+            MANAGED_BY_VALUE.to_string(),
+        )]));
+        assert!(is_managed(&meta));
+    }
+}

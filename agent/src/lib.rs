@@ -1,0 +1,28 @@
+//! krane: the per-cluster agent. It watches its region's desired state
+//! from ctrl, converges the Kubernetes cluster with server-side apply, keeps
+//! its cursor and a last-applied snapshot in a local redb file (a restart
+//! resumes without a full sync), and reports the pods it runs back to ctrl.
+//!
+//! - [`state`]: the local redb file (cursor, full-sync count, snapshot).
+//! - [`k8s`]: the client, labels, and guarded apply/delete.
+//! - [`controller`]: what each resource becomes ([`controller::deployment`]:
+//!   a headless Service and a StatefulSet), behind the [`controller::Reconciler`]
+//!   seam.
+//! - [`watch`]: the watch loop (a sans-socket stream handler and its
+//!   driver).
+//! - [`status`]: the pod watcher and the status reports.
+//! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
+//! - [`backoff`]: jittered reconnect waits.
+//! - [`run`]: wires them together for `krane run`.
+
+pub mod backoff;
+pub mod controller;
+pub mod ctrl;
+pub mod k8s;
+pub mod run;
+pub mod state;
+pub mod status;
+pub mod watch;
+
+#[cfg(test)]
+mod test_support;

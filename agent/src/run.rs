@@ -1,0 +1,99 @@
+//! `krane run`: opens the local state, builds the Kubernetes and ctrl
+//! clients, and runs the watch loop and the status reporter until the
+//! shutdown future completes.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::AgentConfig;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::mpsc;
+use tracing::info;
+use wire::model::Resource;
+
+use crate::backoff::Backoff;
+use crate::controller::Controller;
+use crate::ctrl::{CtrlClient, CtrlError};
+use crate::k8s::{self, K8sError};
+use crate::state::{LocalState, StateError};
+use crate::status::tracker::Sizes;
+use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
+use crate::watch::WatchLoop;
+
+/// krane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    K8s(#[from] K8sError),
+    #[error(transparent)]
+    Ctrl(#[from] CtrlError),
+}
+
+/// Runs krane until `shutdown` completes. Every operating error after
+/// start-up is logged and retried; only start-up errors return.
+pub async fn run(config: &AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+    transport::tls::install_crypto_provider();
+    let state = Arc::new(LocalState::open_in(&config.data_dir)?);
+    let summary = state.summary()?;
+    info!(
+        data_dir = %config.data_dir.display(),
+        cursor = summary.cursor,
+        full_syncs = summary.full_syncs,
+        applied = summary.applied.len(),
+        region = %config.region,
+        "krane starting"
+    );
+    let client = k8s::client(config.kubeconfig.as_deref()).await?;
+    let ctrl = Arc::new(CtrlClient::new(config)?);
+
+    let mut namespaces = BTreeSet::from([config.namespace.clone()]);
+    let mut known = Vec::new();
+    for entry in &summary.applied {
+        if let Resource::DeploymentTopology(t) = &entry.resource {
+            namespaces.insert(t.k8s_namespace.clone());
+            let sizes = Sizes {
+                cpu_millicores: t.cpu_millicores,
+                memory_mib: t.memory_mib,
+            };
+            known.push((t.deployment_id.clone(), sizes));
+        }
+    }
+    let (notices, notices_rx) = mpsc::channel(NOTICE_QUEUE_MAX);
+    let controller = Arc::new(Controller::new(client.clone(), &config.namespace, notices));
+    let reporter = Reporter::new(
+        client,
+        ctrl.clone(),
+        notices_rx,
+        ReporterSetup {
+            region: config.region.clone(),
+            namespaces: namespaces.into_iter().collect(),
+            known,
+            batch_max: config.report_batch_max,
+            clock: system_clock(),
+            rng: StdRng::from_os_rng(),
+        },
+    );
+    let reporter = tokio::spawn(reporter.run());
+    let watch = WatchLoop::new(
+        ctrl,
+        state,
+        controller,
+        Backoff::new(
+            config.reconnect_backoff_min_ms,
+            config.reconnect_backoff_max_ms,
+        ),
+        StdRng::from_os_rng(),
+        Duration::from_millis(config.full_resync_interval_ms),
+    );
+    tokio::select! {
+        () = watch.run() => {}
+        () = shutdown => info!("shutting down"),
+    }
+    reporter.abort();
+    Ok(())
+}

@@ -1,0 +1,544 @@
+//! krane's local state: one redb file (`DATA_DIR/krane.redb`) holding the
+//! watch cursor, how many full syncs ran, and the last-applied snapshot —
+//! for every resource key the version and the spec that was applied.
+//!
+//! Invariants (the redb habit: written down, tested):
+//! - An incremental change and the cursor advance past it are committed in
+//!   one write transaction ([`LocalState::record_applied`]): after a crash
+//!   either both are there or neither is.
+//! - The cursor never moves backwards, except the explicit reset to 0 that
+//!   a "resync required" answer asks for ([`LocalState::reset_cursor`]).
+//! - A resource's stored version never goes down: an older spec than the
+//!   one recorded is refused ([`StateError::StaleVersion`]).
+//! - A full sync records what it applied without moving the cursor; the
+//!   cursor moves to the sync's end only after the garbage collection
+//!   ([`LocalState::finish_full_sync`], then [`LocalState::record_progress`]).
+//!   A crash in between repeats the full sync, which is idempotent.
+//!
+//! Every call is synchronous (redb); one call is one short transaction.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use redb::{
+    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
+    WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
+use wire::Pk;
+use wire::agent::ResourceChange;
+use wire::model::{Resource, ResourceKey};
+
+/// The file name of the local state inside the data directory.
+pub const STATE_FILE: &str = "krane.redb";
+/// Version of the layout below; a file of another version is refused.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Metadata key → `u64`.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// `(resource type, region, id)` → postcard [`AppliedRow`].
+const APPLIED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("applied");
+
+/// Keys of the [`META`] table.
+mod meta {
+    pub const SCHEMA_VERSION: &str = "schema_version";
+    /// The last pk everything was applied up to: what a watch resumes at.
+    pub const CURSOR: &str = "cursor";
+    /// How many full syncs ever began (a restart must not add one).
+    pub const FULL_SYNCS: &str = "full_syncs";
+}
+
+/// One row of the last-applied snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct AppliedRow {
+    version: Pk,
+    resource: Resource,
+}
+
+/// A local-state operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("{}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: redb::DatabaseError,
+    },
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no local state at {}", path.display())]
+    Missing { path: PathBuf },
+    #[error("{} has schema version {found}; this krane reads version {SCHEMA_VERSION}", path.display())]
+    Schema { path: PathBuf, found: u64 },
+    #[error("local state storage: {0}")]
+    Storage(#[from] redb::Error),
+    #[error("local state row does not decode: {0}")]
+    Codec(#[from] postcard::Error),
+    #[error("the cursor may not move back from {stored} to {requested}")]
+    CursorBackwards { stored: Pk, requested: Pk },
+    #[error("{key:?}: version {requested} is older than the applied version {stored}")]
+    StaleVersion {
+        key: ResourceKey,
+        stored: Pk,
+        requested: Pk,
+    },
+}
+
+fn storage(e: impl Into<redb::Error>) -> StateError {
+    StateError::Storage(e.into())
+}
+
+/// One resource of the last-applied snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppliedResource {
+    pub key: ResourceKey,
+    pub version: Pk,
+    pub resource: Resource,
+}
+
+/// Everything the state holds, as `krane state` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StateSummary {
+    pub cursor: Pk,
+    pub full_syncs: u64,
+    pub applied: Vec<AppliedResource>,
+}
+
+/// The local state file, open for reading and writing (one process at a
+/// time: redb locks the file).
+#[derive(Debug)]
+pub struct LocalState {
+    db: Database,
+}
+
+impl LocalState {
+    /// Opens (or creates) the state at `path`, creating its directory.
+    pub fn open(path: &Path) -> Result<LocalState, StateError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StateError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let db = Database::create(path).map_err(|source| StateError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let txn = db.begin_write().map_err(storage)?;
+        {
+            let mut table = txn.open_table(META).map_err(storage)?;
+            let found = table
+                .get(meta::SCHEMA_VERSION)
+                .map_err(storage)?
+                .map(|v| v.value());
+            match found {
+                None => {
+                    table
+                        .insert(meta::SCHEMA_VERSION, SCHEMA_VERSION)
+                        .map_err(storage)?;
+                }
+                Some(SCHEMA_VERSION) => {}
+                Some(found) => {
+                    return Err(StateError::Schema {
+                        path: path.to_path_buf(),
+                        found,
+                    });
+                }
+            }
+            txn.open_table(APPLIED).map_err(storage)?;
+        }
+        txn.commit().map_err(storage)?;
+        Ok(LocalState { db })
+    }
+
+    /// Opens `DATA_DIR/krane.redb`.
+    pub fn open_in(data_dir: &Path) -> Result<LocalState, StateError> {
+        LocalState::open(&data_dir.join(STATE_FILE))
+    }
+
+    /// The stored cursor: the watch resumes after it; 0 means full sync.
+    pub fn cursor(&self) -> Result<Pk, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_meta(&txn, meta::CURSOR)
+    }
+
+    /// How many full syncs have begun since the file was created.
+    pub fn full_syncs(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_meta(&txn, meta::FULL_SYNCS)
+    }
+
+    /// The version last applied for `key`, if it is in the snapshot.
+    pub fn applied_version(&self, key: &ResourceKey) -> Result<Option<Pk>, StateError> {
+        Ok(self.applied_resource(key)?.map(|(version, _)| version))
+    }
+
+    /// The version and spec last applied for `key`.
+    pub fn applied_resource(
+        &self,
+        key: &ResourceKey,
+    ) -> Result<Option<(Pk, Resource)>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(APPLIED).map_err(storage)?;
+        let row = table.get(table_key(key)).map_err(storage)?;
+        match row {
+            Some(bytes) => {
+                let row: AppliedRow = postcard::from_bytes(bytes.value())?;
+                Ok(Some((row.version, row.resource)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Applies one incremental change to the snapshot (upsert or removal)
+    /// and moves the cursor to `version`, in one transaction. `version`
+    /// must be after the stored cursor.
+    pub fn record_applied(&self, version: Pk, change: &ResourceChange) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let stored = write_meta_get(&txn, meta::CURSOR)?;
+        if version <= stored {
+            return Err(StateError::CursorBackwards {
+                stored,
+                requested: version,
+            });
+        }
+        match change {
+            ResourceChange::Apply(resource) => upsert(&txn, resource)?,
+            ResourceChange::Delete(key) => remove(&txn, key)?,
+        }
+        write_meta_set(&txn, meta::CURSOR, version)?;
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Counts a full sync that begins; returns the new count. The cursor
+    /// does not move.
+    pub fn begin_full_sync(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let count = write_meta_get(&txn, meta::FULL_SYNCS)? + 1;
+        write_meta_set(&txn, meta::FULL_SYNCS, count)?;
+        txn.commit().map_err(storage)?;
+        Ok(count)
+    }
+
+    /// Records a resource applied during a full sync; the cursor does not
+    /// move.
+    pub fn record_synced(&self, resource: &Resource) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        upsert(&txn, resource)?;
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// The end of a full sync read at `cursor` that mentioned `seen`: the
+    /// applied resources it did not mention, to garbage-collect (delete
+    /// their objects, then [`LocalState::record_deleted`]) before
+    /// [`LocalState::record_progress`] stores `cursor`. A sync older than
+    /// the stored cursor (from a lagging node) is refused.
+    pub fn finish_full_sync(
+        &self,
+        cursor: Pk,
+        seen: &BTreeSet<ResourceKey>,
+    ) -> Result<Vec<ResourceKey>, StateError> {
+        let stored = self.cursor()?;
+        if cursor < stored {
+            return Err(StateError::CursorBackwards {
+                stored,
+                requested: cursor,
+            });
+        }
+        Ok(self
+            .applied()?
+            .into_iter()
+            .map(|(key, _, _)| key)
+            .filter(|key| !seen.contains(key))
+            .collect())
+    }
+
+    /// Removes a garbage-collected resource from the snapshot; the cursor
+    /// does not move.
+    pub fn record_deleted(&self, key: &ResourceKey) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        remove(&txn, key)?;
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Moves the cursor to `cursor` (a bookmark, or the end of a full
+    /// sync). Equal is a no-op; backwards is refused.
+    pub fn record_progress(&self, cursor: Pk) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let stored = write_meta_get(&txn, meta::CURSOR)?;
+        if cursor < stored {
+            return Err(StateError::CursorBackwards {
+                stored,
+                requested: cursor,
+            });
+        }
+        if cursor > stored {
+            write_meta_set(&txn, meta::CURSOR, cursor)?;
+            txn.commit().map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the cursor to 0 so that the next watch is a full sync (the
+    /// server answered "resync required"). The snapshot stays: the full
+    /// sync's garbage collection needs it.
+    pub fn reset_cursor(&self) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        write_meta_set(&txn, meta::CURSOR, 0)?;
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// The whole last-applied snapshot, in key order.
+    pub fn applied(&self) -> Result<Vec<(ResourceKey, Pk, Resource)>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_applied(&txn)
+    }
+
+    /// Cursor, full-sync count and snapshot, read in one transaction.
+    pub fn summary(&self) -> Result<StateSummary, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_summary(&txn)
+    }
+}
+
+/// Reads the state at `path` without creating or changing anything (for
+/// `krane state`; the file must not be open in a running krane).
+pub fn read_summary_at(path: &Path) -> Result<StateSummary, StateError> {
+    if !path.exists() {
+        return Err(StateError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    let db = ReadOnlyDatabase::open(path).map_err(|source| StateError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let txn = db.begin_read().map_err(storage)?;
+    let found = read_meta(&txn, meta::SCHEMA_VERSION)?;
+    if found != SCHEMA_VERSION {
+        return Err(StateError::Schema {
+            path: path.to_path_buf(),
+            found,
+        });
+    }
+    read_summary(&txn)
+}
+
+fn table_key(key: &ResourceKey) -> (&str, &str, &str) {
+    (
+        key.resource_type.as_str(),
+        key.region.as_str(),
+        key.resource_id.as_str(),
+    )
+}
+
+fn read_meta(txn: &ReadTransaction, name: &str) -> Result<u64, StateError> {
+    let table = txn.open_table(META).map_err(storage)?;
+    Ok(table.get(name).map_err(storage)?.map_or(0, |v| v.value()))
+}
+
+fn write_meta_get(txn: &WriteTransaction, name: &str) -> Result<u64, StateError> {
+    let table = txn.open_table(META).map_err(storage)?;
+    Ok(table.get(name).map_err(storage)?.map_or(0, |v| v.value()))
+}
+
+fn write_meta_set(txn: &WriteTransaction, name: &str, value: u64) -> Result<(), StateError> {
+    let mut table = txn.open_table(META).map_err(storage)?;
+    table.insert(name, value).map_err(storage)?;
+    Ok(())
+}
+
+fn upsert(txn: &WriteTransaction, resource: &Resource) -> Result<(), StateError> {
+    let key = resource.key();
+    let mut table = txn.open_table(APPLIED).map_err(storage)?;
+    let stored = match table.get(table_key(&key)).map_err(storage)? {
+        Some(bytes) => Some(postcard::from_bytes::<AppliedRow>(bytes.value())?.version),
+        None => None,
+    };
+    if let Some(stored) = stored.filter(|&stored| stored > resource.version()) {
+        return Err(StateError::StaleVersion {
+            key,
+            stored,
+            requested: resource.version(),
+        });
+    }
+    let row = postcard::to_stdvec(&AppliedRow {
+        version: resource.version(),
+        resource: resource.clone(),
+    })?;
+    table
+        .insert(table_key(&key), row.as_slice())
+        .map_err(storage)?;
+    Ok(())
+}
+
+fn remove(txn: &WriteTransaction, key: &ResourceKey) -> Result<(), StateError> {
+    let mut table = txn.open_table(APPLIED).map_err(storage)?;
+    table.remove(table_key(key)).map_err(storage)?;
+    Ok(())
+}
+
+fn read_applied(txn: &ReadTransaction) -> Result<Vec<(ResourceKey, Pk, Resource)>, StateError> {
+    let table = txn.open_table(APPLIED).map_err(storage)?;
+    let mut out = Vec::new();
+    for entry in table.iter().map_err(storage)? {
+        let (_, bytes) = entry.map_err(storage)?;
+        let row: AppliedRow = postcard::from_bytes(bytes.value())?;
+        out.push((row.resource.key(), row.version, row.resource));
+    }
+    Ok(out)
+}
+
+fn read_summary(txn: &ReadTransaction) -> Result<StateSummary, StateError> {
+    Ok(StateSummary {
+        cursor: read_meta(txn, meta::CURSOR)?,
+        full_syncs: read_meta(txn, meta::FULL_SYNCS)?,
+        applied: read_applied(txn)?
+            .into_iter()
+            .map(|(key, version, resource)| AppliedResource {
+                key,
+                version,
+                resource,
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{topology, topology_key};
+
+    fn open(dir: &tempfile::TempDir) -> LocalState {
+        LocalState::open_in(dir.path()).unwrap()
+    }
+
+    #[test]
+    fn a_new_state_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        assert_eq!(state.cursor().unwrap(), 0);
+        assert_eq!(state.full_syncs().unwrap(), 0);
+        assert!(state.applied().unwrap().is_empty());
+    }
+
+    #[test]
+    fn persists_across_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let state = open(&dir);
+            assert_eq!(state.begin_full_sync().unwrap(), 1);
+            state.record_synced(&topology("a", 3)).unwrap();
+            state.record_synced(&topology("b", 5)).unwrap();
+            assert!(state.finish_full_sync(5, &BTreeSet::new()).is_ok());
+            state.record_progress(5).unwrap();
+            state
+                .record_applied(7, &ResourceChange::Apply(topology("a", 7)))
+                .unwrap();
+            state
+                .record_applied(8, &ResourceChange::Delete(topology_key("b")))
+                .unwrap();
+        }
+        let state = open(&dir);
+        assert_eq!(state.cursor().unwrap(), 8);
+        assert_eq!(state.full_syncs().unwrap(), 1);
+        let applied = state.applied().unwrap();
+        assert_eq!(applied.len(), 1);
+        assert_eq!(applied[0].0, topology_key("a"));
+        assert_eq!(applied[0].1, 7);
+        assert_eq!(applied[0].2, topology("a", 7));
+        drop(state);
+        let summary = read_summary_at(&dir.path().join(STATE_FILE)).unwrap();
+        assert_eq!(summary.cursor, 8);
+        assert_eq!(summary.full_syncs, 1);
+        assert_eq!(summary.applied.len(), 1);
+    }
+
+    #[test]
+    fn gc_set_is_what_the_sync_did_not_mention() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        for (id, version) in [("a", 1), ("b", 2), ("c", 3)] {
+            state.record_synced(&topology(id, version)).unwrap();
+        }
+        state.record_progress(3).unwrap();
+        // A later full sync mentions a and d only.
+        state.begin_full_sync().unwrap();
+        state.record_synced(&topology("a", 1)).unwrap();
+        state.record_synced(&topology("d", 9)).unwrap();
+        let seen: BTreeSet<_> = [topology_key("a"), topology_key("d")].into();
+        let gc = state.finish_full_sync(9, &seen).unwrap();
+        assert_eq!(gc, [topology_key("b"), topology_key("c")]);
+        // The cursor moves only after the GC.
+        assert_eq!(state.cursor().unwrap(), 3);
+        for key in &gc {
+            state.record_deleted(key).unwrap();
+        }
+        state.record_progress(9).unwrap();
+        let keys: Vec<_> = state.applied().unwrap().into_iter().map(|r| r.0).collect();
+        assert_eq!(keys, [topology_key("a"), topology_key("d")]);
+        assert_eq!(state.full_syncs().unwrap(), 1);
+    }
+
+    #[test]
+    fn cursor_never_goes_backwards_except_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        state
+            .record_applied(5, &ResourceChange::Apply(topology("a", 5)))
+            .unwrap();
+        assert!(matches!(
+            state.record_applied(5, &ResourceChange::Delete(topology_key("a"))),
+            Err(StateError::CursorBackwards {
+                stored: 5,
+                requested: 5
+            })
+        ));
+        assert!(state.record_progress(4).is_err());
+        state.record_progress(5).unwrap();
+        assert!(state.finish_full_sync(4, &BTreeSet::new()).is_err());
+        assert_eq!(state.cursor().unwrap(), 5);
+        // The refused change left the snapshot alone.
+        assert_eq!(state.applied_version(&topology_key("a")).unwrap(), Some(5));
+        state.reset_cursor().unwrap();
+        assert_eq!(state.cursor().unwrap(), 0);
+        assert_eq!(state.applied().unwrap().len(), 1, "the snapshot stays");
+    }
+
+    #[test]
+    fn an_older_spec_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        state.record_synced(&topology("a", 7)).unwrap();
+        assert!(matches!(
+            state.record_synced(&topology("a", 6)),
+            Err(StateError::StaleVersion {
+                stored: 7,
+                requested: 6,
+                ..
+            })
+        ));
+        state.record_synced(&topology("a", 7)).unwrap();
+        assert!(
+            state
+                .record_applied(9, &ResourceChange::Apply(topology("a", 3)))
+                .is_err()
+        );
+        assert_eq!(state.cursor().unwrap(), 0, "nothing committed");
+    }
+
+    #[test]
+    fn read_only_summary_of_a_missing_file_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_summary_at(&dir.path().join(STATE_FILE)),
+            Err(StateError::Missing { .. })
+        ));
+    }
+}

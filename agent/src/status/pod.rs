@@ -1,0 +1,192 @@
+//! What one pod says about its instance: the deployment it belongs to,
+//! its address, and whether it is pending, running or failed. Pure
+//! functions over the pod object.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use wire::model::InstanceStatus;
+
+use crate::k8s::DEPLOYMENT_ID_LABEL;
+
+/// Waiting reasons that mean the instance will not start by itself.
+pub const FAILED_WAITING_REASONS: [&str; 3] =
+    ["ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff"];
+
+/// The part of a pod an instance report needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    pub deployment_id: String,
+    pub pod_name: String,
+    /// `status.podIP`, empty until the pod has one.
+    pub address: String,
+    pub status: InstanceStatus,
+    pub reason: Option<String>,
+}
+
+/// The deployment a pod belongs to, from its label.
+pub fn deployment_id(pod: &Pod) -> Option<&str> {
+    pod.labels().get(DEPLOYMENT_ID_LABEL).map(String::as_str)
+}
+
+/// Running needs the `ContainersReady` condition true; failed is phase
+/// `Failed` or a container waiting for one of [`FAILED_WAITING_REASONS`];
+/// anything else is pending (with the waiting reason, if any).
+pub fn pod_status(pod: &Pod) -> (InstanceStatus, Option<String>) {
+    let Some(status) = pod.status.as_ref() else {
+        return (InstanceStatus::Pending, None);
+    };
+    if status.phase.as_deref() == Some("Failed") {
+        let reason = status.reason.clone().unwrap_or_else(|| "Failed".into());
+        return (InstanceStatus::Failed, Some(reason));
+    }
+    let waiting: Vec<&str> = status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .collect();
+    if let Some(reason) = waiting
+        .iter()
+        .find(|reason| FAILED_WAITING_REASONS.contains(reason))
+    {
+        return (InstanceStatus::Failed, Some(reason.to_string()));
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "ContainersReady" && c.status == "True");
+    if ready {
+        (InstanceStatus::Running, None)
+    } else {
+        (
+            InstanceStatus::Pending,
+            waiting.first().map(|r| r.to_string()),
+        )
+    }
+}
+
+/// The pod as an instance, if it names its deployment.
+pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+    let deployment_id = deployment_id(pod)?.to_string();
+    let (status, reason) = pod_status(pod);
+    Some(PodInfo {
+        deployment_id,
+        pod_name: pod.name_any(),
+        address: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_default(),
+        status,
+        reason,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A pod of `deployment` from JSON, as the API server sends it.
+    pub fn pod(deployment: &str, name: &str, status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": "krane",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "krane",
+                    "unkey.com/deployment.id": deployment,
+                },
+            },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    pub fn running(deployment: &str, name: &str, ip: &str) -> Pod {
+        pod(
+            deployment,
+            name,
+            serde_json::json!({
+                "phase": "Running",
+                "podIP": ip,
+                "conditions": [
+                    {"type": "Ready", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                ],
+            }),
+        )
+    }
+
+    pub fn waiting(deployment: &str, name: &str, reason: &str) -> Pod {
+        pod(
+            deployment,
+            name,
+            serde_json::json!({
+                "phase": "Pending",
+                "containerStatuses": [{
+                    "name": "app", "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 0,
+                    "state": {"waiting": {"reason": reason}},
+                }],
+            }),
+        )
+    }
+
+    #[test]
+    fn running_needs_containers_ready() {
+        let info = pod_info(&running("dep_a", "dep-a-0", "10.0.0.5")).unwrap();
+        assert_eq!(info.deployment_id, "dep_a");
+        assert_eq!(info.pod_name, "dep-a-0");
+        assert_eq!(info.address, "10.0.0.5");
+        assert_eq!(info.status, InstanceStatus::Running);
+        assert_eq!(info.reason, None);
+        let not_ready = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Running",
+                "conditions": [{"type": "ContainersReady", "status": "False"}],
+            }),
+        );
+        assert_eq!(pod_status(&not_ready), (InstanceStatus::Pending, None));
+    }
+
+    #[test]
+    fn image_pull_and_crash_loops_fail() {
+        for reason in FAILED_WAITING_REASONS {
+            assert_eq!(
+                pod_status(&waiting("dep_a", "p", reason)),
+                (InstanceStatus::Failed, Some(reason.to_string()))
+            );
+        }
+        assert_eq!(
+            pod_status(&waiting("dep_a", "p", "ContainerCreating")),
+            (InstanceStatus::Pending, Some("ContainerCreating".into()))
+        );
+        let failed = pod(
+            "dep_a",
+            "p",
+            serde_json::json!({"phase": "Failed", "reason": "Evicted"}),
+        );
+        assert_eq!(
+            pod_status(&failed),
+            (InstanceStatus::Failed, Some("Evicted".into()))
+        );
+    }
+
+    #[test]
+    fn pods_without_a_deployment_label_are_not_instances() {
+        let mut p = running("dep_a", "p", "10.0.0.1");
+        p.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(DEPLOYMENT_ID_LABEL);
+        assert!(pod_info(&p).is_none());
+        assert_eq!(pod_status(&Pod::default()), (InstanceStatus::Pending, None));
+    }
+}

@@ -1,0 +1,346 @@
+//! The status reporter's memory, with no I/O: the pods seen per namespace,
+//! the sizes of the deployments applied, which deployments were deleted,
+//! and which changed since they were last reported. The driver feeds it
+//! watcher events and controller notices and takes reports from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::watcher::Event;
+use tracing::warn;
+use wire::agent::{DeploymentReport, REPORT_INSTANCES_MAX};
+use wire::model::{Instance, UnixMs};
+
+use super::pod::{PodInfo, pod_info};
+use crate::controller::Notice;
+
+/// Cpu and memory of a deployment's instances, from its topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sizes {
+    pub cpu_millicores: u32,
+    pub memory_mib: u32,
+}
+
+/// Pods of one namespace, by name.
+type NamespacePods = BTreeMap<String, PodInfo>;
+
+#[derive(Debug)]
+pub struct Tracker {
+    region: String,
+    /// Namespace → pods (of krane's deployments) by name.
+    pods: BTreeMap<String, NamespacePods>,
+    /// A re-list in progress, per namespace.
+    relisting: BTreeMap<String, NamespacePods>,
+    sizes: BTreeMap<String, Sizes>,
+    /// Deployments whose objects were deleted and that were not yet
+    /// reported gone.
+    deleted: BTreeSet<String>,
+    /// Deployments to report.
+    dirty: BTreeSet<String>,
+}
+
+impl Tracker {
+    pub fn new(region: &str) -> Tracker {
+        Tracker {
+            region: region.to_string(),
+            pods: BTreeMap::new(),
+            relisting: BTreeMap::new(),
+            sizes: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Remembers the sizes of a deployment applied before this process
+    /// started (from the local state); nothing becomes dirty.
+    pub fn know(&mut self, deployment_id: &str, sizes: Sizes) {
+        self.sizes.insert(deployment_id.to_string(), sizes);
+    }
+
+    pub fn on_notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::DeploymentApplied {
+                deployment_id,
+                cpu_millicores,
+                memory_mib,
+                ..
+            } => {
+                self.deleted.remove(&deployment_id);
+                let sizes = Sizes {
+                    cpu_millicores,
+                    memory_mib,
+                };
+                if self.sizes.insert(deployment_id.clone(), sizes) != Some(sizes) {
+                    self.dirty.insert(deployment_id);
+                }
+            }
+            Notice::DeploymentDeleted { deployment_id } => {
+                self.deleted.insert(deployment_id.clone());
+                self.dirty.insert(deployment_id);
+            }
+        }
+    }
+
+    /// One event of the pod watcher of `namespace`.
+    pub fn on_pod_event(&mut self, namespace: &str, event: Event<Pod>) {
+        match event {
+            Event::Init => {
+                self.relisting
+                    .insert(namespace.to_string(), NamespacePods::new());
+            }
+            Event::InitApply(pod) => {
+                if let Some(info) = pod_info(&pod) {
+                    self.relisting
+                        .entry(namespace.to_string())
+                        .or_default()
+                        .insert(info.pod_name.clone(), info);
+                }
+            }
+            Event::InitDone => {
+                let fresh = self.relisting.remove(namespace).unwrap_or_default();
+                let old = self.pods.remove(namespace).unwrap_or_default();
+                for (name, info) in &old {
+                    if fresh.get(name) != Some(info) {
+                        self.dirty.insert(info.deployment_id.clone());
+                    }
+                }
+                for (name, info) in &fresh {
+                    if old.get(name) != Some(info) {
+                        self.dirty.insert(info.deployment_id.clone());
+                    }
+                }
+                self.pods.insert(namespace.to_string(), fresh);
+            }
+            Event::Apply(pod) => {
+                let pods = self.pods.entry(namespace.to_string()).or_default();
+                let name = pod.name_any();
+                match pod_info(&pod) {
+                    Some(info) => {
+                        if pods.get(&name) != Some(&info) {
+                            self.dirty.insert(info.deployment_id.clone());
+                            pods.insert(name, info);
+                        }
+                    }
+                    None => {
+                        if let Some(gone) = pods.remove(&name) {
+                            self.dirty.insert(gone.deployment_id);
+                        }
+                    }
+                }
+            }
+            Event::Delete(pod) => {
+                let pods = self.pods.entry(namespace.to_string()).or_default();
+                if let Some(gone) = pods.remove(&pod.name_any()) {
+                    self.dirty.insert(gone.deployment_id);
+                }
+            }
+        }
+    }
+
+    /// Whether some deployment waits to be reported.
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Up to `max` reports of changed deployments, stamped `now_ms`; they
+    /// are no longer dirty (see [`Tracker::requeue`]). A deleted
+    /// deployment whose pods are gone is reported `Deleted`; while pods
+    /// remain, its instances are reported.
+    pub fn take_reports(&mut self, max: usize, now_ms: UnixMs) -> Vec<DeploymentReport> {
+        let chosen: Vec<String> = self.dirty.iter().take(max).cloned().collect();
+        chosen
+            .into_iter()
+            .map(|deployment_id| {
+                self.dirty.remove(&deployment_id);
+                self.report(deployment_id, now_ms)
+            })
+            .collect()
+    }
+
+    fn report(&self, deployment_id: String, now_ms: UnixMs) -> DeploymentReport {
+        let sizes = self.sizes.get(&deployment_id).copied().unwrap_or_default();
+        let mut instances: Vec<Instance> = self
+            .pods
+            .values()
+            .flat_map(BTreeMap::values)
+            .filter(|info| info.deployment_id == deployment_id)
+            .map(|info| Instance {
+                deployment_id: deployment_id.clone(),
+                region: self.region.clone(),
+                pod_name: info.pod_name.clone(),
+                address: info.address.clone(),
+                cpu_millicores: sizes.cpu_millicores,
+                memory_mib: sizes.memory_mib,
+                status: info.status,
+                reason: info.reason.clone(),
+                updated_at_ms: now_ms,
+            })
+            .collect();
+        if instances.is_empty() && self.deleted.contains(&deployment_id) {
+            return DeploymentReport::Deleted {
+                deployment_id,
+                region: self.region.clone(),
+            };
+        }
+        if instances.len() > REPORT_INSTANCES_MAX {
+            warn!(
+                deployment_id,
+                pods = instances.len(),
+                "more pods than a report carries; the rest are left out"
+            );
+            instances.truncate(REPORT_INSTANCES_MAX);
+        }
+        DeploymentReport::Instances {
+            deployment_id,
+            region: self.region.clone(),
+            instances,
+        }
+    }
+
+    /// A report that could not be delivered: report its deployment again.
+    pub fn requeue(&mut self, report: &DeploymentReport) {
+        self.dirty.insert(report_deployment(report).to_string());
+    }
+
+    /// A report ctrl acknowledged. After `Deleted`, the deployment is
+    /// forgotten (unless it was applied again meanwhile).
+    pub fn reported(&mut self, report: &DeploymentReport) {
+        if let DeploymentReport::Deleted { deployment_id, .. } = report
+            && self.deleted.remove(deployment_id)
+        {
+            self.sizes.remove(deployment_id);
+        }
+    }
+}
+
+fn report_deployment(report: &DeploymentReport) -> &str {
+    match report {
+        DeploymentReport::Instances { deployment_id, .. }
+        | DeploymentReport::Deleted { deployment_id, .. } => deployment_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::pod::tests::{running, waiting};
+    use wire::model::InstanceStatus;
+
+    fn applied(id: &str) -> Notice {
+        Notice::DeploymentApplied {
+            deployment_id: id.into(),
+            namespace: "krane".into(),
+            cpu_millicores: 250,
+            memory_mib: 512,
+        }
+    }
+
+    fn instances(report: &DeploymentReport) -> Vec<(String, InstanceStatus)> {
+        match report {
+            DeploymentReport::Instances { instances, .. } => instances
+                .iter()
+                .map(|i| (i.pod_name.clone(), i.status))
+                .collect(),
+            DeploymentReport::Deleted { .. } => panic!("not instances: {report:?}"),
+        }
+    }
+
+    #[test]
+    fn pods_are_grouped_by_deployment_with_topology_sizes() {
+        let mut tracker = Tracker::new("us-east");
+        tracker.on_notice(applied("dep_a"));
+        tracker.on_pod_event("krane", Event::Apply(running("dep_a", "a-0", "10.0.0.1")));
+        tracker.on_pod_event(
+            "krane",
+            Event::Apply(waiting("dep_a", "a-1", "ErrImagePull")),
+        );
+        tracker.on_pod_event("krane", Event::Apply(running("dep_b", "b-0", "10.0.0.2")));
+        let reports = tracker.take_reports(10, 77);
+        assert_eq!(reports.len(), 2);
+        assert_eq!(
+            instances(&reports[0]),
+            [
+                ("a-0".to_string(), InstanceStatus::Running),
+                ("a-1".to_string(), InstanceStatus::Failed)
+            ]
+        );
+        let DeploymentReport::Instances {
+            deployment_id,
+            region,
+            instances: list,
+        } = &reports[0]
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (deployment_id.as_str(), region.as_str()),
+            ("dep_a", "us-east")
+        );
+        assert_eq!(list[0].cpu_millicores, 250);
+        assert_eq!(list[0].memory_mib, 512);
+        assert_eq!(list[0].address, "10.0.0.1");
+        assert_eq!(list[0].updated_at_ms, 77);
+        assert_eq!(list[1].reason.as_deref(), Some("ErrImagePull"));
+        // dep_b was never applied by this krane: sizes unknown.
+        assert_eq!(instances(&reports[1]).len(), 1);
+        assert!(!tracker.is_dirty());
+    }
+
+    #[test]
+    fn batches_are_bounded_and_unchanged_pods_are_not_reported() {
+        let mut tracker = Tracker::new("us-east");
+        for i in 0..5 {
+            let pod = running(&format!("dep_{i}"), &format!("p{i}"), "10.0.0.1");
+            tracker.on_pod_event("krane", Event::Apply(pod));
+        }
+        assert_eq!(tracker.take_reports(3, 0).len(), 3);
+        assert_eq!(tracker.take_reports(3, 0).len(), 2);
+        assert!(!tracker.is_dirty());
+        tracker.on_pod_event("krane", Event::Apply(running("dep_0", "p0", "10.0.0.1")));
+        assert!(!tracker.is_dirty(), "same pod again");
+    }
+
+    #[test]
+    fn deleted_is_reported_once_the_pods_are_gone() {
+        let mut tracker = Tracker::new("us-east");
+        tracker.on_notice(applied("dep_a"));
+        let pod = running("dep_a", "a-0", "10.0.0.1");
+        tracker.on_pod_event("krane", Event::Apply(pod.clone()));
+        tracker.take_reports(10, 0);
+        tracker.on_notice(Notice::DeploymentDeleted {
+            deployment_id: "dep_a".into(),
+        });
+        let reports = tracker.take_reports(10, 0);
+        assert_eq!(instances(&reports[0]).len(), 1, "pod still terminating");
+        tracker.on_pod_event("krane", Event::Delete(pod));
+        let reports = tracker.take_reports(10, 0);
+        assert!(
+            matches!(&reports[0], DeploymentReport::Deleted { deployment_id, .. } if deployment_id == "dep_a")
+        );
+        // Not acknowledged: reported again.
+        tracker.requeue(&reports[0]);
+        let again = tracker.take_reports(10, 0);
+        assert_eq!(again, reports);
+        tracker.reported(&again[0]);
+        assert!(!tracker.is_dirty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_namespace() {
+        let mut tracker = Tracker::new("us-east");
+        tracker.on_pod_event("krane", Event::Apply(running("dep_a", "a-0", "10.0.0.1")));
+        tracker.on_pod_event("krane", Event::Apply(running("dep_b", "b-0", "10.0.0.2")));
+        tracker.take_reports(10, 0);
+        tracker.on_pod_event("krane", Event::Init);
+        tracker.on_pod_event(
+            "krane",
+            Event::InitApply(running("dep_a", "a-0", "10.0.0.1")),
+        );
+        assert!(!tracker.is_dirty(), "nothing lands before InitDone");
+        tracker.on_pod_event("krane", Event::InitDone);
+        let reports = tracker.take_reports(10, 0);
+        assert_eq!(reports.len(), 1, "only dep_b changed: {reports:?}");
+        assert!(instances(&reports[0]).is_empty());
+    }
+}

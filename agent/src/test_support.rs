@@ -1,0 +1,45 @@
+//! Builders shared by the unit tests.
+
+use std::collections::BTreeMap;
+
+use wire::Pk;
+use wire::model::{DeploymentTopology, DesiredState, Resource, ResourceKey, ResourceType};
+
+pub const REGION: &str = "us-east";
+
+/// A running topology of deployment `id` at `version`.
+pub fn deployment_topology(id: &str, version: Pk) -> DeploymentTopology {
+    DeploymentTopology {
+        deployment_id: id.to_string(),
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        environment_id: "env_1".into(),
+        region: REGION.into(),
+        k8s_name: storage::deployment_k8s_name(id),
+        k8s_namespace: "krane".into(),
+        image: "nginx:1.27".into(),
+        cpu_millicores: 250,
+        memory_mib: 512,
+        replicas: 2,
+        env_vars: BTreeMap::from([
+            ("B".to_string(), "2".to_string()),
+            ("A".to_string(), "1".to_string()),
+        ]),
+        desired_state: DesiredState::Running,
+        version,
+        created_at_ms: 1,
+        updated_at_ms: 2,
+    }
+}
+
+pub fn topology(id: &str, version: Pk) -> Resource {
+    Resource::DeploymentTopology(deployment_topology(id, version))
+}
+
+pub fn topology_key(id: &str) -> ResourceKey {
+    ResourceKey {
+        resource_type: ResourceType::DeploymentTopology,
+        resource_id: id.to_string(),
+        region: REGION.to_string(),
+    }
+}

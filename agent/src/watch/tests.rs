@@ -1,0 +1,306 @@
+//! The stream handler against a fake reconciler, fed by a
+//! `wire::session::WatchServer` in memory.
+
+use std::sync::Mutex;
+
+use wire::session::WatchServer;
+
+use super::*;
+use crate::test_support::{topology, topology_key};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Apply(String, Pk),
+    Delete(String, Option<Pk>),
+}
+
+/// Records calls; fails every call about `failing`.
+#[derive(Default)]
+struct Fake {
+    calls: Mutex<Vec<Call>>,
+    failing: Mutex<Option<String>>,
+}
+
+impl Fake {
+    fn fail_on(&self, id: Option<&str>) {
+        *self.failing.lock().unwrap() = id.map(str::to_string);
+    }
+
+    fn check(&self, id: &str) -> Result<(), K8sError> {
+        match self.failing.lock().unwrap().as_deref() {
+            Some(failing) if failing == id => Err(K8sError::Invalid(format!("{id} fails"))),
+            _ => Ok(()),
+        }
+    }
+
+    fn take(&self) -> Vec<Call> {
+        std::mem::take(&mut self.calls.lock().unwrap())
+    }
+}
+
+impl Reconciler for Fake {
+    async fn apply(&self, resource: &Resource) -> Result<(), K8sError> {
+        let id = resource.key().resource_id;
+        self.check(&id)?;
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Apply(id, resource.version()));
+        Ok(())
+    }
+
+    async fn delete(&self, key: &ResourceKey, last: Option<&Resource>) -> Result<(), K8sError> {
+        self.check(&key.resource_id)?;
+        self.calls.lock().unwrap().push(Call::Delete(
+            key.resource_id.clone(),
+            last.map(Resource::version),
+        ));
+        Ok(())
+    }
+}
+
+fn apply(id: &str, version: Pk) -> Call {
+    Call::Apply(id.into(), version)
+}
+
+fn change(server: &mut WatchServer, version: Pk, id: &str) -> WatchEvent {
+    server
+        .change(version, ResourceChange::Apply(topology(id, version)))
+        .unwrap()
+}
+
+fn delete(server: &mut WatchServer, version: Pk, id: &str) -> WatchEvent {
+    server
+        .change(version, ResourceChange::Delete(topology_key(id)))
+        .unwrap()
+}
+
+/// A full sync of `items` (id, version) read at `cursor`.
+fn full_sync(server: &mut WatchServer, cursor: Pk, items: &[(&str, Pk)]) -> Vec<WatchEvent> {
+    let mut events = vec![server.sync_start(cursor).unwrap()];
+    for (id, version) in items {
+        events.push(server.sync_item(topology(id, *version)).unwrap());
+    }
+    events.push(server.sync_end().unwrap());
+    events
+}
+
+async fn feed(handler: &mut StreamHandler<'_, Fake>, events: Vec<WatchEvent>) -> Vec<Flow> {
+    let mut flows = Vec::new();
+    for event in events {
+        flows.push(handler.on_event(event).await.unwrap());
+    }
+    flows
+}
+
+fn applied_ids(state: &LocalState) -> Vec<(String, Pk)> {
+    state
+        .applied()
+        .unwrap()
+        .into_iter()
+        .map(|(key, version, _)| (key.resource_id, version))
+        .collect()
+}
+
+#[tokio::test]
+async fn full_sync_then_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    let mut events = full_sync(&mut server, 5, &[("a", 2), ("b", 5)]);
+    events.push(change(&mut server, 6, "c"));
+    events.push(delete(&mut server, 7, "a"));
+    events.extend(server.progress(9));
+
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let flows = feed(&mut handler, events).await;
+    assert_eq!(flows[3], Flow::Synced { cursor: 5 });
+    assert_eq!(
+        fake.take(),
+        [
+            apply("a", 2),
+            apply("b", 5),
+            apply("c", 6),
+            Call::Delete("a".into(), Some(2))
+        ]
+    );
+    assert_eq!(state.cursor().unwrap(), 9);
+    assert_eq!(state.full_syncs().unwrap(), 1);
+    assert_eq!(
+        applied_ids(&state),
+        [("b".to_string(), 5), ("c".to_string(), 6)]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_apply_is_retried_from_the_stored_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    fake.fail_on(Some("b"));
+
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = StreamHandler::new(&state, &fake, 5);
+    handler.on_event(change(&mut server, 6, "a")).await.unwrap();
+    let error = handler.on_event(change(&mut server, 7, "b")).await;
+    assert!(matches!(error, Err(WatchError::K8s(_))), "{error:?}");
+    assert_eq!(state.cursor().unwrap(), 6, "not past the failed event");
+    assert_eq!(applied_ids(&state), [("a".to_string(), 6)]);
+
+    // Reconnect: the server resumes after the stored cursor.
+    fake.fail_on(None);
+    let mut server = WatchServer::new();
+    server.resume(state.cursor().unwrap()).unwrap();
+    let mut handler = StreamHandler::new(&state, &fake, state.cursor().unwrap());
+    handler.on_event(change(&mut server, 7, "b")).await.unwrap();
+    assert_eq!(state.cursor().unwrap(), 7);
+    assert_eq!(fake.take(), [apply("a", 6), apply("b", 7)]);
+}
+
+#[tokio::test]
+async fn full_sync_collects_what_it_did_not_mention() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    for (id, version) in [("a", 1), ("b", 2), ("c", 3)] {
+        state.record_synced(&topology(id, version)).unwrap();
+    }
+    // "resync required" reset the cursor; the snapshot is kept.
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    let events = full_sync(&mut server, 10, &[("b", 2), ("d", 8)]);
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    feed(&mut handler, events).await;
+    assert_eq!(
+        fake.take(),
+        [
+            apply("b", 2),
+            apply("d", 8),
+            Call::Delete("a".into(), Some(1)),
+            Call::Delete("c".into(), Some(3)),
+        ]
+    );
+    assert_eq!(state.cursor().unwrap(), 10);
+    assert_eq!(
+        applied_ids(&state),
+        [("b".to_string(), 2), ("d".to_string(), 8)]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_garbage_collection_keeps_the_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_synced(&topology("a", 1)).unwrap();
+    let fake = Fake::default();
+    fake.fail_on(Some("a"));
+    let mut server = WatchServer::new();
+    let mut events = full_sync(&mut server, 4, &[("b", 4)]).into_iter();
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    handler.on_event(events.next().unwrap()).await.unwrap();
+    handler.on_event(events.next().unwrap()).await.unwrap();
+    assert!(handler.on_event(events.next().unwrap()).await.is_err());
+    assert_eq!(state.cursor().unwrap(), 0, "the next start syncs again");
+}
+
+#[tokio::test]
+async fn resync_required_resets_the_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    let mut handler = StreamHandler::new(&state, &fake, 5);
+    let flow = handler
+        .on_event(WatchServer::new().resync_required(9))
+        .await
+        .unwrap();
+    assert_eq!(flow, Flow::Resync);
+    assert_eq!(state.cursor().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_full_sync_behind_the_stored_cursor_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state
+        .record_applied(10, &ResourceChange::Apply(topology("a", 10)))
+        .unwrap();
+    let fake = Fake::default();
+    // A periodic full sync (request 0, cursor kept) served by a lagging node.
+    let mut server = WatchServer::new();
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let result = handler.on_event(server.sync_start(7).unwrap()).await;
+    assert!(
+        matches!(
+            result,
+            Err(WatchError::LaggingSync {
+                sync: 7,
+                stored: 10
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(state.full_syncs().unwrap(), 0);
+    assert!(fake.take().is_empty());
+}
+
+#[tokio::test]
+async fn a_periodic_full_sync_keeps_the_cursor_until_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state
+        .record_applied(10, &ResourceChange::Apply(topology("a", 10)))
+        .unwrap();
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    let mut events = full_sync(&mut server, 12, &[("a", 10), ("b", 12)]);
+    let end = events.pop().unwrap();
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    feed(&mut handler, events).await;
+    assert_eq!(state.cursor().unwrap(), 10);
+    handler.on_event(end).await.unwrap();
+    assert_eq!(state.cursor().unwrap(), 12);
+    assert_eq!(fake.take(), [apply("a", 10), apply("b", 12)]);
+}
+
+#[tokio::test]
+async fn an_older_spec_is_never_applied_after_a_newer_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_synced(&topology("a", 9)).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = StreamHandler::new(&state, &fake, 5);
+    // Version 6 carries a spec of version 6, older than the applied 9.
+    handler.on_event(change(&mut server, 6, "a")).await.unwrap();
+    assert!(fake.take().is_empty());
+    assert_eq!(state.cursor().unwrap(), 6);
+    assert_eq!(applied_ids(&state), [("a".to_string(), 9)]);
+}
+
+#[tokio::test]
+async fn a_resumed_stream_does_not_full_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    let mut handler = StreamHandler::new(&state, &fake, 0);
+    feed(&mut handler, full_sync(&mut server, 3, &[("a", 3)])).await;
+    drop(handler);
+    drop(state);
+
+    // A restart: reopen, resume from the stored cursor.
+    let state = LocalState::open_in(dir.path()).unwrap();
+    let cursor = state.cursor().unwrap();
+    assert_eq!(cursor, 3);
+    let mut server = WatchServer::new();
+    server.resume(cursor).unwrap();
+    let mut handler = StreamHandler::new(&state, &fake, cursor);
+    handler.on_event(change(&mut server, 4, "b")).await.unwrap();
+    assert_eq!(state.full_syncs().unwrap(), 1);
+    assert_eq!(state.cursor().unwrap(), 4);
+}
