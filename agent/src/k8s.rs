@@ -63,6 +63,21 @@ impl From<kube::Error> for K8sError {
     }
 }
 
+impl K8sError {
+    /// Whether the API server answered 404 Not Found.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            K8sError::Api { source, .. } => {
+                matches!(source.as_ref(), kube::Error::Api(status) if status.is_not_found())
+            }
+            K8sError::Client(source) => {
+                matches!(source.as_ref(), kube::Error::Api(status) if status.is_not_found())
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The client for `kubeconfig`, or the in-cluster config when `None`.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, K8sError> {
     let config = match kubeconfig {
@@ -205,7 +220,8 @@ where
 
 /// Makes sure namespaces exist before objects are applied in them: a
 /// missing namespace is created with krane's label (an existing one is
-/// never changed). Remembers what it checked.
+/// never changed; one krane may not read is assumed to exist). Remembers
+/// what it checked.
 #[derive(Debug, Default)]
 pub struct Namespaces {
     known: Mutex<BTreeSet<String>>,
@@ -223,7 +239,14 @@ impl Namespaces {
             name: name.to_string(),
             source: Box::new(source),
         };
-        if api.get_metadata_opt(name).await.map_err(error)?.is_none() {
+        let exists = match api.get_metadata_opt(name).await {
+            Ok(found) => found.is_some(),
+            // A namespace-scoped role may not read namespaces: assume the
+            // operator created it; applying in it will say otherwise.
+            Err(kube::Error::Api(status)) if status.is_forbidden() => true,
+            Err(e) => return Err(error(e)),
+        };
+        if !exists {
             let namespace = Namespace {
                 metadata: ObjectMeta {
                     name: Some(name.to_string()),
@@ -246,6 +269,12 @@ impl Namespaces {
             known.insert(name.to_string());
         }
         Ok(())
+    }
+
+    /// Forgets `name`, so that the next [`Namespaces::ensure`] checks it
+    /// again (after a write there failed with 404: it was deleted).
+    pub fn forget(&self, name: &str) {
+        self.lock().remove(name);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {

@@ -21,8 +21,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use redb::{
-    Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition,
-    WriteTransaction,
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
 use wire::Pk;
@@ -307,15 +306,16 @@ impl LocalState {
     }
 }
 
-/// Reads the state at `path` without creating or changing anything (for
-/// `krane state`; the file must not be open in a running krane).
+/// Reads the state at `path` without creating it (for `krane state`; the
+/// file must not be open in a running krane). A file left by a crash is
+/// repaired first, as krane itself would on start: a read-only open cannot.
 pub fn read_summary_at(path: &Path) -> Result<StateSummary, StateError> {
     if !path.exists() {
         return Err(StateError::Missing {
             path: path.to_path_buf(),
         });
     }
-    let db = ReadOnlyDatabase::open(path).map_err(|source| StateError::Open {
+    let db = Database::open(path).map_err(|source| StateError::Open {
         path: path.to_path_buf(),
         source,
     })?;

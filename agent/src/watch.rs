@@ -250,7 +250,7 @@ impl<R: Reconciler> WatchLoop<R> {
             if requested == 0 {
                 info!(stored, periodic, "full sync: watching from cursor 0");
             } else {
-                info!(cursor = stored, "resumed at cursor {stored}");
+                info!("resumed at cursor {stored}");
             }
             match self.stream_once(requested, &mut next_full_sync).await {
                 Ok(End::Resync | End::PeriodicSync) => {}

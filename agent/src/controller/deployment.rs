@@ -174,9 +174,17 @@ pub async fn apply(
     }
     namespaces.ensure(client, &topology.k8s_namespace).await?;
     let (service, stateful_set) = desired_objects(topology);
-    let service = k8s::apply(client, &topology.k8s_namespace, &service).await?;
-    let stateful_set = k8s::apply(client, &topology.k8s_namespace, &stateful_set).await?;
-    Ok(worst(service, stateful_set))
+    let applied = async {
+        let service = k8s::apply(client, &topology.k8s_namespace, &service).await?;
+        let stateful_set = k8s::apply(client, &topology.k8s_namespace, &stateful_set).await?;
+        Ok(worst(service, stateful_set))
+    }
+    .await;
+    if applied.as_ref().is_err_and(K8sError::is_not_found) {
+        // The namespace went away since it was checked.
+        namespaces.forget(&topology.k8s_namespace);
+    }
+    applied
 }
 
 /// Deletes a deployment's StatefulSet, then its Service (each only if it

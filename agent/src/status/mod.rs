@@ -130,6 +130,7 @@ impl Reporter {
         }
         info!(namespace, "watching pods");
         self.watched.insert(namespace.to_string());
+        self.tracker.watching(namespace);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let config = watcher::Config::default().labels(MANAGED_BY_SELECTOR);
         let name = namespace.to_string();
@@ -162,7 +163,7 @@ impl Reporter {
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
-            if flush_at.is_none() && self.tracker.is_dirty() {
+            if flush_at.is_none() && self.tracker.is_dirty() && self.tracker.is_listed() {
                 flush_at = Some(Instant::now() + Duration::from_millis(REPORT_DEBOUNCE_MS));
             }
         }
@@ -171,6 +172,11 @@ impl Reporter {
     /// Sends one batch; on a failure the unsent reports are requeued and
     /// the wait before the next try is returned.
     async fn flush(&mut self) -> Option<Duration> {
+        if !self.tracker.is_listed() {
+            // A namespace was added since the flush was planned; the loop
+            // plans again once it is listed.
+            return None;
+        }
         let reports = self.tracker.take_reports(self.batch_max, (self.clock)());
         let mut failed = false;
         for report in reports {

@@ -38,6 +38,9 @@ pub struct Tracker {
     deleted: BTreeSet<String>,
     /// Deployments to report.
     dirty: BTreeSet<String>,
+    /// Watched namespaces whose first list has not completed: until it
+    /// has, "no pods" may only mean "not seen yet".
+    unlisted: BTreeSet<String>,
 }
 
 impl Tracker {
@@ -49,7 +52,19 @@ impl Tracker {
             sizes: BTreeMap::new(),
             deleted: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            unlisted: BTreeSet::new(),
         }
+    }
+
+    /// A namespace whose pods are now watched; reports wait for its first
+    /// complete list.
+    pub fn watching(&mut self, namespace: &str) {
+        self.unlisted.insert(namespace.to_string());
+    }
+
+    /// Whether every watched namespace was listed at least once.
+    pub fn is_listed(&self) -> bool {
+        self.unlisted.is_empty()
     }
 
     /// Remembers the sizes of a deployment applied before this process
@@ -98,6 +113,7 @@ impl Tracker {
                 }
             }
             Event::InitDone => {
+                self.unlisted.remove(namespace);
                 let fresh = self.relisting.remove(namespace).unwrap_or_default();
                 let old = self.pods.remove(namespace).unwrap_or_default();
                 for (name, info) in &old {
@@ -324,6 +340,29 @@ mod tests {
         assert_eq!(again, reports);
         tracker.reported(&again[0]);
         assert!(!tracker.is_dirty());
+    }
+
+    #[test]
+    fn reports_wait_for_the_first_list() {
+        let mut tracker = Tracker::new("us-east");
+        tracker.watching("krane");
+        tracker.on_notice(Notice::DeploymentDeleted {
+            deployment_id: "dep_a".into(),
+        });
+        assert!(tracker.is_dirty() && !tracker.is_listed());
+        tracker.on_pod_event("krane", Event::Init);
+        tracker.on_pod_event(
+            "krane",
+            Event::InitApply(running("dep_a", "a-0", "10.0.0.1")),
+        );
+        tracker.on_pod_event("krane", Event::InitDone);
+        assert!(tracker.is_listed());
+        let reports = tracker.take_reports(10, 0);
+        assert_eq!(
+            instances(&reports[0]).len(),
+            1,
+            "not deleted while a pod is left"
+        );
     }
 
     #[test]
