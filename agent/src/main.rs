@@ -76,7 +76,8 @@ fn run(path: PathBuf) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        agent::run::run(&config, shutdown_signal())
+        let (status, _) = tokio::sync::watch::channel(agent::watch::WatchStatus::default());
+        agent::run::run(&config, shutdown_signal(), status)
             .await
             .with_context(|| format!("krane with {}", path.display()))
     })

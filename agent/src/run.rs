@@ -10,7 +10,7 @@ use std::time::Duration;
 use config::AgentConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::info;
 use wire::model::Resource;
 
@@ -21,7 +21,7 @@ use crate::k8s::{self, K8sError};
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
-use crate::watch::WatchLoop;
+use crate::watch::{WatchLoop, WatchStatus};
 
 /// krane could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +34,15 @@ pub enum RunError {
     Ctrl(#[from] CtrlError),
 }
 
-/// Runs krane until `shutdown` completes. Every operating error after
-/// start-up is logged and retried; only start-up errors return.
-pub async fn run(config: &AgentConfig, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+/// Runs krane until `shutdown` completes, publishing what the watch loop
+/// does on `status`. Every operating error after start-up is logged and
+/// retried; only start-up errors return. On return the local state file is
+/// closed.
+pub async fn run(
+    config: &AgentConfig,
+    shutdown: impl Future<Output = ()>,
+    status: watch::Sender<WatchStatus>,
+) -> Result<(), RunError> {
     transport::tls::install_crypto_provider();
     let state = Arc::new(LocalState::open_in(&config.data_dir)?);
     let summary = state.summary()?;
@@ -89,11 +95,15 @@ pub async fn run(config: &AgentConfig, shutdown: impl Future<Output = ()>) -> Re
         ),
         StdRng::from_os_rng(),
         Duration::from_millis(config.full_resync_interval_ms),
+        status,
     );
     tokio::select! {
         () = watch.run() => {}
         () = shutdown => info!("shutting down"),
     }
     reporter.abort();
+    // The reporter holds the Kubernetes and ctrl clients: wait until it
+    // is gone, so that a run started next begins from a clean slate.
+    let _ = reporter.await;
     Ok(())
 }

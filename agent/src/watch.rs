@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 use transport::TransportError;
@@ -61,6 +62,21 @@ pub enum WatchError {
     SyncTooLarge,
 }
 
+/// What the watch loop is doing, published on a `tokio::sync::watch`
+/// channel (tests, benchmarks and the sandbox await it instead of reading
+/// logs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchStatus {
+    /// A stream is open and its watch request sent.
+    pub watching: bool,
+    /// Everything up to this pk is applied (the stored cursor).
+    pub cursor: Pk,
+    /// Full syncs begun by this process.
+    pub full_syncs: u64,
+    /// Streams opened by this process.
+    pub streams: u64,
+}
+
 /// What the driver does after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -82,6 +98,11 @@ pub struct StreamHandler<'a, R> {
 }
 
 impl<'a, R: Reconciler> StreamHandler<'a, R> {
+    /// The cursor applied so far on this stream (0 until a full sync ends).
+    pub fn cursor(&self) -> Pk {
+        self.session.cursor()
+    }
+
     /// A stream requested with `requested` (0: a full sync).
     pub fn new(state: &'a LocalState, reconciler: &'a R, requested: Pk) -> Self {
         StreamHandler {
@@ -210,10 +231,12 @@ pub struct WatchLoop<R> {
     backoff: Backoff,
     rng: StdRng,
     full_resync_interval: Duration,
+    status: watch::Sender<WatchStatus>,
 }
 
 impl<R: Reconciler> WatchLoop<R> {
-    /// `rng` jitters the reconnect backoff.
+    /// `rng` jitters the reconnect backoff; `status` receives what the
+    /// loop is doing.
     pub fn new(
         ctrl: Arc<CtrlClient>,
         state: Arc<LocalState>,
@@ -221,6 +244,7 @@ impl<R: Reconciler> WatchLoop<R> {
         backoff: Backoff,
         rng: StdRng,
         full_resync_interval: Duration,
+        status: watch::Sender<WatchStatus>,
     ) -> Self {
         WatchLoop {
             ctrl,
@@ -229,6 +253,7 @@ impl<R: Reconciler> WatchLoop<R> {
             backoff,
             rng,
             full_resync_interval,
+            status,
         }
     }
 
@@ -252,7 +277,10 @@ impl<R: Reconciler> WatchLoop<R> {
             } else {
                 info!("resumed at cursor {stored}");
             }
-            match self.stream_once(requested, &mut next_full_sync).await {
+            self.status.send_modify(|s| s.cursor = stored);
+            let ended = self.stream_once(requested, &mut next_full_sync).await;
+            self.status.send_modify(|s| s.watching = false);
+            match ended {
                 Ok(End::Resync | End::PeriodicSync) => {}
                 Ok(End::Closed) => {
                     info!("ctrl ended the watch; reconnecting");
@@ -278,6 +306,12 @@ impl<R: Reconciler> WatchLoop<R> {
     ) -> Result<End, WatchError> {
         let (mut stream, connection, addr) = self.ctrl.watch(requested).await?;
         info!(%addr, requested, "watching");
+        let stored = self.status.borrow().cursor;
+        self.status.send_modify(|s| {
+            s.watching = true;
+            s.streams += 1;
+            s.full_syncs += u64::from(requested == 0);
+        });
         let mut handler = StreamHandler::new(&self.state, self.reconciler.as_ref(), requested);
         let mut syncing = requested == 0;
         let result = loop {
@@ -301,6 +335,12 @@ impl<R: Reconciler> WatchLoop<R> {
                 Ok(Flow::Resync) => break Ok(End::Resync),
                 Err(e) => break Err(e),
             }
+            let cursor = handler.cursor().max(stored);
+            self.status.send_if_modified(|s| {
+                let moved = s.cursor != cursor;
+                s.cursor = cursor;
+                moved
+            });
             self.backoff.reset();
         };
         if result.is_err() {

@@ -3,8 +3,10 @@
 //! [`cluster`] starts ctrl nodes in-process on loopback with fresh
 //! certificates, for benchmarks and tests that need more than one process's
 //! worth of control. [`sim`] is the Kubernetes API simulator krane and
-//! kubectl are pointed at in tests and the demo.
+//! kubectl are pointed at in tests and the demo. [`fleet`] is a whole
+//! site: a ctrl node plus, per region, a simulator and an in-process krane.
 
 pub mod cluster;
+pub mod fleet;
 pub mod sim;
 pub mod stats;

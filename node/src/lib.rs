@@ -6,6 +6,7 @@
 //! - [`server`]: the QUIC endpoint and the per-protocol handlers.
 //! - [`node`]: opening the stores and starting Raft and the server.
 //! - [`client`]: the operator client the CLI uses.
+//! - [`wait`]: waiting for a deployment to become ready (`deploy --wait`).
 //! - [`clock`]: time and ids, passed in.
 
 pub mod client;
@@ -13,3 +14,4 @@ pub mod clock;
 pub mod node;
 pub mod raft;
 pub mod server;
+pub mod wait;

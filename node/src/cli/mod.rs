@@ -4,7 +4,6 @@ mod certs;
 mod cluster;
 mod ops;
 mod serve;
-mod wait;
 mod watch;
 
 use std::path::PathBuf;

@@ -94,7 +94,14 @@ pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
         OperatorResponse::Created { deployment_id } => {
             println!("{deployment_id}");
             if wait {
-                super::wait::until_ready(&client, &deployment_id, timeout_s).await?;
+                node::wait::until_ready(
+                    &client,
+                    &deployment_id,
+                    timeout_s,
+                    indicatif::ProgressDrawTarget::stderr(),
+                )
+                .await?;
+                eprintln!("{deployment_id} is ready");
             }
             Ok(())
         }

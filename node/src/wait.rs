@@ -1,23 +1,52 @@
-//! `ctrl deploy --wait`: shows each region's running/desired instances on a
-//! progress bar until the deployment is ready, fails, or the time is up.
-//! Ends with an error that names the regions short of their replicas and
-//! the state of their pods.
+//! Waiting for a deployment to become ready (`ctrl deploy --wait`): each
+//! region's running/desired instances on a progress bar until the
+//! deployment is ready, fails, or the time is up. A failure names the
+//! regions short of their replicas and the state of their pods.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use node::client::Client;
 use wire::model::{DeploymentStatus, InstanceStatus};
 use wire::operator::{DeploymentView, OperatorRequest, OperatorResponse};
 
-/// How often the deployment is read while waiting.
-const POLL_INTERVAL_MS: u64 = 100;
+use crate::client::{Client, ClientError};
 
-pub async fn until_ready(client: &Client, deployment_id: &str, timeout_s: u64) -> Result<()> {
+/// How often the deployment is read while waiting (the operator protocol
+/// has no streaming deployment status yet).
+pub const POLL_INTERVAL_MS: u64 = 100;
+
+/// The deployment did not become ready.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("unexpected answer to a deployment read: {0}")]
+    Unexpected(String),
+    #[error("{deployment_id} is {status}: {shortfall}")]
+    Ended {
+        deployment_id: String,
+        status: &'static str,
+        shortfall: String,
+    },
+    #[error("{deployment_id} not ready after {timeout_s} s: {shortfall}")]
+    Timeout {
+        deployment_id: String,
+        timeout_s: u64,
+        shortfall: String,
+    },
+}
+
+/// Waits until `deployment_id` is ready, drawing per-region progress bars
+/// on `draw` (`ProgressDrawTarget::hidden()` for none).
+pub async fn until_ready(
+    client: &Client,
+    deployment_id: &str,
+    timeout_s: u64,
+    draw: ProgressDrawTarget,
+) -> Result<DeploymentView, WaitError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
-    let bars = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+    let bars = MultiProgress::with_draw_target(draw);
     let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} running {msg}")
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
@@ -39,37 +68,37 @@ pub async fn until_ready(client: &Client, deployment_id: &str, timeout_s: u64) -
                 region_bars
                     .values()
                     .for_each(|b| b.finish_with_message("ready"));
-                eprintln!("{deployment_id} is ready");
-                return Ok(());
+                return Ok(view);
             }
             DeploymentStatus::Failed | DeploymentStatus::Stopped => {
                 region_bars.values().for_each(ProgressBar::abandon);
-                bail!(
-                    "{deployment_id} is {}: {}",
-                    d.status.as_str(),
-                    shortfall(&view)
-                );
+                return Err(WaitError::Ended {
+                    deployment_id: deployment_id.to_string(),
+                    status: d.status.as_str(),
+                    shortfall: shortfall(&view),
+                });
             }
             DeploymentStatus::Deploying => {}
         }
         if tokio::time::Instant::now() >= deadline {
             region_bars.values().for_each(ProgressBar::abandon);
-            bail!(
-                "{deployment_id} not ready after {timeout_s} s: {}",
-                shortfall(&view)
-            );
+            return Err(WaitError::Timeout {
+                deployment_id: deployment_id.to_string(),
+                timeout_s,
+                shortfall: shortfall(&view),
+            });
         }
         tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
     }
 }
 
-async fn read(client: &Client, id: &str) -> Result<DeploymentView> {
+async fn read(client: &Client, id: &str) -> Result<DeploymentView, WaitError> {
     match client
         .call(&OperatorRequest::GetDeployment { id: id.to_string() })
         .await?
     {
         OperatorResponse::Deployment(view) => Ok(view),
-        other => bail!("unexpected answer: {other:?}"),
+        other => Err(WaitError::Unexpected(format!("{other:?}"))),
     }
 }
 
@@ -81,7 +110,7 @@ fn running(view: &DeploymentView, region: &str) -> usize {
 }
 
 /// "us-east 1/3 running (web-1 pending: ImagePullBackOff); eu-west no instances reported"
-fn shortfall(view: &DeploymentView) -> String {
+pub fn shortfall(view: &DeploymentView) -> String {
     let d = &view.deployment;
     let mut parts = Vec::new();
     for region in &d.regions {
