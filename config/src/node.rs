@@ -286,6 +286,7 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.raft.election_timeout_min_ms, 300);
         assert_eq!(config.raft.election_timeout_max_ms, 600);
         assert_eq!(config.raft.snapshot_logs_since_last, 10_000);
+        assert_eq!(config.raft.logs_kept_after_snapshot, 1_000);
         assert_eq!(config.raft.max_payload_entries, 300);
         assert_eq!(config.limits.frame_bytes_max, 1 << 20);
         assert_eq!(config.limits.watch_streams_max, 10_000);
@@ -455,6 +456,10 @@ key = "/etc/ctrl/node-1.key"
         assert_invalid(&text, "raft.snapshot_logs_since_last", "got 0");
         let text = with("", "[raft]\nmax_payload_entries = 0\n");
         assert_invalid(&text, "raft.max_payload_entries", "got 0");
+        let text = with("", "[raft]\nlogs_kept_after_snapshot = 100000001\n");
+        assert_invalid(&text, "raft.logs_kept_after_snapshot", "between 0 and");
+        let config = parse(&with("", "[raft]\nlogs_kept_after_snapshot = 0\n")).unwrap();
+        assert_eq!(config.raft.logs_kept_after_snapshot, 0);
         let text = with("", "[raft]\nelection_timeout_max_ms = 99999999999999\n");
         assert_invalid(&text, "raft.election_timeout_max_ms", "between 1 and");
     }

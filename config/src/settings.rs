@@ -19,6 +19,10 @@ pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
 pub const DEFAULT_SNAPSHOT_LOGS_SINCE_LAST: u64 = 10_000;
 /// Bounds of [`RaftSettings::snapshot_logs_since_last`].
 pub const SNAPSHOT_LOGS_SINCE_LAST_RANGE: RangeInclusive<u64> = 1..=100_000_000;
+/// Default [`RaftSettings::logs_kept_after_snapshot`] (openraft's own).
+pub const DEFAULT_LOGS_KEPT_AFTER_SNAPSHOT: u64 = 1_000;
+/// Bounds of [`RaftSettings::logs_kept_after_snapshot`].
+pub const LOGS_KEPT_AFTER_SNAPSHOT_RANGE: RangeInclusive<u64> = 0..=100_000_000;
 /// Default [`RaftSettings::max_payload_entries`].
 pub const DEFAULT_MAX_PAYLOAD_ENTRIES: u64 = 300;
 /// Bounds of [`RaftSettings::max_payload_entries`].
@@ -71,6 +75,10 @@ pub struct RaftSettings {
     pub election_timeout_max_ms: u64,
     /// Take a snapshot after this many log entries since the last one.
     pub snapshot_logs_since_last: u64,
+    /// Log entries already in a snapshot that are kept for slow followers
+    /// before the log is purged; a follower further behind is sent the
+    /// snapshot instead.
+    pub logs_kept_after_snapshot: u64,
     /// Log entries per append-entries request.
     pub max_payload_entries: u64,
 }
@@ -82,6 +90,7 @@ impl Default for RaftSettings {
             election_timeout_min_ms: DEFAULT_ELECTION_TIMEOUT_MIN_MS,
             election_timeout_max_ms: DEFAULT_ELECTION_TIMEOUT_MAX_MS,
             snapshot_logs_since_last: DEFAULT_SNAPSHOT_LOGS_SINCE_LAST,
+            logs_kept_after_snapshot: DEFAULT_LOGS_KEPT_AFTER_SNAPSHOT,
             max_payload_entries: DEFAULT_MAX_PAYLOAD_ENTRIES,
         }
     }
@@ -108,6 +117,11 @@ impl RaftSettings {
             "raft.snapshot_logs_since_last",
             self.snapshot_logs_since_last,
             &SNAPSHOT_LOGS_SINCE_LAST_RANGE,
+        )?;
+        check.in_range(
+            "raft.logs_kept_after_snapshot",
+            self.logs_kept_after_snapshot,
+            &LOGS_KEPT_AFTER_SNAPSHOT_RANGE,
         )?;
         check.in_range(
             "raft.max_payload_entries",

@@ -119,10 +119,43 @@ impl Client {
         Err(ClientError::AllFailed(failures.join("; ")))
     }
 
+    /// Sends one request that may take up to `timeout_ms` to the first
+    /// node that accepts a connection, and returns its answer as it is: a
+    /// node's error is not retried elsewhere (the node already hands
+    /// cluster-wide calls to the leader). For calls that wait, like adding
+    /// a node.
+    pub async fn call_once(
+        &self,
+        request: &OperatorRequest,
+        timeout_ms: u64,
+    ) -> Result<OperatorResponse, ClientError> {
+        let (connection, _) = transport::endpoint::connect_any(
+            &self.endpoint,
+            &self.operator_tls,
+            &self.addrs,
+            &self.server_name,
+            self.timeout_ms,
+        )
+        .await?;
+        match self.call_within(&connection, request, timeout_ms).await? {
+            OperatorResponse::Error(e) => Err(ClientError::Server(e)),
+            response => Ok(response),
+        }
+    }
+
     async fn call_on(
         &self,
         connection: &quinn::Connection,
         request: &OperatorRequest,
+    ) -> Result<OperatorResponse, ClientError> {
+        self.call_within(connection, request, self.timeout_ms).await
+    }
+
+    async fn call_within(
+        &self,
+        connection: &quinn::Connection,
+        request: &OperatorRequest,
+        timeout_ms: u64,
     ) -> Result<OperatorResponse, ClientError> {
         let call = async {
             let mut stream =
@@ -132,14 +165,13 @@ impl Client {
             stream.finish().await?;
             stream.recv::<OperatorResponse>().await
         };
-        let timeout = std::time::Duration::from_millis(self.timeout_ms);
+        let timeout = std::time::Duration::from_millis(timeout_ms);
         match tokio::time::timeout(timeout, call).await {
             Ok(Ok(Some(response))) => Ok(response),
             Ok(Ok(None)) => Err(ClientError::NoAnswer),
             Ok(Err(e)) => Err(e.into()),
             Err(_) => Err(ClientError::AllFailed(format!(
-                "no answer within {} ms",
-                self.timeout_ms
+                "no answer within {timeout_ms} ms"
             ))),
         }
     }

@@ -94,6 +94,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(
             config.raft.snapshot_logs_since_last,
         ),
+        max_in_snapshot_log_to_keep: config.raft.logs_kept_after_snapshot,
         ..Default::default()
     }
     .validate()

@@ -1,5 +1,6 @@
 //! Three `ctrl serve` processes: `ctrl cluster init`, `ctrl cluster
-//! status`, and a deploy that reaches every node.
+//! status`, a deploy that reaches every node, adding and removing nodes,
+//! and `ctrl cluster check`.
 
 mod common;
 
@@ -7,7 +8,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{NodeProcess, ctrl_bin, free_udp_addr, start_node};
+use common::cluster::Cluster;
+use common::{NodeProcess, Site, ctrl_bin, free_udp_addr, start_node};
 
 /// Bound on the cluster agreeing on a leader and on the replicated pk.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -130,4 +132,107 @@ fn init_status_and_replicated_deploys() {
     status_until(&operator, |rows| {
         rows.iter().all(|r| r["last_change_pk"] == 5)
     });
+}
+
+/// Node 4 joins a running cluster (through a follower), writes go on,
+/// every replica holds the same state; then a follower is removed and
+/// stopped, writes go on, and the new node serves the same watch as the
+/// leader. Along the way, each refusal names its problem.
+#[test]
+fn add_node_then_remove_node() {
+    let mut cluster = Cluster::new(3, "");
+    for id in 1..=3 {
+        cluster.start(id);
+    }
+    let all = cluster.operator(&[1, 2, 3]);
+    cluster.ctrl_ok(&all, &["cluster", "init"]);
+    let leader = cluster.settled(&[1, 2, 3]);
+    for _ in 0..3 {
+        cluster.deploy(&all, "us-east");
+    }
+
+    let addr4 = cluster.prepare_node(4).to_string();
+    cluster.start(4);
+    let alone = cluster.operator(&[4]);
+    let refused = cluster.ctrl_fails(&alone, &["cluster", "add-node", "4", &addr4]);
+    assert!(
+        refused.contains("not part of an initialised cluster"),
+        "{refused}"
+    );
+
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let via_follower = cluster.operator(&[follower]);
+    let added = cluster.ctrl_ok(&via_follower, &["cluster", "add-node", "4", &addr4]);
+    assert!(added.contains("node 4 is a voter"), "{added}");
+    assert!(
+        added.contains(&format!("member 4 at {addr4} (voter)")),
+        "{added}"
+    );
+
+    let again = cluster.ctrl_fails(&all, &["cluster", "add-node", "4", &addr4]);
+    assert!(again.contains("node 4 is already a voter"), "{again}");
+    let bad_addr = cluster.ctrl_fails(&all, &["cluster", "add-node", "5", "nowhere"]);
+    assert!(
+        bad_addr.contains("is not an IP address and port"),
+        "{bad_addr}"
+    );
+    let taken = cluster.ctrl_fails(&all, &["cluster", "add-node", "5", &addr4]);
+    assert!(taken.contains("already the address of node 4"), "{taken}");
+    let unknown = cluster.ctrl_fails(&all, &["cluster", "remove-node", "9"]);
+    assert!(unknown.contains("node 9 is not a member"), "{unknown}");
+
+    for _ in 0..2 {
+        cluster.deploy(&all, "us-east");
+    }
+    let four = cluster.operator(&[1, 2, 3, 4]);
+    let report = cluster.check(&four);
+    assert_eq!(report["nodes"].as_array().unwrap().len(), 4, "{report:#}");
+    let rows = cluster.status(&four);
+    assert!(
+        rows.iter()
+            .all(|r| r["members"].as_array().unwrap().len() == 4),
+        "{rows:#?}"
+    );
+
+    let leader = cluster.settled(&[1, 2, 3, 4]);
+    let removed = (1..=3).find(|id| *id != leader).unwrap();
+    let other = (1..=4).find(|id| *id != leader && *id != removed).unwrap();
+    let out = cluster.ctrl_ok(
+        &cluster.operator(&[other]),
+        &["cluster", "remove-node", &removed.to_string()],
+    );
+    assert!(out.contains(&format!("node {removed} removed")), "{out}");
+    cluster.kill(removed);
+    let remaining: Vec<u64> = (1..=4).filter(|id| *id != removed).collect();
+    let rest = cluster.operator(&remaining);
+    for _ in 0..2 {
+        cluster.deploy(&rest, "us-east");
+    }
+    let leader = cluster.settled(&remaining);
+    let report = cluster.check(&rest);
+    let checked: Vec<u64> = report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(checked, remaining, "{report:#}");
+    assert_eq!(report["nodes"][0]["last_change_pk"], 7, "{report:#}");
+
+    let expected = cluster.served(leader, "us-east", 2, 7);
+    assert_eq!(expected.len(), 5, "{expected:#?}");
+    assert_eq!(cluster.served(4, "us-east", 2, 7), expected);
+    let full = cluster.served(leader, "us-east", 0, 0);
+    assert_eq!(cluster.served(4, "us-east", 0, 0), full);
+}
+
+/// A single-node cluster refuses to remove its last voter.
+#[test]
+fn last_voter_cannot_be_removed() {
+    let site = Site::new();
+    let _node = site.start();
+    let out = site.ctrl(&["cluster", "remove-node", "1"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("node 1 is the last voter"), "{stderr}");
 }

@@ -23,6 +23,8 @@ pub const NAME_BYTES_MAX: usize = 253;
 pub const ENV_VALUE_BYTES_MAX: usize = 32 * 1024;
 /// Largest page of a list call.
 pub const LIST_PAGE_MAX: u32 = 1_000;
+/// Longest wait a membership change or a state-hash read may ask for.
+pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorRequest {
@@ -44,6 +46,56 @@ pub enum OperatorRequest {
     InitCluster,
     /// The receiving node's own view of the cluster.
     NodeStatus,
+    /// Add a node: as a learner first, promoted to voter once it has caught
+    /// up, within `wait_ms` (at most [`CLUSTER_WAIT_MS_MAX`]). Sent to any
+    /// node; a follower hands it to the leader.
+    AddNode {
+        node_id: u64,
+        addr: String,
+        wait_ms: u64,
+    },
+    /// Remove a voter or a learner from the cluster, within `wait_ms`.
+    RemoveNode {
+        node_id: u64,
+        wait_ms: u64,
+    },
+    /// The receiving node's Raft log: last, snapshot and purged indexes.
+    LogStatus,
+    /// The receiving node's state hash, once its applied index is at least
+    /// `min_applied_index` (waiting at most `wait_ms`).
+    StateHash {
+        min_applied_index: u64,
+        wait_ms: u64,
+    },
+}
+
+/// The cluster's membership after a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Membership {
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    /// Voters and learners: (node id, address).
+    pub nodes: Vec<(u64, String)>,
+}
+
+/// One node's Raft log positions, as `ctrl cluster status` shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogStatus {
+    pub last_log_index: Option<u64>,
+    /// The last index the current snapshot covers.
+    pub snapshot_index: Option<u64>,
+    /// Log entries up to this index are deleted (they live in the snapshot).
+    pub purged_index: Option<u64>,
+}
+
+/// One node's state hash and the applied index it was read at, from one
+/// read of its state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateHash {
+    pub node_id: u64,
+    pub applied_index: u64,
+    pub last_change_pk: u64,
+    pub hash: u64,
 }
 
 /// One node's view of the cluster, as `ctrl cluster status` shows it.
@@ -180,5 +232,9 @@ pub enum OperatorResponse {
         members: Vec<(u64, String)>,
     },
     NodeStatus(NodeStatus),
+    /// A membership change was committed.
+    MembershipChanged(Membership),
+    StateHash(StateHash),
+    LogStatus(LogStatus),
     Error(WireError),
 }

@@ -22,6 +22,18 @@ pub enum CertsCommand {
         #[arg(long, value_delimiter = ',', default_value = "ctrl.local,localhost")]
         server_names: Vec<String>,
     },
+    /// Issue a node certificate for one more node with an existing CA (for
+    /// `ctrl cluster add-node`).
+    AddNode {
+        #[arg(long)]
+        dir: PathBuf,
+        /// The new node's id.
+        #[arg(long)]
+        id: u64,
+        /// DNS names the certificate carries.
+        #[arg(long, value_delimiter = ',', default_value = "ctrl.local,localhost")]
+        server_names: Vec<String>,
+    },
     /// Issue an agent certificate for one more region with an existing CA.
     AddAgent {
         #[arg(long)]
@@ -41,6 +53,17 @@ pub fn run(command: CertsCommand) -> Result<()> {
         } => {
             transport::certs::init_dir(&dir, &nodes, &regions, &server_names)?;
             println!("certificates written to {}", dir.display());
+        }
+        CertsCommand::AddNode {
+            dir,
+            id,
+            server_names,
+        } => {
+            transport::certs::issue_node(&dir, id, &server_names)?;
+            println!(
+                "node certificate for node {id} written to {}",
+                dir.display()
+            );
         }
         CertsCommand::AddAgent { dir, region } => {
             transport::certs::issue_agent(&dir, &region)?;

@@ -1,11 +1,14 @@
-//! `ctrl cluster`: initialise a fresh cluster and show every node's view.
+//! `ctrl cluster`: initialise a fresh cluster, show every node's view, add
+//! and remove nodes, and check that the replicas hold the same state.
+
+mod check;
 
 use anyhow::{Result, bail};
 use clap::Subcommand;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
-use wire::operator::{NodeStatus, OperatorRequest, OperatorResponse};
+use wire::operator::{Membership, NodeStatus, OperatorRequest, OperatorResponse};
 
 use super::Output;
 
@@ -19,7 +22,34 @@ pub enum ClusterCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Add a node: it joins as a learner, catches up, then becomes a
+    /// voter. Start it first with its own node certificate, `node_id = ID`
+    /// and the members as its peers; it waits to be added.
+    AddNode {
+        /// The new node's id (its certificate's).
+        id: u64,
+        /// The address the other nodes reach it at (IP:port).
+        addr: String,
+        /// How long to wait for it to catch up and be promoted.
+        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS)]
+        wait_ms: u64,
+    },
+    /// Remove a voter or a learner. The removed node's process keeps
+    /// running until stopped; it no longer takes part.
+    RemoveNode {
+        id: u64,
+        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS)]
+        wait_ms: u64,
+    },
+    /// Compare every member's state hash at one applied index; fails
+    /// naming the nodes that differ or could not answer.
+    Check(check::CheckArgs),
 }
+
+/// Default wait of `add-node` and `remove-node`.
+pub const DEFAULT_MEMBERSHIP_WAIT_MS: u64 = 60_000;
+/// Time allowed beyond a call's own wait for its answer to arrive.
+pub const ANSWER_SLACK_MS: u64 = 2_000;
 
 /// One row of `ctrl cluster status`: a node's own status, or why it could
 /// not be asked.
@@ -29,6 +59,9 @@ struct Row {
     reachable: bool,
     #[serde(flatten)]
     status: Option<NodeStatus>,
+    /// Snapshot and purged indexes (the last log index is in `status`).
+    snapshot_index: Option<u64>,
+    purged_index: Option<u64>,
     error: Option<String>,
 }
 
@@ -47,6 +80,54 @@ pub async fn run(config: &OperatorConfig, command: ClusterCommand) -> Result<()>
             }
         }
         ClusterCommand::Status { output } => status(config, output).await,
+        ClusterCommand::AddNode { id, addr, wait_ms } => {
+            let request = OperatorRequest::AddNode {
+                node_id: id,
+                addr,
+                wait_ms,
+            };
+            let membership = change(config, &request, wait_ms).await?;
+            println!("node {id} is a voter");
+            print_membership(&membership);
+            Ok(())
+        }
+        ClusterCommand::RemoveNode { id, wait_ms } => {
+            let request = OperatorRequest::RemoveNode {
+                node_id: id,
+                wait_ms,
+            };
+            let membership = change(config, &request, wait_ms).await?;
+            println!("node {id} removed");
+            print_membership(&membership);
+            Ok(())
+        }
+        ClusterCommand::Check(args) => check::run(config, args).await,
+    }
+}
+
+async fn change(
+    config: &OperatorConfig,
+    request: &OperatorRequest,
+    wait_ms: u64,
+) -> Result<Membership> {
+    let client = Client::new(config)?;
+    match client
+        .call_once(request, wait_ms.saturating_add(ANSWER_SLACK_MS))
+        .await?
+    {
+        OperatorResponse::MembershipChanged(membership) => Ok(membership),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
+fn print_membership(membership: &Membership) {
+    for (id, addr) in &membership.nodes {
+        let role = if membership.voters.contains(id) {
+            "voter"
+        } else {
+            "learner"
+        };
+        println!("member {id} at {addr} ({role})");
     }
 }
 
@@ -57,27 +138,41 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
             endpoints: vec![*endpoint],
             ..config.clone()
         };
-        let answer = match Client::new(&single) {
+        let client = Client::new(&single);
+        let answer = match &client {
             Ok(client) => client.call(&OperatorRequest::NodeStatus).await,
-            Err(e) => Err(e),
+            Err(e) => Err(node::client::ClientError::AllFailed(e.to_string())),
+        };
+        let log = match &client {
+            Ok(client) => match client.call(&OperatorRequest::LogStatus).await {
+                Ok(OperatorResponse::LogStatus(log)) => Some(log),
+                _ => None,
+            },
+            Err(_) => None,
         };
         rows.push(match answer {
             Ok(OperatorResponse::NodeStatus(status)) => Row {
                 endpoint: endpoint.to_string(),
                 reachable: true,
                 status: Some(status),
+                snapshot_index: log.as_ref().and_then(|l| l.snapshot_index),
+                purged_index: log.as_ref().and_then(|l| l.purged_index),
                 error: None,
             },
             Ok(other) => Row {
                 endpoint: endpoint.to_string(),
                 reachable: true,
                 status: None,
+                snapshot_index: None,
+                purged_index: None,
                 error: Some(format!("unexpected answer: {other:?}")),
             },
             Err(e) => Row {
                 endpoint: endpoint.to_string(),
                 reachable: false,
                 status: None,
+                snapshot_index: None,
+                purged_index: None,
                 error: Some(e.to_string()),
             },
         });

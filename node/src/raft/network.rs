@@ -19,6 +19,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
+use transport::identity::Identity;
 use transport::stream::open_call;
 use wire::hello::Protocol;
 
@@ -42,6 +43,21 @@ pub enum RaftRequest {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// A write a follower forwards to the leader on a client's behalf.
     ClientWrite(storage::Command),
+    /// A membership change a follower forwards to the leader, with the
+    /// operator's wait.
+    ChangeMembership {
+        change: MembershipChange,
+        wait_ms: u64,
+    },
+}
+
+/// A membership change an operator asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    /// Add `node_id` at `addr` as a learner, then promote it to voter.
+    Add { node_id: NodeId, addr: String },
+    /// Remove `node_id`, voter or learner.
+    Remove { node_id: NodeId },
 }
 
 /// The answer to a [`RaftRequest`], with the remote Raft's own error.
@@ -54,6 +70,8 @@ pub enum RaftResponse {
     ),
     /// The outcomes of a forwarded write, or why the leader could not commit it.
     ClientWrite(Result<CommandResponse, wire::WireError>),
+    /// The membership after a forwarded change, or why it was not made.
+    ChangeMembership(Result<wire::operator::Membership, wire::WireError>),
     /// The stream was refused before reaching Raft (permission, bad frame).
     Refused(wire::WireError),
 }
@@ -98,12 +116,26 @@ impl Network {
     fn client(&self, target: NodeId, node: &BasicNode) -> PeerClient {
         PeerClient {
             target,
+            node_addr: node.addr.clone(),
             addr: node
                 .addr
                 .parse()
                 .map_err(|e| format!("node {target} has a bad address {:?}: {e}", node.addr)),
             dialer: self.inner.clone(),
             connection: Mutex::new(None),
+        }
+    }
+
+    /// The client to the leader `target`, kept while it stays the leader.
+    async fn leader_client(&self, target: NodeId, node: &BasicNode) -> Arc<PeerClient> {
+        let mut cached = self.forward_to.lock().await;
+        match cached.as_ref() {
+            Some((id, client)) if *id == target && client.node_addr == node.addr => client.clone(),
+            _ => {
+                let client = Arc::new(self.client(target, node));
+                *cached = Some((target, client.clone()));
+                client
+            }
         }
     }
 
@@ -115,20 +147,32 @@ impl Network {
         command: storage::Command,
         ttl: Duration,
     ) -> Result<CommandResponse, ForwardError> {
-        let client = {
-            let mut cached = self.forward_to.lock().await;
-            match cached.as_ref() {
-                Some((id, client)) if *id == target => client.clone(),
-                _ => {
-                    let client = Arc::new(self.client(target, node));
-                    *cached = Some((target, client.clone()));
-                    client
-                }
-            }
-        };
+        let client = self.leader_client(target, node).await;
         match client.call(RaftRequest::ClientWrite(command), ttl).await {
             Ok(RaftResponse::ClientWrite(Ok(response))) => Ok(response),
             Ok(RaftResponse::ClientWrite(Err(e))) => Err(ForwardError::Refused(e)),
+            Ok(_) => Err(ForwardError::Failed(format!(
+                "node {target} answered another RPC than the one asked"
+            ))),
+            Err(CallError::Unreachable(m) | CallError::Network(m)) => Err(ForwardError::Failed(m)),
+        }
+    }
+
+    /// Sends a membership change to the leader `target` and returns the
+    /// membership it committed.
+    pub async fn forward_membership(
+        &self,
+        target: NodeId,
+        node: &BasicNode,
+        change: MembershipChange,
+        wait_ms: u64,
+        ttl: Duration,
+    ) -> Result<wire::operator::Membership, ForwardError> {
+        let client = self.leader_client(target, node).await;
+        let request = RaftRequest::ChangeMembership { change, wait_ms };
+        match client.call(request, ttl).await {
+            Ok(RaftResponse::ChangeMembership(Ok(membership))) => Ok(membership),
+            Ok(RaftResponse::ChangeMembership(Err(e))) => Err(ForwardError::Refused(e)),
             Ok(_) => Err(ForwardError::Failed(format!(
                 "node {target} answered another RPC than the one asked"
             ))),
@@ -140,6 +184,8 @@ impl Network {
 /// A client to one peer.
 pub struct PeerClient {
     target: NodeId,
+    /// The address as the membership names it.
+    node_addr: String,
     addr: Result<SocketAddr, String>,
     dialer: Arc<Dialer>,
     connection: Mutex<Option<quinn::Connection>>,
@@ -189,6 +235,22 @@ impl PeerClient {
         )
         .await
         .map_err(|e| CallError::Unreachable(e.to_string()))?;
+        // The membership maps ids to addresses; make sure the node there is
+        // the one meant, so a misconfigured node never takes another's place.
+        match Identity::from_connection(&connection) {
+            Ok(Identity::Node { node_id }) if node_id == self.target => {}
+            Ok(other) => {
+                connection.close(0u32.into(), b"wrong node");
+                return Err(CallError::Unreachable(format!(
+                    "{addr} presents the certificate of {other}, not of node {}",
+                    self.target
+                )));
+            }
+            Err(e) => {
+                connection.close(0u32.into(), b"no identity");
+                return Err(CallError::Unreachable(format!("{addr}: {e}")));
+            }
+        }
         *cached = Some(connection.clone());
         Ok(connection)
     }

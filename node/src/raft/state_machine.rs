@@ -101,6 +101,12 @@ fn decode_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
     }
 }
 
+/// The applied log index recorded in a store's Raft metadata (read in the
+/// same transaction as the state it describes).
+pub fn applied_index(meta: Option<RaftMeta>) -> StoreResult<Option<u64>> {
+    Ok(decode_meta(meta)?.0.map(|id| id.index))
+}
+
 fn encode_meta(applied: &Applied, membership: &Membership) -> StoreResult<RaftMeta> {
     Ok(RaftMeta {
         last_applied: postcard::to_allocvec(applied).map_err(sm_write_err)?,

@@ -2,7 +2,7 @@
 //! configured members, and report this node's view of the cluster.
 
 use openraft::ServerState;
-use wire::operator::{NodeStatus, OperatorResponse};
+use wire::operator::{LogStatus, NodeStatus, OperatorResponse};
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
@@ -68,6 +68,16 @@ pub fn status(state: &NodeState) -> NodeStatus {
         applied_index: metrics.last_applied.map(|id| id.index),
         last_change_pk: *state.applied_pk.borrow(),
         members: members(state),
+    }
+}
+
+/// This node's Raft log positions.
+pub fn log_status(state: &NodeState) -> LogStatus {
+    let metrics = state.raft.metrics().borrow().clone();
+    LogStatus {
+        last_log_index: metrics.last_log_index,
+        snapshot_index: metrics.snapshot.map(|id| id.index),
+        purged_index: metrics.purged.map(|id| id.index),
     }
 }
 

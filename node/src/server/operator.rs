@@ -1,4 +1,5 @@
-//! The operator protocol handler: create, read, list and stop deployments.
+//! The operator protocol handler: create, read, list and stop deployments;
+//! cluster initialisation, status, membership changes and state hashes.
 //! Writes go through Raft; reads come from this node's applied state.
 
 use quinn::{RecvStream, SendStream};
@@ -11,8 +12,9 @@ use wire::operator::{
 };
 use wire::{ErrorCode, WireError};
 
-use super::{NodeState, ServeError, finish, propose};
+use super::{NodeState, ServeError, finish, membership, propose};
 use crate::clock::deployment_id;
+use crate::raft::network::MembershipChange;
 
 /// Kubernetes namespace deployments are created in.
 pub const DEPLOYMENT_NAMESPACE: &str = "krane";
@@ -67,6 +69,27 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::NodeStatus => {
             Ok(OperatorResponse::NodeStatus(super::cluster::status(state)))
         }
+        OperatorRequest::AddNode {
+            node_id,
+            addr,
+            wait_ms,
+        } => membership::change(state, MembershipChange::Add { node_id, addr }, wait_ms)
+            .await
+            .map(OperatorResponse::MembershipChanged),
+        OperatorRequest::RemoveNode { node_id, wait_ms } => {
+            membership::change(state, MembershipChange::Remove { node_id }, wait_ms)
+                .await
+                .map(OperatorResponse::MembershipChanged)
+        }
+        OperatorRequest::LogStatus => Ok(OperatorResponse::LogStatus(super::cluster::log_status(
+            state,
+        ))),
+        OperatorRequest::StateHash {
+            min_applied_index,
+            wait_ms,
+        } => membership::state_hash(state, min_applied_index, wait_ms)
+            .await
+            .map(OperatorResponse::StateHash),
     };
     result.unwrap_or_else(OperatorResponse::Error)
 }

@@ -1,5 +1,6 @@
-//! The Raft protocol handler: RPCs from peer nodes, handed to openraft.
-//! Only node certificates may speak it.
+//! The Raft protocol handler: RPCs from peer nodes, handed to openraft, and
+//! the writes and membership changes followers forward to the leader. Only
+//! node certificates may speak it.
 
 use quinn::{RecvStream, SendStream};
 use transport::identity::Identity;
@@ -36,6 +37,11 @@ pub async fn serve_stream(
         }
         Ok(Some(RaftRequest::ClientWrite(command))) => {
             RaftResponse::ClientWrite(super::write::commit_forwarded(state, command).await)
+        }
+        Ok(Some(RaftRequest::ChangeMembership { change, wait_ms })) => {
+            RaftResponse::ChangeMembership(
+                super::membership::change_forwarded(state, change, wait_ms).await,
+            )
         }
         Ok(None) => return Ok(()),
         Err(e) => RaftResponse::Refused(e.to_wire()),

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -111,24 +113,30 @@ impl Site {
 
     /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
     pub fn watch(&self, region: &str, cursor: u64) -> Watcher {
-        let mut child = Command::new(ctrl_bin())
-            .args([
-                "watch",
-                "--region",
-                region,
-                "--cursor",
-                &cursor.to_string(),
-                "-o",
-                "json",
-            ])
-            .env("CTRL_CONFIG", self.operator_config())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn ctrl watch");
-        let lines = spawn_line_reader(child.stdout.take().expect("stdout"));
-        Watcher { child, lines }
+        spawn_watch(&self.operator_config(), region, cursor)
     }
+}
+
+/// Starts `ctrl watch -o json` with `operator` as its config, its stdout
+/// piped, lines on a channel.
+pub fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
+    let mut child = Command::new(ctrl_bin())
+        .args([
+            "watch",
+            "--region",
+            region,
+            "--cursor",
+            &cursor.to_string(),
+            "-o",
+            "json",
+        ])
+        .env("CTRL_CONFIG", operator)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn ctrl watch");
+    let lines = spawn_line_reader(child.stdout.take().expect("stdout"));
+    Watcher { child, lines }
 }
 
 /// Starts `ctrl serve --config PATH` and waits until it says it serves.
