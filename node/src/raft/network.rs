@@ -265,11 +265,23 @@ impl PeerClient {
             stream.recv::<RaftResponse>().await
         };
         match tokio::time::timeout(ttl, exchange).await {
-            Err(_) => Err(CallError::Network(format!(
-                "node {} did not answer within {} ms",
-                self.target,
-                ttl.as_millis()
-            ))),
+            Err(_) => {
+                // A peer that restarted leaves the old connection silent
+                // until the idle timeout: dial afresh next time rather than
+                // wait that long.
+                let mut cached = self.connection.lock().await;
+                if cached
+                    .as_ref()
+                    .is_some_and(|c| c.stable_id() == connection.stable_id())
+                {
+                    *cached = None;
+                }
+                Err(CallError::Network(format!(
+                    "node {} did not answer within {} ms",
+                    self.target,
+                    ttl.as_millis()
+                )))
+            }
             Ok(Ok(Some(RaftResponse::Refused(e)))) => Err(CallError::Network(format!(
                 "node {} refused the RPC: {e}",
                 self.target
