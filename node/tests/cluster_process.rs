@@ -1,6 +1,7 @@
 //! Three `ctrl serve` processes: `ctrl cluster init`, `ctrl cluster
 //! status`, a deploy that reaches every node, adding and removing nodes,
-//! and `ctrl cluster check`.
+//! `ctrl cluster check`, a follower catching up by snapshot, and a full
+//! cluster restart.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
+use common::cluster::{Cluster, leader_of, row_of};
 use common::{NodeProcess, Site, ctrl_bin, free_udp_addr, start_node};
 
 /// Bound on the cluster agreeing on a leader and on the replicated pk.
@@ -235,4 +236,121 @@ fn last_voter_cannot_be_removed() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("node 1 is the last voter"), "{stderr}");
+}
+
+/// Snapshots every few entries and no log kept behind them, so a stopped
+/// follower soon needs the snapshot.
+const SNAPSHOT_OFTEN: &str = "[raft]\nsnapshot_logs_since_last = 5\nlogs_kept_after_snapshot = 0\n";
+
+/// A follower stopped while writes go on and the leader purges its log past
+/// it; restarted, it catches up by installing the snapshot and serves a
+/// watch from an old cursor, and a full sync, exactly as the others do.
+#[test]
+fn stopped_follower_catches_up_by_snapshot() {
+    let mut cluster = Cluster::new(3, SNAPSHOT_OFTEN);
+    for id in 1..=3 {
+        cluster.start(id);
+    }
+    let all = cluster.operator(&[1, 2, 3]);
+    cluster.ctrl_ok(&all, &["cluster", "init"]);
+    cluster.settled(&[1, 2, 3]);
+    let first = cluster.deploy(&all, "us-east");
+    cluster.deploy(&all, "us-east");
+    let leader = cluster.settled(&[1, 2, 3]);
+    let stopped = (1..=3).find(|id| *id != leader).unwrap();
+    let rows = cluster.status(&all);
+    let stopped_log = row_of(&rows, stopped)["last_log_index"].as_u64().unwrap();
+    cluster.kill(stopped);
+
+    let up: Vec<u64> = (1..=3).filter(|id| *id != stopped).collect();
+    let live = cluster.operator(&up);
+    for _ in 0..12 {
+        cluster.deploy(&live, "us-east");
+    }
+    cluster.ctrl_ok(&live, &["stop", &first]);
+    // 14 deploys and one stop: pk 15.
+    let rows = cluster.status_until(&live, |rows| {
+        rows.iter().any(|r| {
+            r["role"] == "leader"
+                && r["last_change_pk"] == 15
+                && r["purged_index"].as_u64().is_some_and(|p| p > stopped_log)
+        })
+    });
+    let leader = leader_of(&rows);
+
+    cluster.start(stopped);
+    let rows = cluster.status_until(&all, |rows| {
+        let lead = row_of(rows, leader);
+        let back = row_of(rows, stopped);
+        back["reachable"] == true
+            && back["applied_index"] == lead["applied_index"]
+            && back["last_change_pk"] == 15
+    });
+    // The entries it missed are gone from the leader's log: it can only
+    // have caught up from the snapshot.
+    let back = row_of(&rows, stopped);
+    assert!(
+        back["snapshot_index"]
+            .as_u64()
+            .is_some_and(|s| s > stopped_log),
+        "{back:#}"
+    );
+    cluster.check(&all);
+
+    let expected = cluster.served(leader, "us-east", 1, 15);
+    assert_eq!(expected.len(), 14, "{expected:#?}");
+    let full = cluster.served(leader, "us-east", 0, 0);
+    for id in 1..=3 {
+        assert_eq!(cluster.served(id, "us-east", 1, 15), expected, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
+    }
+}
+
+/// All three nodes killed and restarted: the same state hashes, the same
+/// events served from the same cursors, and writes go on.
+#[test]
+fn full_cluster_restart_keeps_state_and_cursors() {
+    let mut cluster = Cluster::new(3, SNAPSHOT_OFTEN);
+    for id in 1..=3 {
+        cluster.start(id);
+    }
+    let all = cluster.operator(&[1, 2, 3]);
+    cluster.ctrl_ok(&all, &["cluster", "init"]);
+    cluster.settled(&[1, 2, 3]);
+    cluster.deploy(&all, "us-east,eu-west");
+    let second = cluster.deploy(&all, "us-east");
+    for _ in 0..5 {
+        cluster.deploy(&all, "us-east");
+    }
+    cluster.ctrl_ok(&all, &["stop", &second]);
+    // Two rows for the first deploy, one for each other and for the stop:
+    // pk 9 is the last, in us-east.
+    let leader = cluster.settled(&[1, 2, 3]);
+    let before = cluster.check(&all);
+    let hash = before["nodes"][0]["hash"].clone();
+    let changes = cluster.served(leader, "us-east", 3, 9);
+    assert_eq!(changes.len(), 6, "{changes:#?}");
+    let full = cluster.served(leader, "us-east", 0, 0);
+
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.start(id);
+    }
+    cluster.settled(&[1, 2, 3]);
+    let after = cluster.check(&all);
+    for node in after["nodes"].as_array().unwrap() {
+        assert_eq!(node["hash"], hash, "{after:#}");
+        assert_eq!(node["last_change_pk"], 9, "{after:#}");
+    }
+    for id in 1..=3 {
+        assert_eq!(cluster.served(id, "us-east", 3, 9), changes, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
+    }
+
+    cluster.deploy(&all, "eu-west");
+    cluster.settled(&[1, 2, 3]);
+    let report = cluster.check(&all);
+    assert_eq!(report["nodes"][0]["last_change_pk"], 10, "{report:#}");
 }
