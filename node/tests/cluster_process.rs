@@ -146,20 +146,25 @@ fn add_node_then_remove_node() {
         cluster.start(id);
     }
     let all = cluster.operator(&[1, 2, 3]);
+    let early = cluster.ctrl_fails(&all, &["cluster", "add-node", "4", "127.0.0.1:1"]);
+    assert!(
+        early.contains("not part of an initialised cluster"),
+        "{early}"
+    );
     cluster.ctrl_ok(&all, &["cluster", "init"]);
     let leader = cluster.settled(&[1, 2, 3]);
     for _ in 0..3 {
         cluster.deploy(&all, "us-east");
     }
 
+    // Not running yet: it stays a learner that did not catch up.
     let addr4 = cluster.prepare_node(4).to_string();
-    cluster.start(4);
-    let alone = cluster.operator(&[4]);
-    let refused = cluster.ctrl_fails(&alone, &["cluster", "add-node", "4", &addr4]);
-    assert!(
-        refused.contains("not part of an initialised cluster"),
-        "{refused}"
+    let absent = cluster.ctrl_fails(
+        &all,
+        &["cluster", "add-node", "4", &addr4, "--wait-ms", "1000"],
     );
+    assert!(absent.contains("did not catch up"), "{absent}");
+    cluster.start(4);
 
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let via_follower = cluster.operator(&[follower]);

@@ -8,7 +8,9 @@ use clap::Subcommand;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
-use wire::operator::{Membership, NodeStatus, OperatorRequest, OperatorResponse};
+use wire::operator::{
+    CLUSTER_WAIT_MS_MAX, Membership, NodeStatus, OperatorRequest, OperatorResponse,
+};
 
 use super::Output;
 
@@ -31,14 +33,14 @@ pub enum ClusterCommand {
         /// The address the other nodes reach it at (IP:port).
         addr: String,
         /// How long to wait for it to catch up and be promoted.
-        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS)]
+        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS, value_parser = wait_ms)]
         wait_ms: u64,
     },
     /// Remove a voter or a learner. The removed node's process keeps
     /// running until stopped; it no longer takes part.
     RemoveNode {
         id: u64,
-        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS)]
+        #[arg(long, default_value_t = DEFAULT_MEMBERSHIP_WAIT_MS, value_parser = wait_ms)]
         wait_ms: u64,
     },
     /// Compare every member's state hash at one applied index; fails
@@ -48,6 +50,14 @@ pub enum ClusterCommand {
 
 /// Default wait of `add-node` and `remove-node`.
 pub const DEFAULT_MEMBERSHIP_WAIT_MS: u64 = 60_000;
+/// Parses a `--wait-ms` value: 1 to the protocol's maximum.
+pub fn wait_ms(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(ms) if (1..=CLUSTER_WAIT_MS_MAX).contains(&ms) => Ok(ms),
+        _ => Err(format!("expected 1 to {CLUSTER_WAIT_MS_MAX} ms")),
+    }
+}
+
 /// Time allowed beyond a call's own wait for its answer to arrive.
 pub const ANSWER_SLACK_MS: u64 = 2_000;
 

@@ -157,14 +157,43 @@ async fn change_on_leader(
                 ));
             }
             let budget = remaining();
+            // Not openraft's blocking mode: it counts a learner within
+            // `replication_lag_threshold` entries as caught up even if it
+            // has received nothing, and promoting a node that is not
+            // there would leave the cluster in a joint configuration it
+            // cannot commit.
             let added = tokio::time::timeout(
                 budget,
                 state
                     .raft
-                    .add_learner(node_id, BasicNode { addr: addr.clone() }, true),
+                    .add_learner(node_id, BasicNode { addr: addr.clone() }, false),
             )
             .await;
-            match added {
+            let target = match added {
+                Err(_) => {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "node {node_id} was not added as a learner in time; is a majority up?"
+                        ),
+                    ));
+                }
+                Ok(Err(e)) => return Err(raft_error(state, e)),
+                Ok(Ok(response)) => response.log_id.index,
+            };
+            let leader = state.node_id;
+            let caught_up = state
+                .raft
+                .wait(Some(remaining()))
+                .metrics(
+                    |m| {
+                        m.current_leader != Some(leader)
+                            || matched_index(m, node_id).is_some_and(|i| i >= target)
+                    },
+                    "the new learner to catch up",
+                )
+                .await;
+            match caught_up {
                 Err(_) => {
                     return Err(WireError::new(
                         ErrorCode::Unavailable,
@@ -177,8 +206,8 @@ async fn change_on_leader(
                         ),
                     ));
                 }
-                Ok(Err(e)) => return Err(raft_error(state, e)),
-                Ok(Ok(_)) => {}
+                Ok(m) if m.current_leader != Some(leader) => return Err(not_leader(state)),
+                Ok(_) => {}
             }
             let promoted = tokio::time::timeout(
                 remaining(),
@@ -253,6 +282,18 @@ async fn change_on_leader(
             }
         }
     }
+}
+
+/// The last log index the leader knows `node_id` holds.
+fn matched_index(
+    metrics: &openraft::RaftMetrics<NodeId, BasicNode>,
+    node_id: NodeId,
+) -> Option<u64> {
+    metrics
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(&node_id))
+        .and_then(|matched| matched.map(|id| id.index))
 }
 
 /// This node's state hash, once it has applied `min_applied_index`.

@@ -30,7 +30,7 @@ pub struct CheckArgs {
     #[arg(short, long, value_enum, default_value_t)]
     output: Output,
     /// How long each node may take to reach the checked applied index.
-    #[arg(long, default_value_t = DEFAULT_CHECK_WAIT_MS)]
+    #[arg(long, default_value_t = DEFAULT_CHECK_WAIT_MS, value_parser = super::wait_ms)]
     wait_ms: u64,
 }
 
