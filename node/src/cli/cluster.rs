@@ -191,18 +191,20 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
         Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         Output::Text => {
             println!(
-                "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8}",
-                "ENDPOINT", "ID", "ROLE", "TERM", "LOG", "APPLIED", "PK"
+                "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "ENDPOINT", "ID", "ROLE", "TERM", "LOG", "SNAPSHOT", "PURGED", "APPLIED", "PK"
             );
             for row in &rows {
                 match &row.status {
                     Some(s) => println!(
-                        "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8}",
+                        "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
                         row.endpoint,
                         s.node_id,
                         s.role,
                         s.term,
                         opt(s.last_log_index),
+                        opt(row.snapshot_index),
+                        opt(row.purged_index),
                         opt(s.applied_index),
                         s.last_change_pk
                     ),

@@ -1,6 +1,5 @@
-//! Membership changes and replica checks: add a node (learner, catch-up,
-//! then voter), remove a node, and read this node's state hash at an
-//! applied index. Changes are made by the leader; any other node hands
+//! Membership changes: add a node (learner, catch-up, then voter) and
+//! remove a node. Changes are made by the leader; any other node hands
 //! them to it over the Raft ALPN, as it does writes (`server::write`), and
 //! waits for a new leader when the one it knew is gone — all within the
 //! operator's wait.
@@ -12,13 +11,12 @@ use std::time::Duration;
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use tokio::time::Instant;
-use wire::operator::{CLUSTER_WAIT_MS_MAX, Membership, StateHash};
+use wire::operator::{CLUSTER_WAIT_MS_MAX, Membership};
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
 use crate::raft::NodeId;
 use crate::raft::network::{ForwardError, MembershipChange};
-use crate::raft::state_machine::applied_index;
 
 /// Time a forwarding node allows the leader beyond the operator's wait, so
 /// the leader's own answer (success or why not) arrives before the call is
@@ -296,49 +294,6 @@ fn matched_index(
         .and_then(|matched| matched.map(|id| id.index))
 }
 
-/// This node's state hash, once it has applied `min_applied_index`.
-pub async fn state_hash(
-    state: &NodeState,
-    min_applied_index: u64,
-    wait_ms: u64,
-) -> Result<StateHash, WireError> {
-    check_wait(wait_ms)?;
-    if min_applied_index > 0 {
-        let waited = state
-            .raft
-            .wait(Some(Duration::from_millis(wait_ms)))
-            .applied_index_at_least(Some(min_applied_index), "the checked index")
-            .await;
-        if waited.is_err() {
-            let applied = state
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map(|id| id.index);
-            return Err(WireError::new(
-                ErrorCode::Unavailable,
-                format!(
-                    "node {} has applied up to index {}, not {min_applied_index}, after {wait_ms} ms",
-                    state.node_id,
-                    applied.map_or_else(|| "none".to_string(), |i| i.to_string())
-                ),
-            ));
-        }
-    }
-    // One read transaction: the hash and the index it was taken at agree.
-    let view = state.store.read().map_err(super::operator::internal)?;
-    let applied_index = applied_index(view.raft_meta())
-        .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
-        .unwrap_or(0);
-    Ok(StateHash {
-        node_id: state.node_id,
-        applied_index,
-        last_change_pk: view.last_pk(),
-        hash: view.state_hash().map_err(super::operator::internal)?,
-    })
-}
-
 /// The membership as this node knows it.
 pub fn membership(state: &NodeState) -> Membership {
     let metrics = state.raft.metrics().borrow().clone();
@@ -374,7 +329,7 @@ fn describe(m: &Membership) -> String {
     }
 }
 
-fn check_wait(wait_ms: u64) -> Result<(), WireError> {
+pub(crate) fn check_wait(wait_ms: u64) -> Result<(), WireError> {
     if wait_ms == 0 || wait_ms > CLUSTER_WAIT_MS_MAX {
         return Err(WireError::new(
             ErrorCode::BadRequest,

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod membership;
 pub mod operator;
 pub mod raft;
+pub mod state_hash;
 pub mod watch;
 pub mod write;
 

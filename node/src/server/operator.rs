@@ -87,7 +87,7 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::StateHash {
             min_applied_index,
             wait_ms,
-        } => membership::state_hash(state, min_applied_index, wait_ms)
+        } => super::state_hash::state_hash(state, min_applied_index, wait_ms)
             .await
             .map(OperatorResponse::StateHash),
     };
