@@ -80,6 +80,7 @@ pub async fn run(
             namespaces: namespaces.into_iter().collect(),
             known,
             batch_max: config.report_batch_max,
+            delay: Duration::from_millis(config.report_delay_ms),
             clock: system_clock(),
             rng: StdRng::from_os_rng(),
         },

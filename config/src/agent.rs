@@ -38,6 +38,10 @@ pub const DEFAULT_RECONNECT_BACKOFF_MAX_MS: u64 = 5_000;
 pub const DEFAULT_FULL_RESYNC_INTERVAL_MS: u64 = 300_000;
 /// Default [`AgentConfig::report_batch_max`].
 pub const DEFAULT_REPORT_BATCH_MAX: usize = 256;
+/// Default [`AgentConfig::report_delay_ms`].
+pub const DEFAULT_REPORT_DELAY_MS: u64 = 20;
+/// Bounds of [`AgentConfig::report_delay_ms`].
+pub const REPORT_DELAY_MS_RANGE: RangeInclusive<u64> = 0..=10_000;
 /// Bounds of [`AgentConfig::report_batch_max`].
 pub const REPORT_BATCH_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
 
@@ -85,6 +89,10 @@ pub struct AgentConfig {
     /// Instance reports per request.
     #[serde(default = "default_report_batch_max")]
     pub report_batch_max: usize,
+    /// How long pod changes are gathered before they are reported: a burst
+    /// of pod events becomes one report per deployment.
+    #[serde(default = "default_report_delay_ms")]
+    pub report_delay_ms: u64,
 }
 
 fn default_server_name() -> String {
@@ -115,6 +123,10 @@ fn default_report_batch_max() -> usize {
     DEFAULT_REPORT_BATCH_MAX
 }
 
+fn default_report_delay_ms() -> u64 {
+    DEFAULT_REPORT_DELAY_MS
+}
+
 impl AgentConfig {
     /// A config with the required fields and every default.
     pub fn new(region: &str, endpoints: Vec<Endpoint>, tls: TlsFiles) -> AgentConfig {
@@ -130,6 +142,7 @@ impl AgentConfig {
             reconnect_backoff_max_ms: DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             full_resync_interval_ms: DEFAULT_FULL_RESYNC_INTERVAL_MS,
             report_batch_max: DEFAULT_REPORT_BATCH_MAX,
+            report_delay_ms: DEFAULT_REPORT_DELAY_MS,
         }
     }
 
@@ -179,6 +192,11 @@ impl ConfigFile for AgentConfig {
             "report_batch_max",
             self.report_batch_max,
             &REPORT_BATCH_MAX_RANGE,
+        )?;
+        check.in_range(
+            "report_delay_ms",
+            self.report_delay_ms,
+            &REPORT_DELAY_MS_RANGE,
         )
     }
 

@@ -34,9 +34,6 @@ use crate::ctrl::CtrlClient;
 use crate::k8s::MANAGED_BY_SELECTOR;
 use tracker::{Sizes, Tracker};
 
-/// Quiet time after a change before reporting, so a burst of pod events
-/// becomes one report per deployment.
-pub const REPORT_DEBOUNCE_MS: u64 = 200;
 /// Bounds of the wait before retrying reports ctrl did not take.
 pub const REPORT_RETRY_MIN_MS: u64 = 1_000;
 pub const REPORT_RETRY_MAX_MS: u64 = 5_000;
@@ -69,6 +66,9 @@ pub struct ReporterSetup {
     pub known: Vec<(String, Sizes)>,
     /// Most deployment reports sent per flush.
     pub batch_max: usize,
+    /// Time from the first unreported change to the report, gathering the
+    /// changes that follow (the config's `report_delay_ms`).
+    pub delay: Duration,
     pub clock: Clock,
     /// Jitters the retry backoff.
     pub rng: StdRng,
@@ -83,6 +83,7 @@ pub struct Reporter {
     watched: BTreeSet<String>,
     streams: SelectAll<PodEvents>,
     batch_max: usize,
+    delay: Duration,
     clock: Clock,
     rng: StdRng,
     retry: Backoff,
@@ -107,6 +108,7 @@ impl Reporter {
             watched: BTreeSet::new(),
             streams: SelectAll::new(),
             batch_max: setup.batch_max.max(1),
+            delay: setup.delay,
             clock: setup.clock,
             rng: setup.rng,
             retry: Backoff::new(REPORT_RETRY_MIN_MS, REPORT_RETRY_MAX_MS),
@@ -164,7 +166,7 @@ impl Reporter {
                 }
             }
             if flush_at.is_none() && self.tracker.is_dirty() && self.tracker.is_listed() {
-                flush_at = Some(Instant::now() + Duration::from_millis(REPORT_DEBOUNCE_MS));
+                flush_at = Some(Instant::now() + self.delay);
             }
         }
     }

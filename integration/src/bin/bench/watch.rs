@@ -1,47 +1,22 @@
-//! Benchmarks, one scenario per run; each figure is printed as one JSON line.
-//!
-//!     cargo run --release -p integration --bin bench -- deploy-to-watch
+//! `deploy-to-watch`: ctrl alone, one node with fsync on; a watcher of the
+//! region receives each deploy's change event.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, ValueEnum};
 use integration::cluster::TestNode;
 use integration::stats::Summary;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::Resource;
 use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
 
-#[derive(Debug, Parser)]
-#[command(about = "ctrl benchmarks; each figure is one JSON line on stdout")]
-struct Args {
-    #[arg(value_enum)]
-    scenario: Scenario,
-    /// Number of measured operations.
-    #[arg(long, default_value_t = 2_000)]
-    count: usize,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Scenario {
-    /// Latency from a deploy's acknowledgement (and from its request) to
-    /// the change event at a watcher of the region, one node, fsync on.
-    DeployToWatch,
-}
+use crate::print_summary;
 
 /// Bound on waiting for one watch event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let args = Args::parse();
-    match args.scenario {
-        Scenario::DeployToWatch => deploy_to_watch(args.count).await,
-    }
-}
-
-async fn deploy_to_watch(count: usize) -> Result<()> {
+pub async fn deploy_to_watch(count: usize) -> Result<()> {
     let node = TestNode::start().await?;
     let client = node.client()?;
     let mut watch = client.watch("us-east", 0).await?;
@@ -102,17 +77,7 @@ async fn deploy_to_watch(count: usize) -> Result<()> {
         ("request_to_event", &mut from_request),
     ] {
         let s = Summary::of(samples).context("no samples")?;
-        println!(
-            "{}",
-            serde_json::json!({
-                "scenario": "deploy-to-watch",
-                "figure": name,
-                "count": s.count,
-                "p50_us": s.p50_us,
-                "p99_us": s.p99_us,
-                "max_us": s.max_us,
-            })
-        );
+        print_summary("deploy-to-watch", name, &s, serde_json::json!({}));
     }
     println!(
         "{}",
