@@ -29,6 +29,13 @@ struct Args {
     /// Delay before a simulated pod runs.
     #[arg(long, default_value_t = 500)]
     pod_ready_delay_ms: u64,
+    /// Images whose simulated pods never start (`ImagePullBackOff`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "registry.invalid/broken:1"
+    )]
+    failing_images: Vec<String>,
 }
 
 #[tokio::main]
@@ -50,14 +57,15 @@ async fn main() -> Result<()> {
     let mut config = FleetConfig::new(&dir, args.regions.clone());
     config.ctrl_port = args.port;
     config.pod_ready_delay_ms = args.pod_ready_delay_ms;
+    config.failing_images = args.failing_images.clone();
     let fleet = Fleet::start(config).await?;
-    print_instructions(&fleet, &args.regions);
+    print_instructions(&fleet, &args.regions, &args.failing_images);
     wait_for_signal().await;
     println!("stopping");
     fleet.shutdown().await
 }
 
-fn print_instructions(fleet: &Fleet, regions: &[String]) {
+fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[String]) {
     println!("sandbox in {}", fleet.dir.display());
     println!("ctrl node 1 serving on {}", fleet.node.local_addr);
     for region in &fleet.regions {
@@ -78,6 +86,12 @@ fn print_instructions(fleet: &Fleet, regions: &[String]) {
         "  ctrl deploy --image nginx:1.27 --regions {} --replicas 2 --wait",
         regions.join(",")
     );
+    if let Some(image) = failing_images.first() {
+        println!(
+            "  ctrl deploy --image {image} --regions {} --wait --timeout-s 5   # never ready",
+            regions.join(",")
+        );
+    }
     println!("stop with Ctrl-C");
 }
 
