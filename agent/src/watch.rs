@@ -9,7 +9,9 @@
 //! driver: connect (with failover), stream, and on any failure log,
 //! wait the jittered backoff, and start again from the stored cursor.
 //!
-//! Cursor 0 (first start, or after "resync required") means a full sync;
+//! Cursor 0 (first start, or after "resync required") means a full sync:
+//! a resource equal to the one in the last-applied snapshot is not applied
+//! again (a full sync of an unchanged region makes no Kubernetes writes);
 //! after it, what the sync did not mention is garbage-collected, then the
 //! sync's cursor is stored. Every `full_resync_interval_ms` the loop also
 //! runs a full sync while keeping its cursor (the seeds' safety net): a
@@ -95,6 +97,9 @@ pub struct StreamHandler<'a, R> {
     session: WatchClient,
     /// Keys the full sync in progress mentioned.
     seen: Option<BTreeSet<ResourceKey>>,
+    /// Resources of the full sync in progress equal to the applied ones
+    /// (not applied again).
+    unchanged: usize,
 }
 
 impl<'a, R: Reconciler> StreamHandler<'a, R> {
@@ -110,6 +115,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             reconciler,
             session: WatchClient::new(requested),
             seen: None,
+            unchanged: 0,
         }
     }
 
@@ -128,12 +134,17 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 let full_syncs = self.state.begin_full_sync()?;
                 info!(cursor, full_syncs, "full_sync_started");
                 self.seen = Some(BTreeSet::new());
+                self.unchanged = 0;
             }
             ClientAction::ApplySynced(resource) => {
                 let key = resource.key();
-                if !self.is_stale(&resource)? {
-                    self.reconciler.apply(&resource).await?;
-                    self.state.record_synced(&resource)?;
+                match self.state.applied_resource(&key)? {
+                    Some((_, applied)) if applied == resource => self.unchanged += 1,
+                    _ if self.is_stale(&resource)? => {}
+                    _ => {
+                        self.reconciler.apply(&resource).await?;
+                        self.state.record_synced(&resource)?;
+                    }
                 }
                 let seen = self.seen.get_or_insert_default();
                 if seen.len() >= SYNC_RESOURCES_MAX {
@@ -155,6 +166,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 info!(
                     cursor,
                     resources = seen.len(),
+                    unchanged = self.unchanged,
                     collected = garbage.len(),
                     "full sync done"
                 );
