@@ -8,9 +8,14 @@
 //! kept history is the gap-free range `compacted_rv + 1 ..= rv`; a watch
 //! from a version below `compacted_rv` has lost events and is told 410
 //! Expired.
+//!
+//! Two indexes, kept in step with every insert and removal, let callers
+//! look objects up without scanning the map: by uid, and by the uids their
+//! ownerReferences name. The map's key order (kind, namespace, name) lets a
+//! list range-scan one kind (and namespace).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde_json::{Map, Value, json};
 
@@ -120,6 +125,11 @@ pub enum Part {
 #[derive(Debug)]
 pub struct Store {
     objects: BTreeMap<Key, Value>,
+    /// Where the object with a uid lives.
+    uids: HashMap<String, Key>,
+    /// The objects whose ownerReferences name a uid (any reference, as
+    /// [`meta::owned_by`] reads them).
+    dependents: HashMap<String, BTreeSet<Key>>,
     rv: u64,
     history: VecDeque<Event>,
     history_len_max: usize,
@@ -134,6 +144,8 @@ impl Store {
     pub fn new(history_len_max: usize, uid_seed: u64) -> Store {
         Store {
             objects: BTreeMap::new(),
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
             rv: 0,
             history: VecDeque::new(),
             history_len_max: history_len_max.max(1),
@@ -167,12 +179,43 @@ impl Store {
         labels: &LabelSelector,
         fields: &FieldSelector,
     ) -> Vec<&Value> {
-        self.objects
-            .iter()
-            .filter(|(k, _)| k.res == res && namespace.is_none_or(|ns| k.namespace == ns))
+        self.range(res, namespace)
             .map(|(_, v)| v)
             .filter(|v| labels.matches(v) && fields.matches(v))
             .collect()
+    }
+
+    /// Objects of `res`, in `namespace` (or all), ordered by namespace and
+    /// name: a range scan of the map, touching no other kind.
+    pub fn range(
+        &self,
+        res: &'static ResourceDef,
+        namespace: Option<&str>,
+    ) -> impl Iterator<Item = (&Key, &Value)> {
+        let namespace = namespace.map(str::to_string);
+        let start = Key {
+            res,
+            namespace: namespace.clone().unwrap_or_default(),
+            name: String::new(),
+        };
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| {
+                (k.res.group, k.res.plural) == (res.group, res.plural)
+                    && namespace.as_ref().is_none_or(|ns| k.namespace == *ns)
+            })
+            .filter(move |(k, _)| k.res == res)
+    }
+
+    /// The key of the object with this uid, if it exists.
+    pub fn key_of_uid(&self, uid: &str) -> Option<&Key> {
+        self.uids.get(uid)
+    }
+
+    /// The keys of the objects whose ownerReferences name `owner_uid`, in
+    /// key order.
+    pub fn dependents(&self, owner_uid: &str) -> impl Iterator<Item = &Key> {
+        self.dependents.get(owner_uid).into_iter().flatten()
     }
 
     /// Every object of every kind (for tests and debugging).
@@ -374,17 +417,21 @@ impl Store {
                     .unwrap_or("")
                     .to_string();
                 let owner_name = meta::name_of(&owner).to_string();
-                let dependents: Vec<Key> = self
-                    .objects
-                    .iter()
-                    .filter(|(k, v)| {
-                        (is_namespace && k.res.namespaced && k.namespace == owner_name)
-                            || (k.namespace == owner_ns
-                                && !uid.is_empty()
-                                && meta::owned_by(v, &uid))
-                    })
-                    .map(|(k, _)| k.clone())
+                // In key order, as one scan of the map would find them.
+                let mut dependents: BTreeSet<Key> = self
+                    .dependents(&uid)
+                    .filter(|k| k.namespace == owner_ns)
+                    .cloned()
                     .collect();
+                if is_namespace {
+                    // Rare: a scan of everything is fine here.
+                    dependents.extend(
+                        self.objects
+                            .keys()
+                            .filter(|k| k.res.namespaced && k.namespace == owner_name)
+                            .cloned(),
+                    );
+                }
                 for k in dependents {
                     pending.push(self.remove(&k));
                 }
@@ -399,6 +446,7 @@ impl Store {
         let Some(prev) = self.objects.remove(key) else {
             unreachable!("remove of a missing object");
         };
+        self.unindex(key, &prev);
         self.rv += 1;
         let mut last = prev.clone();
         metadata_mut(&mut last).insert("resourceVersion".into(), json!(self.rv.to_string()));
@@ -421,6 +469,10 @@ impl Store {
     ) -> Value {
         self.rv += 1;
         metadata_mut(&mut object).insert("resourceVersion".into(), json!(self.rv.to_string()));
+        if let Some(prev) = &prev {
+            self.unindex(&key, prev);
+        }
+        self.index(&key, &object);
         self.objects.insert(key.clone(), object.clone());
         self.record(Event {
             rv: self.rv,
@@ -430,6 +482,34 @@ impl Store {
             prev,
         });
         object
+    }
+
+    fn index(&mut self, key: &Key, object: &Value) {
+        if let Some(uid) = meta::meta_str(object, "uid") {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        for owner in owner_uids(object) {
+            self.dependents
+                .entry(owner.to_string())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex(&mut self, key: &Key, object: &Value) {
+        if let Some(uid) = meta::meta_str(object, "uid") {
+            if self.uids.get(uid) == Some(key) {
+                self.uids.remove(uid);
+            }
+        }
+        for owner in owner_uids(object) {
+            if let Some(keys) = self.dependents.get_mut(owner) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
     }
 
     fn record(&mut self, event: Event) {
@@ -563,6 +643,16 @@ fn check_namespace(res: &ResourceDef, namespace: &str, object: &Value) -> Result
         ))),
         _ => Ok(()),
     }
+}
+
+/// The uids an object's ownerReferences name.
+fn owner_uids(object: &Value) -> impl Iterator<Item = &str> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("uid").and_then(Value::as_str))
 }
 
 fn set_or_remove(object: &mut Value, field: &str, value: Option<Value>) {
@@ -719,6 +809,51 @@ mod tests {
         assert!(s.get(&Key::new(&PODS, "default", "web-0")).is_none());
         let err = s.delete(&key, true, WriteOpts::default()).unwrap_err();
         assert_eq!(err.code, 404);
+    }
+
+    #[test]
+    fn lists_scan_one_kind_and_indexes_follow_writes() {
+        let mut s = Store::new(100, 1);
+        let opts = WriteOpts::default();
+        let owner = s
+            .create(&STATEFUL_SETS, "b", sts("web", 1), NOW, opts)
+            .unwrap();
+        let uid = owner["metadata"]["uid"].as_str().unwrap().to_string();
+        for (ns, name) in [("b", "p1"), ("a", "p2"), ("b", "p0"), ("c", "p3")] {
+            let pod = json!({"metadata": {"name": name, "ownerReferences": [{"uid": uid}]}});
+            s.create(&PODS, ns, pod, NOW, opts).unwrap();
+        }
+        let names = |s: &Store, ns: Option<&str>| -> Vec<String> {
+            let (labels, fields) = (LabelSelector::default(), FieldSelector::default());
+            s.list(&PODS, ns, &labels, &fields)
+                .iter()
+                .map(|o| meta::name_of(o).to_string())
+                .collect()
+        };
+        assert_eq!(names(&s, None), ["p2", "p0", "p1", "p3"]);
+        assert_eq!(names(&s, Some("b")), ["p0", "p1"]);
+        assert!(names(&s, Some("d")).is_empty());
+        let namespaces: Vec<&str> = s
+            .range(&resources::NAMESPACES, None)
+            .map(|(k, _)| k.name.as_str())
+            .collect();
+        assert_eq!(namespaces, ["a", "b", "c"]);
+
+        let sts_key = Key::new(&STATEFUL_SETS, "b", "web");
+        assert_eq!(s.key_of_uid(&uid), Some(&sts_key));
+        assert_eq!(s.dependents(&uid).count(), 4);
+        // Dropping the reference drops the pod from the index.
+        let p1 = Key::new(&PODS, "b", "p1");
+        let bare = json!({"metadata": {"name": "p1"}});
+        s.update(&p1, bare, Part::Main, opts).unwrap();
+        let owned: Vec<&str> = s.dependents(&uid).map(|k| k.name.as_str()).collect();
+        assert_eq!(owned, ["p2", "p0", "p3"]);
+        // A cascading delete takes the dependents in its namespace only.
+        s.delete(&sts_key, true, opts).unwrap();
+        assert_eq!(s.key_of_uid(&uid), None);
+        assert_eq!(names(&s, None), ["p2", "p1", "p3"]);
+        let owned: Vec<&str> = s.dependents(&uid).map(|k| k.name.as_str()).collect();
+        assert_eq!(owned, ["p2", "p3"]);
     }
 
     #[test]
