@@ -3,10 +3,20 @@
 //! `ImagePullBackOff` for images told to fail), and writes the workloads'
 //! status.
 //!
-//! [`Controller::reconcile`] is one idempotent pass over the store (no
-//! clock of its own: `now` comes in); `run` is the async driver, woken by
-//! store changes, settings changes or the next pod start deadline — never
-//! by polling.
+//! [`Controller::reconcile`] is one idempotent pass (no clock of its own:
+//! `now` comes in); `run` is the async driver, woken by store changes,
+//! settings changes or the next pod start deadline — never by polling.
+//!
+//! A pass is incremental, as a real controller's work queue is: it reads
+//! the store's events since the version it last looked at and reconciles
+//! only what they touch — a StatefulSet or Deployment event its workload, a
+//! pod event the pod and its controlling owner, a deleted object the pods
+//! it controlled (now orphans) — plus the pods whose start is due, kept in
+//! a deadline index. A full pass over every workload and pod runs first,
+//! after a settings change, and when the history no longer reaches back to
+//! the remembered version (compacted, as a watch would get 410). Objects
+//! are looked up by key and pods by owner through the store's indexes;
+//! nothing clones a whole collection.
 //!
 //! Simplified, compared with the real controllers: StatefulSet pods are
 //! created and deleted all at once (as `podManagementPolicy: Parallel`),
@@ -16,7 +26,7 @@
 //! pods are deleted at once (no graceful termination), are Ready as soon as
 //! they run (no probes, `minReadySeconds` ignored) and never restart.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -26,8 +36,7 @@ use tokio::time::Instant;
 use super::Shared;
 use super::meta::{self, rfc3339};
 use super::resources::{DEPLOYMENTS, PODS, ResourceDef, STATEFUL_SETS};
-use super::selector::{FieldSelector, LabelSelector};
-use super::store::{Key, Part, Store, WriteOpts};
+use super::store::{EventType, Key, Part, Store, WriteOpts};
 
 /// Most replicas a workload gets pods for (larger `spec.replicas` are
 /// clamped, so one bad object cannot exhaust memory).
@@ -40,8 +49,11 @@ pub const PASSES_MAX: usize = 16;
 pub const NODE_NAME: &str = "sim-node-1";
 const HOST_IP: &str = "192.168.0.10";
 
+/// The kinds the controller makes pods for.
+const WORKLOADS: [&ResourceDef; 2] = [&STATEFUL_SETS, &DEPLOYMENTS];
+
 /// Settings that may change at run time.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
     /// Delay between a pod's creation and its start.
     pub pod_ready_delay: Duration,
@@ -49,17 +61,105 @@ pub struct Settings {
     pub failing_images: Vec<String>,
 }
 
-/// The controller's own memory: when each waiting pod starts.
+/// What the last pass looked at (for tests and logs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PassStats {
+    /// Every workload and pod, rather than what the events touched.
+    pub full: bool,
+    /// Workloads reconciled (pods, then status; counted once per phase).
+    pub workloads: usize,
+    /// Pods looked at for starting.
+    pub pods: usize,
+}
+
+/// The controller's own memory: how far it has read the store's events,
+/// and when each waiting pod starts.
 #[derive(Debug, Default)]
 pub struct Controller {
-    start_at: HashMap<String, Instant>,
+    /// Every event up to this version has been handled; `None` before the
+    /// first pass.
+    seen_rv: Option<u64>,
+    /// The settings of the last pass; other settings ask for a full pass.
+    settings: Option<Settings>,
+    /// When each pod not yet Running (by uid) is due to start, and its key.
+    start_at: HashMap<String, (Instant, Key)>,
+    /// The deadlines of `start_at` not yet reached, in time order.
+    due: BTreeSet<(Instant, String)>,
     ip_count: u32,
     name_count: u64,
+    last_pass: PassStats,
+}
+
+/// What a stretch of events touched.
+#[derive(Debug, Default)]
+struct Touched {
+    /// StatefulSets and Deployments to reconcile.
+    workloads: BTreeSet<Key>,
+    /// Pods added or modified.
+    pods: BTreeSet<Key>,
+    /// Uids of deleted pods.
+    gone_pods: Vec<String>,
+    /// Uids of deleted objects: the pods they controlled may be orphans.
+    gone_owners: Vec<String>,
+}
+
+impl Touched {
+    /// The events after `rv`; `None` if the history no longer reaches back.
+    fn since(store: &Store, rv: u64) -> Option<Touched> {
+        let mut touched = Touched::default();
+        for e in store.events_since(rv).ok()? {
+            let key = Key::new(e.res, &namespace(&e.object), meta::name_of(&e.object));
+            let uid = meta::meta_str(&e.object, "uid").unwrap_or("");
+            if e.kind == EventType::Deleted && !uid.is_empty() {
+                touched.gone_owners.push(uid.to_string());
+            }
+            if WORKLOADS.contains(&e.res) {
+                touched.workloads.insert(key);
+            } else if e.res == &PODS {
+                for pod in [Some(&e.object), e.prev.as_ref()].into_iter().flatten() {
+                    touched.workloads.extend(controller_of(store, pod));
+                }
+                if e.kind == EventType::Deleted {
+                    touched.gone_pods.push(uid.to_string());
+                } else {
+                    touched.pods.insert(key);
+                }
+            }
+        }
+        Some(touched)
+    }
+}
+
+/// Where to look in one phase of a pass.
+enum Scope {
+    Full,
+    Touched(Touched),
+}
+
+impl Scope {
+    /// The events since `from` (`None`: a full pass), or everything if the
+    /// history no longer reaches back.
+    fn of(store: &Store, from: Option<u64>) -> Scope {
+        match from.and_then(|rv| Touched::since(store, rv)) {
+            Some(t) => Scope::Touched(t),
+            None => Scope::Full,
+        }
+    }
+
+    fn workloads(&self, store: &Store) -> Vec<Key> {
+        match self {
+            Scope::Full => WORKLOADS
+                .iter()
+                .flat_map(|res| store.range(res, None).map(|(k, _)| k.clone()))
+                .collect(),
+            Scope::Touched(t) => t.workloads.iter().cloned().collect(),
+        }
+    }
 }
 
 impl Controller {
-    /// One pass: workloads, then pods, then workload status. Returns the
-    /// next instant a waiting pod is due to start, if any.
+    /// One pass: workloads, then orphans, then pods, then workload status.
+    /// Returns the next instant a waiting pod is due to start, if any.
     pub fn reconcile(
         &mut self,
         store: &mut Store,
@@ -67,25 +167,61 @@ impl Controller {
         now: Instant,
         wall: &str,
     ) -> Option<Instant> {
-        let owned = PodIndex::new(store);
-        for sts in all(store, &STATEFUL_SETS) {
-            self.statefulset_pods(store, &sts, &owned.of(&sts), wall);
+        let from = self
+            .seen_rv
+            .filter(|_| self.settings.as_ref() == Some(settings));
+        if from.is_none() {
+            self.settings = Some(settings.clone());
         }
-        for deploy in all(store, &DEPLOYMENTS) {
-            self.deployment_pods(store, &deploy, &owned.of(&deploy), wall);
+        // The next pass looks again at what this one writes: a started pod
+        // may let a Deployment delete an old one.
+        self.seen_rv = Some(store.resource_version());
+        let mut stats = PassStats::default();
+
+        let scope = Scope::of(store, from);
+        stats.full = matches!(scope, Scope::Full);
+        for key in scope.workloads(store) {
+            stats.workloads += 1;
+            self.workload_pods(store, &key, wall);
         }
-        delete_orphans(store);
-        let next = self.pods(store, settings, now, wall);
-        let owned = PodIndex::new(store);
-        for sts in all(store, &STATEFUL_SETS) {
-            let status = statefulset_status(&sts, &owned.of(&sts));
-            write_status(store, &STATEFUL_SETS, &sts, status);
+
+        // Later phases also see this pass's own writes (new pods start in
+        // the same pass, statuses count them).
+        let scope = match scope {
+            Scope::Full => Scope::Full,
+            Scope::Touched(_) => Scope::of(store, from),
+        };
+        delete_orphans(store, &scope);
+        stats.pods = self.pods(store, &scope, settings, now, wall);
+
+        let scope = match scope {
+            Scope::Full => Scope::Full,
+            Scope::Touched(_) => Scope::of(store, from),
+        };
+        for key in scope.workloads(store) {
+            stats.workloads += 1;
+            write_status(store, &key, wall);
         }
-        for deploy in all(store, &DEPLOYMENTS) {
-            let status = deployment_status(&deploy, &owned.of(&deploy), wall);
-            write_status(store, &DEPLOYMENTS, &deploy, status);
+        self.last_pass = stats;
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// What the last pass looked at.
+    pub fn last_pass(&self) -> PassStats {
+        self.last_pass
+    }
+
+    fn workload_pods(&mut self, store: &mut Store, key: &Key, wall: &str) {
+        let Some(workload) = store.get(key).cloned() else {
+            return;
+        };
+        let owned = owned_pods(store, &workload);
+        let owned: Vec<&Value> = owned.iter().collect();
+        if key.res == &STATEFUL_SETS {
+            self.statefulset_pods(store, &workload, &owned, wall);
+        } else {
+            self.deployment_pods(store, &workload, &owned, wall);
         }
-        next
     }
 
     fn statefulset_pods(&mut self, store: &mut Store, sts: &Value, owned: &[&Value], wall: &str) {
@@ -160,57 +296,78 @@ impl Controller {
         let _ = store.create(&PODS, ns, pod, wall, opts);
     }
 
-    /// Starts the pods whose delay has passed; returns the next deadline.
+    /// Starts the pods in scope (and those due) whose delay has passed;
+    /// returns how many pods it looked at.
     fn pods(
         &mut self,
         store: &mut Store,
+        scope: &Scope,
         settings: &Settings,
         now: Instant,
         wall: &str,
-    ) -> Option<Instant> {
-        let pods: Vec<Value> = store
-            .list(
-                &PODS,
-                None,
-                &LabelSelector::default(),
-                &FieldSelector::default(),
-            )
-            .into_iter()
-            .cloned()
-            .collect();
-        let live: HashSet<String> = pods
-            .iter()
-            .filter_map(|p| meta::meta_str(p, "uid").map(str::to_string))
-            .collect();
-        self.start_at.retain(|uid, _| live.contains(uid));
-        let mut next: Option<Instant> = None;
-        for pod in &pods {
+    ) -> usize {
+        let mut keys: BTreeSet<Key> = BTreeSet::new();
+        match scope {
+            Scope::Full => {
+                let mut live = HashSet::new();
+                for (key, pod) in store.range(&PODS, None) {
+                    live.insert(meta::meta_str(pod, "uid").unwrap_or(""));
+                    keys.insert(key.clone());
+                }
+                self.start_at.retain(|uid, _| live.contains(uid.as_str()));
+                self.due.clear();
+            }
+            Scope::Touched(t) => {
+                for uid in &t.gone_pods {
+                    if let Some((at, _)) = self.start_at.remove(uid) {
+                        self.due.remove(&(at, uid.clone()));
+                    }
+                }
+                keys.extend(t.pods.iter().cloned());
+            }
+        }
+        while let Some((at, uid)) = self.due.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.due.pop_first();
+            if let Some((_, key)) = self.start_at.get(&uid) {
+                keys.insert(key.clone());
+            }
+        }
+        for key in &keys {
+            let Some(pod) = store.get(key) else {
+                continue;
+            };
             let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
             if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") {
-                self.start_at.remove(&uid);
+                if let Some((at, _)) = self.start_at.remove(&uid) {
+                    self.due.remove(&(at, uid));
+                }
                 continue;
             }
-            let due = *self
+            let (due, _) = self
                 .start_at
-                .entry(uid)
-                .or_insert_with(|| now + settings.pod_ready_delay);
+                .entry(uid.clone())
+                .or_insert_with(|| (now + settings.pod_ready_delay, key.clone()));
+            let due = *due;
             if due > now {
-                next = Some(next.map_or(due, |n| n.min(due)));
+                self.due.insert((due, uid));
                 continue;
             }
+            let pod = pod.clone();
             let ip = match pod.pointer("/status/podIP").and_then(Value::as_str) {
                 Some(ip) => ip.to_string(),
                 None => self.next_ip(),
             };
-            let status = started_status(pod, &settings.failing_images, &ip, wall);
-            let mut updated = pod.clone();
-            updated["status"] = status;
-            if updated != *pod {
-                let key = Key::new(&PODS, &namespace(pod), meta::name_of(pod));
-                let _ = store.update(&key, updated, Part::Status, WriteOpts::default());
+            let status = started_status(&pod, &settings.failing_images, &ip, wall);
+            if pod.get("status") != Some(&status) {
+                let mut updated = pod;
+                updated["status"] = status;
+                let _ = store.update(key, updated, Part::Status, WriteOpts::default());
             }
         }
-        next
+        keys.len()
     }
 
     fn next_ip(&mut self) -> String {
@@ -223,19 +380,6 @@ impl Controller {
             }
         }
     }
-}
-
-fn all(store: &Store, res: &'static ResourceDef) -> Vec<Value> {
-    store
-        .list(
-            res,
-            None,
-            &LabelSelector::default(),
-            &FieldSelector::default(),
-        )
-        .into_iter()
-        .cloned()
-        .collect()
 }
 
 fn namespace(o: &Value) -> String {
@@ -262,83 +406,71 @@ fn template_hash(workload: &Value) -> String {
     meta::safe_string(meta::hash_value(&template), 10)
 }
 
-/// Pods by the uid of their controlling owner, as of one moment.
-struct PodIndex(HashMap<String, Vec<Value>>);
+/// The uid of each controlling owner a pod names.
+fn controller_uids(pod: &Value) -> impl Iterator<Item = &Value> {
+    pod.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"] == true)
+}
 
-impl PodIndex {
-    fn new(store: &Store) -> PodIndex {
-        let mut by_owner: HashMap<String, Vec<Value>> = HashMap::new();
-        for pod in store.list(
-            &PODS,
-            None,
-            &LabelSelector::default(),
-            &FieldSelector::default(),
-        ) {
-            let refs = pod
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array);
-            for r in refs
-                .into_iter()
-                .flatten()
-                .filter(|r| r["controller"] == true)
-            {
-                if let Some(uid) = r["uid"].as_str() {
-                    by_owner
-                        .entry(uid.to_string())
-                        .or_default()
-                        .push(pod.clone());
-                }
-            }
-        }
-        PodIndex(by_owner)
-    }
+/// The StatefulSets and Deployments controlling a pod (by uid, in its
+/// namespace).
+fn controller_of<'a>(store: &'a Store, pod: &'a Value) -> impl Iterator<Item = Key> + 'a {
+    let ns = meta::meta_str(pod, "namespace").unwrap_or("");
+    controller_uids(pod)
+        .filter_map(|r| store.key_of_uid(r["uid"].as_str()?))
+        .filter(move |k| WORKLOADS.contains(&k.res) && k.namespace == ns)
+        .cloned()
+}
 
-    /// The pods `owner` controls (in its namespace).
-    fn of(&self, owner: &Value) -> Vec<&Value> {
-        let uid = meta::meta_str(owner, "uid").unwrap_or("");
-        let ns = meta::meta_str(owner, "namespace");
-        self.0
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .filter(|p| meta::meta_str(p, "namespace") == ns)
-            .collect()
-    }
+/// Copies of the pods `owner` controls (in its namespace), in name order.
+fn owned_pods(store: &Store, owner: &Value) -> Vec<Value> {
+    let uid = meta::meta_str(owner, "uid").unwrap_or("");
+    let ns = meta::meta_str(owner, "namespace").unwrap_or("");
+    store
+        .dependents(uid)
+        .filter(|k| k.res == &PODS && k.namespace == ns)
+        .filter_map(|k| store.get(k))
+        .filter(|p| controller_uids(p).any(|r| r["uid"] == uid))
+        .cloned()
+        .collect()
 }
 
 fn delete_pod(store: &mut Store, ns: &str, name: &str) {
     let _ = store.delete(&Key::new(&PODS, ns, name), true, WriteOpts::default());
 }
 
-/// Pods whose controlling StatefulSet or Deployment is gone.
-fn delete_orphans(store: &mut Store) {
-    let uids: HashSet<String> = store
-        .objects()
-        .filter_map(|(_, o)| meta::meta_str(o, "uid").map(str::to_string))
-        .collect();
-    let orphans: Vec<(String, String)> = store
-        .list(
-            &PODS,
-            None,
-            &LabelSelector::default(),
-            &FieldSelector::default(),
-        )
-        .into_iter()
-        .filter(|p| {
-            p.pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .is_some_and(|refs| {
-                    refs.iter().any(|r| {
-                        r["controller"] == true
-                            && matches!(r["kind"].as_str(), Some("StatefulSet" | "Deployment"))
-                            && !r["uid"].as_str().is_some_and(|u| uids.contains(u))
-                    })
-                })
-        })
-        .map(|p| (namespace(p), meta::name_of(p).to_string()))
-        .collect();
-    for (ns, name) in orphans {
-        delete_pod(store, &ns, &name);
+/// Whether a pod's controlling StatefulSet or Deployment is gone.
+fn orphan(store: &Store, pod: &Value) -> bool {
+    controller_uids(pod).any(|r| {
+        matches!(r["kind"].as_str(), Some("StatefulSet" | "Deployment"))
+            && r["uid"]
+                .as_str()
+                .is_none_or(|u| store.key_of_uid(u).is_none())
+    })
+}
+
+/// Deletes the pods in scope whose controlling workload is gone.
+fn delete_orphans(store: &mut Store, scope: &Scope) {
+    let orphans: BTreeSet<Key> = match scope {
+        Scope::Full => store
+            .range(&PODS, None)
+            .filter(|(_, p)| orphan(store, p))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        Scope::Touched(t) => t
+            .gone_owners
+            .iter()
+            .flat_map(|uid| store.dependents(uid).filter(|k| k.res == &PODS))
+            .chain(&t.pods)
+            .filter(|k| store.get(k).is_some_and(|p| orphan(store, p)))
+            .cloned()
+            .collect(),
+    };
+    for key in orphans {
+        delete_pod(store, &key.namespace, &key.name);
     }
 }
 
@@ -524,14 +656,24 @@ pub fn pod_ready(pod: &Value) -> bool {
             })
 }
 
-fn write_status(store: &mut Store, res: &'static ResourceDef, workload: &Value, status: Value) {
+/// Writes a workload's status from its pods, if it changed.
+fn write_status(store: &mut Store, key: &Key, wall: &str) {
+    let Some(workload) = store.get(key) else {
+        return;
+    };
+    let owned = owned_pods(store, workload);
+    let owned: Vec<&Value> = owned.iter().collect();
+    let status = if key.res == &STATEFUL_SETS {
+        statefulset_status(workload, &owned)
+    } else {
+        deployment_status(workload, &owned, wall)
+    };
     if workload.get("status") == Some(&status) {
         return;
     }
     let mut updated = workload.clone();
     updated["status"] = status;
-    let key = Key::new(res, &namespace(workload), meta::name_of(workload));
-    let _ = store.update(&key, updated, Part::Status, WriteOpts::default());
+    let _ = store.update(key, updated, Part::Status, WriteOpts::default());
 }
 
 fn generation(o: &Value) -> Value {
@@ -673,7 +815,7 @@ mod tests {
     }
 
     fn pods(store: &Store) -> Vec<Value> {
-        all(store, &PODS)
+        store.range(&PODS, None).map(|(_, p)| p.clone()).collect()
     }
 
     fn pass(
@@ -758,6 +900,147 @@ mod tests {
         let rv = store.resource_version();
         pass(&mut c, &mut store, &settings, t0 + Duration::from_secs(7));
         assert_eq!(store.resource_version(), rv);
+    }
+
+    fn named_sts(name: &str, replicas: i64) -> Value {
+        let mut o = sts(replicas, "app:1");
+        o["metadata"]["name"] = json!(name);
+        o["spec"]["selector"]["matchLabels"]["app"] = json!(name);
+        o["spec"]["template"]["metadata"]["labels"]["app"] = json!(name);
+        o
+    }
+
+    /// The names of the objects the events after `rv` changed.
+    fn changed_since(store: &Store, rv: u64) -> Vec<String> {
+        store
+            .events_since(rv)
+            .unwrap()
+            .map(|e| meta::name_of(&e.object).to_string())
+            .collect()
+    }
+
+    fn all_ready(store: &Store, count: usize, replicas: i64) -> bool {
+        let ready = store
+            .range(&STATEFUL_SETS, None)
+            .filter(|(_, o)| o["status"]["readyReplicas"].as_i64() == Some(replicas))
+            .count();
+        ready == count && pods(store).len() == count * replicas as usize
+    }
+
+    #[test]
+    fn a_pass_touches_only_what_changed() {
+        let mut store = Store::new(10_000, 1);
+        let mut c = Controller::default();
+        let settings = Settings::default();
+        let t0 = Instant::now();
+        for i in 0..200 {
+            let o = named_sts(&format!("s{i:03}"), 1);
+            let opts = WriteOpts::default();
+            store
+                .create(&STATEFUL_SETS, "default", o, WALL, opts)
+                .unwrap();
+        }
+        pass(&mut c, &mut store, &settings, t0);
+        assert!(all_ready(&store, 200, 1));
+
+        // Scaling one StatefulSet reconciles that one alone: each phase
+        // looks at it once, and every write is its own or its pod's.
+        let rv = store.resource_version();
+        let key = Key::new(&STATEFUL_SETS, "default", "s057");
+        store
+            .update(&key, named_sts("s057", 2), Part::Main, WriteOpts::default())
+            .unwrap();
+        c.reconcile(&mut store, &settings, t0, WALL);
+        let stats = c.last_pass();
+        assert_eq!((stats.full, stats.workloads, stats.pods), (false, 2, 1));
+        pass(&mut c, &mut store, &settings, t0);
+        let changed = changed_since(&store, rv);
+        // The scale, the new pod's creation and start, one status write.
+        assert_eq!(changed, ["s057", "s057-1", "s057-1", "s057"]);
+        assert_eq!(store.get(&key).unwrap()["status"]["readyReplicas"], 2);
+
+        // A pass with nothing new looks at nothing.
+        c.reconcile(&mut store, &settings, t0, WALL);
+        assert_eq!(c.last_pass(), PassStats::default());
+
+        // Deleting a StatefulSet but orphaning its pods: the controller
+        // deletes those pods, and only those.
+        let rv = store.resource_version();
+        let key = Key::new(&STATEFUL_SETS, "default", "s100");
+        store.delete(&key, false, WriteOpts::default()).unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        assert_eq!(changed_since(&store, rv), ["s100", "s100-0"]);
+        assert!(!c.last_pass().full);
+
+        // A pod deleted by hand comes back; its owner's status follows.
+        let rv = store.resource_version();
+        delete_pod(&mut store, "default", "s001-0");
+        pass(&mut c, &mut store, &settings, t0);
+        let changed = changed_since(&store, rv);
+        assert!(changed.iter().all(|n| n.starts_with("s001")), "{changed:?}");
+        assert_eq!(pods(&store).len(), 200);
+        assert!(pods(&store).iter().all(pod_ready));
+    }
+
+    #[test]
+    fn a_compacted_history_falls_back_to_a_full_pass() {
+        let mut store = Store::new(8, 1);
+        let mut c = Controller::default();
+        let settings = Settings {
+            pod_ready_delay: Duration::from_secs(1),
+            failing_images: vec![],
+        };
+        let t0 = Instant::now();
+        let opts = WriteOpts::default();
+        store
+            .create(&STATEFUL_SETS, "default", named_sts("first", 1), WALL, opts)
+            .unwrap();
+        c.reconcile(&mut store, &settings, t0, WALL);
+        assert!(c.last_pass().full, "the first pass is a full one");
+        pass(&mut c, &mut store, &settings, t0);
+        assert!(!c.last_pass().full);
+        // More changes than the history keeps.
+        for i in 0..20 {
+            let o = named_sts(&format!("s{i:02}"), 2);
+            store
+                .create(&STATEFUL_SETS, "default", o, WALL, opts)
+                .unwrap();
+        }
+        assert!(store.compacted_rv() > c.seen_rv.unwrap());
+        c.reconcile(&mut store, &settings, t0, WALL);
+        assert!(c.last_pass().full);
+        // Every pod is waiting; the deadline index still wakes the pass.
+        let due = pass(&mut c, &mut store, &settings, t0);
+        assert_eq!(due, Some(t0 + Duration::from_secs(1)));
+        assert_eq!(pods(&store).len(), 41);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(pass(&mut c, &mut store, &settings, t1), None);
+        assert!(pods(&store).iter().all(pod_ready));
+        let ready = |name: &str| {
+            let key = Key::new(&STATEFUL_SETS, "default", name);
+            store.get(&key).unwrap()["status"]["readyReplicas"].clone()
+        };
+        assert_eq!(
+            (ready("first"), ready("s00"), ready("s19")),
+            (json!(1), json!(2), json!(2))
+        );
+
+        // An orphaning delete lost to compaction is still found.
+        let key = Key::new(&STATEFUL_SETS, "default", "s05");
+        store.delete(&key, false, opts).unwrap();
+        for i in 0..10 {
+            let o = named_sts(&format!("t{i}"), 0);
+            store
+                .create(&STATEFUL_SETS, "default", o, WALL, opts)
+                .unwrap();
+        }
+        pass(&mut c, &mut store, &settings, t1);
+        assert_eq!(pods(&store).len(), 39);
+        assert!(
+            pods(&store)
+                .iter()
+                .all(|p| !meta::name_of(p).starts_with("s05"))
+        );
     }
 
     #[test]
