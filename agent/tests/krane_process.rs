@@ -6,14 +6,14 @@
 //! down; `krane state -o json` shows the cursor, the full-sync count and
 //! the applied resources.
 //!
-//! The binary is built by this test (`cargo build -p agent --bin krane`
-//! into the same target directory), since it belongs to another package.
+//! It lives in the agent package so that cargo builds the binary for it
+//! (`CARGO_BIN_EXE_krane`); ctrl and the simulator come from the
+//! `integration` crate, a dev-dependency.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use config::{AgentConfig, ConfigFile, TlsFiles};
@@ -39,39 +39,8 @@ async fn bounded(test: impl Future<Output = ()>) {
         .expect("test timed out");
 }
 
-/// The krane binary of the profile this test was built with, built once.
 fn krane_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> → target/<profile>
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable under target/<profile>/deps");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev".to_string(),
-            Some(name) => name.to_string(),
-        };
-        let target_dir = profile_dir.parent().expect("target directory");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "agent",
-                "--bin",
-                "krane",
-                "--profile",
-                &profile,
-            ])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building krane failed");
-        profile_dir.join("krane")
-    })
+    Path::new(env!("CARGO_BIN_EXE_krane"))
 }
 
 /// A running krane process, killed (SIGKILL, a crash) on drop.
@@ -197,10 +166,6 @@ fn log_count(log: &Path, needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_converges_reports_and_resumes_after_a_restart() {
-    // Built before the clock starts: a cold build takes minutes.
-    tokio::task::spawn_blocking(krane_binary)
-        .await
-        .expect("build task");
     bounded(scenario()).await;
 }
 
