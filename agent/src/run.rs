@@ -77,6 +77,7 @@ pub async fn run(
         notices_rx,
         ReporterSetup {
             region: config.region.clone(),
+            state: state.clone(),
             namespaces: namespaces.into_iter().collect(),
             known,
             batch_max: config.report_batch_max,

@@ -10,6 +10,9 @@
 //!   a "resync required" answer asks for ([`LocalState::reset_cursor`]).
 //! - A resource's stored version never goes down: an older spec than the
 //!   one recorded is refused ([`StateError::StaleVersion`]).
+//! - A status report is written to the outbox before it is sent and
+//!   removed only once ctrl acknowledged it, unless a newer report of the
+//!   same deployment replaced it meanwhile ([`LocalState::outbox_ack`]).
 //! - A full sync records what it applied without moving the cursor; the
 //!   cursor moves to the sync's end only after the garbage collection
 //!   ([`LocalState::finish_full_sync`], then [`LocalState::record_progress`]).
@@ -21,11 +24,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
+    TableDefinition, WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
 use wire::Pk;
-use wire::agent::ResourceChange;
+use wire::agent::{DeploymentReport, ResourceChange};
 use wire::model::{Resource, ResourceKey};
 
 /// The file name of the local state inside the data directory.
@@ -37,6 +41,8 @@ pub const SCHEMA_VERSION: u64 = 1;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// `(resource type, region, id)` → postcard [`AppliedRow`].
 const APPLIED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("applied");
+/// Deployment id → postcard [`DeploymentReport`] not yet acknowledged.
+const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
 
 /// Keys of the [`META`] table.
 mod meta {
@@ -147,6 +153,7 @@ impl LocalState {
                 }
             }
             txn.open_table(APPLIED).map_err(storage)?;
+            txn.open_table(OUTBOX).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         Ok(LocalState { db })
@@ -303,6 +310,70 @@ impl LocalState {
     pub fn summary(&self) -> Result<StateSummary, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;
         read_summary(&txn)
+    }
+}
+
+impl LocalState {
+    /// Puts reports in the outbox, in one transaction; each replaces the
+    /// unacknowledged report of its deployment, if any (a report is the
+    /// complete set of instances: only the latest matters).
+    pub fn outbox_put(&self, reports: &[DeploymentReport]) -> Result<(), StateError> {
+        if reports.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(storage)?;
+        {
+            let mut table = txn.open_table(OUTBOX).map_err(storage)?;
+            for report in reports {
+                let bytes = postcard::to_stdvec(report)?;
+                table
+                    .insert(report.deployment_id(), bytes.as_slice())
+                    .map_err(storage)?;
+            }
+        }
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Up to `max` unacknowledged reports, in deployment id order.
+    pub fn outbox(&self, max: usize) -> Result<Vec<DeploymentReport>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(OUTBOX).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(storage)?.take(max) {
+            let (_, bytes) = entry.map_err(storage)?;
+            out.push(postcard::from_bytes(bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    /// How many reports wait in the outbox.
+    pub fn outbox_len(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(OUTBOX).map_err(storage)?;
+        table.len().map_err(storage)
+    }
+
+    /// Removes `report` from the outbox once ctrl acknowledged (or refused)
+    /// it — only if it is still the stored one: a newer report of the same
+    /// deployment stays to be sent. Returns whether it was removed.
+    pub fn outbox_ack(&self, report: &DeploymentReport) -> Result<bool, StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let removed = {
+            let mut table = txn.open_table(OUTBOX).map_err(storage)?;
+            let stored = match table.get(report.deployment_id()).map_err(storage)? {
+                Some(bytes) => Some(postcard::from_bytes::<DeploymentReport>(bytes.value())?),
+                None => None,
+            };
+            if stored.as_ref() == Some(report) {
+                table.remove(report.deployment_id()).map_err(storage)?;
+                true
+            } else {
+                false
+            }
+        };
+        txn.commit().map_err(storage)?;
+        Ok(removed)
     }
 }
 
@@ -531,6 +602,47 @@ mod tests {
                 .is_err()
         );
         assert_eq!(state.cursor().unwrap(), 0, "nothing committed");
+    }
+
+    fn report(id: &str, pods: usize) -> DeploymentReport {
+        DeploymentReport::Instances {
+            deployment_id: id.into(),
+            region: "us-east".into(),
+            instances: (0..pods)
+                .map(|i| wire::model::Instance {
+                    deployment_id: id.into(),
+                    region: "us-east".into(),
+                    pod_name: format!("{id}-{i}"),
+                    address: format!("10.0.0.{i}"),
+                    cpu_millicores: 100,
+                    memory_mib: 128,
+                    status: wire::model::InstanceStatus::Running,
+                    reason: None,
+                    updated_at_ms: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_outbox_keeps_the_latest_report_until_it_is_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        state.outbox_put(&[report("a", 1), report("b", 1)]).unwrap();
+        // A newer report of a replaces the older one before it was sent.
+        state.outbox_put(&[report("a", 2)]).unwrap();
+        assert_eq!(state.outbox(10).unwrap(), [report("a", 2), report("b", 1)]);
+        assert_eq!(state.outbox(1).unwrap(), [report("a", 2)]);
+        // An ack of a report that was replaced meanwhile keeps the newer.
+        assert!(!state.outbox_ack(&report("a", 1)).unwrap());
+        assert!(state.outbox_ack(&report("b", 1)).unwrap());
+        assert_eq!(state.outbox_len().unwrap(), 1);
+        // It survives a restart.
+        drop(state);
+        let state = open(&dir);
+        assert_eq!(state.outbox(10).unwrap(), [report("a", 2)]);
+        assert!(state.outbox_ack(&report("a", 2)).unwrap());
+        assert!(state.outbox(10).unwrap().is_empty());
     }
 
     #[test]

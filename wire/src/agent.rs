@@ -66,6 +66,13 @@ pub enum DeploymentReport {
 }
 
 impl DeploymentReport {
+    pub fn deployment_id(&self) -> &str {
+        match self {
+            DeploymentReport::Instances { deployment_id, .. }
+            | DeploymentReport::Deleted { deployment_id, .. } => deployment_id,
+        }
+    }
+
     pub fn region(&self) -> &str {
         match self {
             DeploymentReport::Instances { region, .. }

@@ -1,13 +1,16 @@
 //! The status reporter: watches the pods krane manages (kube-rs's
 //! `watcher`, label `managed-by=krane`, one watch per namespace in use),
-//! and reports each changed deployment's instances to ctrl, debounced and
-//! in bounded batches, over unary calls that fail over to another node.
+//! and reports each changed deployment's instances to ctrl, gathered for a
+//! short delay and in bounded batches, over unary calls that fail over to
+//! another node. Reports go through a durable outbox in the local state
+//! and a circuit breaker ([`outbox`]).
 //! A deployment whose objects were deleted is reported `Deleted` once its
 //! pods are gone.
 //!
 //! [`tracker`] holds the state and decides what to report; [`pod`] reads
 //! one pod; [`Reporter`] is the async driver.
 
+pub mod outbox;
 pub mod pod;
 pub mod tracker;
 
@@ -32,6 +35,8 @@ use crate::backoff::Backoff;
 use crate::controller::Notice;
 use crate::ctrl::CtrlClient;
 use crate::k8s::MANAGED_BY_SELECTOR;
+use crate::state::LocalState;
+use outbox::{Breaker, Outbox};
 use tracker::{Sizes, Tracker};
 
 /// Bounds of the wait before retrying reports ctrl did not take.
@@ -60,6 +65,8 @@ type PodEvents =
 /// What the reporter starts from.
 pub struct ReporterSetup {
     pub region: String,
+    /// Holds the outbox of reports not yet acknowledged.
+    pub state: Arc<LocalState>,
     /// Watched from the start (the config's namespace).
     pub namespaces: Vec<String>,
     /// Sizes of deployments already applied (from the local state).
@@ -80,6 +87,10 @@ pub struct Reporter {
     ctrl: Arc<CtrlClient>,
     notices: mpsc::Receiver<Notice>,
     tracker: Tracker,
+    outbox: Outbox,
+    /// Whether the outbox may hold reports (checked after each flush).
+    outbox_pending: bool,
+    breaker: Breaker,
     watched: BTreeSet<String>,
     streams: SelectAll<PodEvents>,
     batch_max: usize,
@@ -100,11 +111,17 @@ impl Reporter {
         for (deployment_id, sizes) in &setup.known {
             tracker.know(deployment_id, *sizes);
         }
+        let outbox = Outbox::new(setup.state);
+        // Reports left by an earlier run are sent first.
+        let outbox_pending = !outbox.is_empty().unwrap_or(false);
         let mut reporter = Reporter {
             client,
             ctrl,
             notices,
             tracker,
+            outbox,
+            outbox_pending,
+            breaker: Breaker::default(),
             watched: BTreeSet::new(),
             streams: SelectAll::new(),
             batch_max: setup.batch_max.max(1),
@@ -165,50 +182,73 @@ impl Reporter {
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
-            if flush_at.is_none() && self.tracker.is_dirty() && self.tracker.is_listed() {
+            let fresh = self.tracker.is_dirty() && self.tracker.is_listed();
+            if flush_at.is_none() && (fresh || self.outbox_pending) {
                 flush_at = Some(Instant::now() + self.delay);
             }
         }
     }
 
-    /// Sends one batch; on a failure the unsent reports are requeued and
-    /// the wait before the next try is returned.
+    /// Moves the changed deployments' reports into the outbox, then sends
+    /// up to a batch of what the outbox holds. Returns when to flush again:
+    /// after a failure (the backoff, or the open breaker's wait), or at
+    /// once when more reports wait.
     async fn flush(&mut self) -> Option<Duration> {
-        if !self.tracker.is_listed() {
-            // A namespace was added since the flush was planned; the loop
-            // plans again once it is listed.
-            return None;
-        }
-        let reports = self.tracker.take_reports(self.batch_max, (self.clock)());
-        let mut failed = false;
-        for report in reports {
-            if failed {
-                self.tracker.requeue(&report);
-                continue;
+        let now_ms = (self.clock)();
+        if self.tracker.is_listed() {
+            let reports = self.tracker.take_reports(self.batch_max, now_ms);
+            if let Err(e) = self.outbox.enqueue(reports.clone()) {
+                warn!("cannot store status reports; retrying: {e}");
+                reports.iter().for_each(|r| self.tracker.requeue(r));
+                return Some(self.retry.next_delay(&mut self.rng));
             }
+        }
+        if let Some(wait) = self.breaker.wait(now_ms) {
+            return Some(wait);
+        }
+        let pending = match self.outbox.pending(self.batch_max) {
+            Ok(pending) => pending,
+            Err(e) => {
+                warn!("cannot read the report outbox; retrying: {e}");
+                return Some(self.retry.next_delay(&mut self.rng));
+            }
+        };
+        for report in &pending {
             let request = AgentRequest::ReportDeploymentStatus(report.clone());
-            match self.ctrl.call(&request).await {
+            let stored = match self.ctrl.call(&request).await {
                 Ok(AgentResponse::Ack) => {
                     debug!(?report, "reported");
-                    self.tracker.reported(&report);
+                    self.tracker.reported(report);
+                    self.outbox.acknowledged(report)
                 }
                 Ok(other) => {
                     warn!(?other, "unexpected answer to a status report; dropped");
+                    self.outbox.refused(report)
                 }
                 Err(e) if e.is_retryable() => {
-                    warn!("status report failed; retrying: {e}");
-                    self.tracker.requeue(&report);
-                    failed = true;
+                    let opened = self.breaker.failure((self.clock)());
+                    warn!(opened, "status report failed; kept for a retry: {e}");
+                    let delay = self.retry.next_delay(&mut self.rng);
+                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    return Some(delay.max(wait));
                 }
-                Err(e) => warn!(?report, "status report refused; dropped: {e}"),
+                Err(e) => {
+                    warn!(?report, "status report refused; dropped: {e}");
+                    self.outbox.refused(report)
+                }
+            };
+            self.breaker.success();
+            if let Err(e) = stored {
+                warn!("cannot update the report outbox: {e}");
             }
         }
-        if failed {
-            Some(self.retry.next_delay(&mut self.rng))
-        } else {
-            self.retry.reset();
-            None
+        self.retry.reset();
+        self.outbox_pending = !self.outbox.is_empty().unwrap_or(true);
+        if self.outbox_pending || (self.tracker.is_dirty() && self.tracker.is_listed()) {
+            // More than a batch waits: go on at once.
+            return Some(Duration::ZERO);
         }
+        None
     }
 }
 
