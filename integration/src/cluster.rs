@@ -19,6 +19,11 @@ pub struct TestNode {
 impl TestNode {
     /// Starts node 1 on an ephemeral loopback port.
     pub async fn start() -> Result<TestNode> {
+        TestNode::start_with(|_| {}).await
+    }
+
+    /// Starts node 1 with its config changed by `configure` first.
+    pub async fn start_with(configure: impl FnOnce(&mut NodeConfig)) -> Result<TestNode> {
         let dir = tempfile::tempdir()?;
         let certs = dir.path().join("certs");
         transport::certs::init_dir(
@@ -30,6 +35,7 @@ impl TestNode {
         let mut config = NodeConfig::single_node_default(&dir.path().join("data"));
         config.listen_addr = "127.0.0.1:0".parse()?;
         config.tls = TlsFiles::in_dir(&certs, "node-1");
+        configure(&mut config);
         let node = node::node::start(&config).await?;
         let operator = operator_config(&certs, node.local_addr);
         Ok(TestNode {

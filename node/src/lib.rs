@@ -6,11 +6,13 @@
 //! - [`server`]: the QUIC endpoint and the per-protocol handlers.
 //! - [`node`]: opening the stores and starting Raft and the server.
 //! - [`client`]: the operator client the CLI uses.
+//! - [`compaction`]: the leader's change-log compaction schedule.
 //! - [`wait`]: waiting for a deployment to become ready (`deploy --wait`).
 //! - [`clock`]: time and ids, passed in.
 
 pub mod client;
 pub mod clock;
+pub mod compaction;
 pub mod node;
 pub mod raft;
 pub mod server;

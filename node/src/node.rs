@@ -154,6 +154,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         clock,
     });
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
+    tokio::spawn(crate::compaction::run(
+        state.clone(),
+        config.compaction.clone(),
+    ));
     info!(node_id = config.node_id, addr = %local_addr, "serving");
     Ok(RunningNode {
         state,

@@ -1,0 +1,151 @@
+//! Change-log compaction, scheduled by the leader: every
+//! `compaction.interval_ms` the node that leads proposes
+//! `Mutation::Compact` steps deleting the change rows older than
+//! `compaction.retention_ms`, at most `compaction.batch_rows_max` (capped at
+//! [`storage::COMPACT_ROWS_MAX`]) per Raft entry, until a step deletes
+//! fewer than that. Applying a step raises the compaction floor; a watch
+//! whose cursor is below it is told "resync required".
+//!
+//! The cut-off time is computed here, before proposing, so every replica
+//! deletes the same rows. [`step`] and [`more_to_do`] are the decisions,
+//! free of I/O; [`run`] is the loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::CompactionSettings;
+use openraft::ServerState;
+use storage::{COMPACT_ROWS_MAX, Mutation, Outcome};
+use tracing::{debug, info, warn};
+use wire::model::UnixMs;
+
+use crate::server::NodeState;
+use crate::server::write::propose;
+
+/// Most steps in one round; the next round goes on where it stopped.
+pub const ROUND_STEPS_MAX: usize = 100;
+
+/// The rows one step deletes at most.
+pub fn rows_max(settings: &CompactionSettings) -> u32 {
+    u32::try_from(settings.batch_rows_max)
+        .unwrap_or(u32::MAX)
+        .clamp(1, COMPACT_ROWS_MAX)
+}
+
+/// The compaction step proposed at `now_ms`.
+pub fn step(settings: &CompactionSettings, now_ms: UnixMs) -> Mutation {
+    Mutation::Compact {
+        created_before_ms: now_ms.saturating_sub(settings.retention_ms),
+        rows_max: rows_max(settings),
+    }
+}
+
+/// Whether another step should follow one that deleted `rows_deleted`.
+pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64) -> bool {
+    rows_deleted >= u64::from(rows_max(settings))
+}
+
+/// Runs until Raft stops: compacts on the leader every interval.
+pub async fn run(state: Arc<NodeState>, settings: CompactionSettings) {
+    let mut metrics = state.raft.metrics();
+    let interval = Duration::from_millis(settings.interval_ms);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let leads = {
+            let m = metrics.borrow_and_update();
+            if m.running_state.is_err() {
+                return;
+            }
+            m.state == ServerState::Leader
+        };
+        if leads {
+            round(&state, &settings).await;
+        }
+    }
+}
+
+/// Compaction steps until the old rows are gone (or the round's bound).
+async fn round(state: &NodeState, settings: &CompactionSettings) {
+    for _ in 0..ROUND_STEPS_MAX {
+        let mutation = step(settings, state.clock.now_ms());
+        match propose(state, vec![mutation]).await.map(|mut o| o.pop()) {
+            Ok(Some(Ok(Outcome::Compacted {
+                rows_deleted,
+                floor_pk,
+            }))) => {
+                if rows_deleted > 0 {
+                    info!(rows_deleted, floor_pk, "compacted the change log");
+                } else {
+                    debug!(floor_pk, "nothing to compact");
+                }
+                if !more_to_do(settings, rows_deleted) {
+                    return;
+                }
+            }
+            Ok(other) => {
+                warn!(?other, "unexpected compaction outcome");
+                return;
+            }
+            Err(e) => {
+                // Not the leader any more, or no quorum: the next round
+                // (on whichever node leads) tries again.
+                debug!("compaction step not committed: {e}");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(retention_ms: u64, batch_rows_max: usize) -> CompactionSettings {
+        CompactionSettings {
+            retention_ms,
+            interval_ms: 60_000,
+            batch_rows_max,
+        }
+    }
+
+    #[test]
+    fn a_step_cuts_at_now_minus_retention() {
+        assert_eq!(
+            step(&settings(3_600_000, 500), 10_000_000),
+            Mutation::Compact {
+                created_before_ms: 6_400_000,
+                rows_max: 500
+            }
+        );
+        // Early clocks do not underflow.
+        assert_eq!(
+            step(&settings(3_600_000, 500), 1_000),
+            Mutation::Compact {
+                created_before_ms: 0,
+                rows_max: 500
+            }
+        );
+    }
+
+    #[test]
+    fn a_step_never_asks_more_than_storage_allows() {
+        assert_eq!(rows_max(&settings(1, 1_000_000)), COMPACT_ROWS_MAX);
+        assert_eq!(rows_max(&settings(1, 0)), 1);
+    }
+
+    #[test]
+    fn a_full_step_is_followed_by_another() {
+        let s = settings(1, 100);
+        assert!(more_to_do(&s, 100));
+        assert!(!more_to_do(&s, 99));
+        assert!(!more_to_do(&s, 0));
+    }
+}
