@@ -59,8 +59,9 @@ pub const DEFAULT_RETENTION_MS: u64 = 3_600_000;
 pub const DEFAULT_COMPACTION_INTERVAL_MS: u64 = 60_000;
 /// Default [`CompactionSettings::batch_rows_max`].
 pub const DEFAULT_BATCH_ROWS_MAX: usize = 10_000;
-/// Bounds of [`CompactionSettings::batch_rows_max`].
-pub const BATCH_ROWS_MAX_RANGE: RangeInclusive<usize> = 1..=1_000_000;
+/// Bounds of [`CompactionSettings::batch_rows_max`]: one compaction step
+/// deletes at most 10,000 rows (the storage's `COMPACT_ROWS_MAX`).
+pub const BATCH_ROWS_MAX_RANGE: RangeInclusive<usize> = 1..=10_000;
 
 /// `[raft]`: openraft timing and log settings. Validated:
 /// `heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms`.
