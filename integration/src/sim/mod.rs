@@ -57,6 +57,7 @@
 //! - the controller's own simplifications are listed in [`controller`].
 
 pub mod api;
+pub mod audit;
 pub mod controller;
 pub mod discovery;
 pub mod fields;
@@ -72,6 +73,7 @@ pub mod store;
 pub mod table;
 pub mod watch;
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -120,9 +122,18 @@ pub(crate) struct Shared {
     settings: Mutex<Settings>,
     /// Wakes the controller after a settings change.
     kick: Notify,
+    /// Distinct accesses clients made (at most [`audit::ACCESSES_MAX`]).
+    accesses: Mutex<BTreeSet<audit::Access>>,
 }
 
 impl Shared {
+    fn record_access(&self, access: audit::Access) {
+        let mut accesses = self.accesses.lock().unwrap_or_else(PoisonError::into_inner);
+        if accesses.len() < audit::ACCESSES_MAX {
+            accesses.insert(access);
+        }
+    }
+
     fn lock_store(&self) -> MutexGuard<'_, Store> {
         // A panic while holding the lock leaves the store consistent enough
         // for a test fixture: every mutation is a single insert/remove.
@@ -244,6 +255,7 @@ impl Simulator {
                 failing_images: config.failing_images,
             }),
             kick: Notify::new(),
+            accesses: Mutex::new(BTreeSet::new()),
         });
         let tasks = vec![
             tokio::spawn(server::serve(listener, shared.clone())),
@@ -362,6 +374,15 @@ preferences: {{}}
                 }
             }
         }
+    }
+
+    /// Every distinct access clients made so far, as RBAC names them.
+    pub fn accesses(&self) -> BTreeSet<audit::Access> {
+        self.shared
+            .accesses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Replaces the list of images whose pods fail to start.

@@ -105,6 +105,9 @@ async fn respond(
         user_agent: header(&parts.headers, hyper::header::USER_AGENT),
         body: &body,
     };
+    if let Some(access) = super::audit::access(request.method, path, &request.query) {
+        shared.record_access(access);
+    }
     let now = rfc3339(SystemTime::now());
     let outcome = shared.write(|store| api::handle(store, &request, &now));
     tracing::debug!(method = request.method, path, query, "k8s-sim request");

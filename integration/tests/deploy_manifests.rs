@@ -1,0 +1,168 @@
+//! The manifests in `deploy/` are kept true: krane's ClusterRole grants
+//! exactly the requests krane makes (seen by the simulator while krane
+//! deploys, reports, stops, restarts and full-syncs), and the example
+//! configs parse and validate.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use config::{AgentConfig, ConfigFile, NodeConfig};
+use integration::fleet::{Fleet, FleetConfig};
+use integration::sim::resources::{SERVICES, STATEFUL_SETS};
+use serde::Deserialize;
+use serde_json::Value;
+use wire::model::DesiredState;
+use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(20);
+const REGION: &str = "us-east";
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("manifest readable");
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("valid YAML"))
+        .filter(|doc| !doc.is_null())
+        .collect()
+}
+
+/// `(group, resource, verb)` the ClusterRole named krane grants.
+fn granted() -> BTreeSet<(String, String, String)> {
+    let docs = documents(&deploy_dir().join("krane/rbac.yaml"));
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "krane")
+        .expect("a ClusterRole named krane");
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s.as_str().expect("a string").to_string())
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    out.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn krane_cluster_role_grants_exactly_what_krane_uses() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+        config.reconnect_backoff_min_ms = 50;
+        config.reconnect_backoff_max_ms = 100;
+        let mut fleet = Fleet::start(config).await.unwrap();
+        let client = fleet.client().unwrap();
+        let create = OperatorRequest::CreateDeployment(CreateDeployment {
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            environment_id: "env".into(),
+            image: "nginx:1.27".into(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            replicas: 2,
+            regions: vec![REGION.into()],
+            env_vars: Default::default(),
+        });
+        let OperatorResponse::Created { deployment_id: id } = client.call(&create).await.unwrap()
+        else {
+            panic!("not created");
+        };
+        node::wait::until_ready(&client, &id, 20, indicatif::ProgressDrawTarget::hidden())
+            .await
+            .expect("ready");
+        let selector = format!("unkey.com/deployment.id={id}");
+        // A restart with a wiped state: full sync over existing objects.
+        let region = fleet.region_mut(REGION);
+        region.stop_krane().await.unwrap();
+        std::fs::remove_dir_all(&region.agent.data_dir).unwrap();
+        region.start_krane();
+        region
+            .wait_krane(WAIT, |s| s.full_syncs == 1)
+            .await
+            .unwrap();
+        client
+            .call(&OperatorRequest::SetDesiredState {
+                id: id.clone(),
+                desired_state: DesiredState::Stopped,
+            })
+            .await
+            .unwrap();
+        let region = fleet.region(REGION);
+        region
+            .sim
+            .wait_until(WAIT, |v| {
+                v.pods("krane", &selector).is_empty()
+                    && v.list(&SERVICES, Some("krane"), &selector).is_empty()
+                    && v.list(&STATEFUL_SETS, Some("krane"), &selector).is_empty()
+            })
+            .await
+            .expect("stopped");
+
+        let used: BTreeSet<(String, String, String)> = region
+            .sim
+            .accesses()
+            .into_iter()
+            .map(|a| (a.group, a.resource, a.verb.to_string()))
+            .collect();
+        let granted = granted();
+        let missing: Vec<_> = used.difference(&granted).collect();
+        let unused: Vec<_> = granted.difference(&used).collect();
+        assert!(
+            missing.is_empty(),
+            "krane makes requests deploy/krane/rbac.yaml does not grant: {missing:?}"
+        );
+        assert!(
+            unused.is_empty(),
+            "deploy/krane/rbac.yaml grants what krane never uses: {unused:?}"
+        );
+        fleet.shutdown().await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[test]
+fn example_configs_parse_and_validate() {
+    let node = std::fs::read_to_string(deploy_dir().join("ctrl/node.toml")).unwrap();
+    let node = NodeConfig::from_toml_str(&node, Path::new("deploy/ctrl/node.toml"))
+        .expect("node.toml is valid");
+    assert_eq!(node.node_id, 1);
+    assert_eq!(node.peers.len(), 2);
+
+    let docs = documents(&deploy_dir().join("krane/krane.yaml"));
+    let config_map = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    let agent = config_map["data"]["agent.toml"]
+        .as_str()
+        .expect("agent.toml");
+    let agent = AgentConfig::from_toml_str(agent, Path::new("agent.toml"))
+        .expect("the ConfigMap's agent.toml is valid");
+    assert_eq!(agent.endpoints.len(), 3);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 1, "one writer of the redb");
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "krane"
+    );
+}
