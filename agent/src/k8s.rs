@@ -11,7 +11,9 @@ use std::sync::Mutex;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
+};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -29,6 +31,11 @@ pub const DEPLOYMENT_ID_LABEL: &str = "unkey.com/deployment.id";
 pub const WORKSPACE_ID_LABEL: &str = "unkey.com/workspace.id";
 pub const PROJECT_ID_LABEL: &str = "unkey.com/project.id";
 pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
+pub const APP_ID_LABEL: &str = "unkey.com/app.id";
+pub const SENTINEL_ID_LABEL: &str = "unkey.com/sentinel.id";
+pub const POLICY_ID_LABEL: &str = "unkey.com/cilium-network-policy.id";
+/// `app.kubernetes.io/component`: what part of the product an object is.
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Longest label value Kubernetes accepts.
 pub const LABEL_VALUE_BYTES_MAX: usize = 63;
 /// Most namespaces krane remembers having checked or created.
@@ -215,6 +222,92 @@ where
         }
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Outcome::Done),
         Err(e) => Err(error(e)),
+    }
+}
+
+/// [`apply`] for a custom object without a typed binding (a
+/// `DynamicObject` of the kind `resource` describes): the same label guard,
+/// field manager and forced ownership.
+pub async fn apply_dynamic(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    object: &DynamicObject,
+) -> Result<Outcome, K8sError> {
+    let name = object.name_any();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let kind = dynamic_kind(resource);
+    let error = |source| K8sError::Api {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.clone(),
+        source: Box::new(source),
+    };
+    if let Some(existing) = api.get_metadata_opt(&name).await.map_err(error)?
+        && !is_managed(&existing.metadata)
+    {
+        warn!(
+            kind,
+            namespace, name, "exists without the managed-by label; left alone"
+        );
+        return Ok(Outcome::Foreign);
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(object))
+        .await
+        .map_err(error)?;
+    debug!(kind, namespace, name, "applied");
+    Ok(Outcome::Done)
+}
+
+/// [`delete`] for a custom object of the kind `resource` describes.
+pub async fn delete_dynamic(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Result<Outcome, K8sError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let kind = dynamic_kind(resource);
+    let error = |source| K8sError::Api {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source: Box::new(source),
+    };
+    let Some(existing) = api.get_metadata_opt(name).await.map_err(error)? else {
+        return Ok(Outcome::Done);
+    };
+    if !is_managed(&existing.metadata) {
+        warn!(
+            kind,
+            namespace, name, "exists without the managed-by label; not deleted"
+        );
+        return Ok(Outcome::Foreign);
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: existing.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => {
+            debug!(kind, namespace, name, "deleted");
+            Ok(Outcome::Done)
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Outcome::Done),
+        Err(e) => Err(error(e)),
+    }
+}
+
+/// The kinds krane writes dynamically have static names; errors carry a
+/// `&'static str`.
+fn dynamic_kind(resource: &ApiResource) -> &'static str {
+    match resource.kind.as_str() {
+        "CiliumNetworkPolicy" => "CiliumNetworkPolicy",
+        _ => "custom object",
     }
 }
 

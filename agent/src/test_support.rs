@@ -43,3 +43,42 @@ pub fn topology_key(id: &str) -> ResourceKey {
         region: REGION.to_string(),
     }
 }
+
+/// A running sentinel `id` at `version`: 3 replicas of `sentinel:1.0`.
+pub fn sentinel(id: &str, version: Pk) -> wire::model::Sentinel {
+    wire::model::Sentinel {
+        id: id.to_string(),
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        app_id: "app_1".into(),
+        environment_id: "env_1".into(),
+        region: REGION.into(),
+        k8s_name: storage::sentinel_k8s_name(id),
+        k8s_namespace: storage::SENTINEL_NAMESPACE.into(),
+        image: "sentinel:1.0".into(),
+        cpu_millicores: 500,
+        memory_mib: 256,
+        replicas: 3,
+        desired_state: DesiredState::Running,
+        version,
+        created_at_ms: 1,
+        updated_at_ms: 2,
+    }
+}
+
+/// A cilium policy `id` at `version`, named `allow-env-1` in `krane`.
+pub fn cilium_policy(id: &str, version: Pk) -> wire::model::CiliumNetworkPolicy {
+    wire::model::CiliumNetworkPolicy {
+        id: id.to_string(),
+        workspace_id: "ws_1".into(),
+        environment_id: "env_1".into(),
+        region: REGION.into(),
+        k8s_name: "allow-env-1".into(),
+        k8s_namespace: "krane".into(),
+        policy_json: r#"{"endpointSelector":{"matchLabels":{"unkey.com/environment.id":"env_1"}}}"#
+            .into(),
+        version,
+        created_at_ms: 1,
+        updated_at_ms: 2,
+    }
+}

@@ -35,12 +35,25 @@ const K8S_NAME_BYTES_MAX: usize = 63;
 /// trailing dashes removed (a DNS-1035 label). Deterministic, so every
 /// replica and krane agree.
 pub fn deployment_k8s_name(deployment_id: &str) -> String {
-    let mut out = String::from("dep-");
+    prefixed_k8s_name("dep", deployment_id)
+}
+
+/// The Kubernetes name of a sentinel's objects: `snt-<id>`, made a DNS
+/// label as [`deployment_k8s_name`].
+pub fn sentinel_k8s_name(sentinel_id: &str) -> String {
+    prefixed_k8s_name("snt", sentinel_id)
+}
+
+/// The namespace sentinels run in.
+pub const SENTINEL_NAMESPACE: &str = "sentinel";
+
+fn prefixed_k8s_name(prefix: &str, id: &str) -> String {
+    let mut out = format!("{prefix}-");
     // Ids minted by ctrl already carry the prefix (`dep_…`).
-    let bare = deployment_id
-        .strip_prefix("dep_")
-        .or_else(|| deployment_id.strip_prefix("dep-"))
-        .unwrap_or(deployment_id);
+    let bare = id
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(['_', '-']))
+        .unwrap_or(id);
     for c in bare.chars() {
         if out.len() >= K8S_NAME_BYTES_MAX {
             break;

@@ -331,6 +331,54 @@ impl ReadView {
         load(&self.policies, name::CILIUM_NETWORK_POLICIES, (region, id))
     }
 
+    /// The sentinels of `region` in id order, at most `limit`.
+    pub fn region_sentinels(&self, region: &str, limit: usize) -> Result<Vec<Sentinel>> {
+        scan_region(
+            &self.sentinels,
+            name::SENTINELS,
+            region,
+            Bound::Unbounded,
+            limit,
+        )
+    }
+
+    /// The cilium policies of `region` in id order, at most `limit`.
+    pub fn region_policies(&self, region: &str, limit: usize) -> Result<Vec<CiliumNetworkPolicy>> {
+        scan_region(
+            &self.policies,
+            name::CILIUM_NETWORK_POLICIES,
+            region,
+            Bound::Unbounded,
+            limit,
+        )
+    }
+
+    /// The sentinel with this id in any region. Rows are keyed by region
+    /// first, so this reads the whole table: fine for operator calls on a
+    /// table of one sentinel per environment and region.
+    pub fn find_sentinel(&self, id: &str) -> Result<Option<Sentinel>> {
+        for entry in self.sentinels.iter().ctx_table(OP, name::SENTINELS)? {
+            let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
+            if key.value().1 == id {
+                return decode(name::SENTINELS, &key.value(), value.value()).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The cilium policy with this id in any region (a whole-table read,
+    /// as [`ReadView::find_sentinel`]).
+    pub fn find_policy(&self, id: &str) -> Result<Option<CiliumNetworkPolicy>> {
+        let table = name::CILIUM_NETWORK_POLICIES;
+        for entry in self.policies.iter().ctx_table(OP, table)? {
+            let (key, value) = entry.ctx_table(OP, table)?;
+            if key.value().1 == id {
+                return decode(table, &key.value(), value.value()).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
     /// change log, its index, `last_pk`, `floor_pk` and the schema version,
     /// for comparing replicas at the same applied index. The Raft metadata is

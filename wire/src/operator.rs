@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
-use crate::model::{Deployment, DesiredState, Instance};
+use crate::model::{Deployment, DesiredState, Instance, Sentinel, SentinelStatus};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";
@@ -25,6 +25,12 @@ pub const ENV_VALUE_BYTES_MAX: usize = 32 * 1024;
 pub const LIST_PAGE_MAX: u32 = 1_000;
 /// Longest wait a membership change or a state-hash read may ask for.
 pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
+/// Largest cilium policy document (its JSON text).
+pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
+/// Longest Kubernetes object name (a DNS subdomain).
+pub const K8S_NAME_BYTES_MAX: usize = 253;
+/// Longest Kubernetes namespace name (a DNS label).
+pub const K8S_NAMESPACE_BYTES_MAX: usize = 63;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorRequest {
@@ -66,6 +72,22 @@ pub enum OperatorRequest {
     StateHash {
         min_applied_index: u64,
         wait_ms: u64,
+    },
+    /// Create the sentinel of (environment, region), or update the one it
+    /// has (fields left `None` keep their value) and set it running.
+    ApplySentinel(ApplySentinel),
+    /// Set a sentinel's desired state to stopped: krane removes its objects.
+    StopSentinel {
+        id: String,
+    },
+    GetSentinel {
+        id: String,
+    },
+    /// Create the policy named `name` of (environment, region), or replace
+    /// its document.
+    ApplyPolicy(ApplyPolicy),
+    DeletePolicy {
+        id: String,
     },
 }
 
@@ -189,6 +211,138 @@ impl CreateDeployment {
     }
 }
 
+/// Creates or updates the sentinel of one environment in one region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplySentinel {
+    pub workspace_id: String,
+    pub project_id: String,
+    pub app_id: String,
+    pub environment_id: String,
+    pub region: String,
+    pub image: String,
+    /// `None`: keep the current value (a default for a new sentinel).
+    pub replicas: Option<u32>,
+    pub cpu_millicores: Option<u32>,
+    pub memory_mib: Option<u32>,
+}
+
+impl ApplySentinel {
+    /// Checks every field against the protocol's limits; the error names
+    /// the field.
+    pub fn validate(&self) -> Result<(), WireError> {
+        for (field, value) in [
+            ("workspace_id", &self.workspace_id),
+            ("project_id", &self.project_id),
+            ("app_id", &self.app_id),
+            ("environment_id", &self.environment_id),
+        ] {
+            validate_name(field, value)?;
+        }
+        validate_region(&self.region)?;
+        validate_image(&self.image)?;
+        if let Some(replicas) = self.replicas
+            && (replicas == 0 || replicas > REPLICAS_MAX)
+        {
+            return Err(bad_request(format!(
+                "replicas must be between 1 and {REPLICAS_MAX}"
+            )));
+        }
+        if self.cpu_millicores == Some(0) {
+            return Err(bad_request("cpu_millicores must be at least 1".into()));
+        }
+        if self.memory_mib == Some(0) {
+            return Err(bad_request("memory_mib must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Creates or replaces a `CiliumNetworkPolicy` of one environment in one
+/// region; (region, environment, namespace, name) identifies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyPolicy {
+    pub workspace_id: String,
+    pub environment_id: String,
+    pub region: String,
+    /// The Kubernetes object's name and namespace.
+    pub name: String,
+    pub namespace: String,
+    /// The policy document (the object's `spec`), JSON text. The node
+    /// checks that it is a JSON object.
+    pub policy_json: String,
+}
+
+impl ApplyPolicy {
+    /// Checks every field against the protocol's limits; the error names
+    /// the field.
+    pub fn validate(&self) -> Result<(), WireError> {
+        validate_name("workspace_id", &self.workspace_id)?;
+        validate_name("environment_id", &self.environment_id)?;
+        validate_region(&self.region)?;
+        validate_k8s_name("name", &self.name, K8S_NAME_BYTES_MAX, true)?;
+        validate_k8s_name("namespace", &self.namespace, K8S_NAMESPACE_BYTES_MAX, false)?;
+        if self.policy_json.trim().is_empty() {
+            return Err(bad_request("policy_json must not be empty".into()));
+        }
+        if self.policy_json.len() > POLICY_JSON_BYTES_MAX {
+            return Err(bad_request(format!(
+                "policy_json is longer than {POLICY_JSON_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn bad_request(message: String) -> WireError {
+    WireError::new(ErrorCode::BadRequest, message)
+}
+
+/// A non-empty id or name of at most [`NAME_BYTES_MAX`] bytes.
+fn validate_name(field: &str, value: &str) -> Result<(), WireError> {
+    if value.is_empty() {
+        return Err(bad_request(format!("{field} must not be empty")));
+    }
+    if value.len() > NAME_BYTES_MAX {
+        return Err(bad_request(format!(
+            "{field} is longer than {NAME_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_image(image: &str) -> Result<(), WireError> {
+    validate_name("image", image)?;
+    if image.chars().any(char::is_whitespace) {
+        return Err(bad_request(format!("image {image:?} contains whitespace")));
+    }
+    Ok(())
+}
+
+/// A Kubernetes name: lowercase alphanumerics and '-' (and '.' when
+/// `dots`), starting and ending alphanumeric, at most `bytes_max`.
+fn validate_k8s_name(
+    field: &str,
+    value: &str,
+    bytes_max: usize,
+    dots: bool,
+) -> Result<(), WireError> {
+    let ok = !value.is_empty()
+        && value.len() <= bytes_max
+        && value.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+        })
+        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(bad_request(format!(
+            "{field} {value:?} is not a Kubernetes name (a-z, 0-9, '-'{}, at most {bytes_max})",
+            if dots { ", '.'" } else { "" }
+        )))
+    }
+}
+
 /// A region name: a lowercase DNS label (`us-east`, `eu-west-1`).
 pub fn validate_region(region: &str) -> Result<(), WireError> {
     let ok = !region.is_empty()
@@ -206,6 +360,13 @@ pub fn validate_region(region: &str) -> Result<(), WireError> {
             format!("region {region:?} is not a lowercase DNS label (a-z, 0-9, '-', at most 63)"),
         ))
     }
+}
+
+/// A sentinel with the status krane last reported for it, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentinelView {
+    pub sentinel: Sentinel,
+    pub status: Option<SentinelStatus>,
 }
 
 /// A deployment with the instances agents reported for it.
@@ -236,5 +397,113 @@ pub enum OperatorResponse {
     MembershipChanged(Membership),
     StateHash(StateHash),
     LogStatus(LogStatus),
+    /// A sentinel was created or updated.
+    SentinelApplied {
+        sentinel_id: String,
+    },
+    /// A sentinel was set to stopped.
+    SentinelStopped {
+        sentinel_id: String,
+    },
+    Sentinel(SentinelView),
+    /// A cilium policy was created or replaced.
+    PolicyApplied {
+        policy_id: String,
+    },
+    PolicyDeleted {
+        policy_id: String,
+    },
     Error(WireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sentinel() -> ApplySentinel {
+        ApplySentinel {
+            workspace_id: "ws_1".into(),
+            project_id: "proj_1".into(),
+            app_id: "app_1".into(),
+            environment_id: "env_1".into(),
+            region: "us-east".into(),
+            image: "sentinel:1".into(),
+            replicas: Some(2),
+            cpu_millicores: None,
+            memory_mib: None,
+        }
+    }
+
+    fn policy() -> ApplyPolicy {
+        ApplyPolicy {
+            workspace_id: "ws_1".into(),
+            environment_id: "env_1".into(),
+            region: "us-east".into(),
+            name: "allow-env-1".into(),
+            namespace: "krane".into(),
+            policy_json: "{}".into(),
+        }
+    }
+
+    /// A field and a way to make it invalid.
+    type Spoil<T> = (&'static str, fn(&mut T));
+
+    fn message(result: Result<(), WireError>) -> String {
+        let error = result.expect_err("refused");
+        assert_eq!(error.code, ErrorCode::BadRequest);
+        error.message
+    }
+
+    #[test]
+    fn apply_sentinel_errors_name_the_field() {
+        sentinel().validate().unwrap();
+        let cases: [Spoil<ApplySentinel>; 9] = [
+            ("workspace_id", |s| s.workspace_id.clear()),
+            ("project_id", |s| s.project_id.clear()),
+            ("app_id", |s| s.app_id = "a".repeat(NAME_BYTES_MAX + 1)),
+            ("environment_id", |s| s.environment_id.clear()),
+            ("region", |s| s.region = "US_EAST".into()),
+            ("image", |s| s.image = "a b".into()),
+            ("replicas", |s| s.replicas = Some(0)),
+            ("cpu_millicores", |s| s.cpu_millicores = Some(0)),
+            ("memory_mib", |s| s.memory_mib = Some(0)),
+        ];
+        for (field, spoil) in cases {
+            let mut request = sentinel();
+            spoil(&mut request);
+            let message = message(request.validate());
+            assert!(message.contains(field), "{field}: {message}");
+        }
+        let mut request = sentinel();
+        request.replicas = Some(REPLICAS_MAX + 1);
+        assert!(message(request.validate()).contains("replicas"));
+        request.replicas = None;
+        request.validate().unwrap();
+    }
+
+    #[test]
+    fn apply_policy_errors_name_the_field() {
+        policy().validate().unwrap();
+        let cases: [Spoil<ApplyPolicy>; 8] = [
+            ("workspace_id", |p| p.workspace_id.clear()),
+            ("environment_id", |p| p.environment_id.clear()),
+            ("region", |p| p.region.clear()),
+            ("name", |p| p.name = "Allow".into()),
+            ("name", |p| p.name = "-allow".into()),
+            ("namespace", |p| p.namespace = "a.b".into()),
+            ("policy_json", |p| p.policy_json = " ".into()),
+            ("policy_json", |p| {
+                p.policy_json = "x".repeat(POLICY_JSON_BYTES_MAX + 1)
+            }),
+        ];
+        for (field, spoil) in cases {
+            let mut request = policy();
+            spoil(&mut request);
+            let message = message(request.validate());
+            assert!(message.contains(field), "{field}: {message}");
+        }
+        let mut request = policy();
+        request.name = "allow.env-1".into();
+        request.validate().unwrap();
+    }
 }

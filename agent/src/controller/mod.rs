@@ -8,13 +8,14 @@
 //! `reconcile`: the watch loop retries a failed one from the stored cursor,
 //! and the periodic full sync re-applies everything as a safety net.
 
+pub mod cilium;
 pub mod deployment;
+pub mod sentinel;
 
 use std::future::Future;
 
 use kube::Client;
 use tokio::sync::mpsc;
-use tracing::warn;
 use wire::model::{Resource, ResourceKey, ResourceType};
 
 use crate::k8s::{K8sError, Namespaces, Outcome};
@@ -93,10 +94,11 @@ impl Reconciler for Controller {
                 };
                 self.notify(notice).await;
             }
-            Resource::Sentinel(_) | Resource::CiliumNetworkPolicy(_) => {
-                // Recorded in the local state by the caller, so the full
-                // sync after this controller lands applies it.
-                warn!(key = ?resource.key(), "no controller for this resource type yet; recorded only");
+            Resource::Sentinel(s) => {
+                sentinel::apply(&self.client, &self.namespaces, s).await?;
+            }
+            Resource::CiliumNetworkPolicy(policy) => {
+                cilium::apply(&self.client, &self.namespaces, policy).await?;
             }
         }
         Ok(())
@@ -120,12 +122,25 @@ impl Reconciler for Controller {
                 })
                 .await;
             }
-            ResourceType::Sentinel | ResourceType::CiliumNetworkPolicy => {
-                warn!(
-                    ?key,
-                    "no controller for this resource type yet; forgotten only"
-                );
+            ResourceType::Sentinel => {
+                let (namespace, name) = match last {
+                    Some(Resource::Sentinel(s)) => (s.k8s_namespace.clone(), s.k8s_name.clone()),
+                    _ => (
+                        storage::SENTINEL_NAMESPACE.to_string(),
+                        storage::sentinel_k8s_name(&key.resource_id),
+                    ),
+                };
+                sentinel::delete(&self.client, &namespace, &name).await?;
             }
+            ResourceType::CiliumNetworkPolicy => match last {
+                Some(Resource::CiliumNetworkPolicy(p)) => {
+                    cilium::delete(&self.client, &p.k8s_namespace, &p.k8s_name).await?;
+                }
+                // Its name is the operator's: find it by its id label.
+                _ => {
+                    cilium::delete_by_id(&self.client, &key.resource_id).await?;
+                }
+            },
         }
         Ok(())
     }

@@ -3,6 +3,8 @@
 mod certs;
 mod cluster;
 mod ops;
+mod policy;
+mod sentinel;
 mod serve;
 mod watch;
 
@@ -56,6 +58,12 @@ pub enum Command {
     Cluster(cluster::ClusterCommand),
     /// Watch a region's changes as an agent would, one event per line.
     Watch(watch::WatchArgs),
+    /// Apply or stop sentinels.
+    #[command(subcommand)]
+    Sentinel(sentinel::SentinelCommand),
+    /// Apply or delete cilium network policies.
+    #[command(subcommand)]
+    Policy(policy::PolicyCommand),
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -90,6 +98,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Start(args) => ops::set_state(&operator_config(&cli.config)?, args, true).await,
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
+        Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
+        Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
     }
 }
 

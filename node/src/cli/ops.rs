@@ -57,6 +57,12 @@ pub enum GetCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// One sentinel and its reported status.
+    Sentinel {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,7 +116,12 @@ pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
 }
 
 pub async fn get(config: &OperatorConfig, command: GetCommand) -> Result<()> {
-    let GetCommand::Deployment { id, output } = command;
+    let (id, output) = match command {
+        GetCommand::Deployment { id, output } => (id, output),
+        GetCommand::Sentinel { id, output } => {
+            return super::sentinel::get(config, id, output).await;
+        }
+    };
     let client = Client::new(config)?;
     match client.call(&OperatorRequest::GetDeployment { id }).await? {
         OperatorResponse::Deployment(view) => {

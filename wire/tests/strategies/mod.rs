@@ -21,7 +21,8 @@ use wire::model::{
     Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use wire::operator::{
-    CreateDeployment, DeploymentView, NodeStatus, OperatorRequest, OperatorResponse,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorRequest,
+    OperatorResponse, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -428,6 +429,45 @@ prop_compose! {
     }
 }
 
+prop_compose! {
+    pub fn apply_sentinel()(
+        ids in (short_string(), short_string(), short_string(), short_string()),
+        region in short_string(),
+        image in short_string(),
+        replicas in option::of(any::<u32>()),
+        cpu_millicores in option::of(any::<u32>()),
+        memory_mib in option::of(any::<u32>()),
+    ) -> ApplySentinel {
+        let (workspace_id, project_id, app_id, environment_id) = ids;
+        ApplySentinel {
+            workspace_id, project_id, app_id, environment_id, region, image,
+            replicas, cpu_millicores, memory_mib,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn apply_policy()(
+        workspace_id in short_string(),
+        environment_id in short_string(),
+        region in short_string(),
+        name in short_string(),
+        namespace in short_string(),
+        policy_json in short_string(),
+    ) -> ApplyPolicy {
+        ApplyPolicy { workspace_id, environment_id, region, name, namespace, policy_json }
+    }
+}
+
+prop_compose! {
+    pub fn sentinel_view()(
+        sentinel in sentinel(),
+        status in option::of(sentinel_status()),
+    ) -> SentinelView {
+        SentinelView { sentinel, status }
+    }
+}
+
 pub fn operator_request() -> impl Strategy<Value = OperatorRequest> {
     prop_oneof![
         create_deployment().prop_map(OperatorRequest::CreateDeployment),
@@ -439,6 +479,11 @@ pub fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         }),
         Just(OperatorRequest::InitCluster),
         Just(OperatorRequest::NodeStatus),
+        apply_sentinel().prop_map(OperatorRequest::ApplySentinel),
+        short_string().prop_map(|id| OperatorRequest::StopSentinel { id }),
+        short_string().prop_map(|id| OperatorRequest::GetSentinel { id }),
+        apply_policy().prop_map(OperatorRequest::ApplyPolicy),
+        short_string().prop_map(|id| OperatorRequest::DeletePolicy { id }),
     ]
 }
 
@@ -483,6 +528,11 @@ pub fn operator_response() -> impl Strategy<Value = OperatorResponse> {
         deployment().prop_map(OperatorResponse::Updated),
         members().prop_map(|members| OperatorResponse::Initialized { members }),
         node_status().prop_map(OperatorResponse::NodeStatus),
+        short_string().prop_map(|sentinel_id| OperatorResponse::SentinelApplied { sentinel_id }),
+        short_string().prop_map(|sentinel_id| OperatorResponse::SentinelStopped { sentinel_id }),
+        sentinel_view().prop_map(OperatorResponse::Sentinel),
+        short_string().prop_map(|policy_id| OperatorResponse::PolicyApplied { policy_id }),
+        short_string().prop_map(|policy_id| OperatorResponse::PolicyDeleted { policy_id }),
         wire_error().prop_map(OperatorResponse::Error),
     ]
 }

@@ -1,0 +1,338 @@
+//! Sentinels and cilium policies end to end: operator calls to a ctrl
+//! node, and per region a Kubernetes API simulator with an in-process
+//! krane ([`integration::fleet`]).
+//!
+//! - A sentinel becomes a Deployment, a ClusterIP Service and a
+//!   PodDisruptionBudget in `sentinel`, checked field by field, only in
+//!   its region; a new image and replica count reach the Deployment;
+//!   stopping it removes all three.
+//! - A cilium policy becomes a `CiliumNetworkPolicy` object; a new
+//!   document replaces its spec; deleting it removes the object.
+
+use std::future::Future;
+use std::time::Duration;
+
+use integration::fleet::{Fleet, FleetConfig, Region};
+use integration::sim::View;
+use integration::sim::resources::{
+    CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES,
+};
+use node::client::Client;
+use serde_json::{Value, json};
+use wire::model::DesiredState;
+use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
+
+/// Bound on each test.
+const TEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on one wait for convergence.
+const WAIT: Duration = Duration::from_secs(30);
+const SENTINEL_NAMESPACE: &str = "sentinel";
+const POLICY_NAMESPACE: &str = "krane";
+const US: &str = "us-east";
+const EU: &str = "eu-west";
+
+async fn bounded(test: impl Future<Output = ()>) {
+    tokio::time::timeout(TEST_TIMEOUT, test)
+        .await
+        .expect("test timed out");
+}
+
+async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
+    let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
+    config.reconnect_backoff_min_ms = 50;
+    config.reconnect_backoff_max_ms = 200;
+    Fleet::start(config).await.expect("fleet starts")
+}
+
+fn sentinel_request(image: &str, replicas: Option<u32>) -> OperatorRequest {
+    OperatorRequest::ApplySentinel(ApplySentinel {
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        app_id: "app_1".into(),
+        environment_id: "env_1".into(),
+        region: US.into(),
+        image: image.into(),
+        replicas,
+        cpu_millicores: Some(300),
+        memory_mib: Some(384),
+    })
+}
+
+async fn apply_sentinel(client: &Client, image: &str, replicas: Option<u32>) -> String {
+    match client
+        .call(&sentinel_request(image, replicas))
+        .await
+        .expect("apply sentinel")
+    {
+        OperatorResponse::SentinelApplied { sentinel_id } => sentinel_id,
+        other => panic!("not applied: {other:?}"),
+    }
+}
+
+fn k8s_name(id: &str) -> String {
+    id.replacen("snt_", "snt-", 1)
+}
+
+fn sentinel_objects(view: &View<'_>, name: &str) -> [bool; 3] {
+    [
+        view.get(&DEPLOYMENTS, SENTINEL_NAMESPACE, name).is_some(),
+        view.get(&SERVICES, SENTINEL_NAMESPACE, name).is_some(),
+        view.get(&POD_DISRUPTION_BUDGETS, SENTINEL_NAMESPACE, name)
+            .is_some(),
+    ]
+}
+
+/// The Deployment's image and replicas, once it has them.
+fn deployment_is(view: &View<'_>, name: &str, image: &str, replicas: u64) -> bool {
+    view.get(&DEPLOYMENTS, SENTINEL_NAMESPACE, name)
+        .is_some_and(|d| {
+            d["spec"]["replicas"] == replicas
+                && d["spec"]["template"]["spec"]["containers"][0]["image"] == image
+        })
+}
+
+/// The three objects of sentinel `id`, field by field.
+fn check_sentinel(region: &Region, id: &str, image: &str, replicas: u64) {
+    let name = k8s_name(id);
+    let labels = json!({
+        "app.kubernetes.io/managed-by": "krane",
+        "app.kubernetes.io/component": "sentinel",
+        "unkey.com/workspace.id": "ws_1",
+        "unkey.com/project.id": "proj_1",
+        "unkey.com/app.id": "app_1",
+        "unkey.com/environment.id": "env_1",
+        "unkey.com/sentinel.id": id,
+    });
+    let selector = json!({ "unkey.com/sentinel.id": id });
+    let get = |res, what: &str| -> Value {
+        region
+            .sim
+            .get(res, SENTINEL_NAMESPACE, &name)
+            .unwrap_or_else(|| panic!("{}: no {what} {name}", region.name))
+    };
+
+    let deployment = get(&DEPLOYMENTS, "deployment");
+    assert_eq!(deployment["metadata"]["labels"], labels);
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], replicas);
+    assert_eq!(spec["selector"]["matchLabels"], selector);
+    assert_eq!(spec["minReadySeconds"], 5);
+    assert_eq!(spec["strategy"]["type"], "RollingUpdate");
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(spec["strategy"]["rollingUpdate"]["maxSurge"], 1);
+    assert_eq!(spec["template"]["metadata"]["labels"], labels);
+    let pod = &spec["template"]["spec"];
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([{
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": { "matchLabels": selector },
+        }])
+    );
+    assert_eq!(
+        pod["tolerations"],
+        json!([{
+            "key": "node-class",
+            "operator": "Equal",
+            "value": "sentinel",
+            "effect": "NoSchedule",
+        }])
+    );
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let container = &containers[0];
+    assert_eq!(container["name"], "sentinel");
+    assert_eq!(container["image"], image);
+    assert_eq!(
+        container["ports"],
+        json!([{ "name": "http", "containerPort": 8040, "protocol": "TCP" }])
+    );
+    let size = json!({ "cpu": "300m", "memory": "384Mi" });
+    assert_eq!(container["resources"]["requests"], size);
+    assert_eq!(container["resources"]["limits"], size, "requests = limits");
+    let probe = json!({ "path": "/_unkey/internal/health", "port": 8040 });
+    assert_eq!(container["livenessProbe"]["httpGet"], probe);
+    assert_eq!(container["readinessProbe"]["httpGet"], probe);
+    let managers: Vec<&str> = deployment["metadata"]["managedFields"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|f| f["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(managers.contains(&"krane"), "{managers:?}");
+
+    let service = get(&SERVICES, "service");
+    assert_eq!(service["metadata"]["labels"], labels);
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(service["spec"]["selector"], selector);
+    let ports = service["spec"]["ports"].as_array().expect("ports");
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["port"], 8040);
+    assert_eq!(ports[0]["targetPort"], 8040);
+
+    let budget = get(&POD_DISRUPTION_BUDGETS, "poddisruptionbudget");
+    assert_eq!(budget["metadata"]["labels"], labels);
+    assert_eq!(budget["spec"]["minAvailable"], 1);
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], selector);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_is_applied_updated_and_removed_on_stop() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = fleet(&dir, &[US, EU]).await;
+        let client = fleet.client().unwrap();
+        let id = apply_sentinel(&client, "sentinel:1.0", Some(2)).await;
+        let name = k8s_name(&id);
+        let us = fleet.region(US);
+        us.sim
+            .wait_until(WAIT, |v| sentinel_objects(v, &name) == [true; 3])
+            .await
+            .expect("sentinel objects in us-east");
+        check_sentinel(us, &id, "sentinel:1.0", 2);
+
+        // The same environment and region: the same sentinel, updated.
+        let again = apply_sentinel(&client, "sentinel:1.1", Some(3)).await;
+        assert_eq!(again, id);
+        us.sim
+            .wait_until(WAIT, |v| deployment_is(v, &name, "sentinel:1.1", 3))
+            .await
+            .expect("new image and replicas");
+        check_sentinel(us, &id, "sentinel:1.1", 3);
+        // Replicas left open keep their value.
+        apply_sentinel(&client, "sentinel:1.2", None).await;
+        us.sim
+            .wait_until(WAIT, |v| deployment_is(v, &name, "sentinel:1.2", 3))
+            .await
+            .expect("new image, same replicas");
+
+        let view = match client
+            .call(&OperatorRequest::GetSentinel { id: id.clone() })
+            .await
+            .expect("get sentinel")
+        {
+            OperatorResponse::Sentinel(view) => view,
+            other => panic!("unexpected answer {other:?}"),
+        };
+        assert_eq!(view.sentinel.image, "sentinel:1.2");
+        assert_eq!(view.sentinel.replicas, 3);
+        assert_eq!(view.sentinel.desired_state, DesiredState::Running);
+
+        let answer = client
+            .call(&OperatorRequest::StopSentinel { id: id.clone() })
+            .await
+            .expect("stop sentinel");
+        assert!(
+            matches!(&answer, OperatorResponse::SentinelStopped { sentinel_id } if *sentinel_id == id),
+            "{answer:?}"
+        );
+        us.sim
+            .wait_until(WAIT, |v| sentinel_objects(v, &name) == [false; 3])
+            .await
+            .expect("sentinel objects removed");
+        // Nothing ever reached the other region.
+        fleet.region(EU).sim.inspect(|v| {
+            assert!(
+                v.list(&DEPLOYMENTS, Some(SENTINEL_NAMESPACE), "").is_empty(),
+                "eu-west has no sentinel"
+            );
+        });
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+fn policy_request(document: Value) -> OperatorRequest {
+    OperatorRequest::ApplyPolicy(ApplyPolicy {
+        workspace_id: "ws_1".into(),
+        environment_id: "env_1".into(),
+        region: US.into(),
+        name: "allow-env-1".into(),
+        namespace: POLICY_NAMESPACE.into(),
+        policy_json: document.to_string(),
+    })
+}
+
+async fn apply_policy(client: &Client, document: Value) -> String {
+    match client
+        .call(&policy_request(document))
+        .await
+        .expect("apply policy")
+    {
+        OperatorResponse::PolicyApplied { policy_id } => policy_id,
+        other => panic!("not applied: {other:?}"),
+    }
+}
+
+fn policy_spec(view: &View<'_>) -> Option<Value> {
+    view.get(&CILIUM_NETWORK_POLICIES, POLICY_NAMESPACE, "allow-env-1")
+        .map(|p| p["spec"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cilium_policy_is_applied_replaced_and_deleted() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = fleet(&dir, &[US]).await;
+        let client = fleet.client().unwrap();
+        let first = json!({
+            "endpointSelector": { "matchLabels": { "unkey.com/environment.id": "env_1" } },
+            "ingress": [{ "fromEndpoints": [{ "matchLabels": { "app.kubernetes.io/component": "sentinel" } }] }],
+        });
+        let id = apply_policy(&client, first.clone()).await;
+        assert!(id.starts_with("cnp_"), "{id}");
+        let us = fleet.region(US);
+        us.sim
+            .wait_until(WAIT, |v| policy_spec(v).as_ref() == Some(&first))
+            .await
+            .expect("policy applied");
+        let object = us
+            .sim
+            .get(&CILIUM_NETWORK_POLICIES, POLICY_NAMESPACE, "allow-env-1")
+            .unwrap();
+        assert_eq!(object["apiVersion"], "cilium.io/v2");
+        assert_eq!(object["kind"], "CiliumNetworkPolicy");
+        assert_eq!(
+            object["metadata"]["labels"],
+            json!({
+                "app.kubernetes.io/managed-by": "krane",
+                "unkey.com/workspace.id": "ws_1",
+                "unkey.com/environment.id": "env_1",
+                "unkey.com/cilium-network-policy.id": id,
+            })
+        );
+
+        // The same name: the same policy, its document replaced.
+        let second = json!({
+            "endpointSelector": { "matchLabels": { "unkey.com/environment.id": "env_1" } },
+            "egress": [{ "toEntities": ["world"] }],
+        });
+        assert_eq!(apply_policy(&client, second.clone()).await, id);
+        us.sim
+            .wait_until(WAIT, |v| policy_spec(v).as_ref() == Some(&second))
+            .await
+            .expect("policy replaced");
+
+        let refused = client.call(&policy_request(json!([1]))).await;
+        assert!(refused.is_err(), "a document that is not an object: {refused:?}");
+
+        let answer = client
+            .call(&OperatorRequest::DeletePolicy { id: id.clone() })
+            .await
+            .expect("delete policy");
+        assert!(
+            matches!(&answer, OperatorResponse::PolicyDeleted { policy_id } if *policy_id == id),
+            "{answer:?}"
+        );
+        us.sim
+            .wait_until(WAIT, |v| policy_spec(v).is_none())
+            .await
+            .expect("policy deleted");
+        let again = client
+            .call(&OperatorRequest::DeletePolicy { id: id.clone() })
+            .await;
+        assert!(again.is_err(), "deleted twice: {again:?}");
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
