@@ -1,7 +1,8 @@
 //! The manifests in `deploy/` are kept true: krane's ClusterRole grants
 //! exactly the requests krane makes (seen by the simulator while krane
-//! deploys, reports, stops, restarts and full-syncs), and the example
-//! configs parse and validate.
+//! deploys, reports, stops, restarts and full-syncs, and applies and removes
+//! a sentinel and cilium policies), and the example configs parse and
+//! validate.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -9,11 +10,15 @@ use std::time::Duration;
 
 use config::{AgentConfig, ConfigFile, NodeConfig};
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::resources::{SERVICES, STATEFUL_SETS};
+use integration::sim::resources::{
+    CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
+};
 use serde::Deserialize;
 use serde_json::Value;
 use wire::model::DesiredState;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{
+    ApplyPolicy, ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse,
+};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -113,6 +118,9 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
             .await
             .expect("stopped");
 
+        sentinel_and_policy(&mut fleet, &client).await;
+        let region = fleet.region(REGION);
+
         let used: BTreeSet<(String, String, String)> = region
             .sim
             .accesses()
@@ -134,6 +142,86 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
     })
     .await
     .expect("test timed out");
+}
+
+/// A sentinel applied and stopped; a policy applied and deleted; a policy
+/// applied and deleted while krane was stopped (krane then finds the
+/// object by its id label).
+async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
+    let sentinel = OperatorRequest::ApplySentinel(ApplySentinel {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        app_id: "app".into(),
+        environment_id: "env".into(),
+        region: REGION.into(),
+        image: "sentinel:1".into(),
+        replicas: Some(1),
+        cpu_millicores: None,
+        memory_mib: None,
+    });
+    let OperatorResponse::SentinelApplied { sentinel_id } = client.call(&sentinel).await.unwrap()
+    else {
+        panic!("sentinel not applied");
+    };
+    let name = sentinel_id.replacen("snt_", "snt-", 1);
+    let sim = &fleet.region(REGION).sim;
+    sim.wait_until(WAIT, |v| {
+        v.get(&POD_DISRUPTION_BUDGETS, "sentinel", &name).is_some()
+    })
+    .await
+    .expect("sentinel applied");
+    client
+        .call(&OperatorRequest::StopSentinel { id: sentinel_id })
+        .await
+        .unwrap();
+    sim.wait_until(WAIT, |v| v.get(&DEPLOYMENTS, "sentinel", &name).is_none())
+        .await
+        .expect("sentinel stopped");
+
+    let policy = |name: &str| {
+        OperatorRequest::ApplyPolicy(ApplyPolicy {
+            workspace_id: "ws".into(),
+            environment_id: "env".into(),
+            region: REGION.into(),
+            name: name.into(),
+            namespace: "krane".into(),
+            policy_json: r#"{"endpointSelector":{}}"#.into(),
+        })
+    };
+    let applied = |answer: OperatorResponse| match answer {
+        OperatorResponse::PolicyApplied { policy_id } => policy_id,
+        other => panic!("policy not applied: {other:?}"),
+    };
+    let id = applied(client.call(&policy("seen")).await.unwrap());
+    sim.wait_until(WAIT, |v| {
+        v.get(&CILIUM_NETWORK_POLICIES, "krane", "seen").is_some()
+    })
+    .await
+    .expect("policy applied");
+    client
+        .call(&OperatorRequest::DeletePolicy { id })
+        .await
+        .unwrap();
+    sim.wait_until(WAIT, |v| {
+        v.get(&CILIUM_NETWORK_POLICIES, "krane", "seen").is_none()
+    })
+    .await
+    .expect("policy deleted");
+
+    let region = fleet.region_mut(REGION);
+    region.stop_krane().await.unwrap();
+    let id = applied(client.call(&policy("unseen")).await.unwrap());
+    client
+        .call(&OperatorRequest::DeletePolicy { id })
+        .await
+        .unwrap();
+    region.start_krane();
+    let target = *fleet.node.state.applied_pk.borrow();
+    fleet
+        .region(REGION)
+        .wait_krane(WAIT, |s| s.cursor >= target)
+        .await
+        .expect("krane caught up");
 }
 
 #[test]
