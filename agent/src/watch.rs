@@ -12,8 +12,9 @@
 //! Cursor 0 (first start, or after "resync required") means a full sync:
 //! a resource equal to the one in the last-applied snapshot is not applied
 //! again (a full sync of an unchanged region makes no Kubernetes writes);
-//! after it, what the sync did not mention is garbage-collected, then the
-//! sync's cursor is stored. Every `full_resync_interval_ms` the loop also
+//! after it, what the sync did not mention is garbage-collected — the
+//! snapshot's resources, then any managed object in the cluster whose
+//! resource it did not mention — then the sync's cursor is stored. Every `full_resync_interval_ms` the loop also
 //! runs a full sync while keeping its cursor (the seeds' safety net): a
 //! full sync older than the stored cursor — a lagging node — is refused.
 
@@ -161,6 +162,11 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                     self.state.record_deleted(key)?;
                     info!(?key, "garbage-collected");
                 }
+                let desired = seen
+                    .iter()
+                    .map(|k| (k.resource_type, k.resource_id.clone()))
+                    .collect();
+                let stale_objects = self.reconciler.collect(&desired).await?;
                 self.state.record_progress(cursor)?;
                 self.session.applied(cursor)?;
                 info!(
@@ -168,6 +174,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                     resources = seen.len(),
                     unchanged = self.unchanged,
                     collected = garbage.len(),
+                    stale_objects,
                     "full sync done"
                 );
                 return Ok(Flow::Synced { cursor });

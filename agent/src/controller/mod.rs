@@ -10,8 +10,10 @@
 
 pub mod cilium;
 pub mod deployment;
+pub mod gc;
 pub mod sentinel;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 
 use kube::Client;
@@ -48,6 +50,13 @@ pub trait Reconciler: Send + Sync {
         key: &ResourceKey,
         last: Option<&Resource>,
     ) -> impl Future<Output = Result<(), K8sError>> + Send;
+
+    /// After a full sync that mentioned `desired`: deletes the managed
+    /// objects of every other resource; returns how many.
+    fn collect(
+        &self,
+        desired: &BTreeSet<gc::Owner>,
+    ) -> impl Future<Output = Result<usize, K8sError>> + Send;
 }
 
 /// The kube-rs controllers.
@@ -76,6 +85,10 @@ impl Controller {
 }
 
 impl Reconciler for Controller {
+    async fn collect(&self, desired: &BTreeSet<gc::Owner>) -> Result<usize, K8sError> {
+        gc::collect(&self.client, desired).await
+    }
+
     async fn apply(&self, resource: &Resource) -> Result<(), K8sError> {
         match resource {
             Resource::DeploymentTopology(topology) => {

@@ -19,6 +19,8 @@ enum Call {
 struct Fake {
     calls: Mutex<Vec<Call>>,
     failing: Mutex<Option<String>>,
+    /// Sizes of the desired sets garbage collection was given.
+    collected: Mutex<Vec<usize>>,
 }
 
 impl Fake {
@@ -47,6 +49,14 @@ impl Reconciler for Fake {
             .unwrap()
             .push(Call::Apply(id, resource.version()));
         Ok(())
+    }
+
+    async fn collect(
+        &self,
+        desired: &std::collections::BTreeSet<crate::controller::gc::Owner>,
+    ) -> Result<usize, K8sError> {
+        self.collected.lock().unwrap().push(desired.len());
+        Ok(0)
     }
 
     async fn delete(&self, key: &ResourceKey, last: Option<&Resource>) -> Result<(), K8sError> {
@@ -127,6 +137,11 @@ async fn full_sync_then_changes() {
     );
     assert_eq!(state.cursor().unwrap(), 9);
     assert_eq!(state.full_syncs().unwrap(), 1);
+    assert_eq!(
+        *fake.collected.lock().unwrap(),
+        [2],
+        "the cluster's stale objects are collected once, against the 2 synced"
+    );
     assert_eq!(
         applied_ids(&state),
         [("b".to_string(), 5), ("c".to_string(), 6)]
