@@ -76,6 +76,7 @@ pub mod watch;
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -124,10 +125,18 @@ pub(crate) struct Shared {
     kick: Notify,
     /// Distinct accesses clients made (at most [`audit::ACCESSES_MAX`]).
     accesses: Mutex<BTreeSet<audit::Access>>,
+    /// Requests that may change objects (POST, PUT, PATCH, DELETE).
+    write_requests: AtomicU64,
 }
 
 impl Shared {
     fn record_access(&self, access: audit::Access) {
+        if matches!(
+            access.verb,
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        ) {
+            self.write_requests.fetch_add(1, Ordering::Relaxed);
+        }
         let mut accesses = self.accesses.lock().unwrap_or_else(PoisonError::into_inner);
         if accesses.len() < audit::ACCESSES_MAX {
             accesses.insert(access);
@@ -256,6 +265,7 @@ impl Simulator {
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
+            write_requests: AtomicU64::new(0),
         });
         let tasks = vec![
             tokio::spawn(server::serve(listener, shared.clone())),
@@ -374,6 +384,11 @@ preferences: {{}}
                 }
             }
         }
+    }
+
+    /// How many requests that may change objects clients made so far.
+    pub fn write_requests(&self) -> u64 {
+        self.shared.write_requests.load(Ordering::Relaxed)
     }
 
     /// Every distinct access clients made so far, as RBAC names them.

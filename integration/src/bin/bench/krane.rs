@@ -6,7 +6,9 @@
 //!   pods, krane reported them, ctrl counted them), with the time until the
 //!   pods ran in every cluster as an intermediate figure.
 //! - `krane-restart`: krane stopped and started with many applied
-//!   resources: from the start to watching again at the stored cursor.
+//!   resources: from the start to watching again at the stored cursor;
+//!   then a full sync of the unchanged region, counting the Kubernetes
+//!   writes it makes (none expected).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -158,5 +160,31 @@ pub async fn restart(count: usize, resources: usize) -> Result<()> {
     print_summary("krane-restart", "start_to_watching", &s, extra.clone());
     let s = Summary::of(&mut stops).context("no samples")?;
     print_summary("krane-restart", "stop", &s, extra);
+
+    // A full sync of the unchanged region (as after "resync required"):
+    // the cursor is reset while krane is stopped.
+    let region = fleet.region_mut(REGIONS[0]);
+    region.stop_krane().await?;
+    agent::state::LocalState::open_in(&region.agent.data_dir)?.reset_cursor()?;
+    let writes_before = region.sim.write_requests();
+    let started = Instant::now();
+    region.start_krane();
+    let status = region
+        .wait_krane(CONVERGE_TIMEOUT, |s| {
+            s.full_syncs == 1 && s.cursor >= target
+        })
+        .await?;
+    let elapsed = started.elapsed();
+    println!(
+        "{}",
+        serde_json::json!({
+            "scenario": "krane-restart",
+            "figure": "full_sync_unchanged",
+            "resources": resources,
+            "duration_ms": elapsed.as_millis() as u64,
+            "kubernetes_writes": region.sim.write_requests() - writes_before,
+            "full_syncs": status.full_syncs,
+        })
+    );
     fleet.shutdown().await
 }
