@@ -23,6 +23,10 @@ use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
 use crate::watch::{WatchLoop, WatchStatus};
 
+/// Longest wait for the first watch stream before the status reporter
+/// starts anyway.
+pub const REPORTER_START_WAIT_MS: u64 = 5_000;
+
 /// krane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -86,7 +90,17 @@ pub async fn run(
             rng: StdRng::from_os_rng(),
         },
     );
-    let reporter = tokio::spawn(reporter.run());
+    // Resuming the watch comes first: the reporter starts listing pods
+    // once the first stream is open (or after a bounded wait, when ctrl
+    // is unreachable), so a restart does not queue its handshake behind a
+    // list of every managed pod.
+    let mut watching = status.subscribe();
+    let reporter = tokio::spawn(async move {
+        let first_stream = watching.wait_for(|s| s.watching);
+        let _ =
+            tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
+        reporter.run().await;
+    });
     let watch = WatchLoop::new(
         ctrl,
         state,
