@@ -156,29 +156,8 @@ where
         + Serialize
         + DeserializeOwned,
 {
-    let name = object.name_any();
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let error = |source| K8sError::Api {
-        kind: K::KIND,
-        namespace: namespace.to_string(),
-        name: name.clone(),
-        source: Box::new(source),
-    };
-    if let Some(existing) = api.get_metadata_opt(&name).await.map_err(error)?
-        && !is_managed(&existing.metadata)
-    {
-        warn!(
-            kind = K::KIND,
-            namespace, name, "exists without the managed-by label; left alone"
-        );
-        return Ok(Outcome::Foreign);
-    }
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(object))
-        .await
-        .map_err(error)?;
-    debug!(kind = K::KIND, namespace, name, "applied");
-    Ok(Outcome::Done)
+    guarded_apply(&api, K::KIND, namespace, object).await
 }
 
 /// Deletes `name` if it exists and carries krane's label; the delete is
@@ -192,57 +171,45 @@ where
         + DeserializeOwned,
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let error = |source| K8sError::Api {
-        kind: K::KIND,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        source: Box::new(source),
-    };
-    let Some(existing) = api.get_metadata_opt(name).await.map_err(error)? else {
-        return Ok(Outcome::Done);
-    };
-    if !is_managed(&existing.metadata) {
-        warn!(
-            kind = K::KIND,
-            namespace, name, "exists without the managed-by label; not deleted"
-        );
-        return Ok(Outcome::Foreign);
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: existing.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::background()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => {
-            debug!(kind = K::KIND, namespace, name, "deleted");
-            Ok(Outcome::Done)
-        }
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Outcome::Done),
-        Err(e) => Err(error(e)),
-    }
+    guarded_delete(&api, K::KIND, namespace, name).await
 }
 
 /// [`apply`] for a custom object without a typed binding (a
-/// `DynamicObject` of the kind `resource` describes): the same label guard,
-/// field manager and forced ownership.
+/// `DynamicObject` of the kind `resource` describes).
 pub async fn apply_dynamic(
     client: &Client,
     resource: &ApiResource,
     namespace: &str,
     object: &DynamicObject,
 ) -> Result<Outcome, K8sError> {
-    let name = object.name_any();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let kind = dynamic_kind(resource);
-    let error = |source| K8sError::Api {
-        kind,
-        namespace: namespace.to_string(),
-        name: name.clone(),
-        source: Box::new(source),
-    };
+    guarded_apply(&api, dynamic_kind(resource), namespace, object).await
+}
+
+/// [`delete`] for a custom object of the kind `resource` describes.
+pub async fn delete_dynamic(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Result<Outcome, K8sError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    guarded_delete(&api, dynamic_kind(resource), namespace, name).await
+}
+
+/// The managed-by guard, then server-side apply: shared by the typed and
+/// the dynamic kinds.
+async fn guarded_apply<K>(
+    api: &Api<K>,
+    kind: &'static str,
+    namespace: &str,
+    object: &K,
+) -> Result<Outcome, K8sError>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = object.name_any();
+    let error = |source| api_error(kind, namespace, &name, source);
     if let Some(existing) = api.get_metadata_opt(&name).await.map_err(error)?
         && !is_managed(&existing.metadata)
     {
@@ -260,21 +227,18 @@ pub async fn apply_dynamic(
     Ok(Outcome::Done)
 }
 
-/// [`delete`] for a custom object of the kind `resource` describes.
-pub async fn delete_dynamic(
-    client: &Client,
-    resource: &ApiResource,
+/// The managed-by guard, then a delete conditional on the checked uid:
+/// shared by the typed and the dynamic kinds.
+async fn guarded_delete<K>(
+    api: &Api<K>,
+    kind: &'static str,
     namespace: &str,
     name: &str,
-) -> Result<Outcome, K8sError> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let kind = dynamic_kind(resource);
-    let error = |source| K8sError::Api {
-        kind,
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        source: Box::new(source),
-    };
+) -> Result<Outcome, K8sError>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let error = |source| api_error(kind, namespace, name, source);
     let Some(existing) = api.get_metadata_opt(name).await.map_err(error)? else {
         return Ok(Outcome::Done);
     };
@@ -299,6 +263,29 @@ pub async fn delete_dynamic(
         }
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(Outcome::Done),
         Err(e) => Err(error(e)),
+    }
+}
+
+fn api_error(kind: &'static str, namespace: &str, name: &str, source: kube::Error) -> K8sError {
+    K8sError::Api {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source: Box::new(source),
+    }
+}
+
+/// Refuses an object krane could not find again or Kubernetes would
+/// refuse: `id` must be a label value as it is, and no named field empty.
+pub fn check_names(what: &str, id: &str, fields: &[(&str, &str)]) -> Result<(), K8sError> {
+    if label_value(id) != id {
+        return Err(K8sError::Invalid(format!(
+            "{what} id {id:?} is not a valid label value"
+        )));
+    }
+    match fields.iter().find(|(_, value)| value.is_empty()) {
+        Some((field, _)) => Err(K8sError::Invalid(format!("{what} {id}: {field} is empty"))),
+        None => Ok(()),
     }
 }
 

@@ -141,7 +141,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 let key = resource.key();
                 match self.state.applied_resource(&key)? {
                     Some((_, applied)) if applied == resource => self.unchanged += 1,
-                    _ if self.is_stale(&resource)? => {}
+                    Some((applied, _)) if is_older(&resource, applied) => {}
                     _ => {
                         self.reconciler.apply(&resource).await?;
                         self.state.record_synced(&resource)?;
@@ -215,20 +215,26 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
 
     /// An older spec than the one applied is never applied after it.
     fn is_stale(&self, resource: &Resource) -> Result<bool, WatchError> {
-        let key = resource.key();
-        match self.state.applied_version(&key)? {
-            Some(applied) if applied > resource.version() => {
-                warn!(
-                    ?key,
-                    applied,
-                    offered = resource.version(),
-                    "older spec ignored"
-                );
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self
+            .state
+            .applied_version(&resource.key())?
+            .is_some_and(|applied| is_older(resource, applied)))
     }
+}
+
+/// Whether `resource` is older than the version applied (logged: an older
+/// spec is never applied after a newer one).
+fn is_older(resource: &Resource, applied: Pk) -> bool {
+    let older = applied > resource.version();
+    if older {
+        warn!(
+            key = ?resource.key(),
+            applied,
+            offered = resource.version(),
+            "older spec ignored"
+        );
+    }
+    older
 }
 
 /// Why a stream ended without an error.

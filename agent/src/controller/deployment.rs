@@ -64,24 +64,14 @@ pub fn selector(topology: &DeploymentTopology) -> BTreeMap<String, String> {
 /// Refuses topologies whose objects Kubernetes would refuse or that krane
 /// could not find again (the deployment id must be a label value as is).
 pub fn validate(topology: &DeploymentTopology) -> Result<(), K8sError> {
-    if label_value(&topology.deployment_id) != topology.deployment_id {
-        return Err(K8sError::Invalid(format!(
-            "deployment id {:?} is not a valid label value",
-            topology.deployment_id
-        )));
-    }
-    for (field, value) in [
-        ("k8s_name", &topology.k8s_name),
-        ("k8s_namespace", &topology.k8s_namespace),
-    ] {
-        if value.is_empty() {
-            return Err(K8sError::Invalid(format!(
-                "deployment {}: {field} is empty",
-                topology.deployment_id
-            )));
-        }
-    }
-    Ok(())
+    k8s::check_names(
+        "deployment",
+        &topology.deployment_id,
+        &[
+            ("k8s_name", &topology.k8s_name),
+            ("k8s_namespace", &topology.k8s_namespace),
+        ],
+    )
 }
 
 /// The headless Service and the StatefulSet a running topology becomes.

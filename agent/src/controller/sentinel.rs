@@ -82,25 +82,15 @@ pub fn selector(sentinel: &Sentinel) -> BTreeMap<String, String> {
 /// Refuses sentinels whose objects Kubernetes would refuse or that krane
 /// could not find again.
 pub fn validate(sentinel: &Sentinel) -> Result<(), K8sError> {
-    if label_value(&sentinel.id) != sentinel.id {
-        return Err(K8sError::Invalid(format!(
-            "sentinel id {:?} is not a valid label value",
-            sentinel.id
-        )));
-    }
-    for (field, value) in [
-        ("k8s_name", &sentinel.k8s_name),
-        ("k8s_namespace", &sentinel.k8s_namespace),
-        ("image", &sentinel.image),
-    ] {
-        if value.is_empty() {
-            return Err(K8sError::Invalid(format!(
-                "sentinel {}: {field} is empty",
-                sentinel.id
-            )));
-        }
-    }
-    Ok(())
+    k8s::check_names(
+        "sentinel",
+        &sentinel.id,
+        &[
+            ("k8s_name", &sentinel.k8s_name),
+            ("k8s_namespace", &sentinel.k8s_namespace),
+            ("image", &sentinel.image),
+        ],
+    )
 }
 
 /// The Deployment, Service and PodDisruptionBudget a running sentinel
