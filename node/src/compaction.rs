@@ -49,9 +49,12 @@ pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64) -> bool {
 pub async fn run(state: Arc<NodeState>, settings: CompactionSettings) {
     let mut metrics = state.raft.metrics();
     let interval = Duration::from_millis(settings.interval_ms);
+    // A fixed deadline: metrics change at every write and must not push
+    // the next round back (they are watched only to notice a shutdown).
+    let mut next_round = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep_until(next_round) => {}
             changed = metrics.changed() => {
                 if changed.is_err() {
                     return;
@@ -59,6 +62,7 @@ pub async fn run(state: Arc<NodeState>, settings: CompactionSettings) {
                 continue;
             }
         }
+        next_round = tokio::time::Instant::now() + interval;
         let leads = {
             let m = metrics.borrow_and_update();
             if m.running_state.is_err() {
