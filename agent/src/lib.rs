@@ -9,7 +9,8 @@
 //!   a headless Service and a StatefulSet), behind the [`controller::Reconciler`]
 //!   seam.
 //! - [`watch`]: the watch loop (a sans-socket stream handler and its
-//!   driver).
+//!   driver), applying concurrently ([`watch::pipeline`]).
+//! - [`locks`]: one lock per resource, shared by applies and repairs.
 //! - [`status`]: the pod watcher and the status reports.
 //! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
 //! - [`backoff`]: jittered reconnect waits.
@@ -19,6 +20,7 @@ pub mod backoff;
 pub mod controller;
 pub mod ctrl;
 pub mod k8s;
+pub mod locks;
 pub mod run;
 pub mod state;
 pub mod status;

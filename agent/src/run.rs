@@ -18,6 +18,7 @@ use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::k8s::{self, K8sError};
+use crate::locks::KeyLocks;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
@@ -75,6 +76,7 @@ pub async fn run(
     }
     let (notices, notices_rx) = mpsc::channel(NOTICE_QUEUE_MAX);
     let controller = Arc::new(Controller::new(client.clone(), &config.namespace, notices));
+    let locks = Arc::new(KeyLocks::default());
     let reporter = Reporter::new(
         client,
         ctrl.clone(),
@@ -105,6 +107,8 @@ pub async fn run(
         ctrl,
         state,
         controller,
+        locks,
+        config.max_concurrent_applies,
         Backoff::new(
             config.reconnect_backoff_min_ms,
             config.reconnect_backoff_max_ms,

@@ -3,9 +3,14 @@
 //! for every resource key the version and the spec that was applied.
 //!
 //! Invariants (the redb habit: written down, tested):
-//! - An incremental change and the cursor advance past it are committed in
-//!   one write transaction ([`LocalState::record_applied`]): after a crash
-//!   either both are there or neither is.
+//! - The cursor moves only past changes recorded in the snapshot: the
+//!   watch loop applies changes concurrently, records each applied one
+//!   ([`LocalState::record_change`]), and then moves the cursor to the end
+//!   of the contiguous applied prefix ([`LocalState::record_progress`]).
+//!   After a crash the snapshot may hold changes past the cursor; they are
+//!   streamed again and, equal to the snapshot, not applied again.
+//!   ([`LocalState::record_applied`] does both in one transaction, for a
+//!   change applied alone.)
 //! - The cursor never moves backwards, except the explicit reset to 0 that
 //!   a "resync required" answer asks for ([`LocalState::reset_cursor`]).
 //! - A resource's stored version never goes down: an older spec than the
@@ -215,6 +220,21 @@ impl LocalState {
             ResourceChange::Delete(key) => remove(&txn, key)?,
         }
         write_meta_set(&txn, meta::CURSOR, version)?;
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Records one applied change in the snapshot (upsert or removal)
+    /// without moving the cursor: with concurrent applies the cursor moves
+    /// separately, to the end of the contiguous applied prefix
+    /// ([`LocalState::record_progress`]). A resource's stored version never
+    /// goes down.
+    pub fn record_change(&self, change: &ResourceChange) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        match change {
+            ResourceChange::Apply(resource) => upsert(&txn, resource)?,
+            ResourceChange::Delete(key) => remove(&txn, key)?,
+        }
         txn.commit().map_err(storage)?;
         Ok(())
     }

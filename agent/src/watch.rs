@@ -9,19 +9,37 @@
 //! driver: connect (with failover), stream, and on any failure log,
 //! wait the jittered backoff, and start again from the stored cursor.
 //!
+//! Applies run concurrently ([`pipeline`]): at most
+//! `max_concurrent_applies` at once, one at a time per resource and in pk
+//! order, each under the resource's lock ([`crate::locks`], shared with the
+//! drift repairer). A failed apply is retried in place
+//! ([`APPLY_ATTEMPTS_MAX`]) while the others go on; the stored cursor
+//! moves to the end of the contiguous applied prefix ([`Watermark`]). A
+//! change equal to the last-applied snapshot is not applied again (so a
+//! stream repeated after a crash makes no Kubernetes writes). The session
+//! is told an event is "applied" once it is handed to the pipeline: the
+//! session checks the order of what the server sends; the watermark, not
+//! the session, says what is stored.
+//!
 //! Cursor 0 (first start, or after "resync required") means a full sync:
 //! a resource equal to the one in the last-applied snapshot is not applied
 //! again (a full sync of an unchanged region makes no Kubernetes writes);
-//! after it, what the sync did not mention is garbage-collected — the
-//! snapshot's resources, then any managed object in the cluster whose
-//! resource it did not mention — then the sync's cursor is stored. Every `full_resync_interval_ms` the loop also
+//! after it — every item applied — what the sync did not mention is
+//! garbage-collected — the snapshot's resources, then any managed object
+//! in the cluster whose resource it did not mention — then the sync's
+//! cursor is stored. Every `full_resync_interval_ms` the loop also
 //! runs a full sync while keeping its cursor (the seeds' safety net): a
 //! full sync older than the stored cursor — a lagging node — is refused.
 
+pub mod pipeline;
+
 use std::collections::BTreeSet;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -36,11 +54,24 @@ use crate::backoff::Backoff;
 use crate::controller::Reconciler;
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::k8s::K8sError;
+use crate::locks::KeyLocks;
 use crate::state::{LocalState, StateError};
+use pipeline::{OutOfOrder, Queued, Scheduler, Watermark};
 
 /// Most resources one full sync may mention (bounds the set of keys kept
 /// for the garbage collection).
 pub const SYNC_RESOURCES_MAX: usize = 1_000_000;
+/// Most changes handed to the apply pipeline and not yet folded into the
+/// stored cursor (waiting, running, or applied behind a slower one); the
+/// stream is not read further until some are done (backpressure).
+pub const APPLY_WINDOW_MAX: usize = 1_024;
+/// Attempts of one apply before the stream is given up (it is then
+/// retried from the stored cursor after the reconnect backoff).
+pub const APPLY_ATTEMPTS_MAX: u32 = 3;
+/// Wait before the second attempt of a failed apply; it doubles per
+/// attempt up to [`APPLY_RETRY_MAX_MS`].
+pub const APPLY_RETRY_MIN_MS: u64 = 100;
+pub const APPLY_RETRY_MAX_MS: u64 = 1_000;
 
 /// One stream ended, or could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +94,8 @@ pub enum WatchError {
     LaggingSync { sync: Pk, stored: Pk },
     #[error("a full sync mentioned more than {SYNC_RESOURCES_MAX} resources")]
     SyncTooLarge,
+    #[error(transparent)]
+    OutOfOrder(#[from] OutOfOrder),
 }
 
 /// What the watch loop is doing, published on a `tokio::sync::watch`
@@ -91,37 +124,78 @@ pub enum Flow {
     Resync,
 }
 
+/// What one apply did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    /// Written to Kubernetes and recorded in the snapshot.
+    Written,
+    /// Equal to the last-applied snapshot: nothing to do.
+    Unchanged,
+    /// Older than the applied version: ignored.
+    Stale,
+}
+
+type Done = (Queued<ResourceChange>, Result<Applied, WatchError>);
+
 /// The events of one watch stream, applied.
 pub struct StreamHandler<'a, R> {
     state: &'a LocalState,
     reconciler: &'a R,
+    locks: &'a KeyLocks,
     session: WatchClient,
     /// Keys the full sync in progress mentioned.
     seen: Option<BTreeSet<ResourceKey>>,
     /// Resources of the full sync in progress equal to the applied ones
     /// (not applied again).
     unchanged: usize,
+    scheduler: Scheduler<ResourceChange>,
+    running: FuturesUnordered<BoxFuture<'a, Done>>,
+    watermark: Watermark,
+    /// An apply failed for good: nothing new starts.
+    stopped: bool,
 }
 
 impl<'a, R: Reconciler> StreamHandler<'a, R> {
-    /// The cursor applied so far on this stream (0 until a full sync ends).
+    /// Everything up to this pk is applied and stored (0 until a full
+    /// sync ends).
     pub fn cursor(&self) -> Pk {
-        self.session.cursor()
+        self.watermark.base()
     }
 
-    /// A stream requested with `requested` (0: a full sync).
-    pub fn new(state: &'a LocalState, reconciler: &'a R, requested: Pk) -> Self {
+    /// A stream requested with `requested` (0: a full sync), applying at
+    /// most `max_concurrent` resources at once under `locks`.
+    pub fn new(
+        state: &'a LocalState,
+        reconciler: &'a R,
+        locks: &'a KeyLocks,
+        max_concurrent: usize,
+        requested: Pk,
+    ) -> Self {
         StreamHandler {
             state,
             reconciler,
+            locks,
             session: WatchClient::new(requested),
             seen: None,
             unchanged: 0,
+            scheduler: Scheduler::new(max_concurrent),
+            running: FuturesUnordered::new(),
+            watermark: Watermark::new(requested),
+            stopped: false,
         }
     }
 
-    /// Applies one event. After an error the stream must be dropped; the
-    /// stored cursor is where the next stream resumes.
+    /// Whether applies are running (the driver then awaits
+    /// [`StreamHandler::next_done`] alongside the stream).
+    pub fn busy(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// Takes one event. Applies are handed to the pipeline and finish in
+    /// [`StreamHandler::next_done`]; this waits only when the pipeline is
+    /// full. After an error the stream must be dropped (after
+    /// [`StreamHandler::drain`]); the stored cursor is where the next
+    /// stream resumes.
     pub async fn on_event(&mut self, event: WatchEvent) -> Result<Flow, WatchError> {
         match self.session.on_event(event)? {
             ClientAction::BeginFullSync { cursor } => {
@@ -139,24 +213,24 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             }
             ClientAction::ApplySynced(resource) => {
                 let key = resource.key();
-                match self.state.applied_resource(&key)? {
-                    Some((_, applied)) if applied == resource => self.unchanged += 1,
-                    Some((applied, _)) if is_older(&resource, applied) => {}
-                    _ => {
-                        self.reconciler.apply(&resource).await?;
-                        self.state.record_synced(&resource)?;
-                    }
-                }
                 let seen = self.seen.get_or_insert_default();
                 if seen.len() >= SYNC_RESOURCES_MAX {
                     return Err(WatchError::SyncTooLarge);
                 }
-                seen.insert(key);
+                seen.insert(key.clone());
+                self.submit(Queued {
+                    key,
+                    pk: None,
+                    item: ResourceChange::Apply(resource),
+                })
+                .await?;
             }
             ClientAction::FinishFullSync { cursor } => {
+                self.settle().await?;
                 let seen = self.seen.take().unwrap_or_default();
                 let garbage = self.state.finish_full_sync(cursor, &seen)?;
                 for key in &garbage {
+                    let _guard = self.locks.lock(key).await;
                     let last = self.state.applied_resource(key)?.map(|(_, r)| r);
                     self.reconciler.delete(key, last.as_ref()).await?;
                     self.state.record_deleted(key)?;
@@ -169,6 +243,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 let stale_objects = self.reconciler.collect(&desired).await?;
                 self.state.record_progress(cursor)?;
                 self.session.applied(cursor)?;
+                self.watermark = Watermark::new(cursor);
                 info!(
                     cursor,
                     resources = seen.len(),
@@ -180,11 +255,23 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 return Ok(Flow::Synced { cursor });
             }
             ClientAction::Apply { version, change } => {
-                self.apply_change(version, change).await?;
+                // Accepted: the session checks the order of what follows;
+                // the watermark says what is applied.
                 self.session.applied(version)?;
+                self.watermark.begin(version)?;
+                self.submit(Queued {
+                    key: change.key(),
+                    pk: Some(version),
+                    item: change,
+                })
+                .await?;
             }
-            ClientAction::Progress { cursor } => self.state.record_progress(cursor)?,
+            ClientAction::Progress { cursor } => {
+                self.watermark.skip(cursor)?;
+                self.store_progress()?;
+            }
             ClientAction::Resync { floor } => {
+                self.drain().await;
                 self.state.reset_cursor()?;
                 info!(floor, "resync required: the cursor was compacted away");
                 return Ok(Flow::Resync);
@@ -194,32 +281,135 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
         Ok(Flow::Continue)
     }
 
-    async fn apply_change(&self, version: Pk, change: ResourceChange) -> Result<(), WatchError> {
-        match &change {
-            ResourceChange::Apply(resource) => {
-                if self.is_stale(resource)? {
-                    self.state.record_progress(version)?;
-                    return Ok(());
-                }
-                self.reconciler.apply(resource).await?;
+    /// Waits for one running apply to finish and records it: the
+    /// snapshot row was written by the apply, the cursor moves here if the
+    /// applied prefix grew. Cancel-safe (nothing is lost when the future
+    /// is dropped before an apply finished). An apply that failed after
+    /// its retries stops the pipeline and is returned.
+    pub async fn next_done(&mut self) -> Result<(), WatchError> {
+        let Some((queued, result)) = self.running.next().await else {
+            return Ok(());
+        };
+        self.scheduler.finished(&queued.key);
+        let applied = match result {
+            Ok(applied) => applied,
+            Err(e) => {
+                warn!(key = ?queued.key, version = ?queued.pk, "apply failed: {e}");
+                self.stopped = true;
+                self.scheduler.clear_waiting();
+                return Err(e);
             }
-            ResourceChange::Delete(key) => {
-                let last = self.state.applied_resource(key)?.map(|(_, r)| r);
-                self.reconciler.delete(key, last.as_ref()).await?;
-            }
+        };
+        match (queued.pk, applied) {
+            (None, Applied::Unchanged) => self.unchanged += 1,
+            (Some(version), Applied::Written) => info!(version, key = ?queued.key, "applied"),
+            _ => {}
         }
-        self.state.record_applied(version, &change)?;
-        info!(version, key = ?change.key(), "applied");
+        if let Some(version) = queued.pk {
+            self.watermark.done(version);
+            self.store_progress()?;
+        }
+        self.start_ready();
         Ok(())
     }
 
-    /// An older spec than the one applied is never applied after it.
-    fn is_stale(&self, resource: &Resource) -> Result<bool, WatchError> {
-        Ok(self
-            .state
-            .applied_version(&resource.key())?
-            .is_some_and(|applied| is_older(resource, applied)))
+    /// Waits until every handed-out apply finished; the first failure is
+    /// returned (after the others finished).
+    pub async fn settle(&mut self) -> Result<(), WatchError> {
+        while self.busy() {
+            if let Err(e) = self.next_done().await {
+                self.drain().await;
+                return Err(e);
+            }
+        }
+        Ok(())
     }
+
+    /// Stops starting applies and waits for the running ones, recording
+    /// what they applied (failures are logged): before the stream is
+    /// dropped, so that what was applied is stored.
+    pub async fn drain(&mut self) {
+        self.stopped = true;
+        self.scheduler.clear_waiting();
+        while self.busy() {
+            // Logged by next_done.
+            let _ = self.next_done().await;
+        }
+    }
+
+    async fn submit(&mut self, queued: Queued<ResourceChange>) -> Result<(), WatchError> {
+        while self.busy()
+            && (self.scheduler.len() >= APPLY_WINDOW_MAX
+                || self.watermark.len() >= APPLY_WINDOW_MAX)
+        {
+            self.next_done().await?;
+        }
+        self.scheduler.push(queued);
+        self.start_ready();
+        Ok(())
+    }
+
+    fn start_ready(&mut self) {
+        if self.stopped {
+            return;
+        }
+        while let Some(queued) = self.scheduler.next_ready() {
+            let (state, reconciler, locks) = (self.state, self.reconciler, self.locks);
+            self.running.push(Box::pin(async move {
+                let result = apply_one(state, reconciler, locks, &queued.item).await;
+                (queued, result)
+            }));
+        }
+    }
+
+    fn store_progress(&mut self) -> Result<(), WatchError> {
+        if let Some(cursor) = self.watermark.advance() {
+            self.state.record_progress(cursor)?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies one change under its resource's lock, retrying a failed
+/// Kubernetes call, and records it in the snapshot before letting the
+/// lock go.
+async fn apply_one<R: Reconciler>(
+    state: &LocalState,
+    reconciler: &R,
+    locks: &KeyLocks,
+    change: &ResourceChange,
+) -> Result<Applied, WatchError> {
+    let key = change.key();
+    let _guard = locks.lock(&key).await;
+    let applied = state.applied_resource(&key)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result = match change {
+            ResourceChange::Apply(resource) => match &applied {
+                Some((_, current)) if current == resource => return Ok(Applied::Unchanged),
+                Some((version, _)) if is_older(resource, *version) => return Ok(Applied::Stale),
+                _ => reconciler.apply(resource).await,
+            },
+            ResourceChange::Delete(key) => {
+                let last = applied.as_ref().map(|(_, r)| r);
+                reconciler.delete(key, last).await
+            }
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) if attempt >= APPLY_ATTEMPTS_MAX || matches!(e, K8sError::Invalid(_)) => {
+                return Err(e.into());
+            }
+            Err(e) => {
+                let delay_ms = (APPLY_RETRY_MIN_MS << (attempt - 1)).min(APPLY_RETRY_MAX_MS);
+                warn!(?key, attempt, delay_ms, "apply failed; retrying: {e}");
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            }
+        }
+    }
+    state.record_change(change)?;
+    Ok(Applied::Written)
 }
 
 /// Whether `resource` is older than the version applied (logged: an older
@@ -253,19 +443,27 @@ pub struct WatchLoop<R> {
     ctrl: Arc<CtrlClient>,
     state: Arc<LocalState>,
     reconciler: Arc<R>,
+    locks: Arc<KeyLocks>,
+    max_concurrent_applies: usize,
     backoff: Backoff,
     rng: StdRng,
     full_resync_interval: Duration,
     status: watch::Sender<WatchStatus>,
 }
 
+type Events = Pin<Box<dyn Stream<Item = Result<Option<WatchEvent>, TransportError>> + Send>>;
+
 impl<R: Reconciler> WatchLoop<R> {
     /// `rng` jitters the reconnect backoff; `status` receives what the
-    /// loop is doing.
+    /// loop is doing; applies hold `locks` and at most
+    /// `max_concurrent_applies` run at once.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctrl: Arc<CtrlClient>,
         state: Arc<LocalState>,
         reconciler: Arc<R>,
+        locks: Arc<KeyLocks>,
+        max_concurrent_applies: usize,
         backoff: Backoff,
         rng: StdRng,
         full_resync_interval: Duration,
@@ -275,6 +473,8 @@ impl<R: Reconciler> WatchLoop<R> {
             ctrl,
             state,
             reconciler,
+            locks,
+            max_concurrent_applies,
             backoff,
             rng,
             full_resync_interval,
@@ -329,7 +529,7 @@ impl<R: Reconciler> WatchLoop<R> {
         requested: Pk,
         next_full_sync: &mut Instant,
     ) -> Result<End, WatchError> {
-        let (mut stream, connection, addr) = self.ctrl.watch(requested).await?;
+        let (stream, connection, addr) = self.ctrl.watch(requested).await?;
         info!(%addr, requested, "watching");
         let stored = self.status.borrow().cursor;
         self.status.send_modify(|s| {
@@ -337,41 +537,68 @@ impl<R: Reconciler> WatchLoop<R> {
             s.streams += 1;
             s.full_syncs += u64::from(requested == 0);
         });
-        let mut handler = StreamHandler::new(&self.state, self.reconciler.as_ref(), requested);
+        // Reading a frame is not cancel-safe; the read in progress lives
+        // in the stream (not in the `next()` future), so the select below
+        // may drop `next()` when an apply finishes first.
+        let mut events: Events = Box::pin(futures::stream::unfold(stream, |mut stream| async {
+            let event = stream.recv::<WatchEvent>().await;
+            Some((event, stream))
+        }));
+        let mut handler = StreamHandler::new(
+            &self.state,
+            self.reconciler.as_ref(),
+            &self.locks,
+            self.max_concurrent_applies,
+            requested,
+        );
         let mut syncing = requested == 0;
         let result = loop {
+            let busy = handler.busy();
             let event = tokio::select! {
-                event = stream.recv::<WatchEvent>() => event,
+                biased;
+                done = handler.next_done(), if busy => match done {
+                    Ok(()) => None,
+                    Err(e) => break Err(e),
+                },
+                event = events.next() => Some(event),
                 _ = tokio::time::sleep_until(*next_full_sync), if !syncing => {
                     break Ok(End::PeriodicSync);
                 }
             };
-            let event = match event {
-                Ok(Some(event)) => event,
-                Ok(None) => break Ok(End::Closed),
-                Err(e) => break Err(WatchError::from(e)),
-            };
-            match handler.on_event(event).await {
-                Ok(Flow::Continue) => {}
-                Ok(Flow::Synced { .. }) => {
-                    syncing = false;
-                    *next_full_sync = Instant::now() + self.full_resync_interval;
+            if let Some(event) = event {
+                let event = match event {
+                    Some(Ok(Some(event))) => event,
+                    Some(Ok(None)) | None => break Ok(End::Closed),
+                    Some(Err(e)) => break Err(WatchError::from(e)),
+                };
+                match handler.on_event(event).await {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Synced { .. }) => {
+                        syncing = false;
+                        *next_full_sync = Instant::now() + self.full_resync_interval;
+                    }
+                    Ok(Flow::Resync) => break Ok(End::Resync),
+                    Err(e) => break Err(e),
                 }
-                Ok(Flow::Resync) => break Ok(End::Resync),
-                Err(e) => break Err(e),
+                self.backoff.reset();
             }
-            let cursor = handler.cursor().max(stored);
-            self.status.send_if_modified(|s| {
-                let moved = s.cursor != cursor;
-                s.cursor = cursor;
-                moved
-            });
-            self.backoff.reset();
+            self.publish_cursor(handler.cursor().max(stored));
         };
+        // What is running finishes and is stored before the stream goes.
+        handler.drain().await;
+        self.publish_cursor(handler.cursor().max(stored));
         if result.is_err() {
             self.ctrl.fail_over(&connection);
         }
         result
+    }
+
+    fn publish_cursor(&self, cursor: Pk) {
+        self.status.send_if_modified(|s| {
+            let moved = s.cursor != cursor;
+            s.cursor = cursor;
+            moved
+        });
     }
 }
 

@@ -44,6 +44,10 @@ pub const DEFAULT_REPORT_DELAY_MS: u64 = 20;
 pub const REPORT_DELAY_MS_RANGE: RangeInclusive<u64> = 0..=10_000;
 /// Bounds of [`AgentConfig::report_batch_max`].
 pub const REPORT_BATCH_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
+/// Default [`AgentConfig::max_concurrent_applies`].
+pub const DEFAULT_MAX_CONCURRENT_APPLIES: usize = 8;
+/// Bounds of [`AgentConfig::max_concurrent_applies`].
+pub const MAX_CONCURRENT_APPLIES_RANGE: RangeInclusive<usize> = 1..=256;
 
 /// A krane agent's config.
 ///
@@ -93,6 +97,11 @@ pub struct AgentConfig {
     /// of pod events becomes one report per deployment.
     #[serde(default = "default_report_delay_ms")]
     pub report_delay_ms: u64,
+    /// Most resources applied to Kubernetes at the same time (one
+    /// resource's changes are always applied one after the other, in
+    /// order).
+    #[serde(default = "default_max_concurrent_applies")]
+    pub max_concurrent_applies: usize,
 }
 
 fn default_server_name() -> String {
@@ -127,6 +136,10 @@ fn default_report_delay_ms() -> u64 {
     DEFAULT_REPORT_DELAY_MS
 }
 
+fn default_max_concurrent_applies() -> usize {
+    DEFAULT_MAX_CONCURRENT_APPLIES
+}
+
 impl AgentConfig {
     /// A config with the required fields and every default.
     pub fn new(region: &str, endpoints: Vec<Endpoint>, tls: TlsFiles) -> AgentConfig {
@@ -143,6 +156,7 @@ impl AgentConfig {
             full_resync_interval_ms: DEFAULT_FULL_RESYNC_INTERVAL_MS,
             report_batch_max: DEFAULT_REPORT_BATCH_MAX,
             report_delay_ms: DEFAULT_REPORT_DELAY_MS,
+            max_concurrent_applies: DEFAULT_MAX_CONCURRENT_APPLIES,
         }
     }
 
@@ -197,6 +211,11 @@ impl ConfigFile for AgentConfig {
             "report_delay_ms",
             self.report_delay_ms,
             &REPORT_DELAY_MS_RANGE,
+        )?;
+        check.in_range(
+            "max_concurrent_applies",
+            self.max_concurrent_applies,
+            &MAX_CONCURRENT_APPLIES_RANGE,
         )
     }
 
@@ -375,9 +394,15 @@ key = "/etc/krane/agent-us-east.key"
             "reconnect_backoff_max_ms",
             "full_resync_interval_ms",
             "report_batch_max",
+            "max_concurrent_applies",
         ] {
             assert_invalid(&with(&format!("{field} = 0")), field, "(got 0)");
         }
+        assert_invalid(
+            &with("max_concurrent_applies = 257"),
+            "max_concurrent_applies",
+            "(got 257)",
+        );
     }
 
     #[test]

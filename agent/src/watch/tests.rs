@@ -14,16 +14,30 @@ enum Call {
     Delete(String, Option<Pk>),
 }
 
-/// Records calls; fails every call about `failing`.
+/// Records calls; fails every call about `failing`; holds every call
+/// about `slow` until `release` is notified.
 #[derive(Default)]
 struct Fake {
     calls: Mutex<Vec<Call>>,
     failing: Mutex<Option<String>>,
+    slow: Mutex<Option<String>>,
+    release: tokio::sync::Notify,
     /// Sizes of the desired sets garbage collection was given.
     collected: Mutex<Vec<usize>>,
 }
 
 impl Fake {
+    fn slow_on(&self, id: Option<&str>) {
+        *self.slow.lock().unwrap() = id.map(str::to_string);
+    }
+
+    async fn gate(&self, id: &str) {
+        let slow = self.slow.lock().unwrap().as_deref() == Some(id);
+        if slow {
+            self.release.notified().await;
+        }
+    }
+
     fn fail_on(&self, id: Option<&str>) {
         *self.failing.lock().unwrap() = id.map(str::to_string);
     }
@@ -43,6 +57,7 @@ impl Fake {
 impl Reconciler for Fake {
     async fn apply(&self, resource: &Resource) -> Result<(), K8sError> {
         let id = resource.key().resource_id;
+        self.gate(&id).await;
         self.check(&id)?;
         self.calls
             .lock()
@@ -60,6 +75,7 @@ impl Reconciler for Fake {
     }
 
     async fn delete(&self, key: &ResourceKey, last: Option<&Resource>) -> Result<(), K8sError> {
+        self.gate(&key.resource_id).await;
         self.check(&key.resource_id)?;
         self.calls.lock().unwrap().push(Call::Delete(
             key.resource_id.clone(),
@@ -95,12 +111,33 @@ fn full_sync(server: &mut WatchServer, cursor: Pk, items: &[(&str, Pk)]) -> Vec<
     events
 }
 
+/// Locks shared by the handlers of one test.
+static LOCKS: std::sync::LazyLock<KeyLocks> = std::sync::LazyLock::new(KeyLocks::default);
+
+/// A handler applying up to 8 resources at once.
+fn new_handler<'a>(
+    state: &'a LocalState,
+    fake: &'a Fake,
+    requested: Pk,
+) -> StreamHandler<'a, Fake> {
+    StreamHandler::new(state, fake, &LOCKS, 8, requested)
+}
+
+/// Feeds `events`, waiting after each until its applies finished.
 async fn feed(handler: &mut StreamHandler<'_, Fake>, events: Vec<WatchEvent>) -> Vec<Flow> {
     let mut flows = Vec::new();
     for event in events {
         flows.push(handler.on_event(event).await.unwrap());
+        handler.settle().await.unwrap();
     }
     flows
+}
+
+/// One event, applied.
+async fn step(handler: &mut StreamHandler<'_, Fake>, event: WatchEvent) -> Flow {
+    let flow = handler.on_event(event).await.unwrap();
+    handler.settle().await.unwrap();
+    flow
 }
 
 fn applied_ids(state: &LocalState) -> Vec<(String, Pk)> {
@@ -123,7 +160,7 @@ async fn full_sync_then_changes() {
     events.push(delete(&mut server, 7, "a"));
     events.extend(server.progress(9));
 
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     let flows = feed(&mut handler, events).await;
     assert_eq!(flows[3], Flow::Synced { cursor: 5 });
     assert_eq!(
@@ -158,9 +195,10 @@ async fn a_failed_apply_is_retried_from_the_stored_cursor() {
 
     let mut server = WatchServer::new();
     server.resume(5).unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, 5);
-    handler.on_event(change(&mut server, 6, "a")).await.unwrap();
-    let error = handler.on_event(change(&mut server, 7, "b")).await;
+    let mut handler = new_handler(&state, &fake, 5);
+    step(&mut handler, change(&mut server, 6, "a")).await;
+    handler.on_event(change(&mut server, 7, "b")).await.unwrap();
+    let error = handler.settle().await;
     assert!(matches!(error, Err(WatchError::K8s(_))), "{error:?}");
     assert_eq!(state.cursor().unwrap(), 6, "not past the failed event");
     assert_eq!(applied_ids(&state), [("a".to_string(), 6)]);
@@ -169,8 +207,8 @@ async fn a_failed_apply_is_retried_from_the_stored_cursor() {
     fake.fail_on(None);
     let mut server = WatchServer::new();
     server.resume(state.cursor().unwrap()).unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, state.cursor().unwrap());
-    handler.on_event(change(&mut server, 7, "b")).await.unwrap();
+    let mut handler = new_handler(&state, &fake, state.cursor().unwrap());
+    step(&mut handler, change(&mut server, 7, "b")).await;
     assert_eq!(state.cursor().unwrap(), 7);
     assert_eq!(fake.take(), [apply("a", 6), apply("b", 7)]);
 }
@@ -186,7 +224,7 @@ async fn full_sync_collects_what_it_did_not_mention() {
     let fake = Fake::default();
     let mut server = WatchServer::new();
     let events = full_sync(&mut server, 10, &[("b", 2), ("d", 8)]);
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     feed(&mut handler, events).await;
     assert_eq!(
         fake.take(),
@@ -213,7 +251,7 @@ async fn a_failed_garbage_collection_keeps_the_cursor() {
     fake.fail_on(Some("a"));
     let mut server = WatchServer::new();
     let mut events = full_sync(&mut server, 4, &[("b", 4)]).into_iter();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     handler.on_event(events.next().unwrap()).await.unwrap();
     handler.on_event(events.next().unwrap()).await.unwrap();
     assert!(handler.on_event(events.next().unwrap()).await.is_err());
@@ -226,7 +264,7 @@ async fn resync_required_resets_the_cursor() {
     let state = LocalState::open_in(dir.path()).unwrap();
     state.record_progress(5).unwrap();
     let fake = Fake::default();
-    let mut handler = StreamHandler::new(&state, &fake, 5);
+    let mut handler = new_handler(&state, &fake, 5);
     let flow = handler
         .on_event(WatchServer::new().resync_required(9))
         .await
@@ -245,7 +283,7 @@ async fn a_full_sync_behind_the_stored_cursor_is_refused() {
     let fake = Fake::default();
     // A periodic full sync (request 0, cursor kept) served by a lagging node.
     let mut server = WatchServer::new();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     let result = handler.on_event(server.sync_start(7).unwrap()).await;
     assert!(
         matches!(
@@ -272,7 +310,7 @@ async fn a_periodic_full_sync_keeps_the_cursor_until_it_ends() {
     let mut server = WatchServer::new();
     let mut events = full_sync(&mut server, 12, &[("a", 10), ("b", 12)]);
     let end = events.pop().unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     feed(&mut handler, events).await;
     assert_eq!(state.cursor().unwrap(), 10);
     handler.on_event(end).await.unwrap();
@@ -287,7 +325,7 @@ async fn a_full_sync_of_an_unchanged_region_applies_nothing() {
     let fake = Fake::default();
     let items: Vec<(String, Pk)> = (1..=100).map(|i| (format!("r{i:03}"), i)).collect();
     let items: Vec<(&str, Pk)> = items.iter().map(|(id, v)| (id.as_str(), *v)).collect();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     feed(
         &mut handler,
         full_sync(&mut WatchServer::new(), 100, &items),
@@ -297,7 +335,7 @@ async fn a_full_sync_of_an_unchanged_region_applies_nothing() {
 
     // Resync required (or the periodic safety net): the same region again.
     state.reset_cursor().unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     let flows = feed(
         &mut handler,
         full_sync(&mut WatchServer::new(), 100, &items),
@@ -319,9 +357,9 @@ async fn an_older_spec_is_never_applied_after_a_newer_one() {
     let fake = Fake::default();
     let mut server = WatchServer::new();
     server.resume(5).unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, 5);
+    let mut handler = new_handler(&state, &fake, 5);
     // Version 6 carries a spec of version 6, older than the applied 9.
-    handler.on_event(change(&mut server, 6, "a")).await.unwrap();
+    step(&mut handler, change(&mut server, 6, "a")).await;
     assert!(fake.take().is_empty());
     assert_eq!(state.cursor().unwrap(), 6);
     assert_eq!(applied_ids(&state), [("a".to_string(), 9)]);
@@ -333,7 +371,7 @@ async fn a_resumed_stream_does_not_full_sync() {
     let state = LocalState::open_in(dir.path()).unwrap();
     let fake = Fake::default();
     let mut server = WatchServer::new();
-    let mut handler = StreamHandler::new(&state, &fake, 0);
+    let mut handler = new_handler(&state, &fake, 0);
     feed(&mut handler, full_sync(&mut server, 3, &[("a", 3)])).await;
     drop(handler);
     drop(state);
@@ -344,8 +382,135 @@ async fn a_resumed_stream_does_not_full_sync() {
     assert_eq!(cursor, 3);
     let mut server = WatchServer::new();
     server.resume(cursor).unwrap();
-    let mut handler = StreamHandler::new(&state, &fake, cursor);
-    handler.on_event(change(&mut server, 4, "b")).await.unwrap();
+    let mut handler = new_handler(&state, &fake, cursor);
+    step(&mut handler, change(&mut server, 4, "b")).await;
     assert_eq!(state.full_syncs().unwrap(), 1);
     assert_eq!(state.cursor().unwrap(), 4);
+}
+
+#[tokio::test]
+async fn a_slow_resource_does_not_stall_the_others_and_holds_the_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    fake.slow_on(Some("slow"));
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5);
+    for (version, id) in [(6, "slow"), (7, "b"), (8, "c")] {
+        handler
+            .on_event(change(&mut server, version, id))
+            .await
+            .unwrap();
+    }
+    // b and c finish while the slow one is still applying.
+    handler.next_done().await.unwrap();
+    handler.next_done().await.unwrap();
+    assert_eq!(fake.take(), [apply("b", 7), apply("c", 8)]);
+    assert_eq!(
+        applied_ids(&state),
+        [("b".to_string(), 7), ("c".to_string(), 8)],
+        "recorded in the snapshot"
+    );
+    assert_eq!(state.cursor().unwrap(), 5, "not past the slow one");
+    assert_eq!(handler.cursor(), 5);
+    // A bookmark past them waits behind it too.
+    handler.on_event(server.progress(9).unwrap()).await.unwrap();
+    assert_eq!(state.cursor().unwrap(), 5);
+
+    fake.release.notify_one();
+    handler.settle().await.unwrap();
+    assert_eq!(fake.take(), [apply("slow", 6)]);
+    assert_eq!(state.cursor().unwrap(), 9, "the whole prefix is applied");
+    assert_eq!(handler.cursor(), 9);
+}
+
+#[tokio::test]
+async fn one_resource_is_applied_in_pk_order_even_when_slow() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    fake.slow_on(Some("a"));
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5);
+    handler.on_event(change(&mut server, 6, "a")).await.unwrap();
+    handler.on_event(change(&mut server, 7, "b")).await.unwrap();
+    handler.on_event(change(&mut server, 8, "a")).await.unwrap();
+    handler.next_done().await.unwrap();
+    assert_eq!(fake.take(), [apply("b", 7)], "a@8 waits behind a@6");
+    fake.release.notify_one();
+    handler.next_done().await.unwrap();
+    fake.release.notify_one();
+    handler.settle().await.unwrap();
+    assert_eq!(fake.take(), [apply("a", 6), apply("a", 8)]);
+    assert_eq!(state.cursor().unwrap(), 8);
+    assert_eq!(applied_ids(&state)[0], ("a".to_string(), 8));
+}
+
+#[tokio::test]
+async fn a_stream_repeated_after_a_crash_applies_only_what_was_not_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::default();
+    {
+        let state = LocalState::open_in(dir.path()).unwrap();
+        state.record_progress(5).unwrap();
+        fake.slow_on(Some("a"));
+        let mut server = WatchServer::new();
+        server.resume(5).unwrap();
+        let mut handler = new_handler(&state, &fake, 5);
+        for (version, id) in [(6, "a"), (7, "b"), (8, "c")] {
+            handler
+                .on_event(change(&mut server, version, id))
+                .await
+                .unwrap();
+        }
+        handler.next_done().await.unwrap();
+        handler.next_done().await.unwrap();
+        // The crash: a never finished; b and c are in the snapshot.
+        assert_eq!(state.cursor().unwrap(), 5);
+    }
+    fake.slow_on(None);
+    assert_eq!(fake.take(), [apply("b", 7), apply("c", 8)]);
+    let state = LocalState::open_in(dir.path()).unwrap();
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5);
+    let events = [(6, "a"), (7, "b"), (8, "c")]
+        .into_iter()
+        .map(|(version, id)| change(&mut server, version, id))
+        .collect();
+    feed(&mut handler, events).await;
+    assert_eq!(
+        fake.take(),
+        [apply("a", 6)],
+        "b and c are not applied twice"
+    );
+    assert_eq!(state.cursor().unwrap(), 8);
+}
+
+#[tokio::test]
+async fn a_failing_resource_is_retried_while_the_others_are_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    fake.fail_on(Some("bad"));
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5);
+    for (version, id) in [(6, "a"), (7, "bad"), (8, "c")] {
+        handler
+            .on_event(change(&mut server, version, id))
+            .await
+            .unwrap();
+    }
+    let error = handler.settle().await;
+    assert!(matches!(error, Err(WatchError::K8s(_))), "{error:?}");
+    let mut applied = fake.take();
+    applied.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(applied, [apply("a", 6), apply("c", 8)]);
+    assert_eq!(state.cursor().unwrap(), 6, "not past the failed change");
 }
