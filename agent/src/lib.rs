@@ -11,6 +11,8 @@
 //! - [`watch`]: the watch loop (a sans-socket stream handler and its
 //!   driver), applying concurrently ([`watch::pipeline`]).
 //! - [`locks`]: one lock per resource, shared by applies and repairs.
+//! - [`drift`]: watches the managed objects and re-applies a deleted or
+//!   changed one from the snapshot, also while ctrl is unreachable.
 //! - [`status`]: the pod watcher and the status reports.
 //! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
 //! - [`backoff`]: jittered reconnect waits.
@@ -19,6 +21,7 @@
 pub mod backoff;
 pub mod controller;
 pub mod ctrl;
+pub mod drift;
 pub mod k8s;
 pub mod locks;
 pub mod run;

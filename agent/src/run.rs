@@ -1,6 +1,6 @@
 //! `krane run`: opens the local state, builds the Kubernetes and ctrl
-//! clients, and runs the watch loop and the status reporter until the
-//! shutdown future completes.
+//! clients, and runs the watch loop, the status reporter and the drift
+//! repairer until the shutdown future completes.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -17,6 +17,7 @@ use wire::model::Resource;
 use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::ctrl::{CtrlClient, CtrlError};
+use crate::drift::Repairer;
 use crate::k8s::{self, K8sError};
 use crate::locks::KeyLocks;
 use crate::state::{LocalState, StateError};
@@ -24,8 +25,8 @@ use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
 use crate::watch::{WatchLoop, WatchStatus};
 
-/// Longest wait for the first watch stream before the status reporter
-/// starts anyway.
+/// Longest wait for the first watch stream before the status reporter and
+/// the drift repairer start anyway.
 pub const REPORTER_START_WAIT_MS: u64 = 5_000;
 
 /// krane could not start.
@@ -77,6 +78,7 @@ pub async fn run(
     let (notices, notices_rx) = mpsc::channel(NOTICE_QUEUE_MAX);
     let controller = Arc::new(Controller::new(client.clone(), &config.namespace, notices));
     let locks = Arc::new(KeyLocks::default());
+    let drift_client = client.clone();
     let reporter = Reporter::new(
         client,
         ctrl.clone(),
@@ -103,6 +105,23 @@ pub async fn run(
             tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
         reporter.run().await;
     });
+    // The drift repairer starts the same way; it needs nothing from ctrl,
+    // so after the bounded wait it runs while ctrl is unreachable.
+    let repairer = Repairer::new(
+        drift_client,
+        state.clone(),
+        controller.clone(),
+        locks.clone(),
+        &config.region,
+        status.clone(),
+    );
+    let mut watching = status.subscribe();
+    let repairer = tokio::spawn(async move {
+        let first_stream = watching.wait_for(|s| s.watching);
+        let _ =
+            tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
+        repairer.run().await;
+    });
     let watch = WatchLoop::new(
         ctrl,
         state,
@@ -122,8 +141,11 @@ pub async fn run(
         () = shutdown => info!("shutting down"),
     }
     reporter.abort();
-    // The reporter holds the Kubernetes and ctrl clients: wait until it
-    // is gone, so that a run started next begins from a clean slate.
+    repairer.abort();
+    // The reporter and the repairer hold the Kubernetes and ctrl clients
+    // and the local state: wait until they are gone, so that a run
+    // started next begins from a clean slate.
     let _ = reporter.await;
+    let _ = repairer.await;
     Ok(())
 }

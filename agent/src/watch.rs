@@ -111,6 +111,9 @@ pub struct WatchStatus {
     pub full_syncs: u64,
     /// Streams opened by this process.
     pub streams: u64,
+    /// Resources the drift repairer applied again (published by
+    /// [`crate::drift::Repairer`] on the same channel).
+    pub drift_repairs: u64,
 }
 
 /// What the driver does after an event.

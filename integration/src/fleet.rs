@@ -62,7 +62,8 @@ impl FleetConfig {
 /// A running site.
 pub struct Fleet {
     pub dir: PathBuf,
-    pub node: RunningNode,
+    /// The ctrl node (dereferences to its [`RunningNode`] while it runs).
+    pub node: CtrlNode,
     pub operator: OperatorConfig,
     /// `DIR/operator.toml`, for `CTRL_CONFIG`.
     pub operator_path: PathBuf,
@@ -104,6 +105,8 @@ impl Fleet {
         let node = node::node::start(&node_config)
             .await
             .context("starting the ctrl node")?;
+        // A restart binds the same address: the agents' configs name it.
+        node_config.listen_addr = node.local_addr;
         let operator = OperatorConfig {
             endpoints: vec![node.local_addr],
             tls: TlsFiles::in_dir(&certs, "operator"),
@@ -151,7 +154,10 @@ impl Fleet {
         }
         Ok(Fleet {
             dir,
-            node,
+            node: CtrlNode {
+                running: Some(node),
+                config: node_config,
+            },
             operator,
             operator_path,
             regions,
@@ -187,8 +193,53 @@ impl Fleet {
             }
             region.sim.shutdown().await;
         }
-        self.node.shutdown().await;
+        if let Some(node) = self.node.running {
+            node.shutdown().await;
+        }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Stops the ctrl node (Raft and endpoint, cleanly); krane keeps
+    /// running and finds no node to watch.
+    pub async fn stop_ctrl(&mut self) {
+        if let Some(node) = self.node.running.take() {
+            node.shutdown().await;
+        }
+    }
+
+    /// Starts the ctrl node again on its address and data.
+    pub async fn start_ctrl(&mut self) -> Result<()> {
+        if self.node.running.is_none() {
+            let node = node::node::start(&self.node.config)
+                .await
+                .context("restarting the ctrl node")?;
+            self.node.running = Some(node);
+        }
+        Ok(())
+    }
+}
+
+/// The fleet's ctrl node: running, or stopped by [`Fleet::stop_ctrl`].
+pub struct CtrlNode {
+    running: Option<RunningNode>,
+    config: NodeConfig,
+}
+
+impl CtrlNode {
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+}
+
+impl std::ops::Deref for CtrlNode {
+    type Target = RunningNode;
+
+    /// The running node. Reaching for a stopped node is a mistake of the
+    /// test that stopped it.
+    fn deref(&self) -> &RunningNode {
+        self.running
+            .as_ref()
+            .expect("the ctrl node is stopped (Fleet::stop_ctrl)")
     }
 }
 

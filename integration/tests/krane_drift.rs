@@ -1,0 +1,273 @@
+//! Offline drift repair: with krane converged, the ctrl node is stopped;
+//! then, with the real kubectl (`/usr/bin/kubectl`, or `$KUBECTL`), a
+//! managed StatefulSet is deleted and a sentinel Deployment is scaled.
+//! krane, with no ctrl node to talk to, restores both from its
+//! last-applied snapshot. When ctrl comes back krane resumes at its cursor
+//! and makes no Kubernetes write beyond what a new change asks for (the
+//! simulator counts write requests).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use integration::fleet::{Fleet, FleetConfig};
+use integration::sim::View;
+use integration::sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
+use wire::operator::{ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on one wait for convergence.
+const WAIT: Duration = Duration::from_secs(30);
+const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the cluster is watched for writes nobody asked for once ctrl
+/// is back (an absence cannot be awaited; krane's resumption, which can,
+/// comes first).
+const QUIET_WINDOW: Duration = Duration::from_millis(1_500);
+const REGION: &str = "us-east";
+const NAMESPACE: &str = "krane";
+const SENTINEL_NAMESPACE: &str = "sentinel";
+
+async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
+    let child = tokio::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("kubectl not found at {kubectl} (set KUBECTL): {e}"));
+    let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
+        .await
+        .expect("kubectl in time")
+        .expect("kubectl ran");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn create_deployment(image: &str) -> OperatorRequest {
+    OperatorRequest::CreateDeployment(CreateDeployment {
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        environment_id: "env_1".into(),
+        image: image.into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 2,
+        regions: vec![REGION.into()],
+        env_vars: BTreeMap::new(),
+    })
+}
+
+fn uid(
+    view: &View<'_>,
+    res: &'static integration::sim::resources::ResourceDef,
+    ns: &str,
+    name: &str,
+) -> Option<String> {
+    view.get(res, ns, name)
+        .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+}
+
+fn replicas(
+    view: &View<'_>,
+    res: &'static integration::sim::resources::ResourceDef,
+    ns: &str,
+    name: &str,
+) -> Option<u64> {
+    view.get(res, ns, name)
+        .and_then(|o| o["spec"]["replicas"].as_u64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn krane_repairs_drift_while_ctrl_is_down_and_changes_nothing_when_it_returns() {
+    tokio::time::timeout(TEST_TIMEOUT, scenario())
+        .await
+        .expect("test timed out");
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+    config.reconnect_backoff_min_ms = 50;
+    config.reconnect_backoff_max_ms = 200;
+    let mut fleet = Fleet::start(config).await.unwrap();
+    let client = fleet.client().unwrap();
+
+    let OperatorResponse::Created { deployment_id } =
+        client.call(&create_deployment("nginx:1.27")).await.unwrap()
+    else {
+        panic!("deployment not created");
+    };
+    let sts_name = deployment_id.replacen("dep_", "dep-", 1);
+    let answer = client
+        .call(&OperatorRequest::ApplySentinel(ApplySentinel {
+            workspace_id: "ws_1".into(),
+            project_id: "proj_1".into(),
+            app_id: "app_1".into(),
+            environment_id: "env_1".into(),
+            region: REGION.into(),
+            image: "sentinel:1.0".into(),
+            replicas: Some(2),
+            cpu_millicores: None,
+            memory_mib: None,
+        }))
+        .await
+        .unwrap();
+    let OperatorResponse::SentinelApplied { sentinel_id } = answer else {
+        panic!("sentinel not applied: {answer:?}");
+    };
+    let sentinel_name = sentinel_id.replacen("snt_", "snt-", 1);
+
+    // Converged: every object there, krane's cursor at ctrl's last pk.
+    let target = *fleet.node.state.applied_pk.borrow();
+    let region = fleet.region(REGION);
+    region
+        .wait_krane(WAIT, |s| s.watching && s.cursor >= target)
+        .await
+        .expect("krane caught up");
+    region
+        .sim
+        .wait_until(WAIT, |v| {
+            v.get(&SERVICES, NAMESPACE, &sts_name).is_some()
+                && replicas(v, &STATEFUL_SETS, NAMESPACE, &sts_name) == Some(2)
+                && replicas(v, &DEPLOYMENTS, SENTINEL_NAMESPACE, &sentinel_name) == Some(2)
+                && v.get(&POD_DISRUPTION_BUDGETS, SENTINEL_NAMESPACE, &sentinel_name)
+                    .is_some()
+        })
+        .await
+        .expect("objects applied");
+    let sts_uid = region
+        .sim
+        .inspect(|v| uid(v, &STATEFUL_SETS, NAMESPACE, &sts_name))
+        .expect("statefulset uid");
+
+    // Every ctrl node stopped: krane has nobody to watch.
+    fleet.stop_ctrl().await;
+    let region = fleet.region(REGION);
+    region
+        .wait_krane(WAIT, |s| !s.watching)
+        .await
+        .expect("krane lost its watch");
+
+    // Drift, by hand.
+    kubectl(
+        &region.kubeconfig,
+        &["delete", "statefulset", &sts_name, "-n", NAMESPACE],
+    )
+    .await;
+    kubectl(
+        &region.kubeconfig,
+        &[
+            "scale",
+            "deployment",
+            &sentinel_name,
+            "-n",
+            SENTINEL_NAMESPACE,
+            "--replicas=5",
+        ],
+    )
+    .await;
+    let scaled = region
+        .sim
+        .inspect(|v| replicas(v, &DEPLOYMENTS, SENTINEL_NAMESPACE, &sentinel_name));
+    assert!(
+        matches!(scaled, Some(5) | Some(2)),
+        "scaled (or already repaired): {scaled:?}"
+    );
+
+    // krane repairs both from its snapshot, still without ctrl.
+    let repairs = region
+        .wait_krane(WAIT, |s| s.drift_repairs >= 2)
+        .await
+        .expect("two repairs")
+        .drift_repairs;
+    assert_eq!(repairs, 2, "one repair per drifted resource");
+    region
+        .sim
+        .wait_until(WAIT, |v| {
+            let recreated =
+                uid(v, &STATEFUL_SETS, NAMESPACE, &sts_name).is_some_and(|uid| uid != sts_uid);
+            recreated
+                && replicas(v, &STATEFUL_SETS, NAMESPACE, &sts_name) == Some(2)
+                && replicas(v, &DEPLOYMENTS, SENTINEL_NAMESPACE, &sentinel_name) == Some(2)
+        })
+        .await
+        .expect("the statefulset is back and the sentinel scaled back");
+    assert!(!fleet.node.is_running(), "repaired while ctrl was down");
+    let sts = region
+        .sim
+        .get(&STATEFUL_SETS, NAMESPACE, &sts_name)
+        .expect("statefulset");
+    assert_eq!(
+        sts["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "krane"
+    );
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.27"
+    );
+
+    // ctrl comes back: krane resumes at its cursor (no full sync) and
+    // writes nothing to the cluster.
+    let writes = region.sim.write_requests();
+    let status = *region.krane_status().expect("krane runs").borrow();
+    fleet.start_ctrl().await.unwrap();
+    let region = fleet.region(REGION);
+    let resumed = region
+        .wait_krane(WAIT, |s| s.watching && s.streams > status.streams)
+        .await
+        .expect("krane watches again");
+    assert_eq!(resumed.full_syncs, status.full_syncs, "no full sync");
+    assert!(resumed.cursor >= target);
+    tokio::time::sleep(QUIET_WINDOW).await;
+    assert_eq!(
+        region
+            .krane_status()
+            .expect("krane runs")
+            .borrow()
+            .drift_repairs,
+        repairs,
+        "no repair since"
+    );
+    assert_eq!(
+        region.sim.write_requests(),
+        writes,
+        "no Kubernetes write after ctrl returned"
+    );
+
+    // A new change after the return is applied: exactly its two writes.
+    let OperatorResponse::Created {
+        deployment_id: second,
+    } = client.call(&create_deployment("nginx:1.28")).await.unwrap()
+    else {
+        panic!("deployment not created");
+    };
+    let second_name = second.replacen("dep_", "dep-", 1);
+    region
+        .sim
+        .wait_until(WAIT, |v| {
+            v.get(&STATEFUL_SETS, NAMESPACE, &second_name).is_some()
+                && v.get(&SERVICES, NAMESPACE, &second_name).is_some()
+        })
+        .await
+        .expect("the new deployment applied");
+    let target = *fleet.node.state.applied_pk.borrow();
+    region
+        .wait_krane(WAIT, |s| s.cursor >= target)
+        .await
+        .expect("krane caught up again");
+    assert_eq!(
+        region.sim.write_requests(),
+        writes + 2,
+        "a Service and a StatefulSet, nothing else"
+    );
+    fleet.shutdown().await.unwrap();
+}
