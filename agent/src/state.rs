@@ -35,7 +35,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 use wire::Pk;
 use wire::agent::{DeploymentReport, ResourceChange};
-use wire::model::{Resource, ResourceKey};
+use wire::model::{Resource, ResourceKey, SentinelStatus};
 
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
@@ -48,6 +48,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const APPLIED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("applied");
 /// Deployment id → postcard [`DeploymentReport`] not yet acknowledged.
 const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
+/// Sentinel id → postcard [`SentinelStatus`] not yet acknowledged.
+const SENTINEL_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("sentinel_outbox");
 
 /// Keys of the [`META`] table.
 mod meta {
@@ -159,6 +161,7 @@ impl LocalState {
             }
             txn.open_table(APPLIED).map_err(storage)?;
             txn.open_table(OUTBOX).map_err(storage)?;
+            txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         Ok(LocalState { db })
@@ -387,6 +390,69 @@ impl LocalState {
             };
             if stored.as_ref() == Some(report) {
                 table.remove(report.deployment_id()).map_err(storage)?;
+                true
+            } else {
+                false
+            }
+        };
+        txn.commit().map_err(storage)?;
+        Ok(removed)
+    }
+}
+
+impl LocalState {
+    /// Puts sentinel statuses in their outbox, in one transaction; each
+    /// replaces the unacknowledged status of its sentinel.
+    pub fn sentinel_outbox_put(&self, statuses: &[SentinelStatus]) -> Result<(), StateError> {
+        if statuses.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(storage)?;
+        {
+            let mut table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
+            for status in statuses {
+                let bytes = postcard::to_stdvec(status)?;
+                table
+                    .insert(status.sentinel_id.as_str(), bytes.as_slice())
+                    .map_err(storage)?;
+            }
+        }
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Up to `max` unacknowledged sentinel statuses, in id order.
+    pub fn sentinel_outbox(&self, max: usize) -> Result<Vec<SentinelStatus>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(storage)?.take(max) {
+            let (_, bytes) = entry.map_err(storage)?;
+            out.push(postcard::from_bytes(bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    /// How many sentinel statuses wait.
+    pub fn sentinel_outbox_len(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
+        table.len().map_err(storage)
+    }
+
+    /// Removes `status` once ctrl acknowledged (or refused) it, only if it
+    /// is still the stored one. Returns whether it was removed.
+    pub fn sentinel_outbox_ack(&self, status: &SentinelStatus) -> Result<bool, StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let removed = {
+            let mut table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
+            let id = status.sentinel_id.as_str();
+            let stored = match table.get(id).map_err(storage)? {
+                Some(bytes) => Some(postcard::from_bytes::<SentinelStatus>(bytes.value())?),
+                None => None,
+            };
+            if stored.as_ref() == Some(status) {
+                table.remove(id).map_err(storage)?;
                 true
             } else {
                 false
@@ -663,6 +729,41 @@ mod tests {
         assert_eq!(state.outbox(10).unwrap(), [report("a", 2)]);
         assert!(state.outbox_ack(&report("a", 2)).unwrap());
         assert!(state.outbox(10).unwrap().is_empty());
+    }
+
+    fn sentinel_status(id: &str, available: u32) -> SentinelStatus {
+        SentinelStatus {
+            sentinel_id: id.into(),
+            region: "us-east".into(),
+            available_replicas: available,
+            updated_replicas: available,
+            ready_replicas: available,
+            observed_generation: 1,
+            running_image: "sentinel:1".into(),
+            health: wire::model::Health::Healthy,
+            updated_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn the_sentinel_outbox_keeps_the_latest_status_until_it_is_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        state
+            .sentinel_outbox_put(&[sentinel_status("a", 1), sentinel_status("b", 1)])
+            .unwrap();
+        state
+            .sentinel_outbox_put(&[sentinel_status("a", 2)])
+            .unwrap();
+        assert!(!state.sentinel_outbox_ack(&sentinel_status("a", 1)).unwrap());
+        assert!(state.sentinel_outbox_ack(&sentinel_status("b", 1)).unwrap());
+        drop(state);
+        let state = open(&dir);
+        assert_eq!(
+            state.sentinel_outbox(10).unwrap(),
+            [sentinel_status("a", 2)]
+        );
+        assert_eq!(state.sentinel_outbox_len().unwrap(), 1);
     }
 
     #[test]

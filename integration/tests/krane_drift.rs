@@ -14,6 +14,7 @@ use std::time::Duration;
 use integration::fleet::{Fleet, FleetConfig};
 use integration::sim::View;
 use integration::sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
+use wire::model::{Health, SentinelStatus};
 use wire::operator::{ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
@@ -24,6 +25,8 @@ const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
 /// is back (an absence cannot be awaited; krane's resumption, which can,
 /// comes first).
 const QUIET_WINDOW: Duration = Duration::from_millis(1_500);
+/// Interval of reading ctrl for a reported status.
+const POLL: Duration = Duration::from_millis(50);
 const REGION: &str = "us-east";
 const NAMESPACE: &str = "krane";
 const SENTINEL_NAMESPACE: &str = "sentinel";
@@ -86,6 +89,33 @@ fn replicas(
         .and_then(|o| o["spec"]["replicas"].as_u64())
 }
 
+/// Reads the sentinel from ctrl until its reported status satisfies
+/// `check` (ctrl has no call that waits for a status).
+async fn sentinel_status(
+    client: &node::client::Client,
+    id: &str,
+    check: impl Fn(&SentinelStatus) -> bool,
+) -> SentinelStatus {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let answer = client
+            .call(&OperatorRequest::GetSentinel { id: id.into() })
+            .await
+            .expect("get sentinel");
+        let OperatorResponse::Sentinel(view) = answer else {
+            panic!("unexpected answer {answer:?}");
+        };
+        if let Some(status) = view.status.filter(|s| check(s)) {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sentinel status not reported within {WAIT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_repairs_drift_while_ctrl_is_down_and_changes_nothing_when_it_returns() {
     tokio::time::timeout(TEST_TIMEOUT, scenario())
@@ -144,6 +174,13 @@ async fn scenario() {
         })
         .await
         .expect("objects applied");
+    // The sentinel's status reached ctrl: healthy, its image running.
+    let status = sentinel_status(&client, &sentinel_id, |s| {
+        s.health == Health::Healthy && s.running_image == "sentinel:1.0"
+    })
+    .await;
+    assert_eq!(status.available_replicas, 2, "{status:?}");
+    assert_eq!(status.updated_replicas, 2, "{status:?}");
     let sts_uid = region
         .sim
         .inspect(|v| uid(v, &STATEFUL_SETS, NAMESPACE, &sts_name))

@@ -135,6 +135,8 @@ pub enum Health {
     Unknown,
     Healthy,
     Unhealthy,
+    /// Scaled to zero replicas on purpose.
+    Paused,
 }
 
 /// The per-environment, per-region proxy (a Kubernetes Deployment in the

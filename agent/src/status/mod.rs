@@ -5,13 +5,18 @@
 //! another node. Reports go through a durable outbox in the local state
 //! and a circuit breaker ([`outbox`]).
 //! A deployment whose objects were deleted is reported `Deleted` once its
-//! pods are gone.
+//! pods are gone. Sentinels are reported from their Deployments (a watch
+//! of namespace `sentinel`): replicas, health and the running image once a
+//! rollout converged ([`sentinel`]), through their own outbox table and the
+//! same breaker.
 //!
 //! [`tracker`] holds the state and decides what to report; [`pod`] reads
-//! one pod; [`Reporter`] is the async driver.
+//! one pod; [`sentinel`] reads sentinel Deployments; [`Reporter`] is the
+//! async driver.
 
 pub mod outbox;
 pub mod pod;
+pub mod sentinel;
 pub mod tracker;
 
 use std::collections::BTreeSet;
@@ -20,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{SelectAll, Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
@@ -33,10 +39,12 @@ use wire::model::UnixMs;
 
 use crate::backoff::Backoff;
 use crate::controller::Notice;
+use crate::controller::sentinel::COMPONENT;
 use crate::ctrl::CtrlClient;
-use crate::k8s::MANAGED_BY_SELECTOR;
+use crate::k8s::{COMPONENT_LABEL, MANAGED_BY_SELECTOR};
 use crate::state::LocalState;
 use outbox::{Breaker, Outbox};
+use sentinel::SentinelTracker;
 use tracker::{Sizes, Tracker};
 
 /// Bounds of the wait before retrying reports ctrl did not take.
@@ -58,6 +66,9 @@ pub fn system_clock() -> Clock {
             .map_or(0, |d| d.as_millis() as UnixMs)
     })
 }
+
+type SentinelEvents =
+    Pin<Box<dyn Stream<Item = Result<watcher::Event<Deployment>, watcher::Error>> + Send>>;
 
 type PodEvents =
     Pin<Box<dyn Stream<Item = (String, Result<watcher::Event<Pod>, watcher::Error>)> + Send>>;
@@ -87,6 +98,8 @@ pub struct Reporter {
     ctrl: Arc<CtrlClient>,
     notices: mpsc::Receiver<Notice>,
     tracker: Tracker,
+    sentinels: SentinelTracker,
+    sentinel_events: SentinelEvents,
     outbox: Outbox,
     /// Whether the outbox may hold reports (checked after each flush).
     outbox_pending: bool,
@@ -112,6 +125,11 @@ impl Reporter {
             tracker.know(deployment_id, *sizes);
         }
         let outbox = Outbox::new(setup.state);
+        let sentinels = SentinelTracker::new(&setup.region);
+        let api: Api<Deployment> = Api::namespaced(client.clone(), storage::SENTINEL_NAMESPACE);
+        let selector = format!("{MANAGED_BY_SELECTOR},{COMPONENT_LABEL}={COMPONENT}");
+        let sentinel_events: SentinelEvents =
+            Box::pin(watcher(api, watcher::Config::default().labels(&selector)).default_backoff());
         // Reports left by an earlier run are sent first.
         let outbox_pending = !outbox.is_empty().unwrap_or(false);
         let mut reporter = Reporter {
@@ -119,6 +137,8 @@ impl Reporter {
             ctrl,
             notices,
             tracker,
+            sentinels,
+            sentinel_events,
             outbox,
             outbox_pending,
             breaker: Breaker::default(),
@@ -168,6 +188,10 @@ impl Reporter {
                     Ok(event) => self.tracker.on_pod_event(&namespace, event),
                     Err(e) => warn!(namespace, "pod watch: {e}"),
                 },
+                Some(event) = self.sentinel_events.next() => match event {
+                    Ok(event) => self.sentinels.on_event(event),
+                    Err(e) => debug!("sentinel watch: {e}"),
+                },
                 notice = self.notices.recv() => match notice {
                     Some(notice) => {
                         if let Notice::DeploymentApplied { namespace, .. } = &notice {
@@ -182,7 +206,8 @@ impl Reporter {
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
-            let fresh = self.tracker.is_dirty() && self.tracker.is_listed();
+            let fresh =
+                (self.tracker.is_dirty() && self.tracker.is_listed()) || self.sentinels.is_dirty();
             if flush_at.is_none() && (fresh || self.outbox_pending) {
                 flush_at = Some(Instant::now() + self.delay);
             }
@@ -202,6 +227,12 @@ impl Reporter {
                 reports.iter().for_each(|r| self.tracker.requeue(r));
                 return Some(self.retry.next_delay(&mut self.rng));
             }
+        }
+        let statuses = self.sentinels.take(self.batch_max, now_ms);
+        if let Err(e) = self.outbox.enqueue_sentinels(&statuses) {
+            warn!("cannot store sentinel statuses; retrying: {e}");
+            statuses.iter().for_each(|s| self.sentinels.requeue(s));
+            return Some(self.retry.next_delay(&mut self.rng));
         }
         if let Some(wait) = self.breaker.wait(now_ms) {
             return Some(wait);
@@ -242,11 +273,50 @@ impl Reporter {
                 warn!("cannot update the report outbox: {e}");
             }
         }
+        if let Some(wait) = self.send_sentinels().await {
+            return Some(wait);
+        }
         self.retry.reset();
         self.outbox_pending = !self.outbox.is_empty().unwrap_or(true);
-        if self.outbox_pending || (self.tracker.is_dirty() && self.tracker.is_listed()) {
+        let fresh =
+            (self.tracker.is_dirty() && self.tracker.is_listed()) || self.sentinels.is_dirty();
+        if self.outbox_pending || fresh {
             // More than a batch waits: go on at once.
             return Some(Duration::ZERO);
+        }
+        None
+    }
+}
+
+impl Reporter {
+    /// Sends up to a batch of the sentinel statuses in the outbox; returns
+    /// when to try again after a failure.
+    async fn send_sentinels(&mut self) -> Option<Duration> {
+        let pending = match self.outbox.pending_sentinels(self.batch_max) {
+            Ok(pending) => pending,
+            Err(e) => {
+                warn!("cannot read the sentinel outbox; retrying: {e}");
+                return Some(self.retry.next_delay(&mut self.rng));
+            }
+        };
+        for status in &pending {
+            let request = AgentRequest::ReportSentinelStatus(status.clone());
+            match self.ctrl.call(&request).await {
+                Ok(AgentResponse::Ack) => debug!(?status, "sentinel status reported"),
+                Ok(other) => warn!(?other, "unexpected answer to a sentinel status; dropped"),
+                Err(e) if e.is_retryable() => {
+                    let opened = self.breaker.failure((self.clock)());
+                    warn!(opened, "sentinel status failed; kept for a retry: {e}");
+                    let delay = self.retry.next_delay(&mut self.rng);
+                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    return Some(delay.max(wait));
+                }
+                Err(e) => warn!(?status, "sentinel status refused; dropped: {e}"),
+            }
+            self.breaker.success();
+            if let Err(e) = self.outbox.sentinel_done(status) {
+                warn!("cannot update the sentinel outbox: {e}");
+            }
         }
         None
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wire::agent::DeploymentReport;
-use wire::model::UnixMs;
+use wire::model::{SentinelStatus, UnixMs};
 
 use crate::state::{LocalState, StateError};
 
@@ -88,9 +88,25 @@ impl Outbox {
         self.state.outbox(max)
     }
 
-    /// Whether any report waits.
+    /// Whether any report (of a deployment or a sentinel) waits.
     pub fn is_empty(&self) -> Result<bool, StateError> {
-        Ok(self.state.outbox_len()? == 0)
+        Ok(self.state.outbox_len()? == 0 && self.state.sentinel_outbox_len()? == 0)
+    }
+
+    /// Stores sentinel statuses (the tracker already dropped unchanged
+    /// ones); each replaces the unsent status of its sentinel.
+    pub fn enqueue_sentinels(&mut self, statuses: &[SentinelStatus]) -> Result<(), StateError> {
+        self.state.sentinel_outbox_put(statuses)
+    }
+
+    /// Up to `max` sentinel statuses waiting to be sent.
+    pub fn pending_sentinels(&self, max: usize) -> Result<Vec<SentinelStatus>, StateError> {
+        self.state.sentinel_outbox(max)
+    }
+
+    /// ctrl recorded (or refused for good) `status`.
+    pub fn sentinel_done(&mut self, status: &SentinelStatus) -> Result<(), StateError> {
+        self.state.sentinel_outbox_ack(status).map(|_| ())
     }
 
     /// ctrl recorded `report`.

@@ -68,6 +68,7 @@ pub fn health() -> impl Strategy<Value = Health> {
         Just(Health::Unknown),
         Just(Health::Healthy),
         Just(Health::Unhealthy),
+        Just(Health::Paused),
     ]
 }
 
