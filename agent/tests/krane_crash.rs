@@ -1,0 +1,353 @@
+//! The real `krane` binary killed with SIGKILL, twice, against a fleet
+//! ([`integration::fleet`]: a ctrl node and the Kubernetes simulator; its
+//! in-process krane is stopped and the binary runs with the same config):
+//!
+//! 1. in the middle of applying a batch of deployments created while it was
+//!    down: restarted, it converges — every deployment once, its pods and
+//!    its instances once — and does not apply again what it had recorded;
+//! 2. with status reports queued in its outbox while ctrl is down: they
+//!    are in the outbox at the kill, and once ctrl and krane are back they
+//!    reach ctrl.
+//!
+//! It lives in the agent package so that cargo builds the binary for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agent::state::LocalState;
+use integration::fleet::{Fleet, FleetConfig};
+use integration::sim::resources::{PODS, STATEFUL_SETS};
+use integration::sim::{View, pod_ready};
+use wire::agent::DeploymentReport;
+use wire::model::InstanceStatus;
+use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+
+/// Bound on the scenario (building krane comes before it).
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bound on one wait for a condition.
+const WAIT: Duration = Duration::from_secs(40);
+/// Interval of reading ctrl for reported instances (ctrl has no wait call).
+const POLL: Duration = Duration::from_millis(50);
+/// Deployments in the batch krane is killed in the middle of.
+const BATCH: usize = 60;
+const REPLICAS: usize = 2;
+const REGION: &str = "us-east";
+const NAMESPACE: &str = "krane";
+/// What krane logs when a report could not reach ctrl (it stays queued).
+const RETRY_LINE: &str = "status report failed; kept for a retry";
+
+fn log_count(log: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches(needle)
+        .count()
+}
+
+async fn bounded(test: impl Future<Output = ()>) {
+    tokio::time::timeout(TEST_TIMEOUT, test)
+        .await
+        .expect("test timed out");
+}
+
+/// A running krane process, killed (SIGKILL) on drop.
+struct Krane {
+    child: Child,
+}
+
+impl Krane {
+    fn start(config: &Path, log: &Path) -> Krane {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_krane"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("KRANE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("krane starts");
+        Krane { child }
+    }
+
+    /// SIGKILL: a crash.
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Krane {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn create(image: &str, n: usize) -> OperatorRequest {
+    OperatorRequest::CreateDeployment(CreateDeployment {
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        environment_id: format!("env_{n}"),
+        image: image.into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: REPLICAS as u32,
+        regions: vec![REGION.into()],
+        env_vars: BTreeMap::new(),
+    })
+}
+
+fn k8s_name(id: &str) -> String {
+    id.replacen("dep_", "dep-", 1)
+}
+
+async fn deployment(client: &node::client::Client, id: &str) -> DeploymentView {
+    match client
+        .call(&OperatorRequest::GetDeployment { id: id.into() })
+        .await
+        .expect("get deployment")
+    {
+        OperatorResponse::Deployment(view) => view,
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// Reads ctrl until every deployment's reported instances satisfy `check`.
+async fn wait_for_instances(
+    client: &node::client::Client,
+    ids: &[String],
+    what: &str,
+    check: impl Fn(&DeploymentView) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for id in ids {
+        loop {
+            let view = deployment(client, id).await;
+            if check(&view) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {WAIT:?}; {id} is {view:#?}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+fn applied(view: &View<'_>, ids: &[String]) -> usize {
+    ids.iter()
+        .filter(|id| view.get(&STATEFUL_SETS, NAMESPACE, &k8s_name(id)).is_some())
+        .count()
+}
+
+fn ready_pods(view: &View<'_>, id: &str) -> usize {
+    view.pods(NAMESPACE, &format!("unkey.com/deployment.id={id}"))
+        .iter()
+        .filter(|p| pod_ready(p))
+        .count()
+}
+
+fn running_once(view: &DeploymentView) -> bool {
+    let names: BTreeSet<&str> = view.instances.iter().map(|i| i.pod_name.as_str()).collect();
+    view.instances.len() == REPLICAS
+        && names.len() == REPLICAS
+        && view
+            .instances
+            .iter()
+            .all(|i| i.status == InstanceStatus::Running)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn krane_killed_mid_batch_and_with_queued_reports_converges_and_loses_nothing() {
+    bounded(scenario()).await;
+}
+
+async fn scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+    config.reconnect_backoff_min_ms = 50;
+    config.reconnect_backoff_max_ms = 200;
+    let mut fleet = Fleet::start(config).await.expect("fleet starts");
+    let client = fleet.client().expect("operator client");
+    // A first deployment, applied by the fleet's in-process krane (its
+    // full sync): the batch below is then a run of incremental changes.
+    let first = match client
+        .call(&create("nginx:1.27", BATCH))
+        .await
+        .expect("create")
+    {
+        OperatorResponse::Created { deployment_id } => deployment_id,
+        other => panic!("not created: {other:?}"),
+    };
+    let target = *fleet.node.state.applied_pk.borrow();
+    let region = fleet.region_mut(REGION);
+    region
+        .wait_krane(WAIT, |s| s.cursor >= target)
+        .await
+        .expect("the first deployment applied");
+    // The binary takes the in-process krane's place, with its config.
+    region.stop_krane().await.expect("in-process krane stops");
+    let config_path = region.agent_path.clone();
+    let data_dir = region.agent.data_dir.clone();
+    let log = dir.path().join("krane.log");
+
+    // 1. A batch created while krane is down; krane killed in its middle.
+    let mut ids = Vec::new();
+    for n in 0..BATCH {
+        match client.call(&create("nginx:1.27", n)).await.expect("create") {
+            OperatorResponse::Created { deployment_id } => ids.push(deployment_id),
+            other => panic!("not created: {other:?}"),
+        }
+    }
+    let region = fleet.region(REGION);
+    let krane = Krane::start(&config_path, &log);
+    region
+        .sim
+        .wait_until(WAIT, |v| applied(v, &ids) > 0)
+        .await
+        .expect("the batch begins");
+    krane.kill();
+    let at_kill = region.sim.inspect(|v| applied(v, &ids));
+    eprintln!("killed with {at_kill} of {BATCH} deployments applied");
+    assert!(at_kill < BATCH, "killed in the middle of the batch");
+    let state = LocalState::open_in(&data_dir).expect("state after the crash");
+    // The first deployment is in the snapshot too.
+    let recorded = state.applied().expect("snapshot").len() - 1;
+    let cursor = state.cursor().expect("cursor");
+    drop(state);
+    assert!(recorded <= at_kill, "recorded only what was applied");
+    assert!(cursor >= target, "the cursor never goes back");
+    eprintln!("recorded {recorded}, cursor {cursor} (from {target})");
+    let writes = region.sim.write_requests();
+
+    // Restarted: converges, each deployment once.
+    let krane = Krane::start(&config_path, &log);
+    region
+        .sim
+        .wait_until(WAIT, |v| ids.iter().all(|id| ready_pods(v, id) == REPLICAS))
+        .await
+        .expect("every deployment applied with its pods");
+    wait_for_instances(&client, &ids, "two running instances each", running_once).await;
+    let restart_writes = region.sim.write_requests() - writes;
+    let max_concurrent = config::agent::DEFAULT_MAX_CONCURRENT_APPLIES;
+    assert!(
+        restart_writes <= 2 * (BATCH - recorded) as u64,
+        "{restart_writes} writes after the restart: what was recorded is not applied again \
+         ({recorded} recorded, {max_concurrent} applied at once)"
+    );
+    region.sim.inspect(|v| {
+        assert_eq!(
+            v.list(&STATEFUL_SETS, Some(NAMESPACE), "").len(),
+            BATCH + 1,
+            "one StatefulSet per deployment"
+        );
+        assert_eq!(
+            v.list(&PODS, Some(NAMESPACE), "").len(),
+            (BATCH + 1) * REPLICAS,
+            "no pod twice"
+        );
+    });
+
+    // 2. Reports queued while ctrl is down, then a kill: one deployment's
+    // pods are replaced by pods that cannot start.
+    let victim = ids[0].clone();
+    fleet.stop_ctrl().await;
+    let region = fleet.region(REGION);
+    let retries_before = log_count(&log, RETRY_LINE);
+    region.sim.add_failing_image("nginx:1.27");
+    let selector = format!("unkey.com/deployment.id={victim}");
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
+    let deleted = Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(&region.kubeconfig)
+        .args(["-n", NAMESPACE, "delete", "pods", "-l", &selector])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        deleted.status.success(),
+        "kubectl delete pods: {}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    region
+        .sim
+        .wait_until(WAIT, |v| {
+            let pods = v.pods(NAMESPACE, &selector);
+            pods.len() == REPLICAS && pods.iter().all(|p| !pod_ready(p))
+        })
+        .await
+        .expect("the victim's pods fail");
+    // A report attempt after that: the report was stored before it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while log_count(&log, RETRY_LINE) <= retries_before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no report attempt within {WAIT:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    krane.kill();
+    let not_running = |report: &DeploymentReport| match report {
+        DeploymentReport::Instances {
+            deployment_id,
+            instances,
+            ..
+        } => {
+            *deployment_id == victim
+                && (instances.is_empty()
+                    || instances
+                        .iter()
+                        .any(|i| i.status != InstanceStatus::Running))
+        }
+        DeploymentReport::Deleted { .. } => false,
+    };
+    let state = LocalState::open_in(&data_dir).expect("state after the second crash");
+    let queued = state.outbox(usize::MAX).expect("outbox");
+    drop(state);
+    assert!(
+        queued.iter().any(not_running),
+        "the victim's report waits in the outbox at the kill: {queued:#?}"
+    );
+
+    // Back, pods still failing: the queued state reaches ctrl.
+    fleet.start_ctrl().await.expect("ctrl restarts");
+    let region = fleet.region(REGION);
+    let krane = Krane::start(&config_path, &log);
+    wait_for_instances(
+        &client,
+        std::slice::from_ref(&victim),
+        "the queued report arrived",
+        |view| {
+            view.instances
+                .iter()
+                .any(|i| i.status == InstanceStatus::Failed)
+        },
+    )
+    .await;
+    // Pods start again: everything converges, once.
+    region.sim.remove_failing_image("nginx:1.27");
+    region
+        .sim
+        .wait_until(WAIT, |v| ready_pods(v, &victim) == REPLICAS)
+        .await
+        .expect("the victim's pods run again");
+    wait_for_instances(&client, &ids, "all running once", running_once).await;
+    krane.kill();
+    let state = LocalState::open_in(&data_dir).expect("state at the end");
+    assert_eq!(state.applied().expect("snapshot").len(), BATCH + 1);
+    drop(state);
+    assert_eq!(
+        log_count(&log, "full_sync_started"),
+        0,
+        "every start resumed at the stored cursor"
+    );
+    assert!(ids.iter().all(|id| *id != first));
+    fleet.shutdown().await.expect("fleet stops");
+}
