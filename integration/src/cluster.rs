@@ -57,3 +57,159 @@ fn operator_config(certs: &Path, addr: SocketAddr) -> OperatorConfig {
         ..OperatorConfig::default()
     }
 }
+
+/// Bound on electing the first leader of a fresh [`TestCluster`].
+const ELECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Several in-process nodes replicating over QUIC on loopback, initialised
+/// as one cluster, with fresh certificates (regions `us-east`, `eu-west`).
+/// Nodes can be stopped and restarted on the same address and data.
+pub struct TestCluster {
+    pub dir: tempfile::TempDir,
+    /// Node `i + 1` at index `i`; `None` while stopped.
+    pub nodes: Vec<Option<RunningNode>>,
+    pub configs: Vec<NodeConfig>,
+    pub operator: OperatorConfig,
+}
+
+impl TestCluster {
+    /// Starts `count` nodes with `configure` applied to each config, and
+    /// initialises them as one cluster.
+    pub async fn start(count: u64, configure: impl Fn(&mut NodeConfig)) -> Result<TestCluster> {
+        let dir = tempfile::tempdir()?;
+        let certs = dir.path().join("certs");
+        let ids: Vec<u64> = (1..=count).collect();
+        transport::certs::init_dir(
+            &certs,
+            &ids,
+            &["us-east".to_string(), "eu-west".to_string()],
+            &["ctrl.local".to_string(), "localhost".to_string()],
+        )?;
+        let addrs = ids
+            .iter()
+            .map(|_| free_loopback_udp())
+            .collect::<Result<Vec<_>>>()?;
+        let mut configs = Vec::new();
+        for (&id, &addr) in ids.iter().zip(&addrs) {
+            let mut config =
+                NodeConfig::single_node_default(&dir.path().join(format!("node-{id}")));
+            config.node_id = id;
+            config.listen_addr = addr;
+            config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
+            config.peers = ids
+                .iter()
+                .zip(&addrs)
+                .filter(|(other, _)| **other != id)
+                .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
+                .collect();
+            configure(&mut config);
+            configs.push(config);
+        }
+        let mut nodes = Vec::new();
+        for config in &configs {
+            nodes.push(Some(node::node::start(config).await?));
+        }
+        let members: std::collections::BTreeMap<u64, openraft::BasicNode> = ids
+            .iter()
+            .zip(&addrs)
+            .map(|(&id, addr)| (id, openraft::BasicNode::new(addr.to_string())))
+            .collect();
+        if let Some(first) = nodes.first().and_then(|n| n.as_ref()) {
+            first.state.raft.initialize(members).await?;
+        }
+        let cluster = TestCluster {
+            dir,
+            nodes,
+            configs,
+            operator: OperatorConfig {
+                endpoints: addrs,
+                tls: TlsFiles::in_dir(&certs, "operator"),
+                ..OperatorConfig::default()
+            },
+        };
+        cluster.wait_for_leader(ELECTION_TIMEOUT).await?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running node knows the same leader; returns it.
+    pub async fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let leaders: Vec<Option<u64>> = self
+                .running()
+                .map(|n| n.state.raft.metrics().borrow().current_leader)
+                .collect();
+            if let Some(Some(leader)) = leaders.first()
+                && leaders.iter().all(|l| *l == Some(*leader))
+                && self.node(*leader).is_some()
+            {
+                return Ok(*leader);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!("no agreed leader within {timeout:?}: {leaders:?}");
+            }
+            // Raft metrics change on every heartbeat; a short poll keeps this
+            // simple and is bounded by the deadline.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The running node `id`.
+    pub fn node(&self, id: u64) -> Option<&RunningNode> {
+        self.nodes.get(id.checked_sub(1)? as usize)?.as_ref()
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &RunningNode> {
+        self.nodes.iter().flatten()
+    }
+
+    /// Stops node `id` (a clean shutdown of its Raft and endpoint).
+    pub async fn stop(&mut self, id: u64) -> Result<()> {
+        let slot = self
+            .nodes
+            .get_mut(id.saturating_sub(1) as usize)
+            .ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
+        if let Some(node) = slot.take() {
+            node.shutdown().await;
+        }
+        Ok(())
+    }
+
+    /// Starts node `id` again on its address and data.
+    pub async fn restart(&mut self, id: u64) -> Result<()> {
+        let index = id.saturating_sub(1) as usize;
+        let config = self
+            .configs
+            .get(index)
+            .ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
+        let node = node::node::start(config).await?;
+        self.nodes[index] = Some(node);
+        Ok(())
+    }
+
+    /// An operator client knowing every node's address.
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client::new(&self.operator)?)
+    }
+
+    /// An operator client that talks to node `id` only.
+    pub fn client_of(&self, id: u64) -> Result<Client> {
+        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        Ok(Client::new(&OperatorConfig {
+            endpoints: vec![addr],
+            ..self.operator.clone()
+        })?)
+    }
+
+    pub async fn shutdown(self) {
+        for node in self.nodes.into_iter().flatten() {
+            node.shutdown().await;
+        }
+    }
+}
+
+/// A loopback UDP address free at the time of the call.
+fn free_loopback_udp() -> Result<SocketAddr> {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    Ok(socket.local_addr()?)
+}

@@ -142,9 +142,15 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         request_timeout_ms: config.limits.request_timeout_ms,
         watch_streams_max: config.limits.watch_streams_max,
     };
+    let batcher = server::write::batch::Batcher::start(
+        raft.clone(),
+        clock.clone(),
+        server::write::batch::batch_bytes_max(config.limits.frame_bytes_max),
+    );
     let state = Arc::new(NodeState {
         node_id: config.node_id,
         raft,
+        batcher,
         configured_members,
         network,
         store,

@@ -149,6 +149,15 @@ impl Store {
         Ok(Store { db })
     }
 
+    /// Makes every commit so far durable (those applied with
+    /// `durable = false` included): an empty commit with fsync.
+    pub fn persist(&self) -> Result<()> {
+        const OP: &str = "persist";
+        let mut txn = self.db.begin_write().ctx(OP)?;
+        txn.set_durability(redb::Durability::Immediate).ctx(OP)?;
+        txn.commit().ctx(OP)
+    }
+
     /// Opens one read transaction: every call on the view sees the same
     /// consistent cut, and writers are not blocked by it.
     pub fn read(&self) -> Result<ReadView> {

@@ -72,9 +72,13 @@ impl LogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(&self, key: &str, value: &T) -> StoreResult<()> {
+    fn put_meta<T: Serialize>(&self, key: &str, value: &T, durable: bool) -> StoreResult<()> {
         let bytes = encode(value)?;
-        let txn = self.db.begin_write().map_err(write_err)?;
+        let mut txn = self.db.begin_write().map_err(write_err)?;
+        if !durable {
+            txn.set_durability(redb::Durability::None)
+                .map_err(write_err)?;
+        }
         {
             let mut table = txn.open_table(META).map_err(write_err)?;
             table.insert(key, bytes.as_slice()).map_err(write_err)?;
@@ -141,15 +145,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
-        self.put_meta(KEY_VOTE, vote)
+        self.put_meta(KEY_VOTE, vote, true)
     }
 
     async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {
         self.meta(KEY_VOTE)
     }
 
+    /// Not fsynced (openraft does not require it): it only lets a restart
+    /// re-apply sooner, and the next durable commit (an append) persists it.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
-        self.put_meta(KEY_COMMITTED, &committed)
+        self.put_meta(KEY_COMMITTED, &committed, false)
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {

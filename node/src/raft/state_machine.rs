@@ -6,6 +6,14 @@
 //! are committed in the same redb transaction as the state they describe.
 //! After every apply the last change pk is published on a
 //! `tokio::sync::watch` channel, which wakes waiting watch streams at once.
+//!
+//! Applies are committed without fsync: an entry is durable in the Raft log
+//! of a majority before it is applied, and after a crash the log re-applies
+//! whatever the state machine lost, deterministically, to the same pks.
+//! The state is made durable before a snapshot is handed to openraft (so
+//! the log is never purged past durable state), on membership changes, and
+//! every [`DURABLE_EVERY_APPLIES`] applies (redb reuses the pages freed by
+//! non-durable commits only after a durable one).
 
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
@@ -26,6 +34,9 @@ use super::{CommandResponse, NodeId, TypeConfig};
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
+
+/// Applies between two durable commits of the state machine, at most.
+pub const DURABLE_EVERY_APPLIES: u64 = 256;
 
 fn sm_read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
     StorageIOError::read_state_machine(&e).into()
@@ -57,6 +68,8 @@ pub struct StateMachine {
     last_applied: Applied,
     membership: Membership,
     snapshot_dir: PathBuf,
+    /// Applies committed without fsync since the last durable one.
+    applies_since_durable: u64,
 }
 
 impl StateMachine {
@@ -73,6 +86,7 @@ impl StateMachine {
             last_applied,
             membership,
             snapshot_dir: snapshot_dir.to_path_buf(),
+            applies_since_durable: 0,
         })
     }
 
@@ -123,6 +137,9 @@ pub struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
         let (data, meta) = self.store.export_snapshot().map_err(sm_read_err)?;
+        // The log may be purged up to this snapshot once openraft has it:
+        // the state it was cut from must survive a crash first.
+        self.store.persist().map_err(sm_write_err)?;
         let (last_log_id, last_membership) = decode_meta(meta)?;
         let snapshot_id = match last_log_id {
             Some(id) => format!(
@@ -181,12 +198,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let last_applied = Some(last.log_id);
         let mut membership = self.membership.clone();
         let mut commands = Vec::with_capacity(entries.len());
+        let mut durable = self.applies_since_durable + 1 >= DURABLE_EVERY_APPLIES;
         for entry in &entries {
             match &entry.payload {
                 EntryPayload::Normal(command) => commands.push(Some(command)),
                 EntryPayload::Membership(m) => {
                     membership = StoredMembership::new(Some(entry.log_id), m.clone());
                     commands.push(None);
+                    durable = true;
                 }
                 EntryPayload::Blank => commands.push(None),
             }
@@ -194,8 +213,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta = encode_meta(&last_applied, &membership)?;
         let applied = self
             .store
-            .apply(&commands, &meta, true)
+            .apply(&commands, &meta, durable)
             .map_err(sm_write_err)?;
+        self.applies_since_durable = if durable {
+            0
+        } else {
+            self.applies_since_durable + 1
+        };
         self.last_applied = last_applied;
         self.membership = membership;
         self.applied_pk.send_replace(applied.last_pk);

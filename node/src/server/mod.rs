@@ -50,6 +50,8 @@ pub struct NodeState {
     pub clock: Arc<dyn Clock>,
     /// Bounds the number of concurrent watch streams.
     pub watch_permits: Arc<tokio::sync::Semaphore>,
+    /// Gathers concurrent local writes into shared Raft entries.
+    pub batcher: write::batch::Batcher,
 }
 
 /// Why serving one stream stopped.

@@ -6,11 +6,18 @@
 //! A retried create carries the same leader-assigned id, so a write that
 //! committed but whose answer was lost is refused as a duplicate rather
 //! than applied twice.
+//!
+//! Local proposals go through [`batch`]: concurrent writes on a node share
+//! one Raft entry.
+
+pub mod batch;
 
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use storage::{Command, Mutation, MutationResult};
+
+use batch::BatchError;
 use tokio::time::Instant;
 use wire::{ErrorCode, WireError};
 
@@ -22,10 +29,6 @@ pub async fn propose(
     state: &NodeState,
     mutations: Vec<Mutation>,
 ) -> Result<Vec<MutationResult>, WireError> {
-    let command = Command {
-        now_ms: state.clock.now_ms(),
-        mutations,
-    };
     let budget = Duration::from_millis(state.limits.request_timeout_ms);
     let deadline = Instant::now() + budget;
     let mut last_problem = String::from("no leader is known");
@@ -34,11 +37,13 @@ pub async fn propose(
         if remaining.is_zero() {
             return Err(unavailable(state, &last_problem));
         }
-        let written = tokio::time::timeout(remaining, state.raft.client_write(command.clone()));
+        let written = tokio::time::timeout(remaining, state.batcher.write(mutations.clone()));
         let forward = match written.await {
             Err(_) => return Err(unavailable(state, "the write was not committed in time")),
-            Ok(Ok(response)) => return Ok(response.data.outcomes),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => forward,
+            Ok(Ok(outcomes)) => return Ok(outcomes),
+            Ok(Err(BatchError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(
+                forward,
+            ))))) => forward,
             Ok(Err(e)) => return Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
         };
         match (forward.leader_id, forward.leader_node) {
@@ -46,7 +51,15 @@ pub async fn propose(
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 match state
                     .network
-                    .forward(leader, &node, command.clone(), remaining)
+                    .forward(
+                        leader,
+                        &node,
+                        Command {
+                            now_ms: state.clock.now_ms(),
+                            mutations: mutations.clone(),
+                        },
+                        remaining,
+                    )
                     .await
                 {
                     Ok(response) => return Ok(response.outcomes),
@@ -80,19 +93,23 @@ pub async fn propose(
     }
 }
 
-/// Commits a write forwarded by a follower. It is not forwarded again.
+/// Commits a write forwarded by a follower, batched with the leader's own
+/// writes and stamped with the leader's time (the follower's `now_ms` is
+/// not used). It is not forwarded again.
 pub async fn commit_forwarded(
     state: &NodeState,
     command: Command,
 ) -> Result<crate::raft::CommandResponse, WireError> {
     let budget = Duration::from_millis(state.limits.request_timeout_ms);
-    match tokio::time::timeout(budget, state.raft.client_write(command)).await {
+    match tokio::time::timeout(budget, state.batcher.write(command.mutations)).await {
         Err(_) => Err(unavailable(state, "the write was not committed in time")),
-        Ok(Ok(response)) => Ok(response.data),
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => Err(WireError::new(
-            ErrorCode::NotLeader,
-            format!("node {} is no longer the leader", state.node_id),
-        )),
+        Ok(Ok(outcomes)) => Ok(crate::raft::CommandResponse { outcomes }),
+        Ok(Err(BatchError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))) => {
+            Err(WireError::new(
+                ErrorCode::NotLeader,
+                format!("node {} is no longer the leader", state.node_id),
+            ))
+        }
         Ok(Err(e)) => Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
     }
 }

@@ -3,13 +3,16 @@
 //!     cargo run --release -p integration --bin bench -- deploy-to-watch
 //!     cargo run --release -p integration --bin bench -- deploy-to-ready
 //!     cargo run --release -p integration --bin bench -- krane-restart --resources 1000
+//!     cargo run --release -p integration --bin bench -- replicated-writes
 //!
 //! - [`watch`]: ctrl alone (a deploy to the change event at a watcher).
+//! - [`writes`]: a three-node cluster under concurrent writers.
 //! - [`krane`]: the whole product on loopback ([`integration::fleet`]):
 //!   deploy to ready through krane and the simulator, krane's warm restart.
 
 mod krane;
 mod watch;
+mod writes;
 
 use anyhow::Result;
 use clap::{Parser, ValueEnum};
@@ -31,6 +34,15 @@ struct Args {
     /// deploy-to-ready: replicas per region.
     #[arg(long, default_value_t = 3)]
     replicas: u32,
+    /// replicated-writes: concurrent writer counts, one series each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    writers: Vec<usize>,
+    /// replicated-writes: seconds each series runs.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// replicated-writes: ctrl nodes in the cluster.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -44,6 +56,10 @@ enum Scenario {
     /// krane's warm restart with `--resources` applied deployments: from
     /// start to watching again at the stored cursor (no full sync).
     KraneRestart,
+    /// Writes/s and commit latency with concurrent writers (`--writers`)
+    /// on a cluster of `--nodes` on loopback, fsync on; and the disk's
+    /// fdatasync latency.
+    ReplicatedWrites,
 }
 
 #[tokio::main]
@@ -61,6 +77,9 @@ async fn main() -> Result<()> {
             krane::deploy_to_ready(args.count.unwrap_or(20), args.replicas).await
         }
         Scenario::KraneRestart => krane::restart(args.count.unwrap_or(5), args.resources).await,
+        Scenario::ReplicatedWrites => {
+            writes::replicated_writes(&args.writers, args.seconds, args.nodes).await
+        }
     }
 }
 

@@ -1,0 +1,126 @@
+//! `replicated-writes`: three in-process nodes on loopback with fsync on;
+//! `W` concurrent writers, each with its own QUIC connection to the
+//! leader, send deploys back to back for a fixed time. Figures per writer
+//! count: writes/s and commit latency (request sent → acknowledged), plus
+//! the machine's fdatasync latency measured in the same data directory.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use integration::cluster::TestCluster;
+use integration::stats::Summary;
+use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+
+use crate::print_summary;
+
+/// Writes before measuring, per writer (connections, caches, allocator).
+const WARMUP_WRITES_PER_WRITER: usize = 5;
+/// fdatasync samples taken for the machine's disk figure.
+const FSYNC_SAMPLES: usize = 500;
+/// Size of each fdatasync sample's write.
+const FSYNC_WRITE_BYTES: usize = 4096;
+
+pub async fn replicated_writes(writer_counts: &[usize], seconds: u64, nodes: u64) -> Result<()> {
+    let cluster = TestCluster::start(nodes, |_| {}).await?;
+    fsync_figure(cluster.dir.path())?;
+    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+    for &writers in writer_counts {
+        run_series(&cluster, leader, writers, Duration::from_secs(seconds)).await?;
+    }
+    cluster.shutdown().await;
+    Ok(())
+}
+
+async fn run_series(
+    cluster: &TestCluster,
+    leader: u64,
+    writers: usize,
+    duration: Duration,
+) -> Result<()> {
+    let mut clients = Vec::with_capacity(writers);
+    for _ in 0..writers {
+        let client = cluster.client_of(leader)?;
+        for _ in 0..WARMUP_WRITES_PER_WRITER {
+            deploy(&client).await?;
+        }
+        clients.push(client);
+    }
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in clients {
+        tasks.spawn(async move {
+            let mut samples = Vec::new();
+            while Instant::now() < deadline {
+                let sent = Instant::now();
+                deploy(&client).await?;
+                samples.push(sent.elapsed());
+            }
+            anyhow::Ok(samples)
+        });
+    }
+    let mut samples = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        samples.extend(joined.context("writer task")??);
+    }
+    let elapsed = started.elapsed();
+    let writes = samples.len();
+    let summary = Summary::of(&mut samples).context("no writes completed")?;
+    print_summary(
+        "replicated-writes",
+        "commit_latency",
+        &summary,
+        serde_json::json!({
+            "writers": writers,
+            "nodes": cluster.configs.len(),
+            "writes": writes,
+            "writes_per_s": (writes as f64 / elapsed.as_secs_f64()).round(),
+        }),
+    );
+    Ok(())
+}
+
+async fn deploy(client: &node::client::Client) -> Result<()> {
+    let request = OperatorRequest::CreateDeployment(CreateDeployment {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        environment_id: "env".into(),
+        image: "nginx:1.27".into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 1,
+        regions: vec!["us-east".into()],
+        env_vars: BTreeMap::new(),
+    });
+    match client.call(&request).await? {
+        OperatorResponse::Created { .. } => Ok(()),
+        other => bail!("unexpected answer to create: {other:?}"),
+    }
+}
+
+/// Prints the fdatasync latency of 4 KiB appends in `dir` (the disk the
+/// nodes write to), the floor under any durable commit.
+fn fsync_figure(dir: &Path) -> Result<()> {
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path)?;
+    let block = vec![0x5a_u8; FSYNC_WRITE_BYTES];
+    let mut samples = Vec::with_capacity(FSYNC_SAMPLES);
+    for _ in 0..FSYNC_SAMPLES {
+        let started = Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        samples.push(started.elapsed());
+    }
+    std::fs::remove_file(&path)?;
+    let summary = Summary::of(&mut samples).context("no fsync samples")?;
+    print_summary(
+        "replicated-writes",
+        "fdatasync_4k",
+        &summary,
+        serde_json::json!({}),
+    );
+    Ok(())
+}
