@@ -129,7 +129,7 @@ mod tests {
         let a = topology_key("a");
         let b = topology_key("b");
         q.note(&a, 0);
-        assert_eq!(q.take_due(DRIFT_DEBOUNCE_MS), [a.clone()]);
+        assert_eq!(q.take_due(DRIFT_DEBOUNCE_MS), std::slice::from_ref(&a));
         q.repaired(&a, DRIFT_DEBOUNCE_MS);
         // Changed back at once: not repaired again before the interval.
         q.note(&a, DRIFT_DEBOUNCE_MS + 10);
