@@ -5,17 +5,24 @@
 //! is acknowledged to openraft: the log is the durable source the state
 //! machine is rebuilt from. The log lives in a file of its own so appends do
 //! not queue behind state-machine writes.
+//!
+//! Writes are made by one thread of their own, in the order openraft asks
+//! for them: `append` returns as soon as its entries are readable (held in
+//! memory until committed) and the writer calls openraft's flush callback
+//! after the fsync; whatever queued up meanwhile is committed together.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::oneshot;
 
 use super::{NodeId, TypeConfig};
 
@@ -47,10 +54,45 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
     postcard::from_bytes(bytes).map_err(read_err)
 }
 
-/// The Raft log storage. Cheap to clone; clones share the database.
+/// Most queued operations the writer commits in one transaction.
+pub const WRITE_OPS_PER_COMMIT_MAX: usize = 1_024;
+
+/// The Raft log storage. Cheap to clone; clones share the database, the
+/// unflushed entries and the writer.
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
+    shared: Arc<Shared>,
+    writer: std::sync::mpsc::Sender<Op>,
+}
+
+struct Shared {
+    db: Database,
+    /// Entries handed to the writer and not yet committed, by index:
+    /// readable from the moment `append` returns, as openraft requires.
+    unflushed: Mutex<BTreeMap<u64, Entry<TypeConfig>>>,
+}
+
+/// One write, queued for the writer thread in openraft's order.
+enum Op {
+    Append {
+        entries: Vec<(LogId<NodeId>, Vec<u8>)>,
+        callback: LogFlushed<TypeConfig>,
+    },
+    Meta {
+        key: &'static str,
+        bytes: Vec<u8>,
+        durable: bool,
+        done: Option<oneshot::Sender<Result<(), String>>>,
+    },
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<Result<(), String>>,
+    },
+    Purge {
+        upto: u64,
+        bytes: Vec<u8>,
+        done: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 impl LogStore {
@@ -60,11 +102,21 @@ impl LogStore {
         txn.open_table(LOG)?;
         txn.open_table(META)?;
         txn.commit()?;
-        Ok(LogStore { db: Arc::new(db) })
+        let shared = Arc::new(Shared {
+            db,
+            unflushed: Mutex::new(BTreeMap::new()),
+        });
+        let (writer, queue) = std::sync::mpsc::channel();
+        let for_writer = shared.clone();
+        std::thread::Builder::new()
+            .name("raft-log-writer".into())
+            .spawn(move || write_loop(&for_writer, &queue))
+            .map_err(redb::Error::Io)?;
+        Ok(LogStore { shared, writer })
     }
 
     fn meta<T: DeserializeOwned>(&self, key: &str) -> StoreResult<Option<T>> {
-        let txn = self.db.begin_read().map_err(read_err)?;
+        let txn = self.shared.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(META).map_err(read_err)?;
         match table.get(key).map_err(read_err)? {
             Some(bytes) => decode(bytes.value()).map(Some),
@@ -72,22 +124,30 @@ impl LogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(&self, key: &str, value: &T, durable: bool) -> StoreResult<()> {
-        let bytes = encode(value)?;
-        let mut txn = self.db.begin_write().map_err(write_err)?;
-        if !durable {
-            txn.set_durability(redb::Durability::None)
-                .map_err(write_err)?;
+    fn enqueue(&self, op: Op) -> StoreResult<()> {
+        self.writer
+            .send(op)
+            .map_err(|_| write_err(std::io::Error::other("the raft log writer has stopped")))
+    }
+
+    /// Queues `op` (built around `done`) and waits until it is committed.
+    async fn write_and_wait(
+        &self,
+        op: impl FnOnce(oneshot::Sender<Result<(), String>>) -> Op,
+    ) -> StoreResult<()> {
+        let (done, committed) = oneshot::channel();
+        self.enqueue(op(done))?;
+        match committed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(write_err(std::io::Error::other(e))),
+            Err(_) => Err(write_err(std::io::Error::other(
+                "the raft log writer stopped before committing",
+            ))),
         }
-        {
-            let mut table = txn.open_table(META).map_err(write_err)?;
-            table.insert(key, bytes.as_slice()).map_err(write_err)?;
-        }
-        txn.commit().map_err(write_err)
     }
 
     fn last_entry_log_id(&self) -> StoreResult<Option<LogId<NodeId>>> {
-        let txn = self.db.begin_read().map_err(read_err)?;
+        let txn = self.shared.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOG).map_err(read_err)?;
         match table.last().map_err(read_err)? {
             Some((_, bytes)) => {
@@ -97,6 +157,97 @@ impl LogStore {
             None => Ok(None),
         }
     }
+
+    fn unflushed(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry<TypeConfig>>> {
+        // A panic while holding the lock leaves a consistent map (every
+        // update is one insert or remove), so a poisoned lock is still usable.
+        self.shared
+            .unflushed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The writer thread: takes every queued operation (up to
+/// [`WRITE_OPS_PER_COMMIT_MAX`]), commits them in order in one redb
+/// transaction — durable (fsync) when any of them needs it — and only then
+/// tells openraft. Concurrent appends so share one fsync, and the tokio
+/// workers never wait on the disk.
+fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
+    while let Ok(first) = queue.recv() {
+        let mut ops = vec![first];
+        while ops.len() < WRITE_OPS_PER_COMMIT_MAX {
+            match queue.try_recv() {
+                Ok(op) => ops.push(op),
+                Err(_) => break,
+            }
+        }
+        let result = commit_ops(&shared.db, &ops).map_err(|e| e.to_string());
+        for op in ops {
+            match op {
+                Op::Append { entries, callback } => {
+                    if result.is_ok() {
+                        let mut unflushed = shared
+                            .unflushed
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        for (log_id, _) in &entries {
+                            // A truncate and a new append may have replaced it.
+                            if unflushed.get(&log_id.index).map(|e| e.log_id) == Some(*log_id) {
+                                unflushed.remove(&log_id.index);
+                            }
+                        }
+                    }
+                    callback.log_io_completed(result.clone().map_err(std::io::Error::other));
+                }
+                Op::Meta { done, .. } => {
+                    if let Some(done) = done {
+                        let _ = done.send(result.clone());
+                    }
+                }
+                Op::Truncate { done, .. } | Op::Purge { done, .. } => {
+                    let _ = done.send(result.clone());
+                }
+            }
+        }
+    }
+}
+
+fn commit_ops(db: &Database, ops: &[Op]) -> Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    let durable = ops
+        .iter()
+        .any(|op| !matches!(op, Op::Meta { durable: false, .. }));
+    if !durable {
+        txn.set_durability(redb::Durability::None)?;
+    }
+    {
+        let mut log = txn.open_table(LOG)?;
+        let mut meta = txn.open_table(META)?;
+        for op in ops {
+            match op {
+                Op::Append { entries, .. } => {
+                    for (log_id, bytes) in entries {
+                        log.insert(log_id.index, bytes.as_slice())?;
+                    }
+                }
+                Op::Meta { key, bytes, .. } => {
+                    meta.insert(*key, bytes.as_slice())?;
+                }
+                Op::Truncate { from, .. } => {
+                    log.retain_in(*from.., |_, _| false)?;
+                }
+                // The purge point is persisted in the same transaction that
+                // removes the entries.
+                Op::Purge { upto, bytes, .. } => {
+                    meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
+                    log.retain_in(..=*upto, |_, _| false)?;
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -114,17 +265,29 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => Bound::Excluded(*i),
             Bound::Unbounded => Bound::Unbounded,
         };
-        let txn = self.db.begin_read().map_err(read_err)?;
+        // Unflushed entries first: the writer removes one only after it is
+        // committed, so an entry is always in one of the two reads.
+        let unflushed: BTreeMap<u64, Entry<TypeConfig>> = self
+            .unflushed()
+            .range((start, end))
+            .take(READ_ENTRIES_MAX)
+            .map(|(index, entry)| (*index, entry.clone()))
+            .collect();
+        let txn = self.shared.db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOG).map_err(read_err)?;
-        let mut entries = Vec::new();
+        let mut entries = BTreeMap::new();
         for row in table.range::<u64>((start, end)).map_err(read_err)? {
-            let (_, bytes) = row.map_err(read_err)?;
-            entries.push(decode(bytes.value())?);
+            let (index, bytes) = row.map_err(read_err)?;
+            if unflushed.contains_key(&index.value()) {
+                continue;
+            }
+            entries.insert(index.value(), decode::<Entry<TypeConfig>>(bytes.value())?);
             if entries.len() >= READ_ENTRIES_MAX {
                 break;
             }
         }
-        Ok(entries)
+        entries.extend(unflushed);
+        Ok(entries.into_values().take(READ_ENTRIES_MAX).collect())
     }
 }
 
@@ -132,8 +295,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
+        let last_unflushed = self.unflushed().last_key_value().map(|(_, e)| e.log_id);
         let last_purged_log_id: Option<LogId<NodeId>> = self.meta(KEY_LAST_PURGED)?;
-        let last_log_id = self.last_entry_log_id()?.or(last_purged_log_id);
+        let last_log_id = last_unflushed
+            .or(self.last_entry_log_id()?)
+            .or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -145,79 +311,77 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
-        self.put_meta(KEY_VOTE, vote, true)
+        let bytes = encode(vote)?;
+        self.write_and_wait(|done| Op::Meta {
+            key: KEY_VOTE,
+            bytes,
+            durable: true,
+            done: Some(done),
+        })
+        .await
     }
 
     async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {
         self.meta(KEY_VOTE)
     }
 
-    /// Not fsynced (openraft does not require it): it only lets a restart
-    /// re-apply sooner, and the next durable commit (an append) persists it.
+    /// Queued without waiting and not fsynced (openraft does not require
+    /// it): it only lets a restart re-apply sooner, and the next durable
+    /// commit persists it.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
-        self.put_meta(KEY_COMMITTED, &committed, false)
+        let bytes = encode(&committed)?;
+        self.enqueue(Op::Meta {
+            key: KEY_COMMITTED,
+            bytes,
+            durable: false,
+            done: None,
+        })
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {
         Ok(self.meta::<Option<LogId<NodeId>>>(KEY_COMMITTED)?.flatten())
     }
 
+    /// Makes the entries readable at once and queues them for the writer,
+    /// which calls `callback` once they are durable (fsynced).
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let txn = self.db.begin_write().map_err(write_err)?;
+        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
+        let mut encoded = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            encoded.push((entry.log_id, encode(entry)?));
+        }
         {
-            let mut table = txn.open_table(LOG).map_err(write_err)?;
+            let mut unflushed = self.unflushed();
             for entry in entries {
-                let bytes = encode(&entry)?;
-                table
-                    .insert(entry.log_id.index, bytes.as_slice())
-                    .map_err(write_err)?;
+                unflushed.insert(entry.log_id.index, entry);
             }
         }
-        // A durable commit: the entries are on disk before openraft hears
-        // they are.
-        let result = txn
-            .commit()
-            .map_err(|e| std::io::Error::other(e.to_string()));
-        let failed = result
-            .as_ref()
-            .err()
-            .map(|e| StorageIOError::write_logs(e).into());
-        callback.log_io_completed(result);
-        match failed {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
+        self.enqueue(Op::Append {
+            entries: encoded,
+            callback,
+        })
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
-        let txn = self.db.begin_write().map_err(write_err)?;
-        {
-            let mut table = txn.open_table(LOG).map_err(write_err)?;
-            table
-                .retain_in(log_id.index.., |_, _| false)
-                .map_err(write_err)?;
-        }
-        txn.commit().map_err(write_err)
+        self.unflushed().retain(|index, _| *index < log_id.index);
+        self.write_and_wait(|done| Op::Truncate {
+            from: log_id.index,
+            done,
+        })
+        .await
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
         let bytes = encode(&log_id)?;
-        let txn = self.db.begin_write().map_err(write_err)?;
-        {
-            // The purge point is persisted in the same transaction that
-            // removes the entries.
-            let mut meta = txn.open_table(META).map_err(write_err)?;
-            meta.insert(KEY_LAST_PURGED, bytes.as_slice())
-                .map_err(write_err)?;
-            let mut table = txn.open_table(LOG).map_err(write_err)?;
-            table
-                .retain_in(..=log_id.index, |_, _| false)
-                .map_err(write_err)?;
-        }
-        txn.commit().map_err(write_err)
+        self.write_and_wait(|done| Op::Purge {
+            upto: log_id.index,
+            bytes,
+            done,
+        })
+        .await
     }
 }

@@ -41,9 +41,10 @@ pub async fn propose(
         let forward = match written.await {
             Err(_) => return Err(unavailable(state, "the write was not committed in time")),
             Ok(Ok(outcomes)) => return Ok(outcomes),
-            Ok(Err(BatchError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(
-                forward,
-            ))))) => forward,
+            Ok(Err(BatchError::Raft(error))) => match *error {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward,
+                other => return Err(WireError::new(ErrorCode::Unavailable, other.to_string())),
+            },
             Ok(Err(e)) => return Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
         };
         match (forward.leader_id, forward.leader_node) {
@@ -104,7 +105,12 @@ pub async fn commit_forwarded(
     match tokio::time::timeout(budget, state.batcher.write(command.mutations)).await {
         Err(_) => Err(unavailable(state, "the write was not committed in time")),
         Ok(Ok(outcomes)) => Ok(crate::raft::CommandResponse { outcomes }),
-        Ok(Err(BatchError::Raft(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))) => {
+        Ok(Err(BatchError::Raft(error)))
+            if matches!(
+                *error,
+                RaftError::APIError(ClientWriteError::ForwardToLeader(_))
+            ) =>
+        {
             Err(WireError::new(
                 ErrorCode::NotLeader,
                 format!("node {} is no longer the leader", state.node_id),

@@ -37,7 +37,7 @@ pub const BATCH_BYTES_MAX: usize = 256 * 1024;
 /// share of an append-entries frame.
 pub const FRAME_SHARE_DIVISOR: usize = 4;
 /// Batches proposed and not yet committed, at most.
-pub const BATCHES_IN_FLIGHT_MAX: usize = 2;
+pub const BATCHES_IN_FLIGHT_MAX: usize = 4;
 /// Writes waiting for a batch, at most; further writers wait for room.
 pub const QUEUE_DEPTH: usize = 8_192;
 
@@ -48,7 +48,7 @@ pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BatchError {
     #[error(transparent)]
-    Raft(#[from] WriteError),
+    Raft(Box<WriteError>),
     #[error("the node is shutting down")]
     Closed,
     /// Apply answers every mutation; anything else is a bug, and no writer
@@ -144,7 +144,7 @@ async fn run(
                     warn!("a batch's outcomes do not match its mutations");
                     BatchError::Mismatch
                 }),
-                Err(error) => Err(BatchError::Raft(error)),
+                Err(error) => Err(BatchError::Raft(Box::new(error))),
             };
             match parts {
                 Ok(parts) => {
