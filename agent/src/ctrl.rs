@@ -110,11 +110,18 @@ impl CtrlClient {
     /// first endpoint that answers, starting after the last one given up.
     pub async fn connect(&self) -> Result<(quinn::Connection, SocketAddr), CtrlError> {
         let next = {
-            let kept = self.kept();
-            if let Some((connection, addr)) = &kept.connection
-                && connection.close_reason().is_none()
-            {
-                return Ok((connection.clone(), *addr));
+            let mut kept = self.kept();
+            match &kept.connection {
+                Some((connection, addr)) if connection.close_reason().is_none() => {
+                    return Ok((connection.clone(), *addr));
+                }
+                // The node closed it (it stopped, or went away): start with
+                // the following endpoint rather than wait on this one.
+                Some(_) => {
+                    kept.connection = None;
+                    kept.next += 1;
+                }
+                None => {}
             }
             kept.next
         };

@@ -187,7 +187,7 @@ async fn scenario() {
         OperatorResponse::Created { deployment_id } => deployment_id,
         other => panic!("not created: {other:?}"),
     };
-    let target = *fleet.node.state.applied_pk.borrow();
+    let target = *fleet.node().state.applied_pk.borrow();
     let region = fleet.region_mut(REGION);
     region
         .wait_krane(WAIT, |s| s.cursor >= target)

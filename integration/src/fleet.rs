@@ -1,11 +1,13 @@
-//! A whole site on loopback: a ctrl node, and for every region a simulated
-//! Kubernetes cluster with its own in-process krane. The sandbox binary,
-//! the end-to-end tests and the benchmarks all start the product this way.
+//! A whole site on loopback: one or three ctrl nodes, and for every region
+//! a simulated Kubernetes cluster with its own in-process krane. The
+//! sandbox binary, the end-to-end tests and the benchmarks all start the
+//! product this way.
 //!
-//! Everything lives under one directory: `certs/`, `ctrl-1/` (the node's
+//! Everything lives under one directory: `certs/`, `ctrl-N/` (each node's
 //! data), `operator.toml`, `kube/REGION.kubeconfig`, `krane-REGION.toml`
 //! and `krane-REGION/` (each agent's local state). The written configs work
-//! as they are with the `ctrl` and `krane` binaries.
+//! as they are with the `ctrl` and `krane` binaries; operator and agents
+//! know every node and fail over between them.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,8 @@ use crate::sim::{SimConfig, Simulator};
 
 /// How long a krane may take to stop after it is told to.
 pub const KRANE_STOP_TIMEOUT_MS: u64 = 10_000;
+/// How long a fresh or restarted multi-node fleet may take to elect a leader.
+pub const ELECTION_TIMEOUT_MS: u64 = 20_000;
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -33,7 +37,10 @@ pub struct FleetConfig {
     pub dir: PathBuf,
     /// One simulated cluster and one krane per region.
     pub regions: Vec<String>,
-    /// UDP port of the ctrl node on 127.0.0.1; 0 picks a free one.
+    /// ctrl nodes (1 or more; 3 is what a site runs).
+    pub nodes: u64,
+    /// UDP port of ctrl node 1 on 127.0.0.1 (node N gets `port + N - 1`);
+    /// 0 picks free ones.
     pub ctrl_port: u16,
     /// Delay before a simulated pod starts.
     pub pod_ready_delay_ms: u64,
@@ -50,6 +57,7 @@ impl FleetConfig {
         FleetConfig {
             dir: dir.to_path_buf(),
             regions,
+            nodes: 1,
             ctrl_port: 0,
             pod_ready_delay_ms: 0,
             failing_images: Vec::new(),
@@ -62,8 +70,9 @@ impl FleetConfig {
 /// A running site.
 pub struct Fleet {
     pub dir: PathBuf,
-    /// The ctrl node (dereferences to its [`RunningNode`] while it runs).
-    pub node: CtrlNode,
+    /// The ctrl nodes, node `N` at index `N - 1` (each dereferences to its
+    /// [`RunningNode`] while it runs).
+    pub nodes: Vec<CtrlNode>,
     pub operator: OperatorConfig,
     /// `DIR/operator.toml`, for `CTRL_CONFIG`.
     pub operator_path: PathBuf,
@@ -96,19 +105,42 @@ impl Fleet {
         for region in &config.regions {
             wire::operator::validate_region(region)?;
         }
+        if config.nodes == 0 {
+            bail!("a fleet needs at least one ctrl node");
+        }
+        let ids: Vec<u64> = (1..=config.nodes).collect();
         let certs = dir.join("certs");
-        ensure_certs(&certs, &config.regions)?;
+        ensure_certs(&certs, &ids, &config.regions)?;
 
-        let mut node_config = NodeConfig::single_node_default(&dir.join("ctrl-1"));
-        node_config.listen_addr = SocketAddr::from(([127, 0, 0, 1], config.ctrl_port));
-        node_config.tls = TlsFiles::in_dir(&certs, "node-1");
-        let node = node::node::start(&node_config)
-            .await
-            .context("starting the ctrl node")?;
-        // A restart binds the same address: the agents' configs name it.
-        node_config.listen_addr = node.local_addr;
+        let addrs = node_addrs(&ids, config.ctrl_port)?;
+        let mut nodes = Vec::new();
+        for (&id, &addr) in ids.iter().zip(&addrs) {
+            let mut node_config = NodeConfig::single_node_default(&dir.join(format!("ctrl-{id}")));
+            node_config.node_id = id;
+            node_config.listen_addr = addr;
+            node_config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
+            node_config.peers = ids
+                .iter()
+                .zip(&addrs)
+                .filter(|(other, _)| **other != id)
+                .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
+                .collect();
+            let node = node::node::start(&node_config)
+                .await
+                .with_context(|| format!("starting ctrl node {id}"))?;
+            // A restart binds the same address: the agents' configs name it.
+            node_config.listen_addr = node.local_addr;
+            nodes.push(CtrlNode {
+                running: Some(node),
+                config: node_config,
+            });
+        }
+        if ids.len() > 1 {
+            initialise(&nodes).await?;
+        }
+        let endpoints: Vec<SocketAddr> = nodes.iter().map(|n| n.config.listen_addr).collect();
         let operator = OperatorConfig {
-            endpoints: vec![node.local_addr],
+            endpoints: endpoints.clone(),
             tls: TlsFiles::in_dir(&certs, "operator"),
             ..OperatorConfig::default()
         };
@@ -132,7 +164,7 @@ impl Fleet {
                 .with_context(|| format!("cannot write {}", kubeconfig.display()))?;
             let mut agent = AgentConfig::new(
                 name,
-                vec![node.local_addr.into()],
+                endpoints.iter().map(|&addr| addr.into()).collect(),
                 TlsFiles::in_dir(&certs, &format!("agent-{name}")),
             );
             agent.kubeconfig = Some(kubeconfig.clone());
@@ -154,10 +186,7 @@ impl Fleet {
         }
         Ok(Fleet {
             dir,
-            node: CtrlNode {
-                running: Some(node),
-                config: node_config,
-            },
+            nodes,
             operator,
             operator_path,
             regions,
@@ -193,30 +222,149 @@ impl Fleet {
             }
             region.sim.shutdown().await;
         }
-        if let Some(node) = self.node.running {
-            node.shutdown().await;
+        for node in self.nodes {
+            if let Some(node) = node.running {
+                node.shutdown().await;
+            }
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Stops the ctrl node (Raft and endpoint, cleanly); krane keeps
+    /// The first running ctrl node.
+    ///
+    /// # Panics
+    /// When every node is stopped: reaching for one then is a mistake of
+    /// the test that stopped them.
+    pub fn node(&self) -> &CtrlNode {
+        self.nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("every ctrl node is stopped (Fleet::stop_ctrl)")
+    }
+
+    /// The running node every running node agrees leads, waiting for an
+    /// election if there is none (bounded by [`ELECTION_TIMEOUT_MS`]).
+    pub async fn leader(&self) -> Result<u64> {
+        let mut metrics = self.node().state.raft.metrics();
+        let deadline = Duration::from_millis(ELECTION_TIMEOUT_MS);
+        let found = tokio::time::timeout(deadline, async {
+            loop {
+                let leader = metrics.borrow_and_update().current_leader;
+                if let Some(leader) = leader
+                    && self.node_by_id(leader).is_some_and(CtrlNode::is_running)
+                {
+                    return Ok(leader);
+                }
+                if metrics.changed().await.is_err() {
+                    bail!("the node stopped while waiting for a leader");
+                }
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| bail!("no leader within {ELECTION_TIMEOUT_MS} ms"))
+    }
+
+    /// Node `id`, running or stopped.
+    pub fn node_by_id(&self, id: u64) -> Option<&CtrlNode> {
+        self.nodes.get(id.checked_sub(1)? as usize)
+    }
+
+    /// Stops every ctrl node (Raft and endpoint, cleanly); krane keeps
     /// running and finds no node to watch.
     pub async fn stop_ctrl(&mut self) {
-        if let Some(node) = self.node.running.take() {
+        for id in 1..=self.nodes.len() as u64 {
+            self.stop_node(id).await;
+        }
+    }
+
+    /// Starts every stopped ctrl node again on its address and data.
+    pub async fn start_ctrl(&mut self) -> Result<()> {
+        for id in 1..=self.nodes.len() as u64 {
+            self.start_node(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Stops node `id`: its endpoint closes at once (peers and agents see
+    /// it vanish, as on a crash), then its Raft shuts down.
+    pub async fn stop_node(&mut self, id: u64) {
+        let Some(slot) = id
+            .checked_sub(1)
+            .and_then(|index| self.nodes.get_mut(index as usize))
+        else {
+            return;
+        };
+        if let Some(node) = slot.running.take() {
             node.shutdown().await;
         }
     }
 
-    /// Starts the ctrl node again on its address and data.
-    pub async fn start_ctrl(&mut self) -> Result<()> {
-        if self.node.running.is_none() {
-            let node = node::node::start(&self.node.config)
+    /// Starts node `id` again on its address and data, if it is stopped.
+    pub async fn start_node(&mut self, id: u64) -> Result<()> {
+        let Some(slot) = id
+            .checked_sub(1)
+            .and_then(|index| self.nodes.get_mut(index as usize))
+        else {
+            bail!("this fleet has no ctrl node {id}");
+        };
+        if slot.running.is_none() {
+            let node = node::node::start(&slot.config)
                 .await
-                .context("restarting the ctrl node")?;
-            self.node.running = Some(node);
+                .with_context(|| format!("restarting ctrl node {id}"))?;
+            slot.running = Some(node);
         }
         Ok(())
     }
+}
+
+/// Loopback addresses for the nodes: `base_port + id - 1`, or free ports
+/// when `base_port` is 0. A single node may keep port 0 (its endpoint
+/// picks one, and the fleet records it).
+fn node_addrs(ids: &[u64], base_port: u16) -> Result<Vec<SocketAddr>> {
+    ids.iter()
+        .map(|&id| {
+            if base_port != 0 {
+                let offset = u16::try_from(id - 1).context("too many nodes")?;
+                let port = base_port
+                    .checked_add(offset)
+                    .context("node ports past 65535")?;
+                Ok(SocketAddr::from(([127, 0, 0, 1], port)))
+            } else if ids.len() == 1 {
+                Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
+            } else {
+                let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
+                Ok(socket.local_addr()?)
+            }
+        })
+        .collect()
+}
+
+/// Initialises a fresh multi-node cluster from node 1 (a restarted fleet
+/// is already initialised), then waits for a leader.
+async fn initialise(nodes: &[CtrlNode]) -> Result<()> {
+    let Some(first) = nodes.first().and_then(|n| n.running.as_ref()) else {
+        bail!("node 1 is not running");
+    };
+    let raft = &first.state.raft;
+    if !raft.is_initialized().await? {
+        let members: std::collections::BTreeMap<u64, openraft::BasicNode> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.config.node_id,
+                    openraft::BasicNode::new(n.config.listen_addr.to_string()),
+                )
+            })
+            .collect();
+        raft.initialize(members)
+            .await
+            .context("initialising the ctrl cluster")?;
+    }
+    raft.wait(Some(Duration::from_millis(ELECTION_TIMEOUT_MS)))
+        .metrics(|m| m.current_leader.is_some(), "a leader")
+        .await
+        .context("no ctrl leader elected")?;
+    Ok(())
 }
 
 /// The fleet's ctrl node: running, or stopped by [`Fleet::stop_ctrl`].
@@ -323,16 +471,21 @@ impl Krane {
     }
 }
 
-/// A CA, node 1, the operator and one agent per region; missing agent
-/// certificates are added to an existing directory.
-fn ensure_certs(certs: &Path, regions: &[String]) -> Result<()> {
+/// A CA, the nodes, the operator and one agent per region; missing node
+/// and agent certificates are added to an existing directory.
+fn ensure_certs(certs: &Path, ids: &[u64], regions: &[String]) -> Result<()> {
+    let names: Vec<String> = transport::certs::DEFAULT_SERVER_NAMES
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
     if !certs.join(transport::certs::CA_CERT_FILE).exists() {
-        let names: Vec<String> = transport::certs::DEFAULT_SERVER_NAMES
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        transport::certs::init_dir(certs, &[1], regions, &names)?;
+        transport::certs::init_dir(certs, ids, regions, &names)?;
         return Ok(());
+    }
+    for &id in ids {
+        if !transport::certs::node_bundle(certs, id).cert.exists() {
+            transport::certs::issue_node(certs, id, &names)?;
+        }
     }
     for region in regions {
         if !transport::certs::agent_bundle(certs, region).cert.exists() {

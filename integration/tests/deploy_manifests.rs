@@ -216,7 +216,7 @@ async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
         .await
         .unwrap();
     region.start_krane();
-    let target = *fleet.node.state.applied_pk.borrow();
+    let target = *fleet.node().state.applied_pk.borrow();
     fleet
         .region(REGION)
         .wait_krane(WAIT, |s| s.cursor >= target)

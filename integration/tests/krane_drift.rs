@@ -157,7 +157,7 @@ async fn scenario() {
     let sentinel_name = sentinel_id.replacen("snt_", "snt-", 1);
 
     // Converged: every object there, krane's cursor at ctrl's last pk.
-    let target = *fleet.node.state.applied_pk.borrow();
+    let target = *fleet.node().state.applied_pk.borrow();
     let region = fleet.region(REGION);
     region
         .wait_krane(WAIT, |s| s.watching && s.cursor >= target)
@@ -238,7 +238,10 @@ async fn scenario() {
         })
         .await
         .expect("the statefulset is back and the sentinel scaled back");
-    assert!(!fleet.node.is_running(), "repaired while ctrl was down");
+    assert!(
+        fleet.nodes.iter().all(|n| !n.is_running()),
+        "repaired while ctrl was down"
+    );
     let sts = region
         .sim
         .get(&STATEFUL_SETS, NAMESPACE, &sts_name)
@@ -296,7 +299,7 @@ async fn scenario() {
         })
         .await
         .expect("the new deployment applied");
-    let target = *fleet.node.state.applied_pk.borrow();
+    let target = *fleet.node().state.applied_pk.borrow();
     region
         .wait_krane(WAIT, |s| s.cursor >= target)
         .await

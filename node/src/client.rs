@@ -66,7 +66,14 @@ impl Client {
     pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
         let mut cached = self.cached.lock().await;
         let mut failures = Vec::new();
+        let mut start = 0;
         if let Some((connection, addr)) = cached.take() {
+            // Should it fail, the next connection starts with another node.
+            start = self
+                .addrs
+                .iter()
+                .position(|a| *a == addr)
+                .map_or(0, |i| i + 1);
             match self.call_on(&connection, request).await {
                 Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
@@ -84,12 +91,15 @@ impl Client {
                 Err(_) => {}
             }
         }
-        for start in 0..self.addrs.len() {
-            let addrs = rotate(&self.addrs, start);
+        // Each round connects to the first node that answers, starting
+        // after the one that could not serve (staggered attempts: a node
+        // that is down costs a stagger, not a timeout).
+        for _ in 0..self.addrs.len() {
+            let addrs = rotate(&self.addrs, start % self.addrs.len());
             let (connection, addr) = match transport::endpoint::connect_any(
                 &self.endpoint,
                 &self.operator_tls,
-                &addrs[..1],
+                &addrs,
                 &self.server_name,
                 self.timeout_ms,
             )
@@ -98,9 +108,10 @@ impl Client {
                 Ok(connected) => connected,
                 Err(e) => {
                     failures.push(e.to_string());
-                    continue;
+                    break;
                 }
             };
+            start = self.addrs.iter().position(|a| *a == addr).unwrap_or(start) + 1;
             match self.call_on(&connection, request).await {
                 Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use config::NodeConfig;
@@ -36,9 +37,15 @@ impl RunningNode {
     pub async fn shutdown(self) {
         self.endpoint.close(0u32.into(), b"shutting down");
         let _ = self.state.raft.shutdown().await;
-        self.endpoint.wait_idle().await;
+        // Peers that are gone never confirm the close; their connections
+        // would hold the endpoint until the idle timeout.
+        let drain = Duration::from_millis(SHUTDOWN_DRAIN_TIMEOUT_MS);
+        let _ = tokio::time::timeout(drain, self.endpoint.wait_idle()).await;
     }
 }
+
+/// Bound on waiting for connections to close when a node shuts down.
+pub const SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 1_000;
 
 /// Opens the node's stores and starts Raft and the QUIC server.
 pub async fn start(config: &NodeConfig) -> Result<RunningNode> {

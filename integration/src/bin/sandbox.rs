@@ -67,7 +67,7 @@ async fn main() -> Result<()> {
 
 fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[String]) {
     println!("sandbox in {}", fleet.dir.display());
-    println!("ctrl node 1 serving on {}", fleet.node.local_addr);
+    println!("ctrl node 1 serving on {}", fleet.node().local_addr);
     for region in &fleet.regions {
         println!(
             "region {}: simulated Kubernetes at {}, krane state in {}",

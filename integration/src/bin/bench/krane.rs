@@ -124,7 +124,7 @@ pub async fn restart(count: usize, resources: usize) -> Result<()> {
     for _ in 0..resources {
         deploy(&client, &REGIONS[..1], 1).await?;
     }
-    let target = *fleet.node.state.applied_pk.borrow();
+    let target = *fleet.node().state.applied_pk.borrow();
     let region = fleet.region(REGIONS[0]);
     region
         .wait_krane(CONVERGE_TIMEOUT, |s| s.cursor >= target)
