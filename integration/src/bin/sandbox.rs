@@ -1,8 +1,9 @@
 //! The sandbox: the whole product on one machine, on loopback.
 //!
-//!     cargo run --release -p integration --bin sandbox -- [--dir DIR] [--regions us-east,eu-west]
+//!     cargo run --release -p integration --bin sandbox -- [--dir DIR] [--nodes 3] [--regions us-east,eu-west]
 //!
-//! It creates certificates, starts a ctrl node and, per region, a simulated
+//! It creates certificates, starts a ctrl cluster (three nodes unless
+//! `--nodes 1`) and, per region, a simulated
 //! Kubernetes cluster and a krane agent watching it (see
 //! [`integration::fleet`]), writes `DIR/operator.toml` and
 //! `DIR/kube/REGION.kubeconfig`, prints how to point `ctrl` and `kubectl` at
@@ -23,7 +24,10 @@ struct Args {
     /// One simulated cluster and one krane per region.
     #[arg(long, value_delimiter = ',', default_value = "us-east,eu-west")]
     regions: Vec<String>,
-    /// UDP port of the ctrl node.
+    /// ctrl nodes: 3 (a site's cluster) or 1.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// UDP port of ctrl node 1; node N listens on PORT + N - 1.
     #[arg(long, default_value_t = 7400)]
     port: u16,
     /// Delay before a simulated pod runs.
@@ -42,7 +46,7 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,agent=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error,agent=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -55,6 +59,7 @@ async fn main() -> Result<()> {
         }
     };
     let mut config = FleetConfig::new(&dir, args.regions.clone());
+    config.nodes = args.nodes;
     config.ctrl_port = args.port;
     config.pod_ready_delay_ms = args.pod_ready_delay_ms;
     config.failing_images = args.failing_images.clone();
@@ -67,7 +72,12 @@ async fn main() -> Result<()> {
 
 fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[String]) {
     println!("sandbox in {}", fleet.dir.display());
-    println!("ctrl node 1 serving on {}", fleet.node().local_addr);
+    for node in fleet.nodes.iter().filter(|n| n.is_running()) {
+        println!(
+            "ctrl node {} serving on {}",
+            node.state.node_id, node.local_addr
+        );
+    }
     for region in &fleet.regions {
         println!(
             "region {}: simulated Kubernetes at {}, krane state in {}",
