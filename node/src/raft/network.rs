@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -320,10 +321,18 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self
-            .call(RaftRequest::AppendEntries(rpc), option.hard_ttl())
-            .await
-        {
+        // Entries are bounded (a write batch is a fraction of the frame
+        // limit), but a run of them may not be: ask openraft for fewer.
+        let entries = rpc.entries.len();
+        let request = RaftRequest::AppendEntries(rpc);
+        let bytes = postcard::experimental::serialized_size(&request).unwrap_or(usize::MAX);
+        if entries > 1 && bytes > self.dialer.frame_bytes_max {
+            let hint = fewer_entries(entries, bytes, self.dialer.frame_bytes_max);
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            ));
+        }
+        match self.call(request, option.hard_ttl()).await {
             Ok(RaftResponse::AppendEntries(Ok(response))) => Ok(response),
             Ok(RaftResponse::AppendEntries(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
@@ -367,5 +376,28 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             Ok(_) => Err(self.unexpected()),
             Err(e) => Err(self.rpc_error(e)),
         }
+    }
+}
+
+/// How many of `entries` (encoded as `bytes` together) to send so that one
+/// append-entries frame fits `frame_bytes_max`: proportionally fewer, with
+/// a quarter of slack for entries of uneven size; at least one and fewer
+/// than before.
+fn fewer_entries(entries: usize, bytes: usize, frame_bytes_max: usize) -> u64 {
+    let fitting = (entries as u128 * frame_bytes_max as u128 * 3 / 4) / bytes.max(1) as u128;
+    fitting.clamp(1, entries.saturating_sub(1).max(1) as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fewer_entries;
+
+    #[test]
+    fn an_oversized_run_of_entries_is_cut_to_fit() {
+        // 300 entries of 10 KiB each against a 1 MiB frame: about 76.
+        assert_eq!(fewer_entries(300, 300 * 10 * 1024, 1 << 20), 76);
+        // Always at least one, and always fewer than before.
+        assert_eq!(fewer_entries(2, usize::MAX, 1 << 20), 1);
+        assert_eq!(fewer_entries(10, (1 << 20) + 1, 1 << 20), 7);
     }
 }
