@@ -37,7 +37,7 @@ pub const BATCH_BYTES_MAX: usize = 256 * 1024;
 /// share of an append-entries frame.
 pub const FRAME_SHARE_DIVISOR: usize = 4;
 /// Batches proposed and not yet committed, at most.
-pub const BATCHES_IN_FLIGHT_MAX: usize = 4;
+pub const BATCHES_IN_FLIGHT_MAX: usize = 2;
 /// Writes waiting for a batch, at most; further writers wait for room.
 pub const QUEUE_DEPTH: usize = 8_192;
 
