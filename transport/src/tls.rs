@@ -19,11 +19,13 @@ use tracing::warn;
 use crate::error::{CertError, TransportError};
 
 /// A connection without traffic (keep-alives included) for this long is
-/// closed.
-pub const IDLE_TIMEOUT_MS: u32 = 30_000;
-/// Interval of keep-alive packets, well under [`IDLE_TIMEOUT_MS`], so an
-/// idle watch stays open.
-pub const KEEP_ALIVE_INTERVAL_MS: u64 = 5_000;
+/// closed. It is how a peer that died without closing (SIGKILL, power
+/// loss; UDP has no reset) is noticed, so it is short: an agent or client
+/// on a dead node's connection fails over within this time.
+pub const IDLE_TIMEOUT_MS: u32 = 2_000;
+/// Interval of keep-alive packets, a quarter of [`IDLE_TIMEOUT_MS`], so an
+/// idle connection to a live peer stays open through a lost packet or two.
+pub const KEEP_ALIVE_INTERVAL_MS: u64 = 500;
 /// Most bidirectional streams (calls) open at once on one connection.
 pub const BIDI_STREAMS_MAX: u32 = 1_024;
 /// Unidirectional streams are not used.
