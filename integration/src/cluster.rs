@@ -66,6 +66,10 @@ const ELECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20)
 /// Nodes can be stopped and restarted on the same address and data.
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
+    /// With [`TestCluster::start_with_relays`]: relay `i` fronts node `i + 1`
+    /// and the faults they inject.
+    pub relays: Vec<crate::relay::Relay>,
+    pub faults: std::sync::Arc<crate::relay::Faults>,
     /// Node `i + 1` at index `i`; `None` while stopped.
     pub nodes: Vec<Option<RunningNode>>,
     pub configs: Vec<NodeConfig>,
@@ -76,6 +80,25 @@ impl TestCluster {
     /// Starts `count` nodes with `configure` applied to each config, and
     /// initialises them as one cluster.
     pub async fn start(count: u64, configure: impl Fn(&mut NodeConfig)) -> Result<TestCluster> {
+        TestCluster::start_inner(count, configure, false).await
+    }
+
+    /// Like [`TestCluster::start`], with every node behind a relay
+    /// ([`crate::relay`]): peers and the Raft membership name the relays,
+    /// so [`TestCluster::faults`] can partition the nodes, while operator
+    /// clients still reach each node directly.
+    pub async fn start_with_relays(
+        count: u64,
+        configure: impl Fn(&mut NodeConfig),
+    ) -> Result<TestCluster> {
+        TestCluster::start_inner(count, configure, true).await
+    }
+
+    async fn start_inner(
+        count: u64,
+        configure: impl Fn(&mut NodeConfig),
+        with_relays: bool,
+    ) -> Result<TestCluster> {
         let dir = tempfile::tempdir()?;
         let certs = dir.path().join("certs");
         let ids: Vec<u64> = (1..=count).collect();
@@ -89,6 +112,23 @@ impl TestCluster {
             .iter()
             .map(|_| free_loopback_udp())
             .collect::<Result<Vec<_>>>()?;
+        let faults = std::sync::Arc::new(crate::relay::Faults::default());
+        let mut relays = Vec::new();
+        if with_relays {
+            let nodes: std::collections::HashMap<SocketAddr, u64> =
+                addrs.iter().copied().zip(ids.iter().copied()).collect();
+            for (&id, &addr) in ids.iter().zip(&addrs) {
+                relays.push(
+                    crate::relay::Relay::start(id, addr, nodes.clone(), faults.clone()).await?,
+                );
+            }
+        }
+        // Where peers reach each node: its relay, or the node itself.
+        let peer_addrs: Vec<SocketAddr> = if with_relays {
+            relays.iter().map(|r| r.addr).collect()
+        } else {
+            addrs.clone()
+        };
         let mut configs = Vec::new();
         for (&id, &addr) in ids.iter().zip(&addrs) {
             let mut config =
@@ -98,7 +138,7 @@ impl TestCluster {
             config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
             config.peers = ids
                 .iter()
-                .zip(&addrs)
+                .zip(&peer_addrs)
                 .filter(|(other, _)| **other != id)
                 .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
                 .collect();
@@ -111,7 +151,7 @@ impl TestCluster {
         }
         let members: std::collections::BTreeMap<u64, openraft::BasicNode> = ids
             .iter()
-            .zip(&addrs)
+            .zip(&peer_addrs)
             .map(|(&id, addr)| (id, openraft::BasicNode::new(addr.to_string())))
             .collect();
         if let Some(first) = nodes.first().and_then(|n| n.as_ref()) {
@@ -119,6 +159,8 @@ impl TestCluster {
         }
         let cluster = TestCluster {
             dir,
+            relays,
+            faults,
             nodes,
             configs,
             operator: OperatorConfig {

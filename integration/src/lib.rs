@@ -4,9 +4,12 @@
 //! certificates, for benchmarks and tests that need more than one process's
 //! worth of control. [`sim`] is the Kubernetes API simulator krane and
 //! kubectl are pointed at in tests and the demo. [`fleet`] is a whole
-//! site: a ctrl node plus, per region, a simulator and an in-process krane.
+//! site: one or three ctrl nodes plus, per region, a simulator and an
+//! in-process krane. [`relay`] puts UDP relays between nodes to cut them
+//! apart.
 
 pub mod cluster;
 pub mod fleet;
+pub mod relay;
 pub mod sim;
 pub mod stats;
