@@ -7,14 +7,17 @@
 //! the relay addresses, so all node-to-node traffic crosses relays, while
 //! clients may still talk to a node directly. A shared [`Faults`] handle
 //! isolates nodes: a datagram from or to an isolated node is dropped
-//! ([`drops`], a plain function). Nodes send from their listening address,
-//! which is how a relay knows the sending node.
+//! ([`drops`], a plain function). Nodes send from their listening address
+//! (one QUIC endpoint serves and dials), which is how a relay knows the
+//! sending node. A relay's tasks end when it is shut down or dropped.
 
 use std::collections::{BTreeSet, HashMap};
+use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::net::UdpSocket;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 /// Largest datagram relayed (QUIC stays well below it).
@@ -41,27 +44,37 @@ impl Faults {
         self.lock().clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
-        self.isolated
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The nodes cut off now.
+    pub fn isolated(&self) -> BTreeSet<u64> {
+        self.lock().clone()
     }
 
-    fn drops(&self, from: Option<u64>, to: u64) -> bool {
+    fn lock(&self) -> MutexGuard<'_, BTreeSet<u64>> {
+        // The set is valid after any panic that poisoned it.
+        self.isolated.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn drops(&self, from: Option<u64>, to: Option<u64>) -> bool {
         drops(&self.lock(), from, to)
     }
 }
 
-/// Whether a datagram from node `from` (`None`: not a node) to node `to`
-/// is dropped while `isolated` are cut off.
-pub fn drops(isolated: &BTreeSet<u64>, from: Option<u64>, to: u64) -> bool {
-    isolated.contains(&to) || from.is_some_and(|from| isolated.contains(&from))
+/// Whether a datagram from node `from` to node `to` (`None`: not a node,
+/// e.g. a client) is dropped while `isolated` are cut off.
+pub fn drops(isolated: &BTreeSet<u64>, from: Option<u64>, to: Option<u64>) -> bool {
+    [from, to]
+        .into_iter()
+        .flatten()
+        .any(|node| isolated.contains(&node))
 }
 
-/// A running relay in front of one node; its tasks stop when it is dropped.
+/// A running relay in front of one node. [`Relay::shutdown`] stops its
+/// tasks and closes its sockets; dropping it aborts them.
 pub struct Relay {
+    /// Where peers reach the node through this relay.
     pub addr: SocketAddr,
-    _tasks: JoinSet<()>,
+    stop: Option<oneshot::Sender<()>>,
+    tasks: JoinSet<()>,
 }
 
 impl Relay {
@@ -72,36 +85,67 @@ impl Relay {
         target_addr: SocketAddr,
         nodes: HashMap<SocketAddr, u64>,
         faults: Arc<Faults>,
-    ) -> std::io::Result<Relay> {
+    ) -> io::Result<Relay> {
         let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
         let addr = front.local_addr()?;
+        let (stop, stopped) = oneshot::channel();
         let mut tasks = JoinSet::new();
-        tasks.spawn(forward(front, target, target_addr, nodes, faults));
+        tasks.spawn(forward(
+            Route {
+                front,
+                target,
+                target_addr,
+                nodes,
+                faults,
+            },
+            stopped,
+        ));
         Ok(Relay {
             addr,
-            _tasks: tasks,
+            stop: Some(stop),
+            tasks,
         })
+    }
+
+    /// Stops relaying and waits until every task has ended and every socket
+    /// of the relay is closed.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            // The task may be gone already; then there is nothing to stop.
+            let _ = stop.send(());
+        }
+        while self.tasks.join_next().await.is_some() {}
     }
 }
 
-/// Front socket loop: each sender's datagrams go out through its own
-/// upstream socket, whose replies a task sends back to the sender.
-async fn forward(
+/// What one relay forwards where.
+struct Route {
     front: Arc<UdpSocket>,
     target: u64,
     target_addr: SocketAddr,
     nodes: HashMap<SocketAddr, u64>,
     faults: Arc<Faults>,
-) {
+}
+
+/// Front socket loop: each sender's datagrams go out through its own
+/// upstream socket, whose replies a task sends back to the sender. Ends on
+/// `stopped`, after the reply tasks.
+async fn forward(route: Route, mut stopped: oneshot::Receiver<()>) {
     let mut upstreams: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
     let mut replies = JoinSet::new();
     let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
     loop {
-        let Ok((len, sender)) = front.recv_from(&mut buf).await else {
-            return;
+        let received = tokio::select! {
+            _ = &mut stopped => break,
+            received = route.front.recv_from(&mut buf) => received,
         };
-        let from = nodes.get(&sender).copied();
-        if faults.drops(from, target) {
+        let (len, sender) = match received {
+            Ok(received) => received,
+            Err(e) if transient(&e) => continue,
+            Err(_) => break,
+        };
+        let from = route.nodes.get(&sender).copied();
+        if route.faults.drops(from, Some(route.target)) {
             continue;
         }
         let upstream = match upstreams.get(&sender) {
@@ -115,17 +159,19 @@ async fn forward(
                 upstreams.insert(sender, socket.clone());
                 replies.spawn(back(
                     socket.clone(),
-                    front.clone(),
+                    route.front.clone(),
                     sender,
                     from,
-                    target,
-                    faults.clone(),
+                    route.target,
+                    route.faults.clone(),
                 ));
                 socket
             }
         };
-        let _ = upstream.send_to(&buf[..len], target_addr).await;
+        // A lost datagram is what UDP allows; QUIC retransmits.
+        let _ = upstream.send_to(&buf[..len], route.target_addr).await;
     }
+    replies.shutdown().await;
 }
 
 /// Upstream socket loop: the node's replies go back to `sender`.
@@ -139,30 +185,117 @@ async fn back(
 ) {
     let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
     loop {
-        let Ok(len) = upstream.recv(&mut buf).await else {
-            return;
+        let len = match upstream.recv(&mut buf).await {
+            Ok(len) => len,
+            Err(e) if transient(&e) => continue,
+            Err(_) => return,
         };
-        if let Some(sender_node) = sender_node
-            && faults.drops(Some(target), sender_node)
-        {
+        if faults.drops(Some(target), sender_node) {
             continue;
         }
         let _ = front.send_to(&buf[..len], sender).await;
     }
 }
 
+/// Errors a UDP receive reports for an earlier send (an ICMP "port
+/// unreachable" from a peer that is down) rather than for the socket.
+fn transient(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    /// Bound on one datagram's round trip through a relay on loopback.
+    const ROUND_TRIP: Duration = Duration::from_secs(5);
+    /// How long a dropped datagram is waited for before concluding it is
+    /// dropped.
+    const SILENCE: Duration = Duration::from_millis(200);
 
     #[test]
     fn an_isolated_node_neither_sends_nor_receives() {
         let isolated = BTreeSet::from([3]);
-        assert!(drops(&isolated, Some(1), 3), "to the isolated node");
-        assert!(drops(&isolated, Some(3), 1), "from the isolated node");
-        assert!(!drops(&isolated, Some(1), 2), "between the others");
-        assert!(!drops(&isolated, None, 2), "a client to another node");
-        assert!(drops(&isolated, None, 3), "a client through its relay");
-        assert!(!drops(&BTreeSet::new(), Some(3), 1), "healed");
+        assert!(drops(&isolated, Some(1), Some(3)), "to the isolated node");
+        assert!(drops(&isolated, Some(3), Some(1)), "from the isolated node");
+        assert!(!drops(&isolated, Some(1), Some(2)), "between the others");
+        assert!(!drops(&isolated, None, Some(2)), "a client to another node");
+        assert!(
+            drops(&isolated, None, Some(3)),
+            "a client through its relay"
+        );
+        assert!(drops(&isolated, Some(3), None), "the node to a client");
+        assert!(!drops(&BTreeSet::new(), Some(3), Some(1)), "healed");
+    }
+
+    #[tokio::test]
+    async fn relays_both_ways_drops_while_isolated_and_releases_its_port() {
+        let node = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let peer = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let nodes = HashMap::from([
+            (node.local_addr().unwrap(), 1),
+            (peer.local_addr().unwrap(), 2),
+        ]);
+        let faults = Arc::new(Faults::default());
+        let relay = Relay::start(1, node.local_addr().unwrap(), nodes, faults.clone())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 16];
+
+        // Peer → relay → node, and the reply back through the relay.
+        peer.send_to(b"ping", relay.addr).await.unwrap();
+        let (len, via) = tokio::time::timeout(ROUND_TRIP, node.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..len], b"ping");
+        assert_ne!(
+            via,
+            peer.local_addr().unwrap(),
+            "through an upstream socket"
+        );
+        node.send_to(b"pong", via).await.unwrap();
+        let (len, from) = tokio::time::timeout(ROUND_TRIP, peer.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&buf[..len], from), (&b"pong"[..], relay.addr));
+
+        // Isolated: neither direction arrives.
+        faults.isolate(&[1]);
+        peer.send_to(b"lost", relay.addr).await.unwrap();
+        assert!(
+            tokio::time::timeout(SILENCE, node.recv_from(&mut buf))
+                .await
+                .is_err()
+        );
+        node.send_to(b"lost", via).await.unwrap();
+        assert!(
+            tokio::time::timeout(SILENCE, peer.recv_from(&mut buf))
+                .await
+                .is_err()
+        );
+
+        // Healed: through again, on the same upstream socket.
+        faults.heal();
+        peer.send_to(b"again", relay.addr).await.unwrap();
+        let (len, again_via) = tokio::time::timeout(ROUND_TRIP, node.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&buf[..len], again_via), (&b"again"[..], via));
+
+        // Shut down: every socket is closed, so its port is free again.
+        let addr = relay.addr;
+        relay.shutdown().await;
+        UdpSocket::bind(addr).await.unwrap();
+        UdpSocket::bind(via).await.unwrap();
     }
 }
