@@ -66,9 +66,10 @@ const ELECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20)
 /// Nodes can be stopped and restarted on the same address and data.
 pub struct TestCluster {
     pub dir: tempfile::TempDir,
-    /// With [`TestCluster::start_with_relays`]: relay `i` fronts node `i + 1`
-    /// and the faults they inject.
+    /// With [`TestCluster::start_with_relays`]: relay `i` fronts node `i + 1`.
+    /// Empty otherwise.
     pub relays: Vec<crate::relay::Relay>,
+    /// The faults the relays inject (no effect without relays).
     pub faults: std::sync::Arc<crate::relay::Faults>,
     /// Node `i + 1` at index `i`; `None` while stopped.
     pub nodes: Vec<Option<RunningNode>>,
@@ -130,11 +131,14 @@ impl TestCluster {
             addrs.clone()
         };
         let mut configs = Vec::new();
-        for (&id, &addr) in ids.iter().zip(&addrs) {
+        for ((&id, &addr), &peer_addr) in ids.iter().zip(&addrs).zip(&peer_addrs) {
             let mut config =
                 NodeConfig::single_node_default(&dir.path().join(format!("node-{id}")));
             config.node_id = id;
             config.listen_addr = addr;
+            // Behind a relay, the node is known by the relay's address (what
+            // `ctrl cluster init` and `status` name).
+            config.advertise_addr = with_relays.then_some(peer_addr);
             config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
             config.peers = ids
                 .iter()
@@ -243,9 +247,14 @@ impl TestCluster {
         })?)
     }
 
+    /// Shuts every node down (at once: each may wait up to
+    /// [`node::node::SHUTDOWN_DRAIN_TIMEOUT_MS`] for its connections), then
+    /// the relays.
     pub async fn shutdown(self) {
-        for node in self.nodes.into_iter().flatten() {
-            node.shutdown().await;
+        futures::future::join_all(self.nodes.into_iter().flatten().map(RunningNode::shutdown))
+            .await;
+        for relay in self.relays {
+            relay.shutdown().await;
         }
     }
 }
