@@ -48,6 +48,11 @@ impl TestNode {
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
     }
+
+    /// A client presenting the agent certificate of `region`, for watches.
+    pub fn agent_client(&self, region: &str) -> Result<Client> {
+        Ok(Client::new(&as_agent(&self.operator, region))?)
+    }
 }
 
 fn operator_config(certs: &Path, addr: SocketAddr) -> OperatorConfig {
@@ -240,11 +245,16 @@ impl TestCluster {
 
     /// An operator client that talks to node `id` only.
     pub fn client_of(&self, id: u64) -> Result<Client> {
+        Ok(Client::new(&self.operator_of(id))?)
+    }
+
+    /// The operator config of a client that talks to node `id` only.
+    pub fn operator_of(&self, id: u64) -> OperatorConfig {
         let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
-        Ok(Client::new(&OperatorConfig {
+        OperatorConfig {
             endpoints: vec![addr],
             ..self.operator.clone()
-        })?)
+        }
     }
 
     /// Shuts every node down (at once: each may wait up to
@@ -263,4 +273,21 @@ impl TestCluster {
 fn free_loopback_udp() -> Result<SocketAddr> {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
     Ok(socket.local_addr()?)
+}
+
+/// `operator` with the agent certificate of `region` (from the same
+/// certificate directory) in place of the operator's: only an agent of a
+/// region may watch it.
+pub fn as_agent(operator: &OperatorConfig, region: &str) -> OperatorConfig {
+    let dir = operator
+        .tls
+        .ca_cert
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let bundle = transport::certs::agent_bundle(&dir, region);
+    let mut agent = operator.clone();
+    agent.tls.cert = bundle.cert;
+    agent.tls.key = bundle.key;
+    agent
 }

@@ -87,13 +87,15 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
         assert_eq!(last, 5);
         assert_eq!(floor_reaches(&node, last).await, last);
 
-        let mut behind = client.watch(REGION, 1).await.unwrap();
+        // Only an agent of the region may watch it.
+        let agent = node.agent_client(REGION).unwrap();
+        let mut behind = agent.watch(REGION, 1).await.unwrap();
         match behind.next().await.unwrap() {
             Some(WatchEvent::ResyncRequired { floor }) => assert_eq!(floor, last),
             other => panic!("expected resync required, got {other:?}"),
         }
         // A full sync still has every resource: only history is gone.
-        let mut full = client.watch(REGION, 0).await.unwrap();
+        let mut full = agent.watch(REGION, 0).await.unwrap();
         let mut items = 0;
         loop {
             match full.next().await.unwrap() {
@@ -108,7 +110,7 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
         }
         assert_eq!(items, 5);
         // A watch at the floor resumes normally.
-        let mut current = client.watch(REGION, last).await.unwrap();
+        let mut current = agent.watch(REGION, last).await.unwrap();
         deploy(&client).await;
         match current.next().await.unwrap() {
             Some(WatchEvent::Change { version, .. }) => assert_eq!(version, last + 1),

@@ -213,7 +213,12 @@ async fn scenario() {
         "one change row per write made during the partition"
     );
     for id in &majority {
-        let client = cluster.client_of(*id).unwrap();
+        // Only an agent of the region may watch it.
+        let client = Client::new(&integration::cluster::as_agent(
+            &cluster.operator_of(*id),
+            REGION,
+        ))
+        .unwrap();
         let pks = step(
             "watch on a majority node",
             watch_changes(&client, before, during),

@@ -122,9 +122,10 @@ async fn scenario() {
 
     // Each node serves the same full sync from its own state.
     for addr in &addrs {
+        // Only an agent of the region may watch it.
         let single = Client::new(&OperatorConfig {
             endpoints: vec![*addr],
-            tls: TlsFiles::in_dir(&certs, "operator"),
+            tls: TlsFiles::in_dir(&certs, "agent-us-east"),
             ..OperatorConfig::default()
         })
         .unwrap();

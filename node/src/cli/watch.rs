@@ -1,9 +1,16 @@
-//! `ctrl watch`: a debugging tool that watches a region like an agent and
-//! prints each event as one JSON line (or a short text line). Every event is
-//! checked against the protocol rules; a violation ends the command with an
-//! error.
+//! `ctrl watch`: a debugging tool that watches a region as its agent would
+//! and prints each event as one JSON line (or a short text line). Every
+//! event is checked against the protocol rules; a violation ends the
+//! command with an error.
+//!
+//! Only an agent certificate of the region may watch it, so the command
+//! presents one: `--cert`/`--key`, or by default `agent-REGION.pem` and
+//! `.key` next to the CA certificate of the operator config (where `ctrl
+//! certs init` and `ctrl certs add-agent` write them).
 
 use std::io::Write;
+
+use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -24,10 +31,17 @@ pub struct WatchArgs {
     /// Stop after this many events (default: run until interrupted).
     #[arg(long)]
     pub max_events: Option<u64>,
+    /// The region's agent certificate (default: `agent-REGION.pem` next to
+    /// the CA certificate).
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Its key (default: `agent-REGION.key` next to the CA certificate).
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
 }
 
 pub async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
-    let client = node::client::Client::new(config)?;
+    let client = node::client::Client::new(&as_agent(config, &args)?)?;
     let mut stream = client.watch(&args.region, args.cursor).await?;
     let mut session = WatchClient::new(args.cursor);
     let mut stdout = std::io::stdout().lock();
@@ -56,4 +70,35 @@ pub async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `config` with the region's agent certificate in place of the operator's.
+fn as_agent(config: &OperatorConfig, args: &WatchArgs) -> Result<OperatorConfig> {
+    let (cert, key) = match (&args.cert, &args.key) {
+        (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+        _ => {
+            let dir = config
+                .tls
+                .ca_cert
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            let bundle = transport::certs::agent_bundle(&dir, &args.region);
+            if !bundle.cert.exists() || !bundle.key.exists() {
+                bail!(
+                    "watching {region:?} takes its agent certificate, and there is none at {cert} \
+                     (make one with `ctrl certs add-agent --dir {dir} --region {region}`, \
+                     or pass --cert and --key)",
+                    region = args.region,
+                    cert = bundle.cert.display(),
+                    dir = dir.display(),
+                );
+            }
+            (bundle.cert, bundle.key)
+        }
+    };
+    let mut agent = config.clone();
+    agent.tls.cert = cert;
+    agent.tls.key = key;
+    Ok(agent)
 }

@@ -86,12 +86,12 @@ async fn serve_watch(
     result
 }
 
-/// Agents act for their own region; operators may watch any region (the
-/// `ctrl watch` debugging tool).
+/// Agents act for their own region only; nobody else may watch or report
+/// (an operator certificate included: `ctrl watch` presents the region's
+/// agent certificate).
 fn authorize(identity: &Identity, region: &str) -> Result<(), WireError> {
     match identity {
         Identity::Agent { region: own } if own == region => Ok(()),
-        Identity::Operator => Ok(()),
         _ => Err(WireError::new(
             ErrorCode::PermissionDenied,
             format!("{identity} may not act for region {region:?}"),

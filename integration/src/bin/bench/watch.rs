@@ -19,7 +19,8 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn deploy_to_watch(count: usize) -> Result<()> {
     let node = TestNode::start().await?;
     let client = node.client()?;
-    let mut watch = client.watch("us-east", 0).await?;
+    // Only an agent of the region may watch it.
+    let mut watch = node.agent_client("us-east")?.watch("us-east", 0).await?;
     // Drain the (empty) full sync.
     loop {
         match watch.next().await? {
