@@ -4,13 +4,27 @@
 //!     cargo run --release -p integration --bin bench -- deploy-to-ready
 //!     cargo run --release -p integration --bin bench -- krane-restart --resources 1000
 //!     cargo run --release -p integration --bin bench -- replicated-writes
+//!     cargo run --release -p integration --bin bench -- change-to-agent --count 5000 --rate 500
+//!     cargo run --release -p integration --bin bench -- full-sync --resources 100000
+//!     cargo run --release -p integration --bin bench -- fan-out --watchers 1000
+//!     cargo run --release -p integration --bin bench -- watch-throughput --writers 64
 //!
 //! - [`watch`]: ctrl alone (a deploy to the change event at a watcher).
 //! - [`writes`]: a three-node cluster under concurrent writers.
 //! - [`krane`]: the whole product on loopback ([`integration::fleet`]):
 //!   deploy to ready through krane and the simulator, krane's warm restart.
+//! - The watch protocol (issue 5), every watcher with the region's agent
+//!   certificate: [`change`] (write → event at a watcher on the leader and
+//!   on a follower), [`fullsync`] (a large region's full sync), [`fanout`]
+//!   (one change to many watch streams; memory per idle stream),
+//!   [`throughput`] (changes/s one watcher keeps up with).
 
+mod change;
+mod common;
+mod fanout;
+mod fullsync;
 mod krane;
+mod throughput;
 mod watch;
 mod writes;
 
@@ -25,21 +39,35 @@ struct Args {
     scenario: Scenario,
     /// Number of measured operations (default: 2000 deploys for
     /// deploy-to-watch, 20 deploys for deploy-to-ready, 5 restarts for
-    /// krane-restart).
+    /// krane-restart, 5000 deploys for change-to-agent, 3 full syncs for
+    /// full-sync, 30 deploys for fan-out).
     #[arg(long)]
     count: Option<usize>,
-    /// krane-restart: resources applied before the restarts.
+    /// krane-restart: resources applied before the restarts (default
+    /// 1000); full-sync: resources in the region (default 100000).
+    #[arg(long)]
+    resources: Option<usize>,
+    /// change-to-agent: deploys per second, sent open loop.
+    #[arg(long, default_value_t = 500.0)]
+    rate: f64,
+    /// fan-out: concurrent watch streams on the node.
     #[arg(long, default_value_t = 1_000)]
-    resources: usize,
+    watchers: usize,
+    /// fan-out: watch streams per QUIC connection.
+    #[arg(long, default_value_t = 100)]
+    streams_per_connection: usize,
     /// deploy-to-ready: replicas per region.
     #[arg(long, default_value_t = 3)]
     replicas: u32,
-    /// replicated-writes: concurrent writer counts, one series each.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    /// replicated-writes: concurrent writer counts, one series each
+    /// (default 1,16,64); watch-throughput: the first is the number of
+    /// writers (default 64).
+    #[arg(long, value_delimiter = ',')]
     writers: Vec<usize>,
-    /// replicated-writes: seconds each series runs.
-    #[arg(long, default_value_t = 5)]
-    seconds: u64,
+    /// replicated-writes: seconds each series runs (default 5);
+    /// watch-throughput: seconds of writing (default 10).
+    #[arg(long)]
+    seconds: Option<u64>,
     /// replicated-writes: ctrl nodes in the cluster.
     #[arg(long, default_value_t = 3)]
     nodes: u64,
@@ -60,6 +88,19 @@ enum Scenario {
     /// on a cluster of `--nodes` on loopback, fsync on; and the disk's
     /// fdatasync latency.
     ReplicatedWrites,
+    /// Latency from a write's acknowledgement (and from its request) to
+    /// the change event at a watcher on the leader and at one on a
+    /// follower: three nodes, fsync on, deploys at `--rate` open loop.
+    ChangeToAgent,
+    /// Time from a watch request to `SyncEnd` of a region holding
+    /// `--resources` resources, one node, wire only; the load time apart.
+    FullSync,
+    /// `--watchers` watch streams on one node; one change → every watcher
+    /// notified (ack → event per watcher, ack → all); RSS per idle stream.
+    FanOut,
+    /// Changes/s one watcher (on a follower) keeps up with while
+    /// `--writers` write as fast as three nodes allow for `--seconds`.
+    WatchThroughput,
 }
 
 #[tokio::main]
@@ -76,9 +117,34 @@ async fn main() -> Result<()> {
         Scenario::DeployToReady => {
             krane::deploy_to_ready(args.count.unwrap_or(20), args.replicas).await
         }
-        Scenario::KraneRestart => krane::restart(args.count.unwrap_or(5), args.resources).await,
+        Scenario::KraneRestart => {
+            krane::restart(args.count.unwrap_or(5), args.resources.unwrap_or(1_000)).await
+        }
         Scenario::ReplicatedWrites => {
-            writes::replicated_writes(&args.writers, args.seconds, args.nodes).await
+            let writers = if args.writers.is_empty() {
+                vec![1, 16, 64]
+            } else {
+                args.writers
+            };
+            writes::replicated_writes(&writers, args.seconds.unwrap_or(5), args.nodes).await
+        }
+        Scenario::ChangeToAgent => {
+            change::change_to_agent(args.count.unwrap_or(5_000), args.rate).await
+        }
+        Scenario::FullSync => {
+            fullsync::full_sync(args.resources.unwrap_or(100_000), args.count.unwrap_or(3)).await
+        }
+        Scenario::FanOut => {
+            fanout::fan_out(
+                args.watchers,
+                args.count.unwrap_or(30),
+                args.streams_per_connection,
+            )
+            .await
+        }
+        Scenario::WatchThroughput => {
+            let writers = args.writers.first().copied().unwrap_or(64);
+            throughput::watch_throughput(writers, args.seconds.unwrap_or(10)).await
         }
     }
 }

@@ -1,0 +1,106 @@
+//! Helpers of the watch scenarios: agent credentials (only an agent of a
+//! region may watch it), a deploy, draining a full sync, the process's RSS.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use integration::cluster::{TestCluster, as_agent};
+use node::client::{Client, WatchStream};
+use wire::agent::{ResourceChange, WatchEvent};
+use wire::model::Resource;
+use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+
+/// The region every scenario deploys to and watches.
+pub const REGION: &str = "us-east";
+/// Events a full sync holds besides its items (`SyncStart`, changes that
+/// follow it, progress), at most.
+const SYNC_FRAMING_EVENTS: usize = 16;
+
+/// An agent client of [`REGION`] for node `id` of `cluster`.
+pub fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> {
+    Ok(Client::new(&as_agent(&cluster.operator_of(id), REGION))?)
+}
+
+/// A deployment of one replica in [`REGION`].
+pub fn create_request() -> OperatorRequest {
+    OperatorRequest::CreateDeployment(CreateDeployment {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        environment_id: "env".into(),
+        image: "nginx:1.27".into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 1,
+        regions: vec![REGION.into()],
+        env_vars: BTreeMap::new(),
+    })
+}
+
+/// Creates a deployment in [`REGION`]; returns its id.
+pub async fn deploy(client: &Client) -> Result<String> {
+    match client.call(&create_request()).await? {
+        OperatorResponse::Created { deployment_id } => Ok(deployment_id),
+        other => bail!("unexpected answer to create: {other:?}"),
+    }
+}
+
+/// Reads a full sync of at most `items` resources up to its `SyncEnd`.
+pub async fn skip_sync(watch: &mut WatchStream, items: usize) -> Result<()> {
+    for _ in 0..items.saturating_add(SYNC_FRAMING_EVENTS) {
+        match watch.next().await? {
+            Some(WatchEvent::SyncEnd { .. }) => return Ok(()),
+            Some(WatchEvent::Error(e)) => bail!("watch refused: {e}"),
+            Some(_) => continue,
+            None => bail!("watch ended during the full sync"),
+        }
+    }
+    bail!("no SyncEnd after {items} items")
+}
+
+/// The deployment id of a topology change event.
+pub fn changed_deployment(event: &WatchEvent) -> Option<&str> {
+    match event {
+        WatchEvent::Change {
+            change: ResourceChange::Apply(Resource::DeploymentTopology(t)),
+            ..
+        } => Some(&t.deployment_id),
+        _ => None,
+    }
+}
+
+/// This process's resident set size in KiB (`VmRSS` of /proc/self/status).
+pub fn vm_rss_kib() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("no VmRSS in /proc/self/status")?;
+    line.split_whitespace()
+        .nth(1)
+        .context("VmRSS without a value")?
+        .parse()
+        .context("VmRSS not a number")
+}
+
+/// Prints one figure with a single value as a JSON line.
+pub fn print_value(
+    scenario: &str,
+    figure: &str,
+    value: serde_json::Value,
+    extra: serde_json::Value,
+) {
+    let mut line = serde_json::json!({
+        "scenario": scenario,
+        "figure": figure,
+        "value": value,
+    });
+    if let (Some(line), serde_json::Value::Object(extra)) = (line.as_object_mut(), extra) {
+        line.extend(extra);
+    }
+    println!("{line}");
+}
+
+/// A rate per second, rounded.
+pub fn per_s(count: usize, elapsed: std::time::Duration) -> f64 {
+    (count as f64 / elapsed.as_secs_f64().max(f64::EPSILON)).round()
+}
