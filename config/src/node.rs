@@ -293,6 +293,7 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.limits.watch_catch_up_wait_ms, 2_000);
         assert_eq!(config.limits.write_batch_max, 256);
         assert_eq!(config.limits.request_timeout_ms, 5_000);
+        assert_eq!(config.limits.slow_consumer_timeout_ms, 30_000);
         assert_eq!(config.watch.progress_interval_ms, 10_000);
         assert_eq!(config.watch.sync_page_resources, 1_000);
         assert_eq!(config.compaction.retention_ms, 3_600_000);
@@ -488,6 +489,10 @@ key = "/etc/ctrl/node-1.key"
             ),
             ("limits.write_batch_max", "[limits]\nwrite_batch_max"),
             ("limits.request_timeout_ms", "[limits]\nrequest_timeout_ms"),
+            (
+                "limits.slow_consumer_timeout_ms",
+                "[limits]\nslow_consumer_timeout_ms",
+            ),
             (
                 "watch.progress_interval_ms",
                 "[watch]\nprogress_interval_ms",

@@ -45,6 +45,8 @@ pub const DEFAULT_WRITE_BATCH_MAX: usize = 256;
 pub const WRITE_BATCH_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
 /// Default [`NodeLimits::request_timeout_ms`] (also the operator's).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
+/// Default [`NodeLimits::slow_consumer_timeout_ms`].
+pub const DEFAULT_SLOW_CONSUMER_TIMEOUT_MS: u64 = 30_000;
 
 /// Default [`WatchSettings::progress_interval_ms`].
 pub const DEFAULT_PROGRESS_INTERVAL_MS: u64 = 10_000;
@@ -147,6 +149,10 @@ pub struct NodeLimits {
     pub write_batch_max: usize,
     /// How long a write may take to commit.
     pub request_timeout_ms: u64,
+    /// How long one event of a watch stream may wait for the agent to make
+    /// room (its QUIC flow-control window full: it stopped reading); the
+    /// stream is then reset, and the agent resumes from its cursor.
+    pub slow_consumer_timeout_ms: u64,
 }
 
 impl Default for NodeLimits {
@@ -157,6 +163,7 @@ impl Default for NodeLimits {
             watch_catch_up_wait_ms: DEFAULT_WATCH_CATCH_UP_WAIT_MS,
             write_batch_max: DEFAULT_WRITE_BATCH_MAX,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            slow_consumer_timeout_ms: DEFAULT_SLOW_CONSUMER_TIMEOUT_MS,
         }
     }
 }
@@ -179,7 +186,11 @@ impl NodeLimits {
             self.write_batch_max,
             &WRITE_BATCH_MAX_RANGE,
         )?;
-        check.duration_ms("limits.request_timeout_ms", self.request_timeout_ms)
+        check.duration_ms("limits.request_timeout_ms", self.request_timeout_ms)?;
+        check.duration_ms(
+            "limits.slow_consumer_timeout_ms",
+            self.slow_consumer_timeout_ms,
+        )
     }
 }
 

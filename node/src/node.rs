@@ -148,6 +148,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         sync_page_resources: config.watch.sync_page_resources,
         request_timeout_ms: config.limits.request_timeout_ms,
         watch_streams_max: config.limits.watch_streams_max,
+        slow_consumer_timeout_ms: config.limits.slow_consumer_timeout_ms,
     };
     let batcher = server::write::batch::Batcher::start(
         raft.clone(),

@@ -1,15 +1,19 @@
 //! The agent protocol handler: watches and the unary calls (status reports,
 //! desired-state lookups). An agent's certificate names its region, and it
-//! may watch and report for that region alone.
+//! may watch and report for that region alone; an operator certificate
+//! may do neither (the operator handler likewise refuses agents). A watch
+//! whose agent stops reading is reset ([`watch`], slow consumer).
 
 use quinn::{RecvStream, SendStream};
 use storage::Mutation;
+use tracing::warn;
 use transport::identity::Identity;
 use transport::stream::FramedStream;
 use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, REPORT_INSTANCES_MAX};
 use wire::{ErrorCode, WireError};
 
 use super::operator::internal;
+use super::watch::SLOW_CONSUMER_RESET_CODE;
 use super::{NodeState, ServeError, finish, propose, watch};
 
 pub async fn serve_stream(
@@ -61,9 +65,8 @@ async fn serve_watch(
     if let Err(e) = wire::operator::validate_region(&request.region)
         .and_then(|()| authorize(identity, &request.region))
     {
-        watch::refuse(&mut stream, e).await?;
-        finish(&mut stream).await;
-        return Ok(());
+        let refused = watch::refuse(state, &mut stream, e).await;
+        return end_watch(stream, refused).await;
     }
     let Ok(_permit) = state.watch_permits.clone().try_acquire_owned() else {
         let error = WireError::new(
@@ -73,16 +76,39 @@ async fn serve_watch(
                 state.limits.watch_streams_max
             ),
         );
-        watch::refuse(&mut stream, error).await?;
-        finish(&mut stream).await;
-        return Ok(());
+        let refused = watch::refuse(state, &mut stream, error).await;
+        return end_watch(stream, refused).await;
     };
-    let result = watch::serve(state, &mut stream, request).await;
-    if let Err(e) = &result {
-        // Tell the agent why, if the stream still works.
-        let _ = watch::refuse(&mut stream, e.to_wire()).await;
+    let region = request.region.clone();
+    let cursor = request.cursor;
+    let result = match watch::serve(state, &mut stream, request).await {
+        // Tell the agent why, if the stream still has room.
+        Err(e) if !matches!(e, ServeError::SlowConsumer { .. }) => {
+            let told = watch::refuse(state, &mut stream, e.to_wire()).await;
+            told.and(Err(e))
+        }
+        other => other,
+    };
+    if let Err(e @ ServeError::SlowConsumer { .. }) = &result {
+        warn!(%identity, %region, cursor, "watch reset: {e}");
     }
-    finish(&mut stream).await;
+    end_watch(stream, result).await
+}
+
+/// Ends a watch stream after `result`: finished after its last event, or
+/// reset when its consumer stopped reading (its unread data discarded, so
+/// nothing of it stays on the node).
+async fn end_watch(
+    mut stream: FramedStream,
+    result: Result<(), ServeError>,
+) -> Result<(), ServeError> {
+    if let Err(ServeError::SlowConsumer { .. }) = &result {
+        let (mut send, _recv) = stream.into_parts();
+        // Fails only if the stream is already gone: nothing left to discard.
+        let _ = send.reset(quinn::VarInt::from_u32(SLOW_CONSUMER_RESET_CODE));
+    } else {
+        finish(&mut stream).await;
+    }
     result
 }
 

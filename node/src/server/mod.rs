@@ -34,6 +34,8 @@ pub struct Limits {
     pub sync_page_resources: usize,
     pub request_timeout_ms: u64,
     pub watch_streams_max: usize,
+    /// How long one watch event may wait for room in the agent's window.
+    pub slow_consumer_timeout_ms: u64,
 }
 
 /// Everything a request handler needs.
@@ -63,6 +65,10 @@ pub enum ServeError {
     Storage(#[from] storage::StorageError),
     #[error(transparent)]
     Session(#[from] wire::session::SessionError),
+    /// The peer left a watch event unread for longer than
+    /// `slow_consumer_timeout_ms` (its flow-control window stayed full).
+    #[error("the agent read nothing for {timeout_ms} ms; the watch is reset (slow consumer)")]
+    SlowConsumer { timeout_ms: u64 },
 }
 
 impl ServeError {
@@ -72,6 +78,9 @@ impl ServeError {
             ServeError::Transport(e) => e.to_wire(),
             ServeError::Storage(e) => WireError::new(ErrorCode::Internal, e.to_string()),
             ServeError::Session(e) => WireError::new(ErrorCode::ProtocolViolation, e.to_string()),
+            ServeError::SlowConsumer { .. } => {
+                WireError::new(ErrorCode::Unavailable, self.to_string())
+            }
         }
     }
 }

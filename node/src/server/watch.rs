@@ -7,6 +7,14 @@
 //! region's change rows after the cursor, each as the resource's current
 //! state, and then waits on the applied-pk channel: a new apply wakes it at
 //! once, no polling. A quiet region gets a progress bookmark now and then.
+//!
+//! A slow consumer is cut off: every event is sent within
+//! `limits.slow_consumer_timeout_ms`. Sending waits only while the agent's
+//! QUIC flow-control window is full (it stopped reading), so the data a
+//! stream holds on the node is bounded by that window, and the wait by the
+//! timeout; past it the stream is reset with [`SLOW_CONSUMER_RESET_CODE`]
+//! (no final event: the window has no room for one) and its read
+//! transaction let go. The agent resumes from its cursor on a new stream.
 
 use std::time::Duration;
 
@@ -21,6 +29,9 @@ use super::{NodeState, ServeError};
 
 /// Most change rows read from one read transaction before the next.
 pub const CHANGE_PAGE_ROWS: usize = 1_000;
+/// The QUIC application error code a watch stream is reset with when its
+/// consumer fell too far behind (`ServeError::SlowConsumer`).
+pub const SLOW_CONSUMER_RESET_CODE: u32 = 0x5107;
 
 /// Serves a watch until the agent goes away or an error ends it.
 pub async fn serve(
@@ -38,7 +49,7 @@ pub async fn serve(
         }
         WatchStart::Incremental { after } => server.resume(after)?,
         WatchStart::ResyncRequired { floor } => {
-            stream.send(&server.resync_required(floor)).await?;
+            send(state, stream, &server.resync_required(floor)).await?;
             return Ok(());
         }
         WatchStart::WaitForCatchUp { cursor } => {
@@ -55,7 +66,7 @@ pub async fn serve(
                         *applied_pk.borrow()
                     ),
                 );
-                stream.send(&server.error(error)).await?;
+                send(state, stream, &server.error(error)).await?;
                 return Ok(());
             }
             server.resume(cursor)?;
@@ -72,7 +83,7 @@ async fn full_sync(
     view: storage::ReadView,
 ) -> Result<(), ServeError> {
     let cursor = view.last_pk();
-    stream.send(&server.sync_start(cursor)?).await?;
+    send(state, stream, &server.sync_start(cursor)?).await?;
     let page = state.limits.sync_page_resources;
     let mut after = None;
     loop {
@@ -80,13 +91,13 @@ async fn full_sync(
         let full_page = resources.len() == page;
         after = resources.last().map(|r| r.key());
         for resource in resources {
-            stream.send(&server.sync_item(resource)?).await?;
+            send(state, stream, &server.sync_item(resource)?).await?;
         }
         if !full_page {
             break;
         }
     }
-    stream.send(&server.sync_end()?).await?;
+    send(state, stream, &server.sync_end()?).await?;
     Ok(())
 }
 
@@ -103,16 +114,14 @@ async fn stream_changes(
         let view = state.store.read()?;
         let cursor = server.cursor();
         if cursor < view.floor_pk() {
-            stream
-                .send(&server.resync_required(view.floor_pk()))
-                .await?;
+            send(state, stream, &server.resync_required(view.floor_pk())).await?;
             return Ok(());
         }
         let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;
         let full_page = rows.len() == CHANGE_PAGE_ROWS;
         for (pk, row) in rows {
             let change = view.change_event(&row)?;
-            stream.send(&server.change(pk, change)?).await?;
+            send(state, stream, &server.change(pk, change)?).await?;
         }
         if full_page {
             continue;
@@ -129,7 +138,7 @@ async fn stream_changes(
             _ = tokio::time::sleep_until(next_progress) => {
                 next_progress = Instant::now() + progress_every;
                 if let Some(event) = server.progress(seen) {
-                    stream.send(&event).await?;
+                    send(state, stream, &event).await?;
                 }
             }
             _ = stream.closed() => return Ok(()),
@@ -137,8 +146,27 @@ async fn stream_changes(
     }
 }
 
-/// Sends a final error event on a watch stream.
-pub async fn refuse(stream: &mut FramedStream, error: WireError) -> Result<(), ServeError> {
-    stream.send(&WatchEvent::Error(error)).await?;
-    Ok(())
+/// Sends a final error event on a watch stream (within the slow-consumer
+/// bound, like every event).
+pub async fn refuse(
+    state: &NodeState,
+    stream: &mut FramedStream,
+    error: WireError,
+) -> Result<(), ServeError> {
+    send(state, stream, &WatchEvent::Error(error)).await
+}
+
+/// Sends one event, waiting at most `slow_consumer_timeout_ms` for room in
+/// the consumer's window. After a timeout the stream is out of step (a
+/// frame may be half written): it must be reset, not used.
+async fn send(
+    state: &NodeState,
+    stream: &mut FramedStream,
+    event: &WatchEvent,
+) -> Result<(), ServeError> {
+    let timeout_ms = state.limits.slow_consumer_timeout_ms;
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), stream.send(event)).await {
+        Ok(sent) => Ok(sent?),
+        Err(_) => Err(ServeError::SlowConsumer { timeout_ms }),
+    }
 }

@@ -1,0 +1,185 @@
+//! A slow consumer is cut off and resumes: a raw QUIC client opens a watch
+//! with its region's agent certificate and never reads; changes far larger
+//! than its flow-control window are written; the node sends no more than
+//! the window, resets the stream with
+//! `node::server::watch::SLOW_CONSUMER_RESET_CODE` within
+//! `limits.slow_consumer_timeout_ms` of blocking, and a fresh watch from the
+//! old cursor gets every change, in order.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use integration::cluster::{TestNode, as_agent};
+use node::client::Client;
+use node::server::watch::SLOW_CONSUMER_RESET_CODE;
+use tokio::time::Instant;
+use transport::stream::open_call;
+use transport::tls::TlsPaths;
+use wire::agent::{AgentRequest, ResourceChange, WatchEvent, WatchRequest};
+use wire::hello::Protocol;
+use wire::model::Resource;
+use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+const REGION: &str = "us-east";
+/// The node's bound on one event waiting for room in a consumer's window.
+const SLOW_CONSUMER_TIMEOUT_MS: u64 = 300;
+/// How long after the last write the reset must have arrived: the timeout
+/// plus generous room for a loaded debug build.
+const RESET_WITHIN: Duration = Duration::from_secs(15);
+/// Deployments written while the consumer does not read.
+const DEPLOYMENTS: usize = 32;
+/// Each deployment carries this many environment values of
+/// [`ENV_VALUE_BYTES`]: about 120 KiB per change event, 3.8 MiB in all.
+const ENV_VARS: usize = 4;
+const ENV_VALUE_BYTES: usize = 30 * 1024;
+/// A QUIC stream's receive window with the transport's settings (quinn's
+/// default: 1.25 MB), what the node may hold for the unread stream.
+const STREAM_WINDOW_BYTES: u64 = 1_250_000;
+/// What the raw client may receive in all: the window plus packet and
+/// handshake overhead — far less than the changes written.
+const RECEIVED_BYTES_MAX: u64 = STREAM_WINDOW_BYTES + 256 * 1024;
+
+fn big_deployment(n: usize) -> OperatorRequest {
+    let env_vars = (0..ENV_VARS)
+        .map(|i| (format!("BLOB_{i}"), "x".repeat(ENV_VALUE_BYTES)))
+        .collect();
+    OperatorRequest::CreateDeployment(CreateDeployment {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        environment_id: format!("env-{n}"),
+        image: "nginx:1.27".into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 1,
+        regions: vec![REGION.into()],
+        env_vars,
+    })
+}
+
+async fn create(client: &Client, request: &OperatorRequest) -> String {
+    match client.call(request).await.expect("create") {
+        OperatorResponse::Created { deployment_id } => deployment_id,
+        other => panic!("not created: {other:?}"),
+    }
+}
+
+/// The cursor a full sync of the region ends at.
+async fn synced_cursor(agent: &Client) -> u64 {
+    let mut watch = agent.watch(REGION, 0).await.expect("watch");
+    loop {
+        match watch.next().await.expect("event") {
+            Some(WatchEvent::SyncEnd { cursor }) => return cursor,
+            Some(WatchEvent::SyncStart { .. } | WatchEvent::SyncItem(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_stops_reading_is_reset_and_resumes_from_its_cursor() {
+    tokio::time::timeout(TEST_TIMEOUT, scenario())
+        .await
+        .expect("test timed out");
+}
+
+async fn scenario() {
+    let node = TestNode::start_with(|config| {
+        config.limits.slow_consumer_timeout_ms = SLOW_CONSUMER_TIMEOUT_MS;
+    })
+    .await
+    .expect("node starts");
+    let operator = node.client().unwrap();
+    let small = OperatorRequest::CreateDeployment(CreateDeployment {
+        env_vars: BTreeMap::new(),
+        ..match big_deployment(0) {
+            OperatorRequest::CreateDeployment(c) => c,
+            _ => unreachable!("built above"),
+        }
+    });
+    create(&operator, &small).await;
+    let agent = node.agent_client(REGION).unwrap();
+    let cursor = synced_cursor(&agent).await;
+
+    // The slow consumer: a watch from `cursor` that is never read.
+    let agent_tls = as_agent(&node.operator, REGION).tls;
+    let tls = TlsPaths {
+        ca_cert: agent_tls.ca_cert,
+        cert: agent_tls.cert,
+        key: agent_tls.key,
+    };
+    let client_config = transport::tls::client_config(&tls, wire::agent::ALPN).unwrap();
+    let addr = node.node.local_addr;
+    let endpoint =
+        transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(addr)).unwrap();
+    let (connection, _) = transport::endpoint::connect_any(
+        &endpoint,
+        &client_config,
+        &[addr],
+        &node.operator.server_name,
+        5_000,
+    )
+    .await
+    .expect("connect");
+    let mut stream = open_call(&connection, Protocol::Agent, wire::frame::FRAME_BYTES_MAX)
+        .await
+        .unwrap();
+    stream
+        .send(&AgentRequest::Watch(WatchRequest {
+            region: REGION.into(),
+            cursor,
+        }))
+        .await
+        .unwrap();
+    let (_send, mut unread) = stream.into_parts();
+
+    let mut created = Vec::new();
+    for n in 1..=DEPLOYMENTS {
+        created.push(create(&operator, &big_deployment(n)).await);
+    }
+    let written = Instant::now();
+    let written_bytes = (DEPLOYMENTS * ENV_VARS * ENV_VALUE_BYTES) as u64;
+
+    // The node resets the stream (awaited without reading a byte of it).
+    let reset = tokio::time::timeout(RESET_WITHIN, unread.received_reset())
+        .await
+        .unwrap_or_else(|_| panic!("no reset within {RESET_WITHIN:?} of the last write"));
+    assert_eq!(
+        reset.expect("stream state").map(|code| code.into_inner()),
+        Some(u64::from(SLOW_CONSUMER_RESET_CODE)),
+        "reset with the slow-consumer code"
+    );
+    let received = connection.stats().udp_rx.bytes;
+    println!(
+        "reset {:?} after the last write; the client received {received} bytes of {written_bytes} written",
+        written.elapsed()
+    );
+    assert!(
+        received <= RECEIVED_BYTES_MAX,
+        "the node sent {received} bytes to a consumer that read nothing (window {STREAM_WINDOW_BYTES})"
+    );
+    drop(unread);
+    connection.close(0u32.into(), b"done");
+
+    // The consumer comes back with its old cursor and gets every change.
+    let mut resumed = agent.watch(REGION, cursor).await.expect("watch");
+    let mut seen = Vec::new();
+    let mut last = cursor;
+    while seen.len() < created.len() {
+        match resumed.next().await.expect("event") {
+            Some(WatchEvent::Change {
+                version,
+                change: ResourceChange::Apply(Resource::DeploymentTopology(topology)),
+            }) => {
+                assert!(version > last, "version {version} after {last}");
+                last = version;
+                assert_eq!(topology.env_vars.len(), ENV_VARS);
+                seen.push(topology.deployment_id);
+            }
+            Some(WatchEvent::Progress { .. }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, created, "every change, in order");
+    node.node.shutdown().await;
+}
