@@ -6,11 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use agent::ctrl::{CtrlClient, CtrlError};
+use config::{AgentConfig, TlsFiles};
 use integration::cluster::{TestNode, as_agent};
 use node::client::{Client, ClientError};
-use wire::ErrorCode;
-use wire::agent::WatchEvent;
+use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, WatchEvent};
 use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::{ErrorCode, WireError};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -42,6 +44,80 @@ async fn assert_watch_refused(client: &Client, region: &str) {
         Ok(None) | Err(_) => {}
         Ok(Some(event)) => panic!("data after the refusal: {event:?}"),
     }
+}
+
+/// Expects `result` to be a permission error, and nothing else.
+fn assert_refused(result: Result<AgentResponse, CtrlError>) -> WireError {
+    match result {
+        Err(CtrlError::Refused(e)) => {
+            assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+            e
+        }
+        other => panic!("expected a permission error and no data, got {other:?}"),
+    }
+}
+
+/// A krane-side client of `node` for `region`, presenting the certificate
+/// `cert` (`agent-REGION`, `operator`) of the node's certificate directory.
+fn ctrl_client(node: &TestNode, region: &str, cert: &str) -> CtrlClient {
+    let certs = node.dir.path().join("certs");
+    let config = AgentConfig::new(
+        region,
+        vec![node.node.local_addr.into()],
+        TlsFiles::in_dir(&certs, cert),
+    );
+    CtrlClient::new(&config).expect("client")
+}
+
+fn created_id(response: OperatorResponse) -> String {
+    match response {
+        OperatorResponse::Created { deployment_id } => deployment_id,
+        other => panic!("not created: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_and_lookups_are_refused_outside_the_agents_region() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let node = TestNode::start().await.unwrap();
+        let operator = node.client().unwrap();
+        let west = created_id(operator.call(&create("eu-west")).await.unwrap());
+        let east = created_id(operator.call(&create("us-east")).await.unwrap());
+        let deleted = |id: &str, region: &str| {
+            AgentRequest::ReportDeploymentStatus(DeploymentReport::Deleted {
+                deployment_id: id.into(),
+                region: region.into(),
+            })
+        };
+        let lookup = |id: &str, region: &str| AgentRequest::GetDesiredDeployment {
+            deployment_id: id.into(),
+            region: region.into(),
+        };
+
+        let applied = || node.node.state.raft.metrics().borrow().last_applied;
+        let applied_before = applied();
+
+        // The us-east agent, speaking for eu-west: refused, no data.
+        let east_agent = ctrl_client(&node, "us-east", "agent-us-east");
+        let e = assert_refused(east_agent.call(&deleted(&west, "eu-west")).await);
+        assert!(e.message.contains("eu-west"), "{e}");
+        assert_refused(east_agent.call(&lookup(&west, "eu-west")).await);
+        // The operator certificate on the agent protocol: refused too.
+        let as_operator = ctrl_client(&node, "us-east", "operator");
+        assert_refused(as_operator.call(&deleted(&east, "us-east")).await);
+        assert_refused(as_operator.call(&lookup(&east, "us-east")).await);
+
+        // No refused report was proposed: nothing was applied since.
+        assert_eq!(applied(), applied_before, "a refused report was written");
+        // The us-east agent's own lookup works.
+        match east_agent.call(&lookup(&east, "us-east")).await {
+            Ok(AgentResponse::DesiredDeployment(Some(t))) => assert_eq!(t.deployment_id, east),
+            other => panic!("own region's lookup failed: {other:?}"),
+        }
+        node.node.shutdown().await;
+    })
+    .await
+    .expect("test timed out");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
