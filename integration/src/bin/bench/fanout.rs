@@ -1,6 +1,7 @@
 //! `fan-out`: one node, fsync on, `--watchers` watch streams of one region
 //! with the region's agent certificate, `--streams-per-connection` streams
-//! on each QUIC connection (from one client endpoint in this process).
+//! on each QUIC connection (each connection from its own client endpoint,
+//! i.e. its own UDP socket, as separate agents would have).
 //! Then `--count` deploys, one at a time and 300 ms apart (like etcd's
 //! `fanout_bench.py --interval 0.3`); for each, the time from its
 //! acknowledgement to its event at every watcher.
@@ -34,6 +35,8 @@ const WATCHERS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Wait after the streams are open before reading the RSS (late
 /// allocations, the allocator settling).
 const SETTLE: Duration = Duration::from_secs(1);
+/// Slowest deploys listed with their time.
+const SLOWEST_SHOWN: usize = 8;
 /// Most watch streams one run opens.
 pub const WATCHERS_MAX: usize = 100_000;
 /// Most streams per QUIC connection (the node's bidirectional stream
@@ -74,14 +77,14 @@ pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> R
         wire::agent::ALPN,
     )?;
     let addr = node.node.local_addr;
-    let endpoint =
-        transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(addr))?;
     let connections = watchers.div_ceil(per_connection);
     let opened = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Signal)>();
     let mut tasks = tokio::task::JoinSet::new();
     let mut held = Vec::with_capacity(connections);
     for c in 0..connections {
+        let endpoint =
+            transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(addr))?;
         let (connection, _) = transport::endpoint::connect_any(
             &endpoint,
             &tls,
@@ -102,7 +105,7 @@ pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> R
             let tx = tx.clone();
             tasks.spawn(async move { watcher(w, stream, tx).await });
         }
-        held.push(connection);
+        held.push((endpoint, connection));
     }
     drop(tx);
     let mut synced = 0_usize;
@@ -135,6 +138,9 @@ pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> R
 
     let mut per_watcher = Vec::with_capacity(watchers * rounds);
     let mut to_all = Vec::with_capacity(rounds);
+    // (ms since the streams were opened, ack → all notified in µs) per
+    // deploy: periodic stalls show up as evenly spaced slow rounds.
+    let mut timeline: Vec<(u128, u128)> = Vec::with_capacity(rounds);
     let mut request_to_all = Vec::with_capacity(rounds);
     let mut before_ack = 0_usize;
     for _ in 0..rounds {
@@ -163,6 +169,10 @@ pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> R
             per_watcher.push(at.saturating_duration_since(acked));
         }
         to_all.push(last.saturating_duration_since(acked));
+        timeline.push((
+            acked.saturating_duration_since(opened).as_millis(),
+            last.saturating_duration_since(acked).as_micros(),
+        ));
         request_to_all.push(last.saturating_duration_since(sent));
     }
     let extra = serde_json::json!({
@@ -179,6 +189,15 @@ pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> R
         let s = Summary::of(samples).context("no deploys measured")?;
         print_summary(SCENARIO, figure, &s, extra.clone());
     }
+    timeline.sort_by_key(|(_, us)| std::cmp::Reverse(*us));
+    timeline.truncate(SLOWEST_SHOWN);
+    timeline.sort();
+    print_value(
+        SCENARIO,
+        "slowest_deploys_ms_since_open_and_us",
+        serde_json::json!(timeline),
+        serde_json::json!({"watchers": watchers}),
+    );
     tasks.abort_all();
     drop(held);
     node.node.shutdown().await;
