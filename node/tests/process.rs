@@ -1,5 +1,6 @@
 //! `ctrl serve` as a real process, driven through the CLI: full sync,
-//! incremental watch across regions, a refused client, and SIGKILL.
+//! incremental watch across regions, a refused client, `ctrl watch`'s
+//! agent certificate, and SIGKILL.
 
 mod common;
 
@@ -144,6 +145,65 @@ fn a_client_from_another_ca_is_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn ctrl_watch_presents_the_regions_agent_certificate() {
+    let site = Site::new();
+    let _node = site.start();
+    site.deploy("us-east", 1);
+    let certs = site.path().join("certs");
+    let path = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    // The operator's own certificate may not watch: a permission error and
+    // no data (`--max-events 1` bounds the command were it let through).
+    let (cert, key) = (path("operator.pem"), path("operator.key"));
+    let out = site.ctrl(&[
+        "watch",
+        "--region",
+        "us-east",
+        "-o",
+        "json",
+        "--max-events",
+        "1",
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an operator certificate watched");
+    assert!(stderr.contains("permission_denied"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        events.len() == 1 && events[0].get("Error").is_some(),
+        "only the error: {stdout}"
+    );
+    // A region without an agent certificate next to the CA: the command
+    // says how to make one.
+    let out = site.ctrl(&["watch", "--region", "ap-south", "--max-events", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("ctrl certs add-agent"), "{stderr}");
+    // By default it presents `agent-us-east.pem` and watches.
+    let out = site.ctrl(&[
+        "watch",
+        "--region",
+        "us-east",
+        "-o",
+        "json",
+        "--max-events",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SyncStart"));
 }
 
 #[test]
