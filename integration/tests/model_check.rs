@@ -1,7 +1,8 @@
 //! Model check of the sync contract (../shared/DESIGN.md): for random
 //! sequences of creates, updates and stops of deployments, sentinels and
 //! cilium policies across two or three regions, interleaved with
-//! compactions, agent disconnects and restarts and server restarts, once
+//! compactions, agent disconnects and restarts, failed applies and server
+//! restarts, once
 //! the writes stop every agent's applied set equals the desired state of
 //! its region, and no agent ever applied an older version of a resource
 //! after a newer one.
@@ -136,6 +137,13 @@ enum Op {
     },
     /// The node shuts down and starts again on its data.
     RestartServer,
+    /// The agent's next `count` applies or deletes fail for good (an
+    /// invalid object): the stream ends and resumes from the stored
+    /// cursor.
+    FailApplies {
+        region: usize,
+        count: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -153,6 +161,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..REGIONS.len()).prop_map(|region| Op::DisconnectAgent { region }),
         2 => (0..REGIONS.len()).prop_map(|region| Op::RestartAgent { region }),
         1 => Just(Op::RestartServer),
+        1 => (0..REGIONS.len(), 1u32..4).prop_map(|(region, count)| Op::FailApplies { region, count }),
     ]
 }
 
@@ -236,6 +245,8 @@ struct Recorded {
     /// The highest version ever applied, per resource.
     highest: BTreeMap<ResourceKey, Pk>,
     violations: Vec<String>,
+    /// Applies and deletes still to fail.
+    failures_left: u32,
 }
 
 /// An in-memory Kubernetes cluster: a [`Reconciler`] that records. It
@@ -250,6 +261,15 @@ impl Cluster {
         // A panic while holding the lock fails the case anyway.
         f(&mut self.recorded.lock().unwrap_or_else(PoisonError::into_inner))
     }
+
+    /// An injected failure, if one is due.
+    fn injected_failure(r: &mut Recorded) -> Result<(), K8sError> {
+        if r.failures_left == 0 {
+            return Ok(());
+        }
+        r.failures_left -= 1;
+        Err(K8sError::Invalid("injected failure".into()))
+    }
 }
 
 impl Reconciler for Cluster {
@@ -257,6 +277,7 @@ impl Reconciler for Cluster {
         let key = resource.key();
         let version = resource.version();
         self.with(|r| {
+            Self::injected_failure(r)?;
             let highest = r.highest.entry(key.clone()).or_default();
             if *highest > version {
                 r.violations.push(format!(
@@ -265,13 +286,16 @@ impl Reconciler for Cluster {
             }
             *highest = (*highest).max(version);
             r.objects.insert(key, resource.clone());
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
     async fn delete(&self, key: &ResourceKey, _last: Option<&Resource>) -> Result<(), K8sError> {
-        self.with(|r| r.objects.remove(key));
-        Ok(())
+        self.with(|r| {
+            Self::injected_failure(r)?;
+            r.objects.remove(key);
+            Ok(())
+        })
     }
 
     async fn collect(&self, desired: &BTreeSet<Owner>) -> Result<usize, K8sError> {
@@ -662,6 +686,11 @@ async fn step(
             agents[region % agents.len()].restart().await?;
         }
         Op::RestartServer => server.restart().await?,
+        Op::FailApplies { region, count } => {
+            agents[region % agents.len()]
+                .cluster
+                .with(|r| r.failures_left += count);
+        }
     }
     Ok(())
 }
