@@ -1,7 +1,6 @@
 //! `deploy-to-watch`: ctrl alone, one node with fsync on; a watcher of the
 //! region receives each deploy's change event.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -9,7 +8,7 @@ use integration::cluster::TestNode;
 use integration::stats::Summary;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::Resource;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::OperatorResponse;
 
 use crate::print_summary;
 
@@ -46,17 +45,7 @@ pub async fn deploy_to_watch(count: usize) -> Result<()> {
     let mut from_request = Vec::with_capacity(count);
     let started = Instant::now();
     for _ in 0..count {
-        let request = OperatorRequest::CreateDeployment(CreateDeployment {
-            workspace_id: "ws".into(),
-            project_id: "proj".into(),
-            environment_id: "env".into(),
-            image: "nginx:1.27".into(),
-            cpu_millicores: 100,
-            memory_mib: 128,
-            replicas: 1,
-            regions: vec!["us-east".into()],
-            env_vars: BTreeMap::new(),
-        });
+        let request = crate::common::create_request();
         let sent = Instant::now();
         let OperatorResponse::Created { deployment_id } = client.call(&request).await? else {
             bail!("unexpected answer to create");

@@ -4,15 +4,13 @@
 //! count: writes/s and commit latency (request sent → acknowledged), plus
 //! the machine's fdatasync latency measured in the same data directory.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use integration::cluster::TestCluster;
 use integration::stats::Summary;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
 
 use crate::print_summary;
 
@@ -44,7 +42,7 @@ async fn run_series(
     for _ in 0..writers {
         let client = cluster.client_of(leader)?;
         for _ in 0..WARMUP_WRITES_PER_WRITER {
-            deploy(&client).await?;
+            crate::common::deploy(&client).await?;
         }
         clients.push(client);
     }
@@ -56,7 +54,7 @@ async fn run_series(
             let mut samples = Vec::new();
             while Instant::now() < deadline {
                 let sent = Instant::now();
-                deploy(&client).await?;
+                crate::common::deploy(&client).await?;
                 samples.push(sent.elapsed());
             }
             anyhow::Ok(samples)
@@ -81,24 +79,6 @@ async fn run_series(
         }),
     );
     Ok(())
-}
-
-async fn deploy(client: &node::client::Client) -> Result<()> {
-    let request = OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec!["us-east".into()],
-        env_vars: BTreeMap::new(),
-    });
-    match client.call(&request).await? {
-        OperatorResponse::Created { .. } => Ok(()),
-        other => bail!("unexpected answer to create: {other:?}"),
-    }
 }
 
 /// Prints the fdatasync latency of 4 KiB appends in `dir` (the disk the
