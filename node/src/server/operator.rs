@@ -15,7 +15,7 @@ use wire::operator::{
 use wire::{ErrorCode, WireError};
 
 use super::{NodeState, ServeError, finish, membership, propose};
-use crate::clock::{Clock, deployment_id};
+use crate::clock::{Clock, deployment_id, prefixed_id};
 use crate::raft::network::MembershipChange;
 
 /// Kubernetes namespace deployments are created in.
@@ -364,12 +364,6 @@ async fn recorded(state: &NodeState, mutation: Mutation) -> Result<(), WireError
     }
 }
 
-/// `prefix` and 13 base-32 characters (64 random bits), like deployment ids.
-fn prefixed_id(prefix: &str, clock: &dyn Clock) -> String {
-    let id = deployment_id(clock);
-    format!("{prefix}{}", id.trim_start_matches("dep_"))
-}
-
 fn not_found(what: &str, id: &str) -> WireError {
     WireError::new(ErrorCode::NotFound, format!("no {what} {id:?}"))
 }
@@ -426,8 +420,8 @@ mod tests {
     #[test]
     fn a_new_sentinel_gets_an_id_a_name_and_defaults() {
         let s = merge_sentinel(None, apply(None), &FixedClock);
-        assert_eq!(s.id, "snt_0000000000000");
-        assert_eq!(s.k8s_name, "snt-0000000000000");
+        assert_eq!(s.id, "snt_00000000070000000000000000");
+        assert_eq!(s.k8s_name, "snt-00000000070000000000000000");
         assert_eq!(s.k8s_namespace, "sentinel");
         assert_eq!(s.workspace_id, "ws_1");
         assert_eq!(s.project_id, "proj_1");
