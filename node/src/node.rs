@@ -106,15 +106,27 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     }
     .validate()
     .context("invalid Raft settings")?;
-    let raft = Raft::new(
-        config.node_id,
-        Arc::new(raft_config),
-        network.clone(),
-        log_store,
-        state_machine,
-    )
-    .await
-    .context("cannot start Raft")?;
+    let raft_runtime =
+        RaftRuntime::start(config.node_id).context("cannot start the Raft thread")?;
+    let raft = {
+        let node_id = config.node_id;
+        let network = network.clone();
+        raft_runtime
+            .handle()
+            .spawn(async move {
+                Raft::new(
+                    node_id,
+                    Arc::new(raft_config),
+                    network,
+                    log_store,
+                    state_machine,
+                )
+                .await
+            })
+            .await
+            .context("the Raft thread stopped")?
+            .context("cannot start Raft")?
+    };
 
     let advertise = config.advertise_addr.unwrap_or(local_addr);
     let mut configured_members = BTreeMap::from([(
@@ -166,6 +178,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         watch_permits: Arc::new(tokio::sync::Semaphore::new(limits.watch_streams_max)),
         limits,
         clock,
+        raft_runtime,
     });
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
     tokio::spawn(crate::compaction::run(
@@ -178,4 +191,39 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         endpoint,
         local_addr,
     })
+}
+
+/// The runtime openraft runs on: one thread of its own, so replication,
+/// commit and apply never queue behind client streams on the shared
+/// workers.
+pub struct RaftRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl RaftRuntime {
+    fn start(node_id: u64) -> std::io::Result<RaftRuntime> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("raft-{node_id}"))
+            .enable_all()
+            .build()?;
+        Ok(RaftRuntime {
+            runtime: Some(runtime),
+        })
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("present until dropped")
+            .handle()
+    }
+}
+
+impl Drop for RaftRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }

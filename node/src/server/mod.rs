@@ -54,6 +54,8 @@ pub struct NodeState {
     pub watch_permits: Arc<tokio::sync::Semaphore>,
     /// Gathers concurrent local writes into shared Raft entries.
     pub batcher: write::batch::Batcher,
+    /// Keeps openraft's thread alive as long as the node.
+    pub raft_runtime: crate::node::RaftRuntime,
 }
 
 /// Why serving one stream stopped.
@@ -89,7 +91,16 @@ impl ServeError {
 pub async fn run(endpoint: quinn::Endpoint, state: Arc<NodeState>) {
     while let Some(incoming) = endpoint.accept().await {
         let state = state.clone();
-        tokio::spawn(async move {
+        // A connection from a member's address is (nearly always) a peer's
+        // Raft connection: accepting it on the Raft thread drives its I/O
+        // there too, away from the client connections. Only where it runs
+        // depends on this guess; what it may do depends on its certificate.
+        let runtime = if is_member_address(&state, incoming.remote_address()) {
+            state.raft_runtime.handle().clone()
+        } else {
+            tokio::runtime::Handle::current()
+        };
+        runtime.spawn(async move {
             let connection = match incoming.await {
                 Ok(connection) => connection,
                 Err(e) => {
@@ -104,6 +115,17 @@ pub async fn run(endpoint: quinn::Endpoint, state: Arc<NodeState>) {
     }
 }
 
+/// Whether `addr` is the address of a member of the cluster.
+fn is_member_address(state: &NodeState, addr: std::net::SocketAddr) -> bool {
+    let addr = addr.to_string();
+    let metrics = state.raft.metrics();
+    let metrics = metrics.borrow();
+    metrics
+        .membership_config
+        .nodes()
+        .any(|(_, node)| node.addr == addr)
+}
+
 async fn serve_connection(
     connection: quinn::Connection,
     state: Arc<NodeState>,
@@ -111,6 +133,12 @@ async fn serve_connection(
     let identity = Identity::from_connection(&connection)?;
     let alpn = transport::tls::negotiated_alpn(&connection);
     debug!(remote = %connection.remote_address(), ?identity, "connection accepted");
+    // Raft RPCs are served on openraft's own thread, next to the core
+    // they are handed to.
+    let runtime = match alpn.as_deref() {
+        Some(crate::raft::network::ALPN) => state.raft_runtime.handle().clone(),
+        _ => tokio::runtime::Handle::current(),
+    };
     loop {
         let (send, recv) = match connection.accept_bi().await {
             Ok(streams) => streams,
@@ -119,7 +147,7 @@ async fn serve_connection(
         let state = state.clone();
         let identity = identity.clone();
         let alpn = alpn.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             let result = match alpn.as_deref() {
                 Some(wire::agent::ALPN) => agent::serve_stream(&state, &identity, send, recv).await,
                 Some(wire::operator::ALPN) => {
