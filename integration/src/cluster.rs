@@ -106,18 +106,8 @@ impl TestCluster {
         with_relays: bool,
     ) -> Result<TestCluster> {
         let dir = tempfile::tempdir()?;
-        let certs = dir.path().join("certs");
         let ids: Vec<u64> = (1..=count).collect();
-        transport::certs::init_dir(
-            &certs,
-            &ids,
-            &["us-east".to_string(), "eu-west".to_string()],
-            &["ctrl.local".to_string(), "localhost".to_string()],
-        )?;
-        let addrs = ids
-            .iter()
-            .map(|_| free_loopback_udp())
-            .collect::<Result<Vec<_>>>()?;
+        let (certs, addrs) = certs_and_addrs(dir.path(), count)?;
         let faults = std::sync::Arc::new(crate::relay::Faults::default());
         let mut relays = Vec::new();
         if with_relays {
@@ -135,25 +125,14 @@ impl TestCluster {
         } else {
             addrs.clone()
         };
-        let mut configs = Vec::new();
-        for ((&id, &addr), &peer_addr) in ids.iter().zip(&addrs).zip(&peer_addrs) {
-            let mut config =
-                NodeConfig::single_node_default(&dir.path().join(format!("node-{id}")));
-            config.node_id = id;
-            config.listen_addr = addr;
-            // Behind a relay, the node is known by the relay's address (what
-            // `ctrl cluster init` and `status` name).
-            config.advertise_addr = with_relays.then_some(peer_addr);
-            config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
-            config.peers = ids
-                .iter()
-                .zip(&peer_addrs)
-                .filter(|(other, _)| **other != id)
-                .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
-                .collect();
-            configure(&mut config);
-            configs.push(config);
-        }
+        let configs = node_configs(
+            dir.path(),
+            &certs,
+            &addrs,
+            &peer_addrs,
+            with_relays,
+            configure,
+        );
         let mut nodes = Vec::new();
         for config in &configs {
             nodes.push(Some(node::node::start(config).await?));
@@ -267,6 +246,75 @@ impl TestCluster {
             relay.shutdown().await;
         }
     }
+}
+
+/// The configs of nodes `1..=addrs.len()` under `dir`: node `i` listens on
+/// `addrs[i - 1]` and knows its peers at `peer_addrs` (their relays, or
+/// the nodes themselves), with `configure` applied last.
+fn node_configs(
+    dir: &Path,
+    certs: &Path,
+    addrs: &[SocketAddr],
+    peer_addrs: &[SocketAddr],
+    with_relays: bool,
+    configure: impl Fn(&mut NodeConfig),
+) -> Vec<NodeConfig> {
+    let ids: Vec<u64> = (1..=addrs.len() as u64).collect();
+    let mut configs = Vec::new();
+    for ((&id, &addr), &peer_addr) in ids.iter().zip(addrs).zip(peer_addrs) {
+        let mut config = NodeConfig::single_node_default(&dir.join(format!("node-{id}")));
+        config.node_id = id;
+        config.listen_addr = addr;
+        // Behind a relay, the node is known by the relay's address (what
+        // `ctrl cluster init` and `status` name).
+        config.advertise_addr = with_relays.then_some(peer_addr);
+        config.tls = TlsFiles::in_dir(certs, &format!("node-{id}"));
+        config.peers = ids
+            .iter()
+            .zip(peer_addrs)
+            .filter(|(other, _)| **other != id)
+            .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
+            .collect();
+        configure(&mut config);
+        configs.push(config);
+    }
+    configs
+}
+
+/// Certificates (regions `us-east`, `eu-west`) and node configs for a
+/// cluster of `count` nodes on free loopback ports under `dir`, nothing
+/// started; and an operator config naming every node.
+pub fn plan(
+    dir: &Path,
+    count: u64,
+    configure: impl Fn(&mut NodeConfig),
+) -> Result<(Vec<NodeConfig>, OperatorConfig)> {
+    let (certs, addrs) = certs_and_addrs(dir, count)?;
+    let configs = node_configs(dir, &certs, &addrs, &addrs, false, configure);
+    let operator = OperatorConfig {
+        endpoints: addrs,
+        tls: TlsFiles::in_dir(&certs, "operator"),
+        ..OperatorConfig::default()
+    };
+    Ok((configs, operator))
+}
+
+/// Fresh certificates under `dir/certs` for nodes `1..=count` (regions
+/// `us-east`, `eu-west`), and a free loopback address for each node.
+fn certs_and_addrs(dir: &Path, count: u64) -> Result<(std::path::PathBuf, Vec<SocketAddr>)> {
+    let certs = dir.join("certs");
+    let ids: Vec<u64> = (1..=count).collect();
+    transport::certs::init_dir(
+        &certs,
+        &ids,
+        &["us-east".to_string(), "eu-west".to_string()],
+        &["ctrl.local".to_string(), "localhost".to_string()],
+    )?;
+    let addrs = ids
+        .iter()
+        .map(|_| free_loopback_udp())
+        .collect::<Result<Vec<_>>>()?;
+    Ok((certs, addrs))
 }
 
 /// A loopback UDP address free at the time of the call.

@@ -6,10 +6,12 @@
 //! kubectl are pointed at in tests and the demo. [`fleet`] is a whole
 //! site: one or three ctrl nodes plus, per region, a simulator and an
 //! in-process krane. [`relay`] puts UDP relays between nodes to cut them
-//! apart.
+//! apart. [`processes`] runs a cluster as separate node processes, for
+//! benchmarks compared with peers whose members are processes.
 
 pub mod cluster;
 pub mod fleet;
+pub mod processes;
 pub mod relay;
 pub mod sim;
 pub mod stats;

@@ -28,7 +28,7 @@ mod throughput;
 mod watch;
 mod writes;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use integration::stats::Summary;
 
@@ -71,7 +71,17 @@ struct Args {
     /// replicated-writes: ctrl nodes in the cluster.
     #[arg(long, default_value_t = 3)]
     nodes: u64,
+    /// replicated-writes: run the nodes as tasks of this process instead
+    /// of one process each.
+    #[arg(long)]
+    in_process: bool,
+    /// serve-node (internal): the node config to serve.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
 }
+
+/// The scenario name a node process of a benchmark is started with.
+pub const SERVE_NODE: &str = "serve-node";
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Scenario {
@@ -101,6 +111,10 @@ enum Scenario {
     /// Changes/s one watcher (on a follower) keeps up with while
     /// `--writers` write as fast as three nodes allow for `--seconds`.
     WatchThroughput,
+    /// Internal: one node of a benchmark's cluster (`--config`), served
+    /// until stdin closes.
+    #[value(hide = true)]
+    ServeNode,
 }
 
 #[tokio::main]
@@ -126,7 +140,13 @@ async fn main() -> Result<()> {
             } else {
                 args.writers
             };
-            writes::replicated_writes(&writers, args.seconds.unwrap_or(5), args.nodes).await
+            writes::replicated_writes(
+                &writers,
+                args.seconds.unwrap_or(5),
+                args.nodes,
+                args.in_process,
+            )
+            .await
         }
         Scenario::ChangeToAgent => {
             change::change_to_agent(args.count.unwrap_or(5_000), args.rate).await
@@ -145,6 +165,10 @@ async fn main() -> Result<()> {
         Scenario::WatchThroughput => {
             let writers = args.writers.first().copied().unwrap_or(64);
             throughput::watch_throughput(writers, args.seconds.unwrap_or(10)).await
+        }
+        Scenario::ServeNode => {
+            let config = args.config.context("serve-node needs --config FILE")?;
+            integration::processes::serve_until_stdin_closes(&config).await
         }
     }
 }

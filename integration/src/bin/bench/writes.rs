@@ -1,4 +1,6 @@
-//! `replicated-writes`: three in-process nodes on loopback with fsync on;
+//! `replicated-writes`: three nodes on loopback with fsync on, each a
+//! process of its own (as in production, and as etcd's members in the peer
+//! benchmark) or, with `--in-process`, tasks of the benchmark's process;
 //! `W` concurrent writers, each with its own QUIC connection to the
 //! leader, send deploys back to back for a fixed time. Figures per writer
 //! count: writes/s and commit latency (request sent → acknowledged), plus
@@ -9,8 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use config::OperatorConfig;
 use integration::cluster::TestCluster;
+use integration::processes::ProcessCluster;
 use integration::stats::Summary;
+use node::client::Client;
 
 use crate::print_summary;
 
@@ -21,26 +26,58 @@ const FSYNC_SAMPLES: usize = 500;
 /// Size of each fdatasync sample's write.
 const FSYNC_WRITE_BYTES: usize = 4096;
 
-pub async fn replicated_writes(writer_counts: &[usize], seconds: u64, nodes: u64) -> Result<()> {
-    let cluster = TestCluster::start(nodes, |_| {}).await?;
-    fsync_figure(cluster.dir.path())?;
-    let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
-    for &writers in writer_counts {
-        run_series(&cluster, leader, writers, Duration::from_secs(seconds)).await?;
+pub async fn replicated_writes(
+    writer_counts: &[usize],
+    seconds: u64,
+    nodes: u64,
+    in_process: bool,
+) -> Result<()> {
+    let duration = Duration::from_secs(seconds);
+    if in_process {
+        let cluster = TestCluster::start(nodes, |_| {}).await?;
+        fsync_figure(cluster.dir.path())?;
+        let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
+        for &writers in writer_counts {
+            run_series(
+                &cluster.operator_of(leader),
+                nodes,
+                in_process,
+                writers,
+                duration,
+            )
+            .await?;
+        }
+        cluster.shutdown().await;
+    } else {
+        let exe = std::env::current_exe().context("cannot find the bench binary")?;
+        let cluster = ProcessCluster::start(nodes, &exe, &[crate::SERVE_NODE]).await?;
+        fsync_figure(cluster.dir.path())?;
+        let leader = cluster.leader().await?.context("no agreed leader")?;
+        for &writers in writer_counts {
+            run_series(
+                &cluster.operator_of(leader),
+                nodes,
+                in_process,
+                writers,
+                duration,
+            )
+            .await?;
+        }
+        cluster.shutdown().await;
     }
-    cluster.shutdown().await;
     Ok(())
 }
 
 async fn run_series(
-    cluster: &TestCluster,
-    leader: u64,
+    leader: &OperatorConfig,
+    nodes: u64,
+    in_process: bool,
     writers: usize,
     duration: Duration,
 ) -> Result<()> {
     let mut clients = Vec::with_capacity(writers);
     for _ in 0..writers {
-        let client = cluster.client_of(leader)?;
+        let client = Client::new(leader)?;
         for _ in 0..WARMUP_WRITES_PER_WRITER {
             crate::common::deploy(&client).await?;
         }
@@ -73,7 +110,8 @@ async fn run_series(
         &summary,
         serde_json::json!({
             "writers": writers,
-            "nodes": cluster.configs.len(),
+            "nodes": nodes,
+            "processes": !in_process,
             "writes": writes,
             "writes_per_s": (writes as f64 / elapsed.as_secs_f64()).round(),
         }),

@@ -1,0 +1,152 @@
+//! A ctrl cluster of separate processes on loopback, as it runs in
+//! production (and as etcd's members run in the peer benchmark): each node
+//! has its own scheduler threads, Raft thread and log writer, and competes
+//! with the others only for the machine.
+//!
+//! The nodes are children of the calling binary, started with the
+//! arguments it names plus `--config FILE`; the child side is
+//! [`serve_until_stdin_closes`]. A child stops when its stdin closes, so
+//! nodes never outlive the benchmark that started them, even if it dies.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use config::{ConfigFile, NodeConfig, OperatorConfig};
+use node::client::Client;
+use std::io::Read;
+use tokio::process::{Child, Command};
+use wire::operator::{OperatorRequest, OperatorResponse};
+
+/// Bound on every node serving and agreeing on a leader.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on a child exiting once its stdin is closed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between two status polls while the cluster starts (there is no
+/// status stream to wait on).
+const START_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Running node processes; killed if dropped without [`ProcessCluster::shutdown`].
+pub struct ProcessCluster {
+    pub dir: tempfile::TempDir,
+    pub configs: Vec<NodeConfig>,
+    /// Names every node.
+    pub operator: OperatorConfig,
+    children: Vec<Child>,
+}
+
+impl ProcessCluster {
+    /// Starts `count` nodes as `exe args… --config FILE`, initialises them
+    /// as one cluster and waits until all of them know the same leader.
+    pub async fn start(count: u64, exe: &Path, args: &[&str]) -> Result<ProcessCluster> {
+        let dir = tempfile::tempdir()?;
+        let (configs, operator) = crate::cluster::plan(dir.path(), count, |_| {})?;
+        let mut children = Vec::new();
+        for config in &configs {
+            let path = dir.path().join(format!("node-{}.toml", config.node_id));
+            std::fs::write(&path, config.to_toml_string())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            let log =
+                std::fs::File::create(dir.path().join(format!("node-{}.log", config.node_id)))?;
+            let child = Command::new(exe)
+                .args(args)
+                .arg("--config")
+                .arg(&path)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("cannot start {}", exe.display()))?;
+            children.push(child);
+        }
+        let cluster = ProcessCluster {
+            dir,
+            configs,
+            operator,
+            children,
+        };
+        tokio::time::timeout(START_TIMEOUT, cluster.initialise())
+            .await
+            .with_context(|| {
+                format!(
+                    "the cluster did not start within {START_TIMEOUT:?}; node logs in {}",
+                    cluster.dir.path().display()
+                )
+            })??;
+        Ok(cluster)
+    }
+
+    /// An operator config for node `id` alone.
+    pub fn operator_of(&self, id: u64) -> OperatorConfig {
+        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        OperatorConfig {
+            endpoints: vec![addr],
+            ..self.operator.clone()
+        }
+    }
+
+    /// The leader every node agrees on, asking each node alone.
+    pub async fn leader(&self) -> Result<Option<u64>> {
+        let mut leaders = Vec::new();
+        for config in &self.configs {
+            let client = Client::new(&self.operator_of(config.node_id))?;
+            match client.call(&OperatorRequest::NodeStatus).await? {
+                OperatorResponse::NodeStatus(status) => leaders.push(status.leader_id),
+                other => bail!("unexpected answer to a status call: {other:?}"),
+            }
+        }
+        Ok(match leaders.first() {
+            Some(Some(first)) if leaders.iter().all(|l| *l == Some(*first)) => Some(*first),
+            _ => None,
+        })
+    }
+
+    async fn initialise(&self) -> Result<u64> {
+        let first = Client::new(&self.operator_of(1))?;
+        // The first call also waits for node 1 to serve.
+        loop {
+            match first.call(&OperatorRequest::InitCluster).await {
+                Ok(OperatorResponse::Initialized { .. }) => break,
+                Ok(other) => bail!("unexpected answer to cluster init: {other:?}"),
+                Err(_) => tokio::time::sleep(START_POLL_INTERVAL).await,
+            }
+        }
+        loop {
+            if let Ok(Some(leader)) = self.leader().await {
+                return Ok(leader);
+            }
+            tokio::time::sleep(START_POLL_INTERVAL).await;
+        }
+    }
+
+    /// Closes every node's stdin and waits (bounded) for them to exit.
+    pub async fn shutdown(mut self) {
+        for child in &mut self.children {
+            drop(child.stdin.take());
+        }
+        for child in &mut self.children {
+            if tokio::time::timeout(STOP_TIMEOUT, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}
+
+/// The child side: serves the node configured in `config_path` until
+/// stdin reaches its end (the parent closed it or died).
+pub async fn serve_until_stdin_closes(config_path: &PathBuf) -> Result<()> {
+    let config = NodeConfig::load(config_path)?;
+    let node = node::node::start(&config).await?;
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut buf = [0_u8; 64];
+        while std::io::stdin().read(&mut buf).unwrap_or(0) > 0 {}
+    })
+    .await;
+    node.shutdown().await;
+    Ok(())
+}
