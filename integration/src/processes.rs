@@ -8,7 +8,7 @@
 //! [`serve_until_stdin_closes`]. A child stops when its stdin closes, so
 //! nodes never outlive the benchmark that started them, even if it dies.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -139,7 +139,7 @@ impl ProcessCluster {
 
 /// The child side: serves the node configured in `config_path` until
 /// stdin reaches its end (the parent closed it or died).
-pub async fn serve_until_stdin_closes(config_path: &PathBuf) -> Result<()> {
+pub async fn serve_until_stdin_closes(config_path: &Path) -> Result<()> {
     let config = NodeConfig::load(config_path)?;
     let node = node::node::start(&config).await?;
     let _ = tokio::task::spawn_blocking(|| {
