@@ -78,6 +78,11 @@ impl ProcessCluster {
         Ok(cluster)
     }
 
+    /// The process ids of the running nodes, node 1 first.
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.children.iter().map(Child::id).collect()
+    }
+
     /// An operator config for node `id` alone.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
         let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;

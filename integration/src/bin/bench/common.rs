@@ -82,6 +82,37 @@ pub fn vm_rss_kib() -> Result<u64> {
         .context("VmRSS not a number")
 }
 
+/// Clock ticks per second of /proc's CPU times (`USER_HZ`, fixed at 100
+/// in the Linux ABI on the platforms this runs on).
+const PROC_TICKS_PER_S: f64 = 100.0;
+
+/// CPU time (user + system) used so far by process `pid`, or by this
+/// process, in seconds (fields 14 and 15 of /proc/PID/stat).
+pub fn cpu_seconds(pid: Option<u32>) -> Result<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("no command name in {path}"))?;
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Field 3 (the state) is the first after the name: utime and stime
+    // are fields 14 and 15.
+    let ticks = |index: usize| -> Result<f64> {
+        fields
+            .get(index)
+            .with_context(|| format!("{path} has too few fields"))?
+            .parse::<u64>()
+            .map(|t| t as f64)
+            .with_context(|| format!("{path}: field {} is not a number", index + 3))
+    };
+    Ok((ticks(11)? + ticks(12)?) / PROC_TICKS_PER_S)
+}
+
 /// Prints one figure with a single value as a JSON line.
 pub fn print_value(
     scenario: &str,

@@ -38,14 +38,7 @@ pub async fn replicated_writes(
         fsync_figure(cluster.dir.path())?;
         let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
         for &writers in writer_counts {
-            run_series(
-                &cluster.operator_of(leader),
-                nodes,
-                in_process,
-                writers,
-                duration,
-            )
-            .await?;
+            run_series(&cluster.operator_of(leader), nodes, &[], writers, duration).await?;
         }
         cluster.shutdown().await;
     } else {
@@ -53,11 +46,12 @@ pub async fn replicated_writes(
         let cluster = ProcessCluster::start(nodes, &exe, &[crate::SERVE_NODE]).await?;
         fsync_figure(cluster.dir.path())?;
         let leader = cluster.leader().await?.context("no agreed leader")?;
+        let pids: Vec<u32> = cluster.pids().into_iter().flatten().collect();
         for &writers in writer_counts {
             run_series(
                 &cluster.operator_of(leader),
                 nodes,
-                in_process,
+                &pids,
                 writers,
                 duration,
             )
@@ -71,7 +65,7 @@ pub async fn replicated_writes(
 async fn run_series(
     leader: &OperatorConfig,
     nodes: u64,
-    in_process: bool,
+    node_pids: &[u32],
     writers: usize,
     duration: Duration,
 ) -> Result<()> {
@@ -83,6 +77,7 @@ async fn run_series(
         }
         clients.push(client);
     }
+    let cpu_before = cpu_now(node_pids)?;
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = tokio::task::JoinSet::new();
@@ -102,6 +97,19 @@ async fn run_series(
         samples.extend(joined.context("writer task")??);
     }
     let elapsed = started.elapsed();
+    let cpu_after = cpu_now(node_pids)?;
+    let per_s = |before: f64, after: f64| {
+        ((after - before) / elapsed.as_secs_f64() * 100.0).round() / 100.0
+    };
+    let (bench_cpu, node_cpu) = (
+        per_s(cpu_before.0, cpu_after.0),
+        cpu_before
+            .1
+            .iter()
+            .zip(&cpu_after.1)
+            .map(|(b, a)| per_s(*b, *a))
+            .collect::<Vec<f64>>(),
+    );
     let writes = samples.len();
     let summary = Summary::of(&mut samples).context("no writes completed")?;
     print_summary(
@@ -111,12 +119,26 @@ async fn run_series(
         serde_json::json!({
             "writers": writers,
             "nodes": nodes,
-            "processes": !in_process,
+            "processes": !node_pids.is_empty(),
+            // CPU seconds per second: of this process (the writers, plus
+            // the nodes when they run in it) and of each node process.
+            "bench_cpu_s_per_s": bench_cpu,
+            "node_cpu_s_per_s": node_cpu,
             "writes": writes,
             "writes_per_s": (writes as f64 / elapsed.as_secs_f64()).round(),
         }),
     );
     Ok(())
+}
+
+/// CPU seconds used so far by this process and by each node process.
+fn cpu_now(node_pids: &[u32]) -> Result<(f64, Vec<f64>)> {
+    let own = crate::common::cpu_seconds(None)?;
+    let nodes = node_pids
+        .iter()
+        .map(|pid| crate::common::cpu_seconds(Some(*pid)))
+        .collect::<Result<Vec<f64>>>()?;
+    Ok((own, nodes))
 }
 
 /// Prints the fdatasync latency of 4 KiB appends in `dir` (the disk the
