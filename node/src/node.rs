@@ -197,33 +197,41 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
 /// commit and apply never queue behind client streams on the shared
 /// workers.
 pub struct RaftRuntime {
-    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    /// Ends the thread's `block_on` (and so drops its runtime and tasks).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl RaftRuntime {
+    /// A current-thread runtime driven by a thread of its own: no work
+    /// stealing, so no worker is woken for nothing when a task is queued.
     fn start(node_id: u64) -> std::io::Result<RaftRuntime> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name(format!("raft-{node_id}"))
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("raft-{node_id}"))
+            .spawn(move || {
+                let _ = runtime.block_on(stopped);
+                runtime.shutdown_background();
+            })?;
         Ok(RaftRuntime {
-            runtime: Some(runtime),
+            handle,
+            stop: Some(stop),
         })
     }
 
     pub fn handle(&self) -> &tokio::runtime::Handle {
-        self.runtime
-            .as_ref()
-            .expect("present until dropped")
-            .handle()
+        &self.handle
     }
 }
 
 impl Drop for RaftRuntime {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
     }
 }
