@@ -7,11 +7,13 @@
 //! site: one or three ctrl nodes plus, per region, a simulator and an
 //! in-process krane. [`relay`] puts UDP relays between nodes to cut them
 //! apart. [`processes`] runs a cluster as separate node processes, for
-//! benchmarks compared with peers whose members are processes.
+//! benchmarks compared with peers whose members are processes. [`requests`]
+//! builds the operator requests benchmarks and tests send.
 
 pub mod cluster;
 pub mod fleet;
 pub mod processes;
 pub mod relay;
+pub mod requests;
 pub mod sim;
 pub mod stats;

@@ -108,7 +108,9 @@ impl ProcessCluster {
         })
     }
 
-    async fn initialise(&self) -> Result<u64> {
+    /// Initialises the cluster through node 1 and waits until every node
+    /// names the same leader.
+    async fn initialise(&self) -> Result<()> {
         let first = Client::new(&self.operator_of(1))?;
         // The first call also waits for node 1 to serve.
         loop {
@@ -119,8 +121,8 @@ impl ProcessCluster {
             }
         }
         loop {
-            if let Ok(Some(leader)) = self.leader().await {
-                return Ok(leader);
+            if let Ok(Some(_)) = self.leader().await {
+                return Ok(());
             }
             tokio::time::sleep(START_POLL_INTERVAL).await;
         }

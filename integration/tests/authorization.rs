@@ -3,7 +3,6 @@
 //! an agent certificate cannot call operator commands. A refusal is a
 //! permission error and carries no data.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use agent::ctrl::{CtrlClient, CtrlError};
@@ -11,23 +10,13 @@ use config::{AgentConfig, TlsFiles};
 use integration::cluster::{TestNode, as_agent};
 use node::client::{Client, ClientError};
 use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, WatchEvent};
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 use wire::{ErrorCode, WireError};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn create(region: &str) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![region.into()],
-        env_vars: BTreeMap::new(),
-    })
+    integration::requests::create_deployment([region])
 }
 
 /// Opens a watch of `region` with `client` and expects a permission error

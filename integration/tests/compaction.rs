@@ -3,7 +3,6 @@
 //! a krane whose stored cursor was compacted away while it was stopped
 //! full-syncs at once on restart and converges.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use integration::sim::{SimConfig, Simulator};
 use tokio::sync::{oneshot, watch};
 use wire::agent::WatchEvent;
 use wire::model::DesiredState;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -42,17 +41,7 @@ async fn compacting_node() -> TestNode {
 }
 
 async fn deploy(client: &node::client::Client) -> String {
-    let request = OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![REGION.into()],
-        env_vars: BTreeMap::new(),
-    });
+    let request = integration::requests::create_deployment([REGION]);
     match client.call(&request).await.expect("create") {
         OperatorResponse::Created { deployment_id } => deployment_id,
         other => panic!("not created: {other:?}"),

@@ -16,9 +16,7 @@ use integration::sim::resources::{
 use serde::Deserialize;
 use serde_json::Value;
 use wire::model::DesiredState;
-use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse,
-};
+use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -72,17 +70,7 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
         config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.unwrap();
         let client = fleet.client().unwrap();
-        let create = OperatorRequest::CreateDeployment(CreateDeployment {
-            workspace_id: "ws".into(),
-            project_id: "proj".into(),
-            environment_id: "env".into(),
-            image: "nginx:1.27".into(),
-            cpu_millicores: 100,
-            memory_mib: 128,
-            replicas: 2,
-            regions: vec![REGION.into()],
-            env_vars: Default::default(),
-        });
+        let create = integration::requests::create_deployment_with_replicas([REGION], 2);
         let OperatorResponse::Created { deployment_id: id } = client.call(&create).await.unwrap()
         else {
             panic!("not created");

@@ -6,7 +6,6 @@
 //! managed stale ones; the current deployment, the unlabelled objects and a
 //! managed object without an owner label are left alone.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use std::time::Duration;
 use integration::fleet::{Fleet, FleetConfig};
 use integration::sim::resources::{SERVICES, STATEFUL_SETS};
 use tokio::io::AsyncWriteExt;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::OperatorResponse;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -135,17 +134,7 @@ async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
         config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.unwrap();
         let client = fleet.client().unwrap();
-        let create = OperatorRequest::CreateDeployment(CreateDeployment {
-            workspace_id: "ws".into(),
-            project_id: "proj".into(),
-            environment_id: "env".into(),
-            image: "nginx:1.27".into(),
-            cpu_millicores: 100,
-            memory_mib: 128,
-            replicas: 1,
-            regions: vec![REGION.into()],
-            env_vars: BTreeMap::new(),
-        });
+        let create = integration::requests::create_deployment([REGION]);
         let OperatorResponse::Created { deployment_id: id } = client.call(&create).await.unwrap()
         else {
             panic!("not created");

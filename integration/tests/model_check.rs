@@ -54,9 +54,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wire::Pk;
 use wire::model::{DesiredState, Resource, ResourceKey, ResourceType};
-use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse,
-};
+use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
 
 /// Cases per run unless `MODEL_CHECK_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 12;
@@ -561,17 +559,7 @@ async fn step(
             } else {
                 chosen
             };
-            let request = OperatorRequest::CreateDeployment(CreateDeployment {
-                workspace_id: "ws".into(),
-                project_id: "proj".into(),
-                environment_id: "env".into(),
-                image: "nginx:1.27".into(),
-                cpu_millicores: 100,
-                memory_mib: 128,
-                replicas: 1,
-                regions: chosen.clone(),
-                env_vars: BTreeMap::new(),
-            });
+            let request = integration::requests::create_deployment(chosen.clone());
             if let OperatorResponse::Created { deployment_id } = call(client, request).await? {
                 for r in &chosen {
                     model

@@ -7,7 +7,7 @@
 //! converge on the same applied pk and state, holding every acknowledged
 //! write and not the refused one (Raft replaced it).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use node::client::Client;
 use node::node::RunningNode;
 use wire::Pk;
 use wire::agent::WatchEvent;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 /// Bound on the whole test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,17 +31,7 @@ const WRITES: usize = 5;
 const REGION: &str = "us-east";
 
 fn create() -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![REGION.into()],
-        env_vars: BTreeMap::new(),
-    })
+    integration::requests::create_deployment([REGION])
 }
 
 /// Runs one step of the scenario within [`STEP_TIMEOUT`] and prints how

@@ -11,7 +11,7 @@ use config::{NodeConfig, OperatorConfig, PeerConfig, TlsFiles};
 use node::client::Client;
 use openraft::BasicNode;
 use wire::agent::WatchEvent;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -21,17 +21,7 @@ fn free_udp_addr() -> SocketAddr {
 }
 
 fn create(region: &str) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![region.into()],
-        env_vars: BTreeMap::new(),
-    })
+    integration::requests::create_deployment([region])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

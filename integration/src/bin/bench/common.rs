@@ -1,14 +1,12 @@
 //! Helpers of the watch scenarios: agent credentials (only an agent of a
 //! region may watch it), a deploy, draining a full sync, the process's RSS.
 
-use std::collections::BTreeMap;
-
 use anyhow::{Context, Result, bail};
 use integration::cluster::{TestCluster, as_agent};
 use node::client::{Client, WatchStream};
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::Resource;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 /// The region every scenario deploys to and watches.
 pub const REGION: &str = "us-east";
@@ -23,17 +21,7 @@ pub fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> {
 
 /// A deployment of one replica in [`REGION`].
 pub fn create_request() -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![REGION.into()],
-        env_vars: BTreeMap::new(),
-    })
+    integration::requests::create_deployment([REGION])
 }
 
 /// Creates a deployment in [`REGION`]; returns its id.

@@ -10,7 +10,6 @@
 //!   then a full sync of the unchanged region, counting the Kubernetes
 //!   writes it makes (none expected).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -19,7 +18,7 @@ use integration::sim::pod_ready;
 use integration::stats::Summary;
 use node::client::Client;
 use wire::model::DeploymentStatus;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 use crate::print_summary;
 
@@ -31,17 +30,7 @@ const STATUS_POLL: Duration = Duration::from_millis(2);
 const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 
 fn create(regions: &[&str], replicas: u32) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas,
-        regions: regions.iter().map(|r| r.to_string()).collect(),
-        env_vars: BTreeMap::new(),
-    })
+    integration::requests::create_deployment_with_replicas(regions.iter().copied(), replicas)
 }
 
 async fn deploy(client: &Client, regions: &[&str], replicas: u32) -> Result<String> {
