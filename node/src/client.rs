@@ -1,5 +1,6 @@
-//! The operator client: one QUIC connection per call, tried against each
-//! configured node in turn until one answers. Used by the `ctrl` CLI and by
+//! The operator client: one QUIC connection, reused by every call (each
+//! call a stream of its own), tried against each configured node in turn
+//! until one answers. Used by the `ctrl` CLI and by
 //! tests.
 
 use std::net::SocketAddr;
@@ -62,12 +63,13 @@ impl Client {
     }
 
     /// Sends one operator request, failing over between nodes when a node
-    /// is unreachable or cannot serve.
+    /// is unreachable or cannot serve. Calls may run concurrently: they
+    /// share the cached connection, each on a stream of its own.
     pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
-        let mut cached = self.cached.lock().await;
         let mut failures = Vec::new();
         let mut start = 0;
-        if let Some((connection, addr)) = cached.take() {
+        let cached = self.cached.lock().await.clone();
+        if let Some((connection, addr)) = cached {
             // Should it fail, the next connection starts with another node.
             start = self
                 .addrs
@@ -77,18 +79,13 @@ impl Client {
             match self.call_on(&connection, request).await {
                 Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
+                    self.forget(&connection).await;
                 }
-                Ok(OperatorResponse::Error(e)) => {
-                    *cached = Some((connection, addr));
-                    return Err(ClientError::Server(e));
-                }
-                Ok(response) => {
-                    *cached = Some((connection, addr));
-                    return Ok(response);
-                }
+                Ok(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
+                Ok(response) => return Ok(response),
                 // A stale connection (the node restarted, idle timeout):
                 // fall through to a fresh one.
-                Err(_) => {}
+                Err(_) => self.forget(&connection).await,
             }
         }
         // Each round connects to the first node that answers, starting
@@ -117,17 +114,29 @@ impl Client {
                     failures.push(format!("{addr}: {e}"));
                 }
                 Ok(OperatorResponse::Error(e)) => {
-                    *cached = Some((connection, addr));
+                    *self.cached.lock().await = Some((connection, addr));
                     return Err(ClientError::Server(e));
                 }
                 Ok(response) => {
-                    *cached = Some((connection, addr));
+                    *self.cached.lock().await = Some((connection, addr));
                     return Ok(response);
                 }
                 Err(e) => failures.push(format!("{addr}: {e}")),
             }
         }
         Err(ClientError::AllFailed(failures.join("; ")))
+    }
+
+    /// Drops the cached connection if it is still `connection` (a
+    /// concurrent call may already have replaced it).
+    async fn forget(&self, connection: &quinn::Connection) {
+        let mut cached = self.cached.lock().await;
+        if cached
+            .as_ref()
+            .is_some_and(|(c, _)| c.stable_id() == connection.stable_id())
+        {
+            *cached = None;
+        }
     }
 
     /// Sends one request that may take up to `timeout_ms` to the first

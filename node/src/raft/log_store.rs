@@ -70,6 +70,11 @@ struct Shared {
     /// Entries handed to the writer and not yet committed, by index:
     /// readable from the moment `append` returns, as openraft requires.
     unflushed: Mutex<BTreeMap<u64, Entry<TypeConfig>>>,
+    /// The latest committed log id openraft reported, encoded with its
+    /// index, not yet written: the writer adds it to its next transaction
+    /// once the entry it names is in the log (a commit of its own per
+    /// update would cost a transaction and a thread wake-up per entry).
+    committed: Mutex<Option<(u64, Vec<u8>)>>,
 }
 
 /// One write, queued for the writer thread in openraft's order.
@@ -81,8 +86,7 @@ enum Op {
     Meta {
         key: &'static str,
         bytes: Vec<u8>,
-        durable: bool,
-        done: Option<oneshot::Sender<Result<(), String>>>,
+        done: oneshot::Sender<Result<(), String>>,
     },
     Truncate {
         from: u64,
@@ -105,6 +109,7 @@ impl LogStore {
         let shared = Arc::new(Shared {
             db,
             unflushed: Mutex::new(BTreeMap::new()),
+            committed: Mutex::new(None),
         });
         let (writer, queue) = std::sync::mpsc::channel();
         let for_writer = shared.clone();
@@ -170,7 +175,7 @@ impl LogStore {
 
 /// The writer thread: takes every queued operation (up to
 /// [`WRITE_OPS_PER_COMMIT_MAX`]), commits them in order in one redb
-/// transaction — durable (fsync) when any of them needs it — and only then
+/// transaction, durable (fsync), and only then
 /// tells openraft. Concurrent appends so share one fsync, and the tokio
 /// workers never wait on the disk.
 fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
@@ -182,7 +187,7 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
                 Err(_) => break,
             }
         }
-        let result = commit_ops(&shared.db, &ops).map_err(|e| e.to_string());
+        let result = commit_ops(shared, &ops).map_err(|e| e.to_string());
         for op in ops {
             match op {
                 Op::Append { entries, callback } => {
@@ -200,12 +205,7 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
                     }
                     callback.log_io_completed(result.clone().map_err(std::io::Error::other));
                 }
-                Op::Meta { done, .. } => {
-                    if let Some(done) = done {
-                        let _ = done.send(result.clone());
-                    }
-                }
-                Op::Truncate { done, .. } | Op::Purge { done, .. } => {
+                Op::Meta { done, .. } | Op::Truncate { done, .. } | Op::Purge { done, .. } => {
                     let _ = done.send(result.clone());
                 }
             }
@@ -213,14 +213,8 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
     }
 }
 
-fn commit_ops(db: &Database, ops: &[Op]) -> Result<(), redb::Error> {
-    let mut txn = db.begin_write()?;
-    let durable = ops
-        .iter()
-        .any(|op| !matches!(op, Op::Meta { durable: false, .. }));
-    if !durable {
-        txn.set_durability(redb::Durability::None)?;
-    }
+fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
+    let txn = shared.db.begin_write()?;
     {
         let mut log = txn.open_table(LOG)?;
         let mut meta = txn.open_table(META)?;
@@ -245,9 +239,28 @@ fn commit_ops(db: &Database, ops: &[Op]) -> Result<(), redb::Error> {
                 }
             }
         }
+        // The committed log id rides along once its entry is in the log,
+        // so a restart never finds a committed index past the last entry.
+        let last_index = log.last()?.map(|(index, _)| index.value());
+        let mut committed = lock(&shared.committed);
+        if let (Some((index, _)), Some(last)) = (committed.as_ref(), last_index)
+            && *index <= last
+            && let Some((_, bytes)) = committed.take()
+        {
+            meta.insert(KEY_COMMITTED, bytes.as_slice())?;
+        }
     }
     txn.commit()?;
     Ok(())
+}
+
+/// Locks `mutex`; every update under these locks is one whole assignment,
+/// insert or remove, so a lock poisoned by a panic still guards a
+/// consistent value.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -315,8 +328,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write_and_wait(|done| Op::Meta {
             key: KEY_VOTE,
             bytes,
-            durable: true,
-            done: Some(done),
+            done,
         })
         .await
     }
@@ -325,17 +337,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.meta(KEY_VOTE)
     }
 
-    /// Queued without waiting and not fsynced (openraft does not require
-    /// it): it only lets a restart re-apply sooner, and the next durable
-    /// commit persists it.
+    /// Kept for the writer's next transaction, without waiting (openraft
+    /// does not require it durable): it only lets a restart re-apply
+    /// sooner.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
+        let Some(log_id) = committed else {
+            return Ok(());
+        };
         let bytes = encode(&committed)?;
-        self.enqueue(Op::Meta {
-            key: KEY_COMMITTED,
-            bytes,
-            durable: false,
-            done: None,
-        })
+        *lock(&self.shared.committed) = Some((log_id.index, bytes));
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {

@@ -71,6 +71,11 @@ struct Args {
     /// replicated-writes: ctrl nodes in the cluster.
     #[arg(long, default_value_t = 3)]
     nodes: u64,
+    /// replicated-writes: QUIC connections the writers share, each writer
+    /// on one of them, every write a stream of its own (default 2, as the
+    /// etcd peer benchmark's two client processes with a channel each).
+    #[arg(long, default_value_t = writes::CONNECTIONS_DEFAULT)]
+    connections: usize,
     /// replicated-writes: run the nodes as tasks of this process instead
     /// of one process each.
     #[arg(long)]
@@ -144,6 +149,7 @@ async fn main() -> Result<()> {
                 &writers,
                 args.seconds.unwrap_or(5),
                 args.nodes,
+                args.connections,
                 args.in_process,
             )
             .await

@@ -1,13 +1,15 @@
 //! `replicated-writes`: three nodes on loopback with fsync on, each a
 //! process of its own (as in production, and as etcd's members in the peer
 //! benchmark) or, with `--in-process`, tasks of the benchmark's process;
-//! `W` concurrent writers, each with its own QUIC connection to the
-//! leader, send deploys back to back for a fixed time. Figures per writer
+//! `W` concurrent writers, sharing `--connections` QUIC connections to the
+//! leader (each write a stream of its own), send deploys back to back for
+//! a fixed time. Figures per writer
 //! count: writes/s and commit latency (request sent → acknowledged), plus
 //! the machine's fdatasync latency measured in the same data directory.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -16,8 +18,14 @@ use integration::cluster::TestCluster;
 use integration::processes::ProcessCluster;
 use integration::stats::Summary;
 use node::client::Client;
+use wire::operator::{OperatorRequest, OperatorResponse};
 
 use crate::print_summary;
+
+/// Connections the writers share unless told otherwise: etcd's peer
+/// benchmark runs its writers in two client processes with one gRPC
+/// channel (one TCP connection) each.
+pub const CONNECTIONS_DEFAULT: usize = 2;
 
 /// Writes before measuring, per writer (connections, caches, allocator).
 const WARMUP_WRITES_PER_WRITER: usize = 5;
@@ -30,15 +38,25 @@ pub async fn replicated_writes(
     writer_counts: &[usize],
     seconds: u64,
     nodes: u64,
+    connections: usize,
     in_process: bool,
 ) -> Result<()> {
+    anyhow::ensure!(connections > 0, "--connections must be at least 1");
     let duration = Duration::from_secs(seconds);
     if in_process {
         let cluster = TestCluster::start(nodes, |_| {}).await?;
         fsync_figure(cluster.dir.path())?;
         let leader = cluster.wait_for_leader(Duration::from_secs(20)).await?;
         for &writers in writer_counts {
-            run_series(&cluster.operator_of(leader), nodes, &[], writers, duration).await?;
+            run_series(
+                &cluster.operator_of(leader),
+                nodes,
+                &[],
+                writers,
+                connections,
+                duration,
+            )
+            .await?;
         }
         cluster.shutdown().await;
     } else {
@@ -53,6 +71,7 @@ pub async fn replicated_writes(
                 nodes,
                 &pids,
                 writers,
+                connections,
                 duration,
             )
             .await?;
@@ -67,16 +86,24 @@ async fn run_series(
     nodes: u64,
     node_pids: &[u32],
     writers: usize,
+    connections: usize,
     duration: Duration,
 ) -> Result<()> {
-    let mut clients = Vec::with_capacity(writers);
-    for _ in 0..writers {
-        let client = Client::new(leader)?;
-        for _ in 0..WARMUP_WRITES_PER_WRITER {
-            crate::common::deploy(&client).await?;
-        }
-        clients.push(client);
+    let connections = connections.min(writers);
+    let mut shared = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        shared.push(Arc::new(Client::new(leader)?));
     }
+    let clients: Vec<Arc<Client>> = (0..writers)
+        .map(|w| shared[w % connections].clone())
+        .collect();
+    for client in &clients {
+        for _ in 0..WARMUP_WRITES_PER_WRITER {
+            crate::common::deploy(client).await?;
+        }
+    }
+    let status = Client::new(leader)?;
+    let index_before = last_log_index(&status).await?;
     let cpu_before = cpu_now(node_pids)?;
     let started = Instant::now();
     let deadline = started + duration;
@@ -98,6 +125,7 @@ async fn run_series(
     }
     let elapsed = started.elapsed();
     let cpu_after = cpu_now(node_pids)?;
+    let entries = last_log_index(&status).await?.saturating_sub(index_before);
     let per_s = |before: f64, after: f64| {
         ((after - before) / elapsed.as_secs_f64() * 100.0).round() / 100.0
     };
@@ -118,6 +146,7 @@ async fn run_series(
         &summary,
         serde_json::json!({
             "writers": writers,
+            "connections": connections,
             "nodes": nodes,
             "processes": !node_pids.is_empty(),
             // CPU seconds per second: of this process (the writers, plus
@@ -126,9 +155,20 @@ async fn run_series(
             "node_cpu_s_per_s": node_cpu,
             "writes": writes,
             "writes_per_s": (writes as f64 / elapsed.as_secs_f64()).round(),
+            // Raft entries the leader appended meanwhile (each one a
+            // replicated, fsynced log append on every node).
+            "raft_entries_per_s": (entries as f64 / elapsed.as_secs_f64()).round(),
         }),
     );
     Ok(())
+}
+
+/// The leader's last Raft log index.
+async fn last_log_index(client: &Client) -> Result<u64> {
+    match client.call(&OperatorRequest::NodeStatus).await? {
+        OperatorResponse::NodeStatus(status) => Ok(status.last_log_index.unwrap_or(0)),
+        other => anyhow::bail!("unexpected answer to NodeStatus: {other:?}"),
+    }
 }
 
 /// CPU seconds used so far by this process and by each node process.
