@@ -45,26 +45,26 @@ pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64) -> bool {
     rows_deleted >= u64::from(rows_max(settings))
 }
 
-/// Runs until Raft stops: compacts on the leader every interval.
-pub async fn run(state: Arc<NodeState>, settings: CompactionSettings) {
-    let mut metrics = state.raft.metrics();
+/// Runs until `stop`'s sender is dropped or Raft stops: compacts on the
+/// leader every interval. Raft's metrics are read once per interval, not
+/// watched: they change several times per entry, and waking this task for
+/// each would cost a thread wake-up per write on every node.
+pub async fn run(
+    state: Arc<NodeState>,
+    settings: CompactionSettings,
+    mut stop: tokio::sync::watch::Receiver<()>,
+) {
     let interval = Duration::from_millis(settings.interval_ms);
-    // A fixed deadline: metrics change at every write and must not push
-    // the next round back (they are watched only to notice a shutdown).
     let mut next_round = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
             () = tokio::time::sleep_until(next_round) => {}
-            changed = metrics.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                continue;
-            }
+            _ = stop.changed() => return,
         }
         next_round = tokio::time::Instant::now() + interval;
         let leads = {
-            let m = metrics.borrow_and_update();
+            let metrics = state.raft.metrics();
+            let m = metrics.borrow();
             if m.running_state.is_err() {
                 return;
             }

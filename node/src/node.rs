@@ -30,12 +30,15 @@ pub struct RunningNode {
     pub state: Arc<NodeState>,
     pub endpoint: quinn::Endpoint,
     pub local_addr: SocketAddr,
+    /// Dropped to stop the node's background tasks (compaction).
+    stop_background: tokio::sync::watch::Sender<()>,
 }
 
 impl RunningNode {
     /// Stops serving and shuts Raft down.
     pub async fn shutdown(self) {
         self.endpoint.close(0u32.into(), b"shutting down");
+        drop(self.stop_background);
         let _ = self.state.raft.shutdown().await;
         // Peers that are gone never confirm the close; their connections
         // would hold the endpoint until the idle timeout.
@@ -181,15 +184,18 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         raft_runtime,
     });
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
+    let (stop_background, background_stopped) = tokio::sync::watch::channel(());
     tokio::spawn(crate::compaction::run(
         state.clone(),
         config.compaction.clone(),
+        background_stopped,
     ));
     info!(node_id = config.node_id, addr = %local_addr, "serving");
     Ok(RunningNode {
         state,
         endpoint,
         local_addr,
+        stop_background,
     })
 }
 
