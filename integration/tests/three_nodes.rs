@@ -181,3 +181,31 @@ async fn scenario() {
         node.shutdown().await;
     }
 }
+
+/// Calls made at once on one client share its connection, each on a
+/// stream of its own, and each gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_one_connection() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        const CALLS: usize = 32;
+        let node = integration::cluster::TestNode::start().await.unwrap();
+        let client = std::sync::Arc::new(node.client().unwrap());
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..CALLS {
+            let client = client.clone();
+            calls.spawn(async move { client.call(&create("us-east")).await });
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        while let Some(answer) = calls.join_next().await {
+            match answer.unwrap().unwrap() {
+                OperatorResponse::Created { deployment_id } => assert!(ids.insert(deployment_id)),
+                other => panic!("unexpected answer {other:?}"),
+            }
+        }
+        assert_eq!(ids.len(), CALLS, "one deployment per call");
+        assert_eq!(client.open_connections(), 1);
+        node.node.shutdown().await;
+    })
+    .await
+    .expect("bounded in time");
+}

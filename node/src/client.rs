@@ -64,13 +64,23 @@ impl Client {
 
     /// Sends one operator request, failing over between nodes when a node
     /// is unreachable or cannot serve. Calls may run concurrently: they
-    /// share the cached connection, each on a stream of its own.
+    /// share one connection, each on a stream of its own.
     pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
         let mut failures = Vec::new();
+        // The node to try first when a new connection is needed: after
+        // the one that could not serve (staggered attempts: a node that is
+        // down costs a stagger, not a timeout).
         let mut start = 0;
-        let cached = self.cached.lock().await.clone();
-        if let Some((connection, addr)) = cached {
-            // Should it fail, the next connection starts with another node.
+        // The connection in use (which may be stale: the node restarted,
+        // idle timeout), then one to each node in turn.
+        for _ in 0..=self.addrs.len() {
+            let (connection, addr) = match self.connection(start).await {
+                Ok(connected) => connected,
+                Err(e) => {
+                    failures.push(e.to_string());
+                    break;
+                }
+            };
             start = self
                 .addrs
                 .iter()
@@ -83,48 +93,44 @@ impl Client {
                 }
                 Ok(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
                 Ok(response) => return Ok(response),
-                // A stale connection (the node restarted, idle timeout):
-                // fall through to a fresh one.
-                Err(_) => self.forget(&connection).await,
-            }
-        }
-        // Each round connects to the first node that answers, starting
-        // after the one that could not serve (staggered attempts: a node
-        // that is down costs a stagger, not a timeout).
-        for _ in 0..self.addrs.len() {
-            let addrs = rotate(&self.addrs, start % self.addrs.len());
-            let (connection, addr) = match transport::endpoint::connect_any(
-                &self.endpoint,
-                &self.operator_tls,
-                &addrs,
-                &self.server_name,
-                self.timeout_ms,
-            )
-            .await
-            {
-                Ok(connected) => connected,
                 Err(e) => {
-                    failures.push(e.to_string());
-                    break;
-                }
-            };
-            start = self.addrs.iter().position(|a| *a == addr).unwrap_or(start) + 1;
-            match self.call_on(&connection, request).await {
-                Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
+                    self.forget(&connection).await;
                 }
-                Ok(OperatorResponse::Error(e)) => {
-                    *self.cached.lock().await = Some((connection, addr));
-                    return Err(ClientError::Server(e));
-                }
-                Ok(response) => {
-                    *self.cached.lock().await = Some((connection, addr));
-                    return Ok(response);
-                }
-                Err(e) => failures.push(format!("{addr}: {e}")),
             }
         }
         Err(ClientError::AllFailed(failures.join("; ")))
+    }
+
+    /// The connection calls share, made (to the first node that answers,
+    /// starting with `addrs[start]`) if there is none: concurrent callers
+    /// wait for the one being made rather than each making its own.
+    async fn connection(
+        &self,
+        start: usize,
+    ) -> Result<(quinn::Connection, SocketAddr), ClientError> {
+        let mut cached = self.cached.lock().await;
+        if let Some((connection, addr)) = cached.as_ref()
+            && connection.close_reason().is_none()
+        {
+            return Ok((connection.clone(), *addr));
+        }
+        let addrs = rotate(&self.addrs, start % self.addrs.len().max(1));
+        let connected = transport::endpoint::connect_any(
+            &self.endpoint,
+            &self.operator_tls,
+            &addrs,
+            &self.server_name,
+            self.timeout_ms,
+        )
+        .await?;
+        *cached = Some(connected.clone());
+        Ok(connected)
+    }
+
+    /// QUIC connections this client holds open (its calls share one).
+    pub fn open_connections(&self) -> usize {
+        self.endpoint.open_connections()
     }
 
     /// Drops the cached connection if it is still `connection` (a
