@@ -70,11 +70,11 @@ struct Shared {
     /// Entries handed to the writer and not yet committed, by index:
     /// readable from the moment `append` returns, as openraft requires.
     unflushed: Mutex<BTreeMap<u64, Entry<TypeConfig>>>,
-    /// The latest committed log id openraft reported, encoded with its
-    /// index, not yet written: the writer adds it to its next transaction
-    /// once the entry it names is in the log (a commit of its own per
-    /// update would cost a transaction and a thread wake-up per entry).
-    committed: Mutex<Option<(u64, Vec<u8>)>>,
+    /// The latest committed log id openraft reported and the writer has
+    /// not written yet: it goes into the writer's next transaction once
+    /// the entry it names is in the log (a commit of its own per update
+    /// would cost a transaction and a thread wake-up per entry).
+    committed: Mutex<Option<LogId<NodeId>>>,
 }
 
 /// One write, queued for the writer thread in openraft's order.
@@ -164,20 +164,15 @@ impl LogStore {
     }
 
     fn unflushed(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry<TypeConfig>>> {
-        // A panic while holding the lock leaves a consistent map (every
-        // update is one insert or remove), so a poisoned lock is still usable.
-        self.shared
-            .unflushed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.shared.unflushed)
     }
 }
 
 /// The writer thread: takes every queued operation (up to
-/// [`WRITE_OPS_PER_COMMIT_MAX`]), commits them in order in one redb
-/// transaction, durable (fsync), and only then
-/// tells openraft. Concurrent appends so share one fsync, and the tokio
-/// workers never wait on the disk.
+/// [`WRITE_OPS_PER_COMMIT_MAX`]), commits them in order in one durable
+/// redb transaction (fsync), and only then tells openraft. Concurrent
+/// appends so share one fsync, and the tokio workers never wait on the
+/// disk.
 fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
     while let Ok(first) = queue.recv() {
         let mut ops = vec![first];
@@ -192,10 +187,7 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
             match op {
                 Op::Append { entries, callback } => {
                     if result.is_ok() {
-                        let mut unflushed = shared
-                            .unflushed
-                            .lock()
-                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        let mut unflushed = lock(&shared.unflushed);
                         for (log_id, _) in &entries {
                             // A truncate and a new append may have replaced it.
                             if unflushed.get(&log_id.index).map(|e| e.log_id) == Some(*log_id) {
@@ -243,11 +235,13 @@ fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
         // so a restart never finds a committed index past the last entry.
         let last_index = log.last()?.map(|(index, _)| index.value());
         let mut committed = lock(&shared.committed);
-        if let (Some((index, _)), Some(last)) = (committed.as_ref(), last_index)
-            && *index <= last
-            && let Some((_, bytes)) = committed.take()
+        if let (Some(log_id), Some(last)) = (*committed, last_index)
+            && log_id.index <= last
         {
+            let bytes = postcard::to_allocvec(&Some(log_id))
+                .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
             meta.insert(KEY_COMMITTED, bytes.as_slice())?;
+            *committed = None;
         }
     }
     txn.commit()?;
@@ -341,15 +335,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// does not require it durable): it only lets a restart re-apply
     /// sooner.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
-        let Some(log_id) = committed else {
-            return Ok(());
-        };
-        let bytes = encode(&committed)?;
-        *lock(&self.shared.committed) = Some((log_id.index, bytes));
+        if let Some(log_id) = committed {
+            *lock(&self.shared.committed) = Some(log_id);
+        }
         Ok(())
     }
 
+    /// The committed log id not yet written, else the one last written.
     async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {
+        if let Some(pending) = *lock(&self.shared.committed) {
+            return Ok(Some(pending));
+        }
         Ok(self.meta::<Option<LogId<NodeId>>>(KEY_COMMITTED)?.flatten())
     }
 
