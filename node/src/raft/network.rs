@@ -1,7 +1,9 @@
 //! The network between ctrl nodes: openraft's RPCs (append entries, vote,
 //! install snapshot) as postcard frames over QUIC with mutual TLS, on their
-//! own ALPN. One connection per peer, kept and reused; one bidirectional
-//! stream per RPC. Snapshots travel in openraft's chunks, each far below
+//! own ALPN. One connection per peer, kept and reused; append-entries and
+//! vote RPCs, which openraft sends a peer one at a time, take turns on one
+//! kept bidirectional stream; other RPCs (snapshot chunks, forwarded
+//! writes) open a stream each. Snapshots travel in openraft's chunks, each far below
 //! the frame limit (see [`SNAPSHOT_CHUNK_BYTES`]).
 
 use std::net::SocketAddr;
@@ -21,7 +23,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use transport::identity::Identity;
-use transport::stream::open_call;
+use transport::stream::{FramedStream, open_call};
 use wire::hello::Protocol;
 
 use super::{CommandResponse, NodeId, TypeConfig};
@@ -124,6 +126,7 @@ impl Network {
                 .map_err(|e| format!("node {target} has a bad address {:?}: {e}", node.addr)),
             dialer: self.inner.clone(),
             connection: Mutex::new(None),
+            stream: Mutex::new(None),
         }
     }
 
@@ -190,6 +193,11 @@ pub struct PeerClient {
     addr: Result<SocketAddr, String>,
     dialer: Arc<Dialer>,
     connection: Mutex<Option<quinn::Connection>>,
+    /// The stream append-entries and vote RPCs take one after another
+    /// (openraft sends a peer one at a time): opened once, so an RPC costs
+    /// a frame each way, not a stream. Dropped after any failure, since a
+    /// stream that missed an answer is out of step.
+    stream: Mutex<Option<FramedStream>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -300,6 +308,70 @@ impl PeerClient {
         }
     }
 
+    /// Sends `request` on the peer's kept stream (opened on first use) and
+    /// reads its answer; on any failure the stream is dropped and the next
+    /// RPC opens another.
+    async fn call_in_turn(
+        &self,
+        request: RaftRequest,
+        ttl: Duration,
+    ) -> Result<RaftResponse, CallError> {
+        let mut slot = self.stream.lock().await;
+        let exchange = async {
+            let stream = match slot.as_mut() {
+                Some(stream) => stream,
+                None => {
+                    let connection = self.connection().await?;
+                    let stream =
+                        open_call(&connection, Protocol::Raft, self.dialer.frame_bytes_max)
+                            .await
+                            .map_err(|e| {
+                                CallError::Network(format!("node {}: {e}", self.target))
+                            })?;
+                    slot.insert(stream)
+                }
+            };
+            let answer = async {
+                stream.send(&request).await?;
+                stream.recv::<RaftResponse>().await
+            };
+            answer
+                .await
+                .map_err(|e| CallError::Network(format!("node {}: {e}", self.target)))
+        };
+        let answered = tokio::time::timeout(ttl, exchange).await;
+        let failed = !matches!(answered, Ok(Ok(Some(_))));
+        if failed {
+            *slot = None;
+        }
+        drop(slot);
+        match answered {
+            Err(_) => {
+                // A peer that restarted leaves the old connection silent
+                // until the idle timeout: dial afresh next time.
+                *self.connection.lock().await = None;
+                Err(CallError::Network(format!(
+                    "node {} did not answer within {} ms",
+                    self.target,
+                    ttl.as_millis()
+                )))
+            }
+            Ok(Ok(Some(RaftResponse::Refused(e)))) => Err(CallError::Network(format!(
+                "node {} refused the RPC: {e}",
+                self.target
+            ))),
+            Ok(Ok(Some(response))) => Ok(response),
+            Ok(Ok(None)) => Err(CallError::Network(format!(
+                "node {} closed the stream without an answer",
+                self.target
+            ))),
+            Ok(Err(e)) => {
+                *self.connection.lock().await = None;
+                Err(e)
+            }
+        }
+    }
+
     fn rpc_error<E: std::error::Error>(&self, error: CallError) -> RPCError<NodeId, BasicNode, E> {
         match error {
             CallError::Unreachable(m) => RPCError::Unreachable(Unreachable::new(&PeerError(m))),
@@ -332,7 +404,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 PayloadTooLarge::new_entries_hint(hint),
             ));
         }
-        match self.call(request, option.hard_ttl()).await {
+        match self.call_in_turn(request, option.hard_ttl()).await {
             Ok(RaftResponse::AppendEntries(Ok(response))) => Ok(response),
             Ok(RaftResponse::AppendEntries(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
@@ -368,7 +440,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        match self.call(RaftRequest::Vote(rpc), option.hard_ttl()).await {
+        match self
+            .call_in_turn(RaftRequest::Vote(rpc), option.hard_ttl())
+            .await
+        {
             Ok(RaftResponse::Vote(Ok(response))) => Ok(response),
             Ok(RaftResponse::Vote(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
