@@ -84,6 +84,18 @@ async fn reports_and_lookups_are_refused_outside_the_agents_region() {
         };
 
         let applied = || node.node.state.raft.metrics().borrow().last_applied;
+        // The answer to a create can arrive before Raft's metrics count
+        // its apply: wait until they show every entry applied.
+        node.node
+            .state
+            .raft
+            .wait(Some(Duration::from_secs(5)))
+            .metrics(
+                |m| m.last_applied.map(|id| id.index) == m.last_log_index,
+                "every entry applied",
+            )
+            .await
+            .unwrap();
         let applied_before = applied();
 
         // The us-east agent, speaking for eu-west: refused, no data.
