@@ -1,7 +1,6 @@
-//! The operator client: one QUIC connection, reused by every call (each
-//! call a stream of its own), tried against each configured node in turn
-//! until one answers. Used by the `ctrl` CLI and by
-//! tests.
+//! The operator client: one QUIC connection, shared by every call (each
+//! call a stream of its own), made to the first configured node that
+//! answers. Used by the `ctrl` CLI and by tests.
 
 use std::net::SocketAddr;
 
@@ -34,7 +33,8 @@ pub struct Client {
     addrs: Vec<SocketAddr>,
     server_name: String,
     timeout_ms: u64,
-    /// The connection of the last successful call, reused by the next one.
+    /// The connection calls share, with the node it goes to; made by the
+    /// first call that finds none, dropped when it fails.
     cached: tokio::sync::Mutex<Option<(quinn::Connection, SocketAddr)>>,
 }
 

@@ -83,8 +83,8 @@ enum Op {
         entries: Vec<(LogId<NodeId>, Vec<u8>)>,
         callback: LogFlushed<TypeConfig>,
     },
-    Meta {
-        key: &'static str,
+    /// The encoded vote.
+    Vote {
         bytes: Vec<u8>,
         done: oneshot::Sender<Result<(), String>>,
     },
@@ -197,7 +197,7 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
                     }
                     callback.log_io_completed(result.clone().map_err(std::io::Error::other));
                 }
-                Op::Meta { done, .. } | Op::Truncate { done, .. } | Op::Purge { done, .. } => {
+                Op::Vote { done, .. } | Op::Truncate { done, .. } | Op::Purge { done, .. } => {
                     let _ = done.send(result.clone());
                 }
             }
@@ -217,8 +217,8 @@ fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
                         log.insert(log_id.index, bytes.as_slice())?;
                     }
                 }
-                Op::Meta { key, bytes, .. } => {
-                    meta.insert(*key, bytes.as_slice())?;
+                Op::Vote { bytes, .. } => {
+                    meta.insert(KEY_VOTE, bytes.as_slice())?;
                 }
                 Op::Truncate { from, .. } => {
                     log.retain_in(*from.., |_, _| false)?;
@@ -319,12 +319,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
         let bytes = encode(vote)?;
-        self.write_and_wait(|done| Op::Meta {
-            key: KEY_VOTE,
-            bytes,
-            done,
-        })
-        .await
+        self.write_and_wait(|done| Op::Vote { bytes, done }).await
     }
 
     async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {

@@ -22,6 +22,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
+use transport::TransportError;
 use transport::identity::Identity;
 use transport::stream::{FramedStream, open_call};
 use wire::hello::Protocol;
@@ -194,10 +195,11 @@ pub struct PeerClient {
     dialer: Arc<Dialer>,
     connection: Mutex<Option<quinn::Connection>>,
     /// The stream append-entries and vote RPCs take one after another
-    /// (openraft sends a peer one at a time): opened once, so an RPC costs
-    /// a frame each way, not a stream. Dropped after any failure, since a
-    /// stream that missed an answer is out of step.
-    stream: Mutex<Option<FramedStream>>,
+    /// (openraft sends a peer one at a time), with the stable id of its
+    /// connection: opened once, so an RPC costs a frame each way, not a
+    /// stream. Dropped after any failure, since a stream that missed an
+    /// answer is out of step.
+    stream: Mutex<Option<(usize, FramedStream)>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -264,6 +266,7 @@ impl PeerClient {
         Ok(connection)
     }
 
+    /// Sends `request` on a stream of its own and reads its answer.
     async fn call(&self, request: RaftRequest, ttl: Duration) -> Result<RaftResponse, CallError> {
         let connection = self.connection().await?;
         let frame_bytes_max = self.dialer.frame_bytes_max;
@@ -273,103 +276,98 @@ impl PeerClient {
             stream.finish().await?;
             stream.recv::<RaftResponse>().await
         };
-        match tokio::time::timeout(ttl, exchange).await {
-            Err(_) => {
-                // A peer that restarted leaves the old connection silent
-                // until the idle timeout: dial afresh next time rather than
-                // wait that long.
-                let mut cached = self.connection.lock().await;
-                if cached
-                    .as_ref()
-                    .is_some_and(|c| c.stable_id() == connection.stable_id())
-                {
-                    *cached = None;
-                }
-                Err(CallError::Network(format!(
-                    "node {} did not answer within {} ms",
-                    self.target,
-                    ttl.as_millis()
-                )))
-            }
-            Ok(Ok(Some(RaftResponse::Refused(e)))) => Err(CallError::Network(format!(
-                "node {} refused the RPC: {e}",
-                self.target
-            ))),
-            Ok(Ok(Some(response))) => Ok(response),
-            Ok(Ok(None)) => Err(CallError::Network(format!(
-                "node {} closed the stream without an answer",
-                self.target
-            ))),
-            Ok(Err(e)) => {
-                // The connection may be dead: dial afresh next time.
-                *self.connection.lock().await = None;
-                Err(CallError::Network(format!("node {}: {e}", self.target)))
-            }
-        }
+        let answered = tokio::time::timeout(ttl, exchange).await;
+        self.settle(connection.stable_id(), answered, ttl).await
     }
 
     /// Sends `request` on the peer's kept stream (opened on first use) and
-    /// reads its answer; on any failure the stream is dropped and the next
-    /// RPC opens another.
+    /// reads its answer; after anything but an answer the stream is
+    /// dropped (it is out of step, or the peer ended it) and the next RPC
+    /// opens another.
     async fn call_in_turn(
         &self,
         request: RaftRequest,
         ttl: Duration,
     ) -> Result<RaftResponse, CallError> {
         let mut slot = self.stream.lock().await;
-        let exchange = async {
-            let stream = match slot.as_mut() {
-                Some(stream) => stream,
-                None => {
-                    let connection = self.connection().await?;
-                    let stream =
-                        open_call(&connection, Protocol::Raft, self.dialer.frame_bytes_max)
-                            .await
-                            .map_err(|e| {
-                                CallError::Network(format!("node {}: {e}", self.target))
-                            })?;
-                    slot.insert(stream)
+        if slot.is_none() {
+            let connection = self.connection().await?;
+            let opened = tokio::time::timeout(
+                ttl,
+                open_call(&connection, Protocol::Raft, self.dialer.frame_bytes_max),
+            )
+            .await;
+            match opened {
+                Ok(Ok(stream)) => *slot = Some((connection.stable_id(), stream)),
+                Ok(Err(e)) => return self.settle(connection.stable_id(), Ok(Err(e)), ttl).await,
+                Err(elapsed) => {
+                    return self.settle(connection.stable_id(), Err(elapsed), ttl).await;
                 }
-            };
-            let answer = async {
-                stream.send(&request).await?;
-                stream.recv::<RaftResponse>().await
-            };
-            answer
-                .await
-                .map_err(|e| CallError::Network(format!("node {}: {e}", self.target)))
+            }
+        }
+        let Some((connection_id, stream)) = slot.as_mut() else {
+            return Err(CallError::Network(format!(
+                "node {}: no stream to send on",
+                self.target
+            )));
+        };
+        let connection_id = *connection_id;
+        let exchange = async {
+            stream.send(&request).await?;
+            stream.recv::<RaftResponse>().await
         };
         let answered = tokio::time::timeout(ttl, exchange).await;
-        let failed = !matches!(answered, Ok(Ok(Some(_))));
-        if failed {
+        let in_step = matches!(
+            &answered,
+            Ok(Ok(Some(response))) if !matches!(response, RaftResponse::Refused(_))
+        );
+        if !in_step {
             *slot = None;
         }
         drop(slot);
-        match answered {
-            Err(_) => {
-                // A peer that restarted leaves the old connection silent
-                // until the idle timeout: dial afresh next time.
-                *self.connection.lock().await = None;
-                Err(CallError::Network(format!(
-                    "node {} did not answer within {} ms",
-                    self.target,
-                    ttl.as_millis()
-                )))
+        self.settle(connection_id, answered, ttl).await
+    }
+
+    /// Turns what an exchange on connection `connection_id` gave into the
+    /// RPC's answer or error. After a timeout or a transport error the
+    /// connection is dialed afresh next time (a peer that restarted leaves
+    /// the old one silent until the idle timeout), unless another RPC
+    /// already replaced it.
+    async fn settle(
+        &self,
+        connection_id: usize,
+        answered: Result<Result<Option<RaftResponse>, TransportError>, tokio::time::error::Elapsed>,
+        ttl: Duration,
+    ) -> Result<RaftResponse, CallError> {
+        let failure = match answered {
+            Ok(Ok(Some(RaftResponse::Refused(e)))) => {
+                return Err(CallError::Network(format!(
+                    "node {} refused the RPC: {e}",
+                    self.target
+                )));
             }
-            Ok(Ok(Some(RaftResponse::Refused(e)))) => Err(CallError::Network(format!(
-                "node {} refused the RPC: {e}",
-                self.target
-            ))),
-            Ok(Ok(Some(response))) => Ok(response),
-            Ok(Ok(None)) => Err(CallError::Network(format!(
-                "node {} closed the stream without an answer",
-                self.target
-            ))),
-            Ok(Err(e)) => {
-                *self.connection.lock().await = None;
-                Err(e)
+            Ok(Ok(Some(response))) => return Ok(response),
+            Ok(Ok(None)) => {
+                return Err(CallError::Network(format!(
+                    "node {} closed the stream without an answer",
+                    self.target
+                )));
             }
+            Ok(Err(e)) => format!("node {}: {e}", self.target),
+            Err(_) => format!(
+                "node {} did not answer within {} ms",
+                self.target,
+                ttl.as_millis()
+            ),
+        };
+        let mut cached = self.connection.lock().await;
+        if cached
+            .as_ref()
+            .is_some_and(|c| c.stable_id() == connection_id)
+        {
+            *cached = None;
         }
+        Err(CallError::Network(failure))
     }
 
     fn rpc_error<E: std::error::Error>(&self, error: CallError) -> RPCError<NodeId, BasicNode, E> {

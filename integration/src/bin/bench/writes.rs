@@ -3,9 +3,9 @@
 //! benchmark) or, with `--in-process`, tasks of the benchmark's process;
 //! `W` concurrent writers, sharing `--connections` QUIC connections to the
 //! leader (each write a stream of its own), send deploys back to back for
-//! a fixed time. Figures per writer
-//! count: writes/s and commit latency (request sent → acknowledged), plus
-//! the machine's fdatasync latency measured in the same data directory.
+//! a fixed time. Figures per writer count: writes/s, commit latency
+//! (request sent → acknowledged) and Raft entries/s, plus the machine's
+//! fdatasync latency measured in the same data directory.
 
 use std::io::Write;
 use std::path::Path;
