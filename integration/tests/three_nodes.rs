@@ -209,3 +209,60 @@ async fn concurrent_calls_share_one_connection() {
     .await
     .expect("bounded in time");
 }
+
+/// A node stopped in-process can start again at once on its data and
+/// address: its shutdown returns only once its databases and its UDP
+/// socket are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_starts_again_at_once_on_its_data() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut cluster = integration::cluster::TestCluster::start(3, |_| {})
+            .await
+            .unwrap();
+        cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
+        let client = cluster.client().unwrap();
+        let OperatorResponse::Created { deployment_id } =
+            client.call(&create("us-east")).await.unwrap()
+        else {
+            panic!("create refused");
+        };
+        let leader = cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
+        let follower = if leader == 3 { 2 } else { 3 };
+        let applied = cluster
+            .node(leader)
+            .unwrap()
+            .state
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied;
+        for _ in 0..3 {
+            cluster.stop(follower).await.unwrap();
+            cluster
+                .restart(follower)
+                .await
+                .expect("restart right after stop");
+        }
+        // Its data is there once it has re-applied its log.
+        cluster
+            .node(follower)
+            .unwrap()
+            .state
+            .raft
+            .wait(Some(TEST_TIMEOUT))
+            .applied_index_at_least(applied.map(|id| id.index), "the create re-applied")
+            .await
+            .unwrap();
+        let restarted = cluster.client_of(follower).unwrap();
+        let get = OperatorRequest::GetDeployment {
+            id: deployment_id.clone(),
+        };
+        match restarted.call(&get).await.unwrap() {
+            OperatorResponse::Deployment(view) => assert_eq!(view.deployment.id, deployment_id),
+            other => panic!("unexpected answer {other:?}"),
+        }
+        cluster.shutdown().await;
+    })
+    .await
+    .expect("bounded in time");
+}

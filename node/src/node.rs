@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use config::NodeConfig;
 use openraft::BasicNode;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::raft::Raft;
@@ -19,6 +19,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
 use crate::server::{self, Limits, NodeState};
+use transport::closing::Closed;
 
 /// File names under the data directory.
 pub const RAFT_LOG_FILE: &str = "raft-log.redb";
@@ -32,23 +33,55 @@ pub struct RunningNode {
     pub local_addr: SocketAddr,
     /// Dropped to stop the node's background tasks (compaction).
     stop_background: tokio::sync::watch::Sender<()>,
+    /// Resolve once the Raft log's and the state machine's databases and
+    /// the UDP socket are closed.
+    released: [Closed; 3],
 }
 
 impl RunningNode {
-    /// Stops serving and shuts Raft down.
+    /// Stops serving, shuts Raft down, and returns once the node's
+    /// databases and UDP socket are closed (within
+    /// [`SHUTDOWN_RELEASE_TIMEOUT_MS`]; a warning says so if they are not),
+    /// so the node can start again at once in the same process.
     pub async fn shutdown(self) {
-        self.endpoint.close(0u32.into(), b"shutting down");
-        drop(self.stop_background);
-        let _ = self.state.raft.shutdown().await;
+        let RunningNode {
+            state,
+            endpoint,
+            stop_background,
+            released,
+            ..
+        } = self;
+        let node_id = state.node_id;
+        endpoint.close(0u32.into(), b"shutting down");
+        drop(stop_background);
+        let _ = state.raft.shutdown().await;
+        // The last holder of the node's state stops its Raft thread; the
+        // log writer ends once nothing can queue for it.
+        drop(state);
         // Peers that are gone never confirm the close; their connections
         // would hold the endpoint until the idle timeout.
         let drain = Duration::from_millis(SHUTDOWN_DRAIN_TIMEOUT_MS);
-        let _ = tokio::time::timeout(drain, self.endpoint.wait_idle()).await;
+        let _ = tokio::time::timeout(drain, endpoint.wait_idle()).await;
+        drop(endpoint);
+        let bound = Duration::from_millis(SHUTDOWN_RELEASE_TIMEOUT_MS);
+        let [log, store, socket] = released;
+        let closed = async { tokio::join!(log.wait(), store.wait(), socket.wait()) };
+        if tokio::time::timeout(bound, closed).await.is_err() {
+            warn!(
+                node_id,
+                "the node's databases or UDP socket are still open \
+                 {SHUTDOWN_RELEASE_TIMEOUT_MS} ms after shutdown; starting it again in this \
+                 process may fail"
+            );
+        }
     }
 }
 
 /// Bound on waiting for connections to close when a node shuts down.
 pub const SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 1_000;
+/// Bound on waiting for the node's databases and socket to close when it
+/// shuts down.
+pub const SHUTDOWN_RELEASE_TIMEOUT_MS: u64 = 5_000;
 
 /// Opens the node's stores and starts Raft and the QUIC server.
 pub async fn start(config: &NodeConfig) -> Result<RunningNode> {
@@ -65,10 +98,11 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     let log_store = LogStore::open(&log_path)
         .with_context(|| format!("cannot open the Raft log {}", log_path.display()))?;
     let state_path = data_dir.join(STATE_FILE);
-    let store = Arc::new(
+    let store = Arc::new(transport::closing::Tracked::new(
         storage::Store::open(&state_path)
             .with_context(|| format!("cannot open the state machine {}", state_path.display()))?,
-    );
+    ));
+    let (log_closed, store_closed) = (log_store.closed(), store.closed());
     let state_machine = StateMachine::new(store.clone(), &data_dir.join(SNAPSHOT_DIR))
         .context("cannot open the state machine")?;
     let applied_pk = state_machine.applied_pk();
@@ -83,8 +117,9 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
     )
     .context("cannot load the node's TLS files")?;
-    let endpoint = transport::endpoint::server_endpoint(config.listen_addr, server_config)
-        .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+    let (endpoint, socket_closed) =
+        transport::endpoint::server_endpoint(config.listen_addr, server_config)
+            .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
     let local_addr = endpoint.local_addr().context("endpoint address")?;
     let network = Network::new(
         endpoint.clone(),
@@ -196,6 +231,7 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         endpoint,
         local_addr,
         stop_background,
+        released: [log_closed, store_closed, socket_closed],
     })
 }
 

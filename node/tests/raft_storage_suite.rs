@@ -22,7 +22,10 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Red
         let dir = tempfile::tempdir().map_err(setup_err)?;
         let log = LogStore::open(&dir.path().join("raft-log.redb")).map_err(setup_err)?;
         let store = storage::Store::open(dir.path().join("state.redb")).map_err(setup_err)?;
-        let state_machine = StateMachine::new(Arc::new(store), &dir.path().join("snapshots"))?;
+        let state_machine = StateMachine::new(
+            Arc::new(transport::closing::Tracked::new(store)),
+            &dir.path().join("snapshots"),
+        )?;
         Ok((dir, log, state_machine))
     }
 }

@@ -3,9 +3,18 @@
 //! Callers rotate the address list for failover; every attempt is bounded
 //! by a timeout.
 
+use std::fmt;
+use std::io::{self, IoSliceMut};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, Runtime, UdpPoller};
+
+use crate::closing::{Closed, Tracked};
 use crate::error::{ConnectFailure, TransportError};
 
 /// Most addresses one [`connect_any`] call tries, which bounds it to this
@@ -13,12 +22,99 @@ use crate::error::{ConnectFailure, TransportError};
 pub const CONNECT_ADDRS_MAX: usize = 64;
 
 /// A server endpoint listening on `addr` (port 0: any free port, see
-/// `Endpoint::local_addr`). Needs a tokio runtime.
+/// `Endpoint::local_addr`), and a handle that resolves once quinn has
+/// released its UDP socket (every handle dropped, the driver ended), so
+/// the address can be bound again. Needs a tokio runtime.
 pub fn server_endpoint(
     addr: SocketAddr,
     config: quinn::ServerConfig,
-) -> Result<quinn::Endpoint, TransportError> {
-    quinn::Endpoint::server(config, addr).map_err(|source| TransportError::Bind { addr, source })
+) -> Result<(quinn::Endpoint, Closed), TransportError> {
+    let bind = |source| TransportError::Bind { addr, source };
+    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let released = Arc::new(Tracked::new(()));
+    let closed = released.closed();
+    let socket = Arc::new(TrackedSocket {
+        inner: runtime.wrap_udp_socket(socket).map_err(bind)?,
+        released,
+    });
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        quinn::EndpointConfig::default(),
+        Some(config),
+        socket,
+        runtime,
+    )
+    .map_err(bind)?;
+    Ok((endpoint, closed))
+}
+
+/// quinn's tokio socket, plus a signal sent once quinn has dropped it and
+/// every poller made from it.
+struct TrackedSocket {
+    // Declared first: the socket closes before the signal goes out.
+    inner: Arc<dyn AsyncUdpSocket>,
+    released: Arc<Tracked<()>>,
+}
+
+struct TrackedPoller {
+    inner: Pin<Box<dyn UdpPoller>>,
+    _released: Arc<Tracked<()>>,
+}
+
+impl fmt::Debug for TrackedSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl fmt::Debug for TrackedPoller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl UdpPoller for TrackedPoller {
+    fn poll_writable(self: Pin<&mut Self>, cx: &mut Context) -> Poll<io::Result<()>> {
+        self.get_mut().inner.as_mut().poll_writable(cx)
+    }
+}
+
+impl AsyncUdpSocket for TrackedSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        Box::pin(TrackedPoller {
+            inner: self.inner.clone().create_io_poller(),
+            _released: self.released.clone(),
+        })
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments()
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
 }
 
 /// A client-only endpoint bound to `bind` (see [`client_bind_addr`]).

@@ -10,6 +10,8 @@
 //!   limits.
 //! - [`endpoint`]: server and client endpoints, and connecting to the first
 //!   of several addresses that answers.
+//! - [`closing`]: a signal for when a resource (a socket, a database) is
+//!   released.
 //! - [`stream`]: one call per bidirectional stream, as length-prefixed
 //!   postcard frames opened by a [`wire::hello::Hello`].
 //!
@@ -17,6 +19,7 @@
 //! [`CertError`] (generating, loading or reading certificates).
 
 pub mod certs;
+pub mod closing;
 pub mod endpoint;
 pub mod error;
 pub mod identity;

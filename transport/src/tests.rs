@@ -64,7 +64,7 @@ enum Event {
 /// Serves the agent and operator ALPNs; every call echoes one string.
 fn spawn_echo_server(paths: &TlsPaths) -> (SocketAddr, mpsc::UnboundedReceiver<Event>) {
     let config = tls::server_config(paths, &[wire::agent::ALPN, wire::operator::ALPN]).unwrap();
-    let endpoint = server_endpoint("127.0.0.1:0".parse().unwrap(), config).unwrap();
+    let (endpoint, _) = server_endpoint("127.0.0.1:0".parse().unwrap(), config).unwrap();
     let addr = endpoint.local_addr().unwrap();
     let (events, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {

@@ -25,6 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
 use super::{NodeId, TypeConfig};
+use transport::closing::{Closed, Tracked};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
@@ -66,7 +67,7 @@ pub struct LogStore {
 }
 
 struct Shared {
-    db: Database,
+    db: Tracked<Database>,
     /// Entries handed to the writer and not yet committed, by index:
     /// readable from the moment `append` returns, as openraft requires.
     unflushed: Mutex<BTreeMap<u64, Entry<TypeConfig>>>,
@@ -107,7 +108,7 @@ impl LogStore {
         txn.open_table(META)?;
         txn.commit()?;
         let shared = Arc::new(Shared {
-            db,
+            db: Tracked::new(db),
             unflushed: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(None),
         });
@@ -118,6 +119,12 @@ impl LogStore {
             .spawn(move || write_loop(&for_writer, &queue))
             .map_err(redb::Error::Io)?;
         Ok(LogStore { shared, writer })
+    }
+
+    /// Resolves once the log's database is closed: every clone dropped and
+    /// the writer thread ended.
+    pub fn closed(&self) -> Closed {
+        self.shared.db.closed()
     }
 
     fn meta<T: DeserializeOwned>(&self, key: &str) -> StoreResult<Option<T>> {

@@ -30,6 +30,11 @@ use tokio::sync::watch;
 use wire::Pk;
 
 use super::{CommandResponse, NodeId, TypeConfig};
+use transport::closing::Tracked;
+
+/// The state machine's store, shared by the state machine and the node
+/// (reads), and telling when its database is closed.
+pub type SharedStore = Arc<Tracked<Store>>;
 
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 
@@ -63,7 +68,7 @@ struct SnapshotFile {
 }
 
 pub struct StateMachine {
-    store: Arc<Store>,
+    store: SharedStore,
     applied_pk: watch::Sender<Pk>,
     last_applied: Applied,
     membership: Membership,
@@ -75,7 +80,7 @@ pub struct StateMachine {
 impl StateMachine {
     /// Opens the state machine over `store`, keeping snapshots in
     /// `snapshot_dir`.
-    pub fn new(store: Arc<Store>, snapshot_dir: &Path) -> Result<Self, StorageError<NodeId>> {
+    pub fn new(store: SharedStore, snapshot_dir: &Path) -> Result<Self, StorageError<NodeId>> {
         std::fs::create_dir_all(snapshot_dir).map_err(snapshot_err)?;
         let view = store.read().map_err(sm_read_err)?;
         let (last_applied, membership) = decode_meta(view.raft_meta())?;
@@ -95,7 +100,7 @@ impl StateMachine {
         self.applied_pk.subscribe()
     }
 
-    pub fn store(&self) -> Arc<Store> {
+    pub fn store(&self) -> SharedStore {
         self.store.clone()
     }
 
@@ -130,7 +135,7 @@ fn encode_meta(applied: &Applied, membership: &Membership) -> StoreResult<RaftMe
 
 /// Builds snapshots from one read transaction of the store.
 pub struct SnapshotBuilder {
-    store: Arc<Store>,
+    store: SharedStore,
     snapshot_dir: PathBuf,
 }
 

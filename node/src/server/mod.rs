@@ -15,7 +15,6 @@ pub(crate) use write::propose;
 
 use std::sync::Arc;
 
-use storage::Store;
 use tokio::sync::watch as tokio_watch;
 use tracing::{debug, info, warn};
 use transport::identity::Identity;
@@ -46,7 +45,7 @@ pub struct NodeState {
     pub configured_members: std::collections::BTreeMap<u64, openraft::BasicNode>,
     /// Dials peers: Raft RPCs and writes forwarded to the leader.
     pub network: crate::raft::network::Network,
-    pub store: Arc<Store>,
+    pub store: crate::raft::state_machine::SharedStore,
     pub applied_pk: tokio_watch::Receiver<Pk>,
     pub limits: Limits,
     pub clock: Arc<dyn Clock>,
