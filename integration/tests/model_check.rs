@@ -83,10 +83,6 @@ const SYNC_PAGE_RESOURCES: usize = 3;
 /// Most resources of one region a case reads back (far more than
 /// [`OPS_MAX`] operations create).
 const REGION_RESOURCES_MAX: usize = 10_000;
-/// How long a restarted node may wait for its files to be released, and
-/// the pause between attempts.
-const RESTART_WAIT: Duration = Duration::from_secs(5);
-const RESTART_RETRY: Duration = Duration::from_millis(10);
 /// krane's reconnect backoff in the test.
 const BACKOFF_MIN_MS: u64 = 5;
 const BACKOFF_MAX_MS: u64 = 50;
@@ -390,24 +386,13 @@ impl Server {
         if let Some(node) = self.node.take() {
             node.shutdown().await;
         }
-        // `RunningNode::shutdown` returns before every task holding the
-        // node's redb files has ended (the Raft log's writer thread, the
-        // connection tasks), and nothing announces when they have: opening
-        // them again is retried for a bounded time.
-        let deadline = tokio::time::Instant::now() + RESTART_WAIT;
-        loop {
-            match node::node::start(&self.config).await {
-                Ok(node) => {
-                    self.node = Some(node);
-                    return Ok(());
-                }
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    tracing::debug!("node restart: {e:#}; trying again");
-                    tokio::time::sleep(RESTART_RETRY).await;
-                }
-                Err(e) => return Err(format!("restart the node: {e:#}")),
-            }
-        }
+        // `RunningNode::shutdown` returns once the node's files and socket
+        // are closed: it starts again at once.
+        let node = node::node::start(&self.config)
+            .await
+            .map_err(|e| format!("restart the node: {e:#}"))?;
+        self.node = Some(node);
+        Ok(())
     }
 }
 
