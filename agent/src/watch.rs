@@ -79,7 +79,13 @@ pub enum WatchError {
     #[error(transparent)]
     Ctrl(#[from] CtrlError),
     #[error(transparent)]
-    Transport(#[from] TransportError),
+    Transport(TransportError),
+    /// ctrl reset the watch because krane read its events too slowly.
+    #[error(
+        "ctrl reset the watch: krane fell behind reading its events (slow consumer; \
+         applying to Kubernetes may be too slow for the rate of changes)"
+    )]
+    SlowConsumer,
     #[error(transparent)]
     Session(#[from] SessionError),
     #[error(transparent)]
@@ -96,6 +102,16 @@ pub enum WatchError {
     SyncTooLarge,
     #[error(transparent)]
     OutOfOrder(#[from] OutOfOrder),
+}
+
+impl From<TransportError> for WatchError {
+    fn from(e: TransportError) -> WatchError {
+        if e.reset_code() == Some(u64::from(wire::agent::SLOW_CONSUMER_RESET_CODE)) {
+            WatchError::SlowConsumer
+        } else {
+            WatchError::Transport(e)
+        }
+    }
 }
 
 /// What the watch loop is doing, published on a `tokio::sync::watch`
@@ -512,6 +528,10 @@ impl<R: Reconciler> WatchLoop<R> {
                 Ok(End::Resync | End::PeriodicSync) => {}
                 Ok(End::Closed) => {
                     info!("ctrl ended the watch; reconnecting");
+                    self.pause().await;
+                }
+                Err(e @ WatchError::SlowConsumer) => {
+                    warn!("{e}; reconnecting");
                     self.pause().await;
                 }
                 Err(e) => {

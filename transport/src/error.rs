@@ -107,6 +107,18 @@ fn connect_message(failures: &[ConnectFailure]) -> String {
 }
 
 impl TransportError {
+    /// The application error code the peer reset the stream with, if that
+    /// is what ended a read.
+    pub fn reset_code(&self) -> Option<u64> {
+        let TransportError::Frame(FrameError::Io(io)) = self else {
+            return None;
+        };
+        match io.get_ref()?.downcast_ref::<quinn::ReadError>()? {
+            quinn::ReadError::Reset(code) => Some(code.into_inner()),
+            _ => None,
+        }
+    }
+
     /// The error as told to a peer.
     pub fn to_wire(&self) -> WireError {
         let code = match self {

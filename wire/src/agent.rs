@@ -15,6 +15,11 @@ use crate::model::{
 /// ALPN of the agent protocol.
 pub const ALPN: &[u8] = b"ctrl-agent/1";
 
+/// The QUIC application error code ctrl resets a watch stream with when
+/// the agent fell too far behind reading it (a slow consumer): the agent
+/// reconnects from its stored cursor.
+pub const SLOW_CONSUMER_RESET_CODE: u32 = 0x5107;
+
 /// Most instances one deployment report may carry.
 pub const REPORT_INSTANCES_MAX: usize = 10_000;
 

@@ -514,3 +514,20 @@ async fn a_failing_resource_is_retried_while_the_others_are_applied() {
     assert_eq!(applied, [apply("a", 6), apply("c", 8)]);
     assert_eq!(state.cursor().unwrap(), 6, "not past the failed change");
 }
+
+fn reset_by_ctrl(code: u32) -> TransportError {
+    let read = quinn::ReadError::Reset(quinn::VarInt::from_u32(code));
+    TransportError::Frame(wire::frame::FrameError::Io(std::io::Error::from(read)))
+}
+
+#[test]
+fn a_slow_consumer_reset_is_told_apart_from_other_failures() {
+    let slow = WatchError::from(reset_by_ctrl(wire::agent::SLOW_CONSUMER_RESET_CODE));
+    assert!(matches!(slow, WatchError::SlowConsumer), "{slow:?}");
+    assert!(slow.to_string().contains("slow consumer"), "{slow}");
+
+    let other = WatchError::from(reset_by_ctrl(7));
+    assert!(matches!(other, WatchError::Transport(_)), "{other:?}");
+    let closed = WatchError::from(TransportError::NoPeerCertificate);
+    assert!(matches!(closed, WatchError::Transport(_)), "{closed:?}");
+}

@@ -29,9 +29,7 @@ use super::{NodeState, ServeError};
 
 /// Most change rows read from one read transaction before the next.
 pub const CHANGE_PAGE_ROWS: usize = 1_000;
-/// The QUIC application error code a watch stream is reset with when its
-/// consumer fell too far behind (`ServeError::SlowConsumer`).
-pub const SLOW_CONSUMER_RESET_CODE: u32 = 0x5107;
+pub use wire::agent::SLOW_CONSUMER_RESET_CODE;
 
 /// Serves a watch until the agent goes away or an error ends it.
 pub async fn serve(
