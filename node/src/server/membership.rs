@@ -1,7 +1,7 @@
 //! Membership changes: add a node (learner, catch-up, then voter) and
 //! remove a node. Changes are made by the leader; any other node hands
-//! them to it over the Raft ALPN, as it does writes (`server::write`), and
-//! waits for a new leader when the one it knew is gone — all within the
+//! them to it over the Raft ALPN, as it does writes, and waits for a new
+//! leader when the one it knew is gone ([`super::leader`]) — all within the
 //! operator's wait.
 
 use std::collections::BTreeSet;
@@ -15,6 +15,7 @@ use wire::operator::{CLUSTER_WAIT_MS_MAX, Membership};
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
+use super::leader::{Turn, until_answered};
 use crate::raft::NodeId;
 use crate::raft::network::{ForwardError, MembershipChange};
 
@@ -35,28 +36,19 @@ pub async fn change(
     }
     ensure_initialized(state).await?;
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let mut last_problem = String::from("no leader is known");
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(WireError::new(
-                ErrorCode::Unavailable,
-                format!("the membership change was not made within {wait_ms} ms ({last_problem})"),
-            ));
-        }
+    let change = &change;
+    let answer = until_answered(state, deadline, |remaining| async move {
         let metrics = state.raft.metrics().borrow().clone();
         let Some(leader) = metrics.current_leader else {
-            let _ = state
-                .raft
-                .wait(Some(remaining))
-                .metrics(|m| m.current_leader.is_some(), "a leader")
-                .await;
-            continue;
+            return Turn::Retry {
+                leader: None,
+                problem: "no leader is known".to_string(),
+            };
         };
-        if leader == state.node_id {
+        let problem = if leader == state.node_id {
             match change_on_leader(state, change.clone(), deadline).await {
-                Err(e) if e.code == ErrorCode::NotLeader => last_problem = e.message,
-                other => return other,
+                Err(e) if e.code == ErrorCode::NotLeader => e.message,
+                other => return Turn::Answered(other),
             }
         } else {
             let node = metrics
@@ -64,37 +56,39 @@ pub async fn change(
                 .membership()
                 .get_node(&leader)
                 .cloned();
-            match node {
-                None => last_problem = format!("leader {leader} has no address in the membership"),
-                Some(node) => {
-                    let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(wait_ms);
-                    let ttl = remaining + Duration::from_millis(FORWARD_ANSWER_SLACK_MS);
-                    match state
-                        .network
-                        .forward_membership(leader, &node, change.clone(), remaining_ms, ttl)
-                        .await
-                    {
-                        Ok(membership) => return Ok(membership),
-                        Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
-                            return Err(e);
-                        }
-                        Err(ForwardError::Refused(e)) => last_problem = e.message,
-                        Err(ForwardError::Failed(reason)) => last_problem = reason,
-                    }
+            let Some(node) = node else {
+                return Turn::Retry {
+                    leader: Some(leader),
+                    problem: format!("leader {leader} has no address in the membership"),
+                };
+            };
+            let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(wait_ms);
+            let ttl = remaining + Duration::from_millis(FORWARD_ANSWER_SLACK_MS);
+            let forwarded = state
+                .network
+                .forward_membership(leader, &node, change.clone(), remaining_ms, ttl)
+                .await;
+            match forwarded {
+                Ok(membership) => return Turn::Answered(Ok(membership)),
+                Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
+                    return Turn::Answered(Err(e));
                 }
+                Err(ForwardError::Refused(e)) => e.message,
+                Err(ForwardError::Failed(reason)) => reason,
             }
+        };
+        Turn::Retry {
+            leader: Some(leader),
+            problem,
         }
-        // The leader we knew is gone or stepped down: wait for another one.
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let _ = state
-            .raft
-            .wait(Some(remaining))
-            .metrics(
-                |m| m.current_leader.is_some_and(|id| id != leader),
-                "a new leader",
-            )
-            .await;
-    }
+    })
+    .await;
+    answer.unwrap_or_else(|problem| {
+        Err(WireError::new(
+            ErrorCode::Unavailable,
+            format!("the membership change was not made within {wait_ms} ms ({problem})"),
+        ))
+    })
 }
 
 /// Makes a change a follower forwarded. It is not forwarded again.

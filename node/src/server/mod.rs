@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod cluster;
+pub mod leader;
 pub mod membership;
 pub mod operator;
 pub mod raft;

@@ -1,7 +1,8 @@
 //! Writes from anywhere: a command is proposed to the local Raft; on a
 //! follower it is forwarded to the leader over the Raft ALPN; during an
-//! election it is retried until a leader is known. All of it within the
-//! request timeout, after which the caller gets a clear `Unavailable`.
+//! election it is retried until a leader is known ([`super::leader`]). All
+//! of it within the request timeout, after which the caller gets a clear
+//! `Unavailable`.
 //!
 //! A retried create carries the same leader-assigned id, so a write that
 //! committed but whose answer was lost is refused as a duplicate rather
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
+use super::leader::{Turn, until_answered};
 use crate::raft::network::ForwardError;
 
 /// Proposes one command and waits (bounded) for its outcomes.
@@ -31,67 +33,56 @@ pub async fn propose(
 ) -> Result<Vec<MutationResult>, WireError> {
     let budget = Duration::from_millis(state.limits.request_timeout_ms);
     let deadline = Instant::now() + budget;
-    let mut last_problem = String::from("no leader is known");
-    loop {
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
-            return Err(unavailable(state, &last_problem));
-        }
+    let mutations = &mutations;
+    let answer = until_answered(state, deadline, |remaining| async move {
         let written = tokio::time::timeout(remaining, state.batcher.write(mutations.clone()));
         let forward = match written.await {
-            Err(_) => return Err(unavailable(state, "the write was not committed in time")),
-            Ok(Ok(outcomes)) => return Ok(outcomes),
+            Err(_) => {
+                let timed_out = unavailable(state, "the write was not committed in time");
+                return Turn::Answered(Err(timed_out));
+            }
+            Ok(Ok(outcomes)) => return Turn::Answered(Ok(outcomes)),
             Ok(Err(BatchError::Raft(error))) => match *error {
                 RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward,
-                other => return Err(WireError::new(ErrorCode::Unavailable, other.to_string())),
-            },
-            Ok(Err(e)) => return Err(WireError::new(ErrorCode::Unavailable, e.to_string())),
-        };
-        match (forward.leader_id, forward.leader_node) {
-            (Some(leader), Some(node)) => {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                match state
-                    .network
-                    .forward(
-                        leader,
-                        &node,
-                        Command {
-                            now_ms: state.clock.now_ms(),
-                            mutations: mutations.clone(),
-                        },
-                        remaining,
-                    )
-                    .await
-                {
-                    Ok(response) => return Ok(response.outcomes),
-                    Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
-                        return Err(e);
-                    }
-                    Err(ForwardError::Refused(e)) => last_problem = e.message,
-                    Err(ForwardError::Failed(reason)) => last_problem = reason,
+                other => {
+                    let refused = WireError::new(ErrorCode::Unavailable, other.to_string());
+                    return Turn::Answered(Err(refused));
                 }
-                // The leader we knew is gone or stepped down: wait for
-                // another one.
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let _ = state
-                    .raft
-                    .wait(Some(remaining))
-                    .metrics(
-                        |m| m.current_leader.is_some_and(|id| id != leader),
-                        "a new leader",
-                    )
-                    .await;
+            },
+            Ok(Err(e)) => {
+                return Turn::Answered(Err(WireError::new(ErrorCode::Unavailable, e.to_string())));
             }
-            _ => {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let _ = state
-                    .raft
-                    .wait(Some(remaining))
-                    .metrics(|m| m.current_leader.is_some(), "a leader")
-                    .await;
+        };
+        let (Some(leader), Some(node)) = (forward.leader_id, forward.leader_node) else {
+            return Turn::Retry {
+                leader: None,
+                problem: "no leader is known".to_string(),
+            };
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let command = Command {
+            now_ms: state.clock.now_ms(),
+            mutations: mutations.clone(),
+        };
+        let problem = match state
+            .network
+            .forward(leader, &node, command, remaining)
+            .await
+        {
+            Ok(response) => return Turn::Answered(Ok(response.outcomes)),
+            Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
+                return Turn::Answered(Err(e));
             }
+            Err(ForwardError::Refused(e)) => e.message,
+            Err(ForwardError::Failed(reason)) => reason,
+        };
+        Turn::Retry {
+            leader: Some(leader),
+            problem,
         }
-    }
+    })
+    .await;
+    answer.unwrap_or_else(|problem| Err(unavailable(state, &problem)))
 }
 
 /// Commits a write forwarded by a follower, batched with the leader's own
