@@ -31,9 +31,8 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 const WAIT: Duration = Duration::from_secs(30);
 /// Bound on `until_ready`, in seconds.
 const READY_TIMEOUT_S: u64 = 30;
-/// Interval of reading a deployment from ctrl while waiting for its
-/// instances (the operator protocol has no streaming status yet).
-const POLL: Duration = Duration::from_millis(50);
+/// Longest single `WaitDeployment` call (below the client's call timeout).
+const LONG_POLL_MS: u64 = 2_000;
 const NAMESPACE: &str = "krane";
 const US: &str = "us-east";
 const EU: &str = "eu-west";
@@ -111,7 +110,8 @@ async fn view(client: &Client, id: &str) -> DeploymentView {
     }
 }
 
-/// Reads the deployment until `check` holds (bounded).
+/// Reads the deployment until `check` holds (bounded), each read ending
+/// when the deployment changes (`WaitDeployment`).
 async fn wait_view(
     client: &Client,
     id: &str,
@@ -119,16 +119,29 @@ async fn wait_view(
     check: impl Fn(&DeploymentView) -> bool,
 ) -> DeploymentView {
     let deadline = tokio::time::Instant::now() + WAIT;
+    let mut view = view(client, id).await;
     loop {
-        let view = view(client, id).await;
         if check(&view) {
             return view;
         }
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         assert!(
-            tokio::time::Instant::now() < deadline,
+            !remaining.is_zero(),
             "{what}: not within {WAIT:?}; last seen {view:#?}"
         );
-        tokio::time::sleep(POLL).await;
+        let request = OperatorRequest::WaitDeployment {
+            id: id.into(),
+            seen: view.digest(),
+            wait_ms: node::wait::long_poll_ms(remaining, 2 * LONG_POLL_MS),
+        };
+        view = match client
+            .call(&request)
+            .await
+            .expect("wait for the deployment")
+        {
+            OperatorResponse::Deployment(view) => view,
+            other => panic!("unexpected answer {other:?}"),
+        };
     }
 }
 

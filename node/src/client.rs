@@ -128,6 +128,11 @@ impl Client {
         Ok(connected)
     }
 
+    /// How long one call may take before it fails (`request_timeout_ms`).
+    pub fn request_timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
     /// QUIC connections this client holds open (its calls share one).
     pub fn open_connections(&self) -> usize {
         self.endpoint.open_connections()

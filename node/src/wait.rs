@@ -2,18 +2,25 @@
 //! region's running/desired instances on a progress bar until the
 //! deployment is ready, fails, or the time is up. A failure names the
 //! regions short of their replicas and the state of their pods.
+//!
+//! The bars move when the deployment changes: each
+//! `OperatorRequest::WaitDeployment` call is answered by the node as soon
+//! as the view differs from the one drawn (or after a bounded wait). A
+//! node of an older release, which does not know that call, is read every
+//! [`POLL_INTERVAL_MS`] instead.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use wire::ErrorCode;
 use wire::model::{DeploymentStatus, InstanceStatus};
-use wire::operator::{DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, DeploymentView, OperatorRequest, OperatorResponse};
 
 use crate::client::{Client, ClientError};
 
-/// How often the deployment is read while waiting (the operator protocol
-/// has no streaming deployment status yet).
+/// How often the deployment is read from a node that does not answer
+/// `WaitDeployment`.
 pub const POLL_INTERVAL_MS: u64 = 100;
 
 /// The deployment did not become ready.
@@ -51,8 +58,9 @@ pub async fn until_ready(
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut region_bars: BTreeMap<String, ProgressBar> = BTreeMap::new();
+    let mut view = read(client, deployment_id).await?;
+    let mut long_poll = true;
     loop {
-        let view = read(client, deployment_id).await?;
         let d = &view.deployment;
         for region in &d.regions {
             let bar = region_bars.entry(region.clone()).or_insert_with(|| {
@@ -80,7 +88,8 @@ pub async fn until_ready(
             }
             DeploymentStatus::Deploying => {}
         }
-        if tokio::time::Instant::now() >= deadline {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if remaining.is_zero() {
             region_bars.values().for_each(ProgressBar::abandon);
             return Err(WaitError::Timeout {
                 deployment_id: deployment_id.to_string(),
@@ -88,7 +97,46 @@ pub async fn until_ready(
                 shortfall: shortfall(&view),
             });
         }
-        tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        if long_poll {
+            let wait_ms = long_poll_ms(remaining, client.request_timeout_ms());
+            match changed(client, deployment_id, view.digest(), wait_ms).await {
+                Ok(next) => view = next,
+                // An older node: it cannot decode the call.
+                Err(WaitError::Client(ClientError::Server(e))) if e.code == ErrorCode::BadFrame => {
+                    long_poll = false;
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            view = read(client, deployment_id).await?;
+        }
+    }
+}
+
+/// How long one `WaitDeployment` may wait on the node: what is left of
+/// the caller's time, within the protocol's limit, and within half the
+/// client's call timeout (so the answer arrives before the call gives up).
+pub fn long_poll_ms(remaining: Duration, request_timeout_ms: u64) -> u64 {
+    let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX);
+    let cap = (request_timeout_ms / 2).clamp(1, DEPLOYMENT_WAIT_MS_MAX);
+    remaining_ms.clamp(1, cap)
+}
+
+async fn changed(
+    client: &Client,
+    id: &str,
+    seen: u64,
+    wait_ms: u64,
+) -> Result<DeploymentView, WaitError> {
+    let request = OperatorRequest::WaitDeployment {
+        id: id.to_string(),
+        seen,
+        wait_ms,
+    };
+    match client.call(&request).await? {
+        OperatorResponse::Deployment(view) => Ok(view),
+        other => Err(WaitError::Unexpected(format!("{other:?}"))),
     }
 }
 
@@ -145,5 +193,32 @@ pub fn shortfall(view: &DeploymentView) -> String {
         "every region runs its replicas".into()
     } else {
         parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_poll_fits_the_time_left_the_call_timeout_and_the_protocol() {
+        let secs = Duration::from_secs;
+        assert_eq!(
+            long_poll_ms(secs(30), 5_000),
+            2_500,
+            "half the call timeout"
+        );
+        assert_eq!(
+            long_poll_ms(Duration::from_millis(700), 5_000),
+            700,
+            "the time left"
+        );
+        assert_eq!(
+            long_poll_ms(secs(3_600), 1_000_000),
+            DEPLOYMENT_WAIT_MS_MAX,
+            "the protocol's limit"
+        );
+        assert_eq!(long_poll_ms(Duration::from_micros(10), 5_000), 1, "never 0");
+        assert_eq!(long_poll_ms(secs(30), 1), 1, "never 0");
     }
 }

@@ -12,6 +12,7 @@ use std::ops::Bound;
 use redb::{Key, ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Value};
 use serde::de::DeserializeOwned;
 use wire::agent::ResourceChange;
+use wire::digest::Fnv1a;
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Resource, ResourceKey,
     ResourceType, Sentinel, SentinelStatus,
@@ -399,36 +400,6 @@ impl ReadView {
         hash.write(&self.last_pk.to_le_bytes());
         hash.write(&self.floor_pk.to_le_bytes());
         Ok(hash.finish())
-    }
-}
-
-/// FNV-1a, 64 bits: tiny, stable across platforms and releases (unlike
-/// std's `DefaultHasher`), good enough to tell replicas apart.
-pub(crate) struct Fnv1a(u64);
-
-impl Fnv1a {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-
-    pub(crate) fn new() -> Self {
-        Fnv1a(Self::OFFSET_BASIS)
-    }
-
-    pub(crate) fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 ^= u64::from(*byte);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-
-    /// Writes the length first, so that concatenations cannot collide.
-    pub(crate) fn write_framed(&mut self, bytes: &[u8]) {
-        self.write(&(bytes.len() as u64).to_le_bytes());
-        self.write(bytes);
-    }
-
-    pub(crate) fn finish(&self) -> u64 {
-        self.0
     }
 }
 

@@ -21,8 +21,9 @@ use crate::Store;
 use crate::apply::WriteTables;
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result, StorageError};
-use crate::read::{Fnv1a, ReadView};
+use crate::read::ReadView;
 use crate::tables::{self, ChangeRow, SCHEMA_VERSION, decode, encode, meta, name};
+use wire::digest::Fnv1a;
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"ctrlsnap";

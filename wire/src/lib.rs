@@ -8,10 +8,13 @@
 //! - [`frame`]: length-prefixed postcard frames with a hard size limit, a
 //!   sans-I/O decoder, and thin async helpers.
 //! - [`hello`]: the version handshake that opens every stream.
+//! - [`digest`]: FNV-1a, the stable 64-bit hash of state checks and
+//!   snapshots.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
 
 pub mod agent;
+pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod hello;

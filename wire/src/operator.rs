@@ -25,6 +25,8 @@ pub const ENV_VALUE_BYTES_MAX: usize = 32 * 1024;
 pub const LIST_PAGE_MAX: u32 = 1_000;
 /// Longest wait a membership change or a state-hash read may ask for.
 pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
+/// Longest wait one [`OperatorRequest::WaitDeployment`] may ask for.
+pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
 /// Longest Kubernetes object name (a DNS subdomain).
@@ -88,6 +90,15 @@ pub enum OperatorRequest {
     ApplyPolicy(ApplyPolicy),
     DeletePolicy {
         id: String,
+    },
+    /// The deployment (as `GetDeployment` answers it) once its view differs
+    /// from the one whose [`DeploymentView::digest`] is `seen`, or as it
+    /// is after `wait_ms` (1 to [`DEPLOYMENT_WAIT_MS_MAX`]): a long poll,
+    /// so `ctrl deploy --wait` follows a rollout as it happens.
+    WaitDeployment {
+        id: String,
+        seen: u64,
+        wait_ms: u64,
     },
 }
 
@@ -374,6 +385,21 @@ pub struct SentinelView {
 pub struct DeploymentView {
     pub deployment: Deployment,
     pub instances: Vec<Instance>,
+}
+
+impl DeploymentView {
+    /// A stable hash of the whole view (FNV-1a of its encoding): equal
+    /// views have equal digests on every node and release.
+    pub fn digest(&self) -> u64 {
+        let mut hash = crate::digest::Fnv1a::new();
+        // Encoding a view cannot fail (no maps with non-string keys, no
+        // unsupported types); were it to, every view would look changed.
+        match postcard::to_allocvec(self) {
+            Ok(bytes) => hash.write(&bytes),
+            Err(_) => return 0,
+        }
+        hash.finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

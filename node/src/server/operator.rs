@@ -3,14 +3,16 @@
 //! cluster initialisation, status, membership changes and state hashes.
 //! Writes go through Raft; reads come from this node's applied state.
 
+use std::time::Duration;
+
 use quinn::{RecvStream, SendStream};
 use storage::{Mutation, Outcome};
 use transport::identity::Identity;
 use wire::hello::Protocol;
 use wire::model::{CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Sentinel};
 use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LIST_PAGE_MAX, OperatorRequest,
-    OperatorResponse, SentinelView,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView,
+    LIST_PAGE_MAX, OperatorRequest, OperatorResponse, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -104,6 +106,9 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::GetSentinel { id } => get_sentinel(state, &id),
         OperatorRequest::ApplyPolicy(apply) => apply_policy(state, apply).await,
         OperatorRequest::DeletePolicy { id } => delete_policy(state, &id).await,
+        OperatorRequest::WaitDeployment { id, seen, wait_ms } => {
+            wait_deployment(state, &id, seen, wait_ms).await
+        }
     };
     result.unwrap_or_else(OperatorResponse::Error)
 }
@@ -143,16 +148,62 @@ async fn create_deployment(
 }
 
 fn get_deployment(state: &NodeState, id: &str) -> Result<OperatorResponse, WireError> {
+    deployment_view(state, id).map(OperatorResponse::Deployment)
+}
+
+fn deployment_view(state: &NodeState, id: &str) -> Result<DeploymentView, WireError> {
     let view = state.store.read().map_err(internal)?;
     let deployment = view
         .deployment(id)
         .map_err(internal)?
         .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("no deployment {id:?}")))?;
     let instances = view.instances(id).map_err(internal)?;
-    Ok(OperatorResponse::Deployment(DeploymentView {
+    Ok(DeploymentView {
         deployment,
         instances,
-    }))
+    })
+}
+
+/// Answers the deployment's view once its digest differs from `seen`, or
+/// when `wait_ms` has passed. Woken by applies (the Raft metrics' applied
+/// index), never by a timer; each apply costs one read of the deployment.
+async fn wait_deployment(
+    state: &NodeState,
+    id: &str,
+    seen: u64,
+    wait_ms: u64,
+) -> Result<OperatorResponse, WireError> {
+    if wait_ms == 0 || wait_ms > DEPLOYMENT_WAIT_MS_MAX {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("wait_ms must be between 1 and {DEPLOYMENT_WAIT_MS_MAX} (got {wait_ms})"),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        // Taken before the read: an apply after it moves the index past
+        // this, so no change is missed between the read and the wait.
+        let applied = state
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map(|id| id.index);
+        let view = deployment_view(state, id)?;
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if view.digest() != seen || remaining.is_zero() {
+            return Ok(OperatorResponse::Deployment(view));
+        }
+        let advanced = state
+            .raft
+            .wait(Some(remaining))
+            .metrics(|m| m.last_applied.map(|id| id.index) > applied, "an apply")
+            .await;
+        if advanced.is_err() {
+            // The wait is over (or the node is stopping): answer as it is.
+            return Ok(OperatorResponse::Deployment(view));
+        }
+    }
 }
 
 fn list_deployments(
