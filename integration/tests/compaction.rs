@@ -208,3 +208,26 @@ async fn krane_behind_the_floor_full_syncs_at_once_and_converges() {
     })
     .await;
 }
+
+/// The node's shutdown stops its compaction task at once, whatever the
+/// interval: were the task left sleeping, it would hold the node's state
+/// and its databases would not be released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_compaction_and_releases_the_node() {
+    bounded(async {
+        const HOUR_MS: u64 = 3_600_000;
+        let node = TestNode::start_with(|config| config.compaction.interval_ms = HOUR_MS)
+            .await
+            .unwrap();
+        let client = node.client().unwrap();
+        client
+            .call(&integration::requests::create_deployment([REGION]))
+            .await
+            .unwrap();
+        assert!(
+            node.node.shutdown().await,
+            "the node's files or socket stayed open after its shutdown"
+        );
+    })
+    .await;
+}

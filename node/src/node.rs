@@ -40,10 +40,11 @@ pub struct RunningNode {
 
 impl RunningNode {
     /// Stops serving, shuts Raft down, and returns once the node's
-    /// databases and UDP socket are closed (within
-    /// [`SHUTDOWN_RELEASE_TIMEOUT_MS`]; a warning says so if they are not),
-    /// so the node can start again at once in the same process.
-    pub async fn shutdown(self) {
+    /// databases and UDP socket are closed, so the node can start again at
+    /// once in the same process. Returns whether they were closed within
+    /// [`SHUTDOWN_RELEASE_TIMEOUT_MS`] (a warning says so if not: a task
+    /// still holds the node).
+    pub async fn shutdown(self) -> bool {
         let RunningNode {
             state,
             endpoint,
@@ -66,7 +67,8 @@ impl RunningNode {
         let bound = Duration::from_millis(SHUTDOWN_RELEASE_TIMEOUT_MS);
         let [log, store, socket] = released;
         let closed = async { tokio::join!(log.wait(), store.wait(), socket.wait()) };
-        if tokio::time::timeout(bound, closed).await.is_err() {
+        let released = tokio::time::timeout(bound, closed).await.is_ok();
+        if !released {
             warn!(
                 node_id,
                 "the node's databases or UDP socket are still open \
@@ -74,6 +76,7 @@ impl RunningNode {
                  process may fail"
             );
         }
+        released
     }
 }
 
