@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use agent::ctrl::CtrlClient;
 use config::{AgentConfig, TlsFiles};
 use integration::cluster::TestNode;
-use node::client::{Client, ClientError};
+use node::client::ClientError;
+use node::wait::{WaitError, changed};
 use wire::ErrorCode;
 use wire::agent::{AgentRequest, DeploymentReport};
 use wire::model::{Instance, InstanceStatus};
-use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A wait the test expects a change to cut short: an answer that took
@@ -21,23 +22,6 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 const LONG_WAIT_MS: u64 = 4_000;
 /// A wait the test lets run out.
 const SHORT_WAIT_MS: u64 = 200;
-
-async fn wait(
-    client: &Client,
-    id: &str,
-    seen: u64,
-    wait_ms: u64,
-) -> Result<DeploymentView, ClientError> {
-    let request = OperatorRequest::WaitDeployment {
-        id: id.to_string(),
-        seen,
-        wait_ms,
-    };
-    match client.call(&request).await? {
-        OperatorResponse::Deployment(view) => Ok(view),
-        other => panic!("unexpected answer {other:?}"),
-    }
-}
 
 fn running(id: &str, pod: &str) -> Instance {
     Instance {
@@ -75,7 +59,7 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
 
         // An out-of-date view is answered at once.
         let started = Instant::now();
-        let fresh = wait(&operator, &id, view.digest() ^ 1, LONG_WAIT_MS)
+        let fresh = changed(&operator, &id, view.digest() ^ 1, LONG_WAIT_MS)
             .await
             .unwrap();
         assert_eq!(fresh, view);
@@ -86,7 +70,7 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
 
         // Nothing changes: the view comes back as it was, after the wait.
         let started = Instant::now();
-        let same = wait(&operator, &id, view.digest(), SHORT_WAIT_MS)
+        let same = changed(&operator, &id, view.digest(), SHORT_WAIT_MS)
             .await
             .unwrap();
         assert_eq!(same, view);
@@ -107,7 +91,7 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
         let started = Instant::now();
         let waiting = {
             let (operator, id, seen) = (node.client().unwrap(), id.clone(), view.digest());
-            tokio::spawn(async move { wait(&operator, &id, seen, LONG_WAIT_MS).await })
+            tokio::spawn(async move { changed(&operator, &id, seen, LONG_WAIT_MS).await })
         };
         let report = AgentRequest::ReportDeploymentStatus(DeploymentReport::Instances {
             deployment_id: id.clone(),
@@ -115,9 +99,9 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
             instances: vec![running(&id, "web-0")],
         });
         agent.call(&report).await.unwrap();
-        let changed = waiting.await.unwrap().unwrap();
-        assert_eq!(changed.instances, vec![running(&id, "web-0")]);
-        assert_ne!(changed.digest(), view.digest());
+        let after_report = waiting.await.unwrap().unwrap();
+        assert_eq!(after_report.instances, vec![running(&id, "web-0")]);
+        assert_ne!(after_report.digest(), view.digest());
         assert!(
             started.elapsed() < Duration::from_millis(LONG_WAIT_MS),
             "the report did not end the wait"
@@ -125,13 +109,17 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
 
         // Waits out of bounds and unknown deployments are refused.
         for wait_ms in [0, DEPLOYMENT_WAIT_MS_MAX + 1] {
-            match wait(&operator, &id, 0, wait_ms).await {
-                Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::BadRequest, "{e}"),
+            match changed(&operator, &id, 0, wait_ms).await {
+                Err(WaitError::Client(ClientError::Server(e))) => {
+                    assert_eq!(e.code, ErrorCode::BadRequest, "{e}")
+                }
                 other => panic!("wait_ms {wait_ms} accepted: {other:?}"),
             }
         }
-        match wait(&operator, "dep_unknown", 0, SHORT_WAIT_MS).await {
-            Err(ClientError::Server(e)) => assert_eq!(e.code, ErrorCode::NotFound, "{e}"),
+        match changed(&operator, "dep_unknown", 0, SHORT_WAIT_MS).await {
+            Err(WaitError::Client(ClientError::Server(e))) => {
+                assert_eq!(e.code, ErrorCode::NotFound, "{e}")
+            }
             other => panic!("an unknown deployment answered: {other:?}"),
         }
         node.node.shutdown().await;

@@ -129,19 +129,10 @@ async fn wait_view(
             !remaining.is_zero(),
             "{what}: not within {WAIT:?}; last seen {view:#?}"
         );
-        let request = OperatorRequest::WaitDeployment {
-            id: id.into(),
-            seen: view.digest(),
-            wait_ms: node::wait::long_poll_ms(remaining, 2 * LONG_POLL_MS),
-        };
-        view = match client
-            .call(&request)
+        let wait_ms = node::wait::long_poll_ms(remaining, 2 * LONG_POLL_MS);
+        view = node::wait::changed(client, id, view.digest(), wait_ms)
             .await
-            .expect("wait for the deployment")
-        {
-            OperatorResponse::Deployment(view) => view,
-            other => panic!("unexpected answer {other:?}"),
-        };
+            .expect("wait for the deployment");
     }
 }
 

@@ -123,7 +123,9 @@ pub fn long_poll_ms(remaining: Duration, request_timeout_ms: u64) -> u64 {
     remaining_ms.clamp(1, cap)
 }
 
-async fn changed(
+/// One `WaitDeployment` call: the deployment once its view's digest
+/// differs from `seen`, or as it is after `wait_ms`.
+pub async fn changed(
     client: &Client,
     id: &str,
     seen: u64,

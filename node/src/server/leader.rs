@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use wire::WireError;
+use wire::{ErrorCode, WireError};
 
 use super::NodeState;
 use crate::raft::NodeId;
+use crate::raft::network::ForwardError;
 
 /// How one try ended.
 pub enum Turn<T> {
@@ -24,6 +25,25 @@ pub enum Turn<T> {
         leader: Option<NodeId>,
         problem: String,
     },
+}
+
+impl<T> Turn<T> {
+    /// How a call forwarded to `leader` ended: its answer, or (when the
+    /// node was no longer the leader, or could not be reached) a retry.
+    pub fn forwarded(leader: NodeId, result: Result<T, ForwardError>) -> Turn<T> {
+        let problem = match result {
+            Ok(answer) => return Turn::Answered(Ok(answer)),
+            Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
+                return Turn::Answered(Err(e));
+            }
+            Err(ForwardError::Refused(e)) => e.message,
+            Err(ForwardError::Failed(reason)) => reason,
+        };
+        Turn::Retry {
+            leader: Some(leader),
+            problem,
+        }
+    }
 }
 
 /// Runs `attempt` (given the time left) until it answers or `deadline`

@@ -17,7 +17,7 @@ use wire::{ErrorCode, WireError};
 use super::NodeState;
 use super::leader::{Turn, until_answered};
 use crate::raft::NodeId;
-use crate::raft::network::{ForwardError, MembershipChange};
+use crate::raft::network::MembershipChange;
 
 /// Time a forwarding node allows the leader beyond the operator's wait, so
 /// the leader's own answer (success or why not) arrives before the call is
@@ -30,7 +30,7 @@ pub async fn change(
     change: MembershipChange,
     wait_ms: u64,
 ) -> Result<Membership, WireError> {
-    check_wait(wait_ms)?;
+    check_wait(wait_ms, CLUSTER_WAIT_MS_MAX)?;
     if let MembershipChange::Add { addr, .. } = &change {
         parse_addr(addr)?;
     }
@@ -45,42 +45,33 @@ pub async fn change(
                 problem: "no leader is known".to_string(),
             };
         };
-        let problem = if leader == state.node_id {
-            match change_on_leader(state, change.clone(), deadline).await {
-                Err(e) if e.code == ErrorCode::NotLeader => e.message,
-                other => return Turn::Answered(other),
-            }
-        } else {
-            let node = metrics
-                .membership_config
-                .membership()
-                .get_node(&leader)
-                .cloned();
-            let Some(node) = node else {
-                return Turn::Retry {
+        if leader == state.node_id {
+            return match change_on_leader(state, change.clone(), deadline).await {
+                Err(e) if e.code == ErrorCode::NotLeader => Turn::Retry {
                     leader: Some(leader),
-                    problem: format!("leader {leader} has no address in the membership"),
-                };
+                    problem: e.message,
+                },
+                other => Turn::Answered(other),
             };
-            let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(wait_ms);
-            let ttl = remaining + Duration::from_millis(FORWARD_ANSWER_SLACK_MS);
-            let forwarded = state
-                .network
-                .forward_membership(leader, &node, change.clone(), remaining_ms, ttl)
-                .await;
-            match forwarded {
-                Ok(membership) => return Turn::Answered(Ok(membership)),
-                Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
-                    return Turn::Answered(Err(e));
-                }
-                Err(ForwardError::Refused(e)) => e.message,
-                Err(ForwardError::Failed(reason)) => reason,
-            }
-        };
-        Turn::Retry {
-            leader: Some(leader),
-            problem,
         }
+        let node = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .cloned();
+        let Some(node) = node else {
+            return Turn::Retry {
+                leader: Some(leader),
+                problem: format!("leader {leader} has no address in the membership"),
+            };
+        };
+        let remaining_ms = u64::try_from(remaining.as_millis()).unwrap_or(wait_ms);
+        let ttl = remaining + Duration::from_millis(FORWARD_ANSWER_SLACK_MS);
+        let forwarded =
+            state
+                .network
+                .forward_membership(leader, &node, change.clone(), remaining_ms, ttl);
+        Turn::forwarded(leader, forwarded.await)
     })
     .await;
     answer.unwrap_or_else(|problem| {
@@ -97,7 +88,7 @@ pub async fn change_forwarded(
     change: MembershipChange,
     wait_ms: u64,
 ) -> Result<Membership, WireError> {
-    check_wait(wait_ms)?;
+    check_wait(wait_ms, CLUSTER_WAIT_MS_MAX)?;
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     change_on_leader(state, change, deadline).await
 }
@@ -323,11 +314,12 @@ fn describe(m: &Membership) -> String {
     }
 }
 
-pub(crate) fn check_wait(wait_ms: u64) -> Result<(), WireError> {
-    if wait_ms == 0 || wait_ms > CLUSTER_WAIT_MS_MAX {
+/// Refuses a `wait_ms` outside `1..=max_ms`.
+pub(crate) fn check_wait(wait_ms: u64, max_ms: u64) -> Result<(), WireError> {
+    if wait_ms == 0 || wait_ms > max_ms {
         return Err(WireError::new(
             ErrorCode::BadRequest,
-            format!("wait_ms must be between 1 and {CLUSTER_WAIT_MS_MAX} (got {wait_ms})"),
+            format!("wait_ms must be between 1 and {max_ms} (got {wait_ms})"),
         ));
     }
     Ok(())

@@ -58,6 +58,14 @@ pub struct NodeState {
     pub raft_runtime: crate::node::RaftRuntime,
 }
 
+impl NodeState {
+    /// The last log index applied here, as Raft's metrics show it (they
+    /// may lag an apply whose answer has already gone out).
+    pub fn applied_index(&self) -> Option<u64> {
+        self.raft.metrics().borrow().last_applied.map(|id| id.index)
+    }
+}
+
 /// Why serving one stream stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

@@ -173,22 +173,12 @@ async fn wait_deployment(
     seen: u64,
     wait_ms: u64,
 ) -> Result<OperatorResponse, WireError> {
-    if wait_ms == 0 || wait_ms > DEPLOYMENT_WAIT_MS_MAX {
-        return Err(WireError::new(
-            ErrorCode::BadRequest,
-            format!("wait_ms must be between 1 and {DEPLOYMENT_WAIT_MS_MAX} (got {wait_ms})"),
-        ));
-    }
+    membership::check_wait(wait_ms, DEPLOYMENT_WAIT_MS_MAX)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     loop {
         // Taken before the read: an apply after it moves the index past
         // this, so no change is missed between the read and the wait.
-        let applied = state
-            .raft
-            .metrics()
-            .borrow()
-            .last_applied
-            .map(|id| id.index);
+        let applied = state.applied_index();
         let view = deployment_view(state, id)?;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if view.digest() != seen || remaining.is_zero() {

@@ -17,7 +17,7 @@ pub async fn state_hash(
     min_applied_index: u64,
     wait_ms: u64,
 ) -> Result<StateHash, WireError> {
-    check_wait(wait_ms)?;
+    check_wait(wait_ms, wire::operator::CLUSTER_WAIT_MS_MAX)?;
     if min_applied_index > 0 {
         let waited = state
             .raft
@@ -25,12 +25,7 @@ pub async fn state_hash(
             .applied_index_at_least(Some(min_applied_index), "the checked index")
             .await;
         if waited.is_err() {
-            let applied = state
-                .raft
-                .metrics()
-                .borrow()
-                .last_applied
-                .map(|id| id.index);
+            let applied = state.applied_index();
             return Err(WireError::new(
                 ErrorCode::Unavailable,
                 format!(

@@ -24,7 +24,6 @@ use wire::{ErrorCode, WireError};
 
 use super::NodeState;
 use super::leader::{Turn, until_answered};
-use crate::raft::network::ForwardError;
 
 /// Proposes one command and waits (bounded) for its outcomes.
 pub async fn propose(
@@ -64,22 +63,8 @@ pub async fn propose(
             now_ms: state.clock.now_ms(),
             mutations: mutations.clone(),
         };
-        let problem = match state
-            .network
-            .forward(leader, &node, command, remaining)
-            .await
-        {
-            Ok(response) => return Turn::Answered(Ok(response.outcomes)),
-            Err(ForwardError::Refused(e)) if e.code != ErrorCode::NotLeader => {
-                return Turn::Answered(Err(e));
-            }
-            Err(ForwardError::Refused(e)) => e.message,
-            Err(ForwardError::Failed(reason)) => reason,
-        };
-        Turn::Retry {
-            leader: Some(leader),
-            problem,
-        }
+        let forwarded = state.network.forward(leader, &node, command, remaining);
+        Turn::forwarded(leader, forwarded.await.map(|response| response.outcomes))
     })
     .await;
     answer.unwrap_or_else(|problem| Err(unavailable(state, &problem)))
