@@ -63,7 +63,9 @@ pub struct AgentConfig {
     pub region: String,
     /// ctrl nodes to connect to, tried in order; `host:port` strings.
     pub endpoints: Vec<Endpoint>,
-    /// The name the nodes' certificates carry.
+    /// The TLS server name sent when connecting (optional). A node is
+    /// accepted by its certificate: signed by the cluster CA and naming a
+    /// ctrl node; the DNS names it carries are not compared with this.
     #[serde(default = "default_server_name")]
     pub server_name: String,
     /// This agent's certificate and key, and the cluster CA.

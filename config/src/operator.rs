@@ -39,7 +39,9 @@ pub const OPERATOR_CERT_NAME: &str = "operator";
 pub struct OperatorConfig {
     /// ctrl nodes, tried in order until one answers.
     pub endpoints: Vec<SocketAddr>,
-    /// The name the nodes' certificates carry.
+    /// The TLS server name sent when connecting (optional). A node is
+    /// accepted by its certificate: signed by the cluster CA and naming a
+    /// ctrl node; the DNS names it carries are not compared with this.
     #[serde(default = "default_server_name")]
     pub server_name: String,
     /// The operator certificate and key, and the cluster CA.

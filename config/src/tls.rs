@@ -8,8 +8,8 @@ use crate::error::ConfigError;
 use crate::file::{resolve, serialize_path};
 use crate::validate::Check;
 
-/// The TLS server name clients expect on node certificates by default
-/// (`ctrl certs init` puts it on every node certificate).
+/// The TLS server name clients send by default. Clients accept a node by
+/// the node identity of its certificate, not by this name.
 pub const DEFAULT_SERVER_NAME: &str = "ctrl.local";
 /// The file name of the cluster CA certificate in a certificate directory.
 pub const CA_CERT_FILE: &str = "ca.pem";

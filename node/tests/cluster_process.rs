@@ -57,7 +57,7 @@ fn init_status_and_replicated_deploys() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
     let ok = Command::new(ctrl_bin())
-        .args(["certs", "init", "--nodes", "1,2,3", "--dir"])
+        .args(["certs", "init", "--node-ids", "1,2,3", "--dir"])
         .arg(&certs)
         .status()
         .unwrap();

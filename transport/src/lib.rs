@@ -8,6 +8,8 @@
 //! - [`tls`]: rustls configs (ring provider, TLS 1.3 only, client
 //!   certificates required) wrapped as quinn configs with bounded transport
 //!   limits.
+//! - [`verify`]: clients accept a server holding a node certificate of
+//!   the cluster CA, whatever address or name they dialled.
 //! - [`endpoint`]: server and client endpoints, and connecting to the first
 //!   of several addresses that answers.
 //! - [`closing`]: a signal for when a resource (a socket, a database) is
@@ -25,6 +27,7 @@ pub mod error;
 pub mod identity;
 pub mod stream;
 pub mod tls;
+pub mod verify;
 
 pub use error::{CertError, ConnectFailure, TransportError};
 pub use identity::Identity;

@@ -454,23 +454,41 @@ async fn issue_agent_with_the_existing_ca_is_accepted_by_the_server() {
 }
 
 #[tokio::test]
-async fn issue_node_with_the_existing_ca_serves_its_server_names() {
+async fn a_node_certificate_is_accepted_whatever_name_is_dialled() {
     bounded(async {
         let dir = tempfile::tempdir().unwrap();
         let certs = generate(dir.path());
         let node2 = certs::issue_node(dir.path(), 2, &["ctrl.example.org".to_string()]).unwrap();
         let (addr, mut events) = spawn_echo_server(&node2.tls_paths(&certs.ca.cert));
         let operator = certs.tls_paths(&certs.operator);
-        let answer = echo_call(&operator, addr, "ctrl.example.org", "hi")
-            .await
-            .unwrap();
-        assert_eq!(answer, Ok("hi".to_string()));
-        assert!(matches!(events.recv().await.unwrap(), Event::Call { .. }));
-        // "localhost" was not asked for this time.
-        let err = echo_call(&operator, addr, "localhost", "hi")
+        // The node identity is checked, not the dialled name: a site's
+        // certificates need not list every name or address used.
+        for name in ["ctrl.example.org", "localhost", "ctrl.local", "10.9.8.7"] {
+            let answer = echo_call(&operator, addr, name, "hi").await.unwrap();
+            assert_eq!(answer, Ok("hi".to_string()), "dialled as {name}");
+            assert!(matches!(events.recv().await.unwrap(), Event::Call { .. }));
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_server_without_a_node_identity_is_refused_by_the_client() {
+    bounded(async {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = generate(dir.path());
+        // An agent's certificate is signed by the same CA but names no node
+        // (nor allows server authentication).
+        let (addr, _events) = spawn_echo_server(&certs.tls_paths(certs.agent("us-east").unwrap()));
+        let operator = certs.tls_paths(&certs.operator);
+        let err = echo_call(&operator, addr, SERVER_NAME, "x")
             .await
             .unwrap_err();
         assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+        assert!(
+            err.to_string().contains("invalid peer certificate"),
+            "{err}"
+        );
     })
     .await
 }

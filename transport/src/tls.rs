@@ -1,7 +1,7 @@
 //! rustls configs for mutual TLS, wrapped as quinn configs. Always the ring
 //! provider and TLS 1.3 only; servers require a client certificate signed by
-//! the cluster CA, clients check the server against that CA and present
-//! their own certificate. Both sides share one [`transport_config`] with
+//! the cluster CA, clients check that the server holds a node certificate
+//! of that CA (see [`crate::verify`]) and present their own certificate. Both sides share one [`transport_config`] with
 //! named limits.
 
 use std::io::Read;
@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, client::WebPkiServerVerifier};
 use tracing::warn;
 
 use crate::error::{CertError, TransportError};
+use crate::verify::NodeCertVerifier;
 
 /// A connection without traffic (keep-alives included) for this long is
 /// closed. It is how a peer that died without closing (SIGKILL, power
@@ -125,8 +126,9 @@ pub(crate) fn server_config_from(
     Ok(config)
 }
 
-/// A client config for one ALPN: checks the server against the CA and
-/// presents this side's certificate.
+/// A client config for one ALPN: checks that the server's certificate is
+/// signed by the CA and names a ctrl node (not the name dialled: see
+/// [`crate::verify`]), and presents this side's certificate.
 pub fn client_config(paths: &TlsPaths, alpn: &[u8]) -> Result<quinn::ClientConfig, TransportError> {
     let files = load_pem_files(&paths.ca_cert, &paths.cert, &paths.key)?;
     client_config_from(files, alpn)
@@ -151,13 +153,12 @@ pub(crate) fn client_builder(
     TransportError,
 > {
     let roots = root_store(files)?;
-    let verifier = WebPkiServerVerifier::builder_with_provider(roots, provider())
-        .build()
-        .map_err(|e| tls_error(&files.paths.ca_cert, e))?;
+    let verifier = Arc::new(NodeCertVerifier::new(roots, provider()));
     Ok(rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| TransportError::TlsConfig(e.to_string()))?
-        .with_webpki_verifier(verifier))
+        .dangerous()
+        .with_custom_certificate_verifier(verifier))
 }
 
 pub(crate) fn quic_client_config(

@@ -12,13 +12,21 @@ pub enum CertsCommand {
     Init {
         #[arg(long)]
         dir: PathBuf,
-        /// Node ids to issue node certificates for.
-        #[arg(long, value_delimiter = ',', default_value = "1")]
-        nodes: Vec<u64>,
+        /// The ids of the nodes to issue certificates for, comma-separated
+        /// (`1,2,3` for a three-node cluster).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1",
+            value_name = "ID,..."
+        )]
+        node_ids: Vec<u64>,
         /// Regions to issue agent certificates for.
         #[arg(long, value_delimiter = ',', default_value = "us-east,eu-west")]
         regions: Vec<String>,
-        /// DNS names the node certificates carry.
+        /// DNS names the node certificates carry besides 127.0.0.1 and ::1
+        /// (for other tools: ctrl itself checks a node's identity, not its
+        /// names).
         #[arg(long, value_delimiter = ',', default_value = "ctrl.local,localhost")]
         server_names: Vec<String>,
     },
@@ -47,11 +55,11 @@ pub fn run(command: CertsCommand) -> Result<()> {
     match command {
         CertsCommand::Init {
             dir,
-            nodes,
+            node_ids,
             regions,
             server_names,
         } => {
-            transport::certs::init_dir(&dir, &nodes, &regions, &server_names)?;
+            transport::certs::init_dir(&dir, &node_ids, &regions, &server_names)?;
             println!("certificates written to {}", dir.display());
         }
         CertsCommand::AddNode {

@@ -53,6 +53,9 @@ pub enum RaftRequest {
         change: MembershipChange,
         wait_ms: u64,
     },
+    /// Whether the peer answers on the Raft protocol and whether it
+    /// already belongs to a cluster (asked before initialising one).
+    Probe,
 }
 
 /// A membership change an operator asked for.
@@ -78,6 +81,16 @@ pub enum RaftResponse {
     ChangeMembership(Result<wire::operator::Membership, wire::WireError>),
     /// The stream was refused before reaching Raft (permission, bad frame).
     Refused(wire::WireError),
+    /// The answer to [`RaftRequest::Probe`].
+    Probe(ProbeAnswer),
+}
+
+/// What a peer says of itself when probed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeAnswer {
+    pub node_id: NodeId,
+    /// Whether it already belongs to an initialised cluster.
+    pub initialized: bool,
 }
 
 /// The leader's id and a client to it.
@@ -160,6 +173,29 @@ impl Network {
                 "node {target} answered another RPC than the one asked"
             ))),
             Err(CallError::Unreachable(m) | CallError::Network(m)) => Err(ForwardError::Failed(m)),
+        }
+    }
+
+    /// Asks node `target` at `node` whether it answers on the Raft protocol
+    /// (its certificate is the one of node `target` and it accepts this
+    /// node's) and whether it belongs to a cluster already. The error says
+    /// why it could not be asked.
+    pub async fn probe(
+        &self,
+        target: NodeId,
+        node: &BasicNode,
+        ttl: Duration,
+    ) -> Result<ProbeAnswer, String> {
+        match self
+            .client(target, node)
+            .call(RaftRequest::Probe, ttl)
+            .await
+        {
+            Ok(RaftResponse::Probe(answer)) => Ok(answer),
+            Ok(_) => Err(format!(
+                "node {target} answered another RPC than the one asked"
+            )),
+            Err(CallError::Unreachable(m) | CallError::Network(m)) => Err(m),
         }
     }
 

@@ -9,7 +9,7 @@ use wire::hello::Protocol;
 use wire::{ErrorCode, WireError};
 
 use super::{NodeState, ServeError, finish};
-use crate::raft::network::{RaftRequest, RaftResponse};
+use crate::raft::network::{ProbeAnswer, RaftRequest, RaftResponse};
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -48,6 +48,10 @@ pub async fn serve_stream(
                     super::membership::change_forwarded(state, change, wait_ms).await,
                 )
             }
+            Ok(Some(RaftRequest::Probe)) => RaftResponse::Probe(ProbeAnswer {
+                node_id: state.node_id,
+                initialized: state.raft.is_initialized().await.unwrap_or(true),
+            }),
             Ok(None) => break,
             Err(e) => RaftResponse::Refused(e.to_wire()),
         };

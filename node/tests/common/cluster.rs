@@ -39,7 +39,7 @@ impl Cluster {
         let certs = dir.path().join("certs");
         let ids: Vec<String> = (1..=n).map(|id| id.to_string()).collect();
         let ok = Command::new(ctrl_bin())
-            .args(["certs", "init", "--nodes", &ids.join(","), "--dir"])
+            .args(["certs", "init", "--node-ids", &ids.join(","), "--dir"])
             .arg(&certs)
             .status()
             .expect("run ctrl certs init");

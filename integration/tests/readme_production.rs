@@ -1,0 +1,385 @@
+//! README.md's "Running it for real", followed as written, on loopback:
+//! the commands and files are read from the README's marked blocks
+//! (`<!-- readme-test: NAME -->` before a fenced block), and only the
+//! site's addresses and directories are replaced by loopback ports and a
+//! temporary directory. Certificates carry a non-default server name;
+//! three `ctrl serve` processes; `ctrl cluster init`; one `krane run`
+//! against the Kubernetes simulator; `ctrl deploy --wait`. A change to the
+//! README that breaks the path breaks this test.
+//!
+//! A second test checks the failure the README promises: `cluster init`
+//! with a majority of the members down fails, names them, and changes
+//! nothing.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use integration::sim::resources::STATEFUL_SETS;
+use integration::sim::{SimConfig, Simulator, pod_ready};
+use tokio::process::{Child, Command};
+
+/// Bound on the whole scenario.
+const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+/// Bound on one CLI invocation (`deploy --wait` included).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// The site's node addresses in the README, in node order.
+const README_NODE_ADDRS: [&str; 3] = ["10.0.0.11:7400", "10.0.0.12:7400", "10.0.0.13:7400"];
+const REGION: &str = "us-east";
+
+/// The fenced block after `<!-- readme-test: NAME -->` in README.md.
+fn readme_block(name: &str) -> String {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("read README.md");
+    let marker = format!("<!-- readme-test: {name} -->");
+    let after = readme
+        .split_once(&marker)
+        .unwrap_or_else(|| panic!("README.md has no {marker}"))
+        .1;
+    let fence_start = after.find("```").expect("a fenced block after the marker");
+    let body = &after[fence_start..];
+    let body = &body[body.find('\n').expect("fence line") + 1..];
+    let end = body.find("```").expect("the block's closing fence");
+    // Blocks sit in a numbered list: drop the list's indentation.
+    body[..end]
+        .lines()
+        .map(|line| line.strip_prefix("   ").unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The commands of a shell block: one per line, `\` continues a line.
+fn commands(block: &str) -> Vec<Vec<String>> {
+    block
+        .replace("\\\n", " ")
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| line.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// A built binary of the workspace, next to this test's executable
+/// (`cargo test --workspace` builds `ctrl` and `krane`).
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p node --bin ctrl -p agent --bin krane` first",
+        path.display()
+    );
+    path
+}
+
+/// The site's paths and addresses in a README text, made local.
+struct Site {
+    root: PathBuf,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Site {
+    fn new(root: &Path) -> Site {
+        let addrs = (0..3).map(|_| free_udp_addr()).collect();
+        Site {
+            root: root.to_path_buf(),
+            addrs,
+        }
+    }
+
+    /// `text` with the README's node addresses replaced by this site's and
+    /// `/etc/X` and `/var/lib/X` moved under `host`'s directory.
+    fn localise(&self, text: &str, host: &str) -> String {
+        let mut text = text.to_string();
+        for (readme, local) in README_NODE_ADDRS.iter().zip(&self.addrs) {
+            text = text.replace(readme, &local.to_string());
+        }
+        let host_dir = self.root.join(host);
+        text.replace("\"/etc/", &format!("\"{}/etc/", host_dir.display()))
+            .replace("\"/var/lib/", &format!("\"{}/var/lib/", host_dir.display()))
+    }
+
+    fn host_path(&self, host: &str, path: &str) -> PathBuf {
+        self.root.join(host).join(path.trim_start_matches('/'))
+    }
+}
+
+fn free_udp_addr() -> SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    socket.local_addr().expect("addr")
+}
+
+fn copy(from: &Path, to_dir: &Path, files: &[&str]) {
+    std::fs::create_dir_all(to_dir).expect("mkdir");
+    for file in files {
+        std::fs::copy(from.join(file), to_dir.join(file))
+            .unwrap_or_else(|e| panic!("copy {file}: {e}"));
+    }
+}
+
+/// A child process killed on drop, its output in a log file.
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn start(program: &Path, args: &[&str], config: &Path, log: &Path) -> Process {
+        let log = std::fs::File::create(log).expect("log file");
+        let child = Command::new(program)
+            .args(args)
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        Process { child }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Runs one README command (`ctrl …` or `krane …`) with `CTRL_CONFIG`,
+/// bounded by [`COMMAND_TIMEOUT`]; returns its output.
+async fn run(command: &[String], cwd: &Path, operator: Option<&Path>) -> std::process::Output {
+    let (program, args) = command.split_first().expect("a command");
+    let mut child = Command::new(binary(program));
+    child
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    if let Some(operator) = operator {
+        child.env("CTRL_CONFIG", operator);
+    }
+    tokio::time::timeout(COMMAND_TIMEOUT, child.output())
+        .await
+        .unwrap_or_else(|_| panic!("`{}` ran past {COMMAND_TIMEOUT:?}", command.join(" ")))
+        .expect("run command")
+}
+
+fn assert_success(command: &[String], output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "`{}` failed ({}):\n{}\n{}",
+        command.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Steps 1–3: certificates, the nodes' configs and the operator's config,
+/// as the README writes them; returns the operator config's path.
+async fn prepare(site: &Site) -> PathBuf {
+    for command in commands(&readme_block("certs")) {
+        let output = run(&command, &site.root, None).await;
+        assert_success(&command, &output);
+    }
+    let certs = site.root.join("certs");
+
+    // Step 2: node 1's file as written; nodes 2 and 3 "the same, with
+    // their own node_id, listen_addr and certificate files, and the other
+    // two nodes as [[peers]]".
+    let node1: toml::Table = toml::from_str(&readme_block("node-config")).expect("node TOML");
+    for id in 1..=3u64 {
+        let host = format!("node-{id}");
+        let mut config = node1.clone();
+        config.insert("node_id".into(), (id as i64).into());
+        config.insert(
+            "listen_addr".into(),
+            README_NODE_ADDRS[id as usize - 1].into(),
+        );
+        let tls = config["tls"].as_table().expect("[tls]").clone();
+        let mut tls = tls;
+        for field in ["cert", "key"] {
+            let path = tls[field]
+                .as_str()
+                .expect("a path")
+                .replace("node-1", &host);
+            tls.insert(field.into(), path.into());
+        }
+        config.insert("tls".into(), tls.into());
+        let peers: Vec<toml::Value> = (1..=3u64)
+            .filter(|peer| *peer != id)
+            .map(|peer| {
+                toml::Value::Table(toml::Table::from_iter([
+                    ("node_id".to_string(), (peer as i64).into()),
+                    (
+                        "addr".to_string(),
+                        README_NODE_ADDRS[peer as usize - 1].into(),
+                    ),
+                ]))
+            })
+            .collect();
+        config.insert("peers".into(), peers.into());
+        let text = site.localise(&toml::to_string(&config).expect("TOML"), &host);
+        let etc = site.host_path(&host, "/etc/ctrl");
+        copy(
+            &certs,
+            &etc,
+            &["ca.pem", &format!("{host}.pem"), &format!("{host}.key")],
+        );
+        std::fs::write(etc.join("node.toml"), text).expect("write node.toml");
+    }
+
+    // Step 3: the operator's files next to its config.
+    let operator_dir = site.root.join("operator");
+    copy(
+        &certs,
+        &operator_dir,
+        &["ca.pem", "operator.pem", "operator.key"],
+    );
+    let operator = operator_dir.join("operator.toml");
+    let text = site.localise(&readme_block("operator-config"), "operator");
+    std::fs::write(&operator, text).expect("write operator.toml");
+    operator
+}
+
+fn start_node(site: &Site, id: u64) -> Process {
+    let host = format!("node-{id}");
+    Process::start(
+        &binary("ctrl"),
+        &["serve", "--config"],
+        &site.host_path(&host, "/etc/ctrl/node.toml"),
+        &site.root.join(format!("{host}.log")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_production_path_works_as_written() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let root = tempfile::tempdir().expect("tempdir");
+        let site = Site::new(root.path());
+        let operator = prepare(&site).await;
+        let _nodes: Vec<Process> = (1..=3).map(|id| start_node(&site, id)).collect();
+
+        // Step 4: init (retried while the nodes are still starting: a
+        // refusal names the members that did not answer yet).
+        let init = commands(&readme_block("init"));
+        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            let output = run(&init[0], &site.root, Some(&operator)).await;
+            if output.status.success() {
+                let out = String::from_utf8_lossy(&output.stdout);
+                for id in 1..=3 {
+                    assert!(out.contains(&format!("member {id}")), "{out}");
+                }
+                break;
+            }
+            let err = String::from_utf8_lossy(&output.stderr).to_string();
+            assert!(err.contains("members answered"), "init failed: {err}");
+            assert!(tokio::time::Instant::now() < deadline, "init: {err}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for command in &init[1..] {
+            let output = run(command, &site.root, Some(&operator)).await;
+            assert_success(command, &output);
+        }
+
+        // Step 5: krane with the README's config, its kubeconfig pointing
+        // at the simulated cluster.
+        let simulator = Simulator::start(SimConfig::default())
+            .await
+            .expect("simulator");
+        let kubeconfig = site.host_path("krane", "/etc/krane/kubeconfig");
+        let etc = site.host_path("krane", "/etc/krane");
+        copy(
+            &site.root.join("certs"),
+            &etc,
+            &[
+                "ca.pem",
+                &format!("agent-{REGION}.pem"),
+                &format!("agent-{REGION}.key"),
+            ],
+        );
+        simulator
+            .write_kubeconfig(&kubeconfig)
+            .expect("write kubeconfig");
+        let krane_config = readme_block("krane-config").replace(
+            "# kubeconfig = \"/etc/krane/kubeconfig\"",
+            "kubeconfig = \"/etc/krane/kubeconfig\"",
+        );
+        let krane_toml = etc.join("agent.toml");
+        std::fs::write(&krane_toml, site.localise(&krane_config, "krane")).expect("agent.toml");
+        let _krane = Process::start(
+            &binary("krane"),
+            &["run", "--config"],
+            &krane_toml,
+            &site.root.join("krane.log"),
+        );
+
+        // Step 6: deploy --wait ends when every pod runs.
+        let deploy = commands(&readme_block("deploy"));
+        let output = run(&deploy[0], &site.root, Some(&operator)).await;
+        assert_success(&deploy[0], &output);
+        let listed = run(&deploy[1], &site.root, Some(&operator)).await;
+        assert_success(&deploy[1], &listed);
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains("nginx:1.27"),
+            "{}",
+            String::from_utf8_lossy(&listed.stdout)
+        );
+        let stateful_sets = simulator.list(&STATEFUL_SETS, Some("krane"), "");
+        assert_eq!(stateful_sets.len(), 1, "{stateful_sets:?}");
+        let ready = simulator
+            .pods("krane", "")
+            .iter()
+            .filter(|pod| pod_ready(pod))
+            .count();
+        assert_eq!(ready, 2, "the deployment's two pods run");
+        simulator.shutdown().await;
+    })
+    .await
+    .expect("the README's production path took too long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_without_a_majority_fails_and_names_the_silent_members() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let root = tempfile::tempdir().expect("tempdir");
+        let site = Site::new(root.path());
+        let operator = prepare(&site).await;
+        let _node1 = start_node(&site, 1);
+        let init = &commands(&readme_block("init"))[0];
+        let output = run(init, &site.root, Some(&operator)).await;
+        assert!(
+            !output.status.success(),
+            "init without a majority succeeded"
+        );
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(err.contains("1 of 3 members answered"), "{err}");
+        for id in [2usize, 3] {
+            let named = format!("node {id} at {}", site.addrs[id - 1]);
+            assert!(err.contains(&named), "{err}");
+        }
+        // Nothing changed: node 2 and 3 started now make the init work.
+        let _others: BTreeMap<u64, Process> =
+            (2..=3).map(|id| (id, start_node(&site, id))).collect();
+        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            let output = run(init, &site.root, Some(&operator)).await;
+            if output.status.success() {
+                break;
+            }
+            let err = String::from_utf8_lossy(&output.stderr).to_string();
+            assert!(err.contains("members answered"), "{err}");
+            assert!(tokio::time::Instant::now() < deadline, "{err}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the test took too long");
+}
