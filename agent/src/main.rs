@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use agent::state::{STATE_FILE, StateSummary, read_summary_at};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use config::{AgentConfig, ConfigFile};
+use config::{AgentConfig, ConfigFile, LogFormat};
 use wire::model::Resource;
 
 #[derive(Debug, Parser)]
@@ -31,6 +31,10 @@ enum Command {
     Run {
         #[arg(long)]
         config: PathBuf,
+        /// Log lines as `text` or `json` (one object per line); the
+        /// config's `log_format` when left out.
+        #[arg(long, value_name = "text|json")]
+        log_format: Option<LogFormat>,
     },
     /// Print the local state (krane must not be running).
     State {
@@ -50,15 +54,12 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KRANE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
     let result = match cli.command {
-        Command::Run { config } => run(config),
-        Command::State { data_dir, output } => show_state(data_dir, output),
+        Command::Run { config, log_format } => run(config, log_format),
+        Command::State { data_dir, output } => {
+            init_tracing(LogFormat::Text);
+            show_state(data_dir, output)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -69,8 +70,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: PathBuf) -> Result<()> {
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KRANE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
+}
+
+fn run(path: PathBuf, log_format: Option<LogFormat>) -> Result<()> {
     let config = AgentConfig::load(&path)?;
+    init_tracing(log_format.unwrap_or(config.log_format));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

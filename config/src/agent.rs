@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::endpoint::Endpoint;
 use crate::error::ConfigError;
 use crate::file::{ConfigFile, resolve, serialize_optional_path, serialize_path};
+use crate::log::LogFormat;
 use crate::tls::{DEFAULT_SERVER_NAME, TlsFiles};
 use crate::validate::{Check, ENDPOINTS_MAX};
 
@@ -104,6 +105,9 @@ pub struct AgentConfig {
     /// order).
     #[serde(default = "default_max_concurrent_applies")]
     pub max_concurrent_applies: usize,
+    /// How krane writes its logs: `text` (default) or `json`.
+    #[serde(default)]
+    pub log_format: LogFormat,
 }
 
 fn default_server_name() -> String {
@@ -159,6 +163,7 @@ impl AgentConfig {
             report_batch_max: DEFAULT_REPORT_BATCH_MAX,
             report_delay_ms: DEFAULT_REPORT_DELAY_MS,
             max_concurrent_applies: DEFAULT_MAX_CONCURRENT_APPLIES,
+            log_format: LogFormat::Text,
         }
     }
 

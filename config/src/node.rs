@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 use crate::file::{ConfigFile, resolve, serialize_path};
+use crate::log::LogFormat;
 use crate::settings::{CompactionSettings, NodeLimits, RaftSettings, WatchSettings};
 use crate::tls::TlsFiles;
 use crate::validate::Check;
@@ -80,6 +81,9 @@ pub struct NodeConfig {
     pub watch: WatchSettings,
     #[serde(default)]
     pub compaction: CompactionSettings,
+    /// How the node writes its logs: `text` (default) or `json`.
+    #[serde(default)]
+    pub log_format: LogFormat,
 }
 
 /// One `[[peers]]` entry: a cluster member and where to reach it.
@@ -113,6 +117,7 @@ impl NodeConfig {
             limits: NodeLimits::default(),
             watch: WatchSettings::default(),
             compaction: CompactionSettings::default(),
+            log_format: LogFormat::Text,
         }
     }
 

@@ -7,7 +7,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    cli::init_tracing(args.verbose);
+    cli::init_tracing(args.verbose, cli::log_format(&args));
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use config::{ConfigFile, OperatorConfig};
+use config::{ConfigFile, LogFormat, NodeConfig, OperatorConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +29,10 @@ pub struct Cli {
     /// Log more (repeat for more).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Log lines as `text` or `json` (one object per line); for `serve`,
+    /// the node config's `log_format` when left out.
+    #[arg(long, global = true, value_name = "text|json")]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -73,7 +77,7 @@ pub enum Output {
     Json,
 }
 
-pub fn init_tracing(verbose: u8) {
+pub fn init_tracing(verbose: u8, format: LogFormat) {
     let default = match verbose {
         0 => "warn,ctrl=info,node=info",
         1 => "info",
@@ -81,10 +85,28 @@ pub fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("CTRL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
+}
+
+/// The log format: `--log-format`, else for `serve --config FILE` the
+/// file's `log_format` (a file that does not load is reported by `serve`
+/// itself), else text.
+pub fn log_format(cli: &Cli) -> LogFormat {
+    if let Some(format) = cli.log_format {
+        return format;
+    }
+    match (&cli.command, &cli.config) {
+        (Command::Serve(_), Some(path)) => NodeConfig::load(path)
+            .map(|config| config.log_format)
+            .unwrap_or_default(),
+        _ => LogFormat::Text,
+    }
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
