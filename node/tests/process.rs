@@ -5,9 +5,10 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::process::Command;
 use std::time::Duration;
 
-use common::{Site, Watcher, operator_toml};
+use common::{Site, Watcher, ctrl_bin, operator_toml};
 use serde_json::Value;
 
 /// Bound on any single expected watch event.
@@ -274,4 +275,32 @@ fn deploy_wait_gives_up_naming_the_regions_short_of_replicas() {
         stderr.contains("eu-west has no instances reported"),
         "{stderr}"
     );
+}
+
+#[test]
+fn completion_scripts_name_the_commands_and_parse() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(ctrl_bin())
+            .args(["completion", shell])
+            .output()
+            .expect("run ctrl completion");
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8(out.stdout).expect("UTF-8");
+        for command in ["deploy", "cluster", "sentinel", "completion"] {
+            assert!(script.contains(command), "{shell} script lacks {command}");
+        }
+    }
+    let bash = Command::new(ctrl_bin())
+        .args(["completion", "bash"])
+        .output()
+        .expect("run ctrl completion");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctrl.bash");
+    std::fs::write(&path, &bash.stdout).unwrap();
+    let checked = Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .status()
+        .expect("run bash -n");
+    assert!(checked.success(), "bash rejects the completion script");
 }

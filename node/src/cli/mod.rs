@@ -68,6 +68,13 @@ pub enum Command {
     /// Apply or delete cilium network policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Print a shell completion script: `ctrl completion bash >
+    /// /etc/bash_completion.d/ctrl` (zsh: into a directory of `$fpath` as
+    /// `_ctrl`; fish: `~/.config/fish/completions/ctrl.fish`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -122,6 +129,15 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
+        Command::Completion { shell } => {
+            // Written to memory first: the generator panics on a write
+            // error (a closed pipe), which must be an error instead.
+            let mut script = Vec::new();
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "ctrl", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .context("cannot write the completion script")
+        }
     }
 }
 
