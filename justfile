@@ -27,7 +27,7 @@ bench SCENARIO="deploy-to-watch":
 
 # A simulated Kubernetes API server on loopback (kubectl works against it).
 sim PORT="6443":
-    cargo run --release -p integration --bin k8s-sim -- --port {{PORT}} --kubeconfig sim.kubeconfig
+    cargo run --release -p k8s-sim -- --port {{PORT}} --kubeconfig sim.kubeconfig
 
 # Run the embedded single-node default.
 serve:

@@ -22,7 +22,7 @@ use node::node::RunningNode;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::sim::{SimConfig, Simulator};
+use k8s_sim::{SimConfig, Simulator};
 
 /// How long a krane may take to stop after it is told to.
 pub const KRANE_STOP_TIMEOUT_MS: u64 = 10_000;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use config::{AgentConfig, ConfigFile, NodeConfig};
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::resources::{
+use k8s_sim::resources::{
     CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
 };
 use serde::Deserialize;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::resources::STATEFUL_SETS;
+use k8s_sim::resources::STATEFUL_SETS;
 use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);

@@ -12,8 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::View;
-use integration::sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
+use k8s_sim::View;
+use k8s_sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
 use wire::model::{Health, SentinelStatus};
 use wire::operator::{ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse};
 
@@ -71,7 +71,7 @@ fn create_deployment(image: &str) -> OperatorRequest {
 
 fn uid(
     view: &View<'_>,
-    res: &'static integration::sim::resources::ResourceDef,
+    res: &'static k8s_sim::resources::ResourceDef,
     ns: &str,
     name: &str,
 ) -> Option<String> {
@@ -81,7 +81,7 @@ fn uid(
 
 fn replicas(
     view: &View<'_>,
-    res: &'static integration::sim::resources::ResourceDef,
+    res: &'static k8s_sim::resources::ResourceDef,
     ns: &str,
     name: &str,
 ) -> Option<u64> {

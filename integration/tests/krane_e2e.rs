@@ -18,8 +18,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig, Region};
-use integration::sim::resources::{PODS, SERVICES, STATEFUL_SETS};
-use integration::sim::{View, pod_ready};
+use k8s_sim::resources::{PODS, SERVICES, STATEFUL_SETS};
+use k8s_sim::{View, pod_ready};
 use node::client::Client;
 use node::wait::{WaitError, until_ready};
 use wire::model::{DeploymentStatus, DesiredState};
@@ -145,7 +145,7 @@ fn selector(id: &str) -> String {
     format!("unkey.com/deployment.id={id}")
 }
 
-fn names(view: &View<'_>, res: &'static integration::sim::resources::ResourceDef) -> Vec<String> {
+fn names(view: &View<'_>, res: &'static k8s_sim::resources::ResourceDef) -> Vec<String> {
     let mut names: Vec<String> = view
         .list(res, Some(NAMESPACE), "")
         .iter()

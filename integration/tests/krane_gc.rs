@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::resources::{SERVICES, STATEFUL_SETS};
+use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
 use tokio::io::AsyncWriteExt;
 use wire::operator::OperatorResponse;
 

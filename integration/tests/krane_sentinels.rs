@@ -13,10 +13,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig, Region};
-use integration::sim::View;
-use integration::sim::resources::{
-    CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES,
-};
+use k8s_sim::View;
+use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES};
 use node::client::Client;
 use serde_json::{Value, json};
 use wire::model::DesiredState;

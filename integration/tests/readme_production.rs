@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use integration::sim::resources::STATEFUL_SETS;
-use integration::sim::{SimConfig, Simulator, pod_ready};
+use k8s_sim::resources::STATEFUL_SETS;
+use k8s_sim::{SimConfig, Simulator, pod_ready};
 use tokio::process::{Child, Command};
 
 /// Bound on the whole scenario.
@@ -62,21 +62,14 @@ fn commands(block: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// A built binary of the workspace, next to this test's executable
-/// (`cargo test --workspace` builds `ctrl` and `krane`).
-fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p node --bin ctrl -p agent --bin krane` first",
-        path.display()
-    );
-    path
+/// A binary of the workspace, built for this test if needed.
+async fn binary(name: &str) -> PathBuf {
+    let built = match name {
+        "ctrl" => integration::krane_process::ctrl_binary().await,
+        "krane" => integration::krane_process::binary().await,
+        other => panic!("the README names an unknown program {other:?}"),
+    };
+    built.expect("build the binary").to_path_buf()
 }
 
 /// The site's paths and addresses in a README text, made local.
@@ -155,7 +148,7 @@ impl Drop for Process {
 /// bounded by [`COMMAND_TIMEOUT`]; returns its output.
 async fn run(command: &[String], cwd: &Path, operator: Option<&Path>) -> std::process::Output {
     let (program, args) = command.split_first().expect("a command");
-    let mut child = Command::new(binary(program));
+    let mut child = Command::new(binary(program).await);
     child
         .args(args)
         .current_dir(cwd)
@@ -248,10 +241,10 @@ async fn prepare(site: &Site) -> PathBuf {
     operator
 }
 
-fn start_node(site: &Site, id: u64) -> Process {
+async fn start_node(site: &Site, id: u64) -> Process {
     let host = format!("node-{id}");
     Process::start(
-        &binary("ctrl"),
+        &binary("ctrl").await,
         &["serve", "--config"],
         &site.host_path(&host, "/etc/ctrl/node.toml"),
         &site.root.join(format!("{host}.log")),
@@ -264,7 +257,10 @@ async fn the_readme_production_path_works_as_written() {
         let root = tempfile::tempdir().expect("tempdir");
         let site = Site::new(root.path());
         let operator = prepare(&site).await;
-        let _nodes: Vec<Process> = (1..=3).map(|id| start_node(&site, id)).collect();
+        let mut _nodes = Vec::new();
+        for id in 1..=3 {
+            _nodes.push(start_node(&site, id).await);
+        }
 
         // Step 4: init (retried while the nodes are still starting: a
         // refusal names the members that did not answer yet).
@@ -315,7 +311,7 @@ async fn the_readme_production_path_works_as_written() {
         let krane_toml = etc.join("agent.toml");
         std::fs::write(&krane_toml, site.localise(&krane_config, "krane")).expect("agent.toml");
         let _krane = Process::start(
-            &binary("krane"),
+            &binary("krane").await,
             &["run", "--config"],
             &krane_toml,
             &site.root.join("krane.log"),
@@ -352,7 +348,7 @@ async fn init_without_a_majority_fails_and_names_the_silent_members() {
         let root = tempfile::tempdir().expect("tempdir");
         let site = Site::new(root.path());
         let operator = prepare(&site).await;
-        let _node1 = start_node(&site, 1);
+        let _node1 = start_node(&site, 1).await;
         let init = &commands(&readme_block("init"))[0];
         let output = run(init, &site.root, Some(&operator)).await;
         assert!(
@@ -366,8 +362,10 @@ async fn init_without_a_majority_fails_and_names_the_silent_members() {
             assert!(err.contains(&named), "{err}");
         }
         // Nothing changed: node 2 and 3 started now make the init work.
-        let _others: BTreeMap<u64, Process> =
-            (2..=3).map(|id| (id, start_node(&site, id))).collect();
+        let mut _others = BTreeMap::new();
+        for id in 2..=3 {
+            _others.insert(id, start_node(&site, id).await);
+        }
         let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
         loop {
             let output = run(init, &site.root, Some(&operator)).await;

@@ -17,8 +17,8 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
-use integration::sim::resources::{PODS, STATEFUL_SETS};
-use integration::sim::{SimConfig, Simulator, View, pod_ready};
+use k8s_sim::resources::{PODS, STATEFUL_SETS};
+use k8s_sim::{SimConfig, Simulator, View, pod_ready};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 

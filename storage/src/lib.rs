@@ -52,7 +52,6 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
-pub use apply::{SENTINEL_NAMESPACE, deployment_k8s_name, sentinel_k8s_name};
 pub use command::{
     ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Mutation, MutationResult, Outcome, RaftMeta,
 };

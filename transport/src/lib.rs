@@ -14,6 +14,9 @@
 //!   of several addresses that answers.
 //! - [`closing`]: a signal for when a resource (a socket, a database) is
 //!   released.
+//! - [`frame`]: the async driver of `wire`'s sans-I/O frame decoder
+//!   (reading frames from a stream without reading past them, writing
+//!   them).
 //! - [`stream`]: one call per bidirectional stream, as length-prefixed
 //!   postcard frames opened by a [`wire::hello::Hello`].
 //!
@@ -24,6 +27,7 @@ pub mod certs;
 pub mod closing;
 pub mod endpoint;
 pub mod error;
+pub mod frame;
 pub mod identity;
 pub mod stream;
 pub mod tls;

@@ -1,5 +1,5 @@
 //! One call per bidirectional stream, as length-prefixed postcard frames
-//! ([`wire::frame`]). The client opens the stream and sends a
+//! ([`wire::frame`], read and written by [`crate::frame`]). The client opens the stream and sends a
 //! [`Hello`] first; the server reads and checks it before anything else.
 //! Every read is bounded by the stream's `frame_bytes_max`, checked before
 //! the payload is allocated.
@@ -9,11 +9,11 @@ use std::time::Duration;
 use quinn::{RecvStream, SendStream};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use wire::frame::{read_frame, write_frame};
 use wire::hello::{Hello, Protocol};
 use wire::{ErrorCode, WireError};
 
 use crate::error::TransportError;
+use crate::frame::{FrameReader, write_frame};
 
 /// Largest hello frame; a real one is about ten bytes, so a peer that is
 /// not speaking this protocol is refused without reading much.
@@ -25,7 +25,7 @@ pub const HELLO_TIMEOUT_MS: u64 = 10_000;
 #[derive(Debug)]
 pub struct FramedStream {
     send: SendStream,
-    recv: RecvStream,
+    recv: FrameReader<RecvStream>,
     frame_bytes_max: usize,
 }
 
@@ -33,7 +33,7 @@ impl FramedStream {
     pub fn new(send: SendStream, recv: RecvStream, frame_bytes_max: usize) -> FramedStream {
         FramedStream {
             send,
-            recv,
+            recv: FrameReader::new(recv, frame_bytes_max),
             frame_bytes_max,
         }
     }
@@ -53,9 +53,10 @@ impl FramedStream {
     /// between frames. A frame over `frame_bytes_max` fails with
     /// [`wire::frame::FrameError::TooLarge`] before its payload is read or
     /// allocated. After any error the stream is no longer in step; answer
-    /// on the send side and finish.
+    /// on the send side and finish. Cancel-safe: a dropped call loses
+    /// nothing, the next one goes on with the same frame.
     pub async fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, TransportError> {
-        Ok(read_frame(&mut self.recv, self.frame_bytes_max).await?)
+        Ok(self.recv.read_frame().await?)
     }
 
     /// Ends this side of the call: the peer reads `None` after the frames
@@ -72,9 +73,10 @@ impl FramedStream {
         let _ = self.send.stopped().await;
     }
 
-    /// The raw quinn streams.
+    /// The raw quinn streams. Nothing is read past the last frame
+    /// received, so the receive side goes on at the next frame.
     pub fn into_parts(self) -> (SendStream, RecvStream) {
-        (self.send, self.recv)
+        (self.send, self.recv.into_inner())
     }
 }
 
@@ -124,8 +126,13 @@ pub async fn accept_call(
     frame_bytes_max: usize,
 ) -> Result<FramedStream, AcceptError> {
     let mut stream = FramedStream::new(send, recv, frame_bytes_max);
-    let read = read_frame::<_, Hello>(&mut stream.recv, HELLO_BYTES_MAX.min(frame_bytes_max));
-    let error = match tokio::time::timeout(Duration::from_millis(HELLO_TIMEOUT_MS), read).await {
+    stream
+        .recv
+        .set_max_bytes(HELLO_BYTES_MAX.min(frame_bytes_max));
+    let read = stream.recv.read_frame::<Hello>();
+    let read = tokio::time::timeout(Duration::from_millis(HELLO_TIMEOUT_MS), read).await;
+    stream.recv.set_max_bytes(frame_bytes_max);
+    let error = match read {
         Ok(Ok(Some(hello))) => match hello.check(expected) {
             Ok(()) => return Ok(stream),
             Err(e) => e,

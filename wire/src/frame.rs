@@ -4,11 +4,12 @@
 //! encoding of one message. The length is checked against a maximum
 //! **before** any buffer for the payload is allocated, so a peer cannot make
 //! us allocate more than the limit. [`FrameDecoder`] is the sans-I/O core;
-//! [`read_frame`] and [`write_frame`] are thin async wrappers.
+//! its async driver (reading a stream, writing frames) is
+//! `transport::frame`, so the decoder the fuzzer exercises is the one that
+//! reads every stream.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Default largest payload of one frame. A full sync streams one resource
 /// per frame, so this bounds a single resource, not a region.
@@ -16,6 +17,11 @@ pub const FRAME_BYTES_MAX: usize = 1 << 20;
 
 /// Size of the length prefix.
 pub const LEN_PREFIX_BYTES: usize = 4;
+
+/// Largest input buffer a [`FrameDecoder`] keeps once it is empty again;
+/// a larger one (left by a large frame) is released, so a long-lived
+/// stream does not hold on to its largest frame.
+pub const RETAINED_BYTES_MAX: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -30,6 +36,8 @@ pub enum FrameError {
     Decode(postcard::Error),
     #[error("message does not encode: {0}")]
     Encode(postcard::Error),
+    /// Reading or writing the stream failed (raised by the async driver,
+    /// `transport::frame`, never by the sans-I/O code here).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -79,6 +87,10 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
 /// A sans-I/O frame decoder: feed it bytes as they arrive, take whole
 /// messages out. It never holds more than one prefix plus one maximum-size
 /// payload of undecoded input per call to [`FrameDecoder::push`].
+///
+/// A driver that must not read past a frame (so that the stream stays in
+/// step for whoever reads it next) reads at most
+/// [`FrameDecoder::bytes_needed`] bytes at a time.
 #[derive(Debug)]
 pub struct FrameDecoder {
     buf: Vec<u8>,
@@ -86,18 +98,49 @@ pub struct FrameDecoder {
 }
 
 impl FrameDecoder {
+    /// A decoder refusing payloads over `max_bytes`. It reserves room for
+    /// one length prefix, so reading a prefix, and refusing one over the
+    /// limit, allocates nothing more.
     pub fn new(max_bytes: usize) -> Self {
         FrameDecoder {
-            buf: Vec::new(),
+            buf: Vec::with_capacity(LEN_PREFIX_BYTES),
             max_bytes,
         }
+    }
+
+    /// The payload limit checked against the next prefix.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// Changes the payload limit; it applies to every prefix checked from
+    /// now on (a stream may read its first frame under a tighter limit).
+    pub fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.max_bytes = max_bytes;
     }
 
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next whole message, `None` if more bytes are needed.
+    /// Bytes still missing from the frame at the head of the input: the
+    /// rest of the length prefix while it is incomplete, then the rest of
+    /// the payload. `0` when a whole frame is buffered, or when the prefix
+    /// is over the limit ([`FrameDecoder::next_frame`] reports that).
+    pub fn bytes_needed(&self) -> usize {
+        let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX_BYTES>() else {
+            return LEN_PREFIX_BYTES - self.buf.len();
+        };
+        match payload_len(*prefix, self.max_bytes) {
+            Ok(len_bytes) => (LEN_PREFIX_BYTES + len_bytes).saturating_sub(self.buf.len()),
+            Err(_) => 0,
+        }
+    }
+
+    /// The next whole message, `None` if more bytes are needed. A frame
+    /// whose payload does not decode is consumed, so the next call starts
+    /// at the following frame; a prefix over the limit is refused again on
+    /// every call.
     pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
         let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX_BYTES>() else {
             return Ok(None);
@@ -109,6 +152,9 @@ impl FrameDecoder {
         }
         let msg = decode(&self.buf[LEN_PREFIX_BYTES..end]);
         self.buf.drain(..end);
+        if self.buf.is_empty() && self.buf.capacity() > RETAINED_BYTES_MAX {
+            self.buf = Vec::with_capacity(LEN_PREFIX_BYTES);
+        }
         msg.map(Some)
     }
 
@@ -126,54 +172,6 @@ impl FrameDecoder {
             got_bytes: self.buf.len(),
         })
     }
-}
-
-/// Reads one frame. `Ok(None)` on a clean end of stream between frames.
-pub async fn read_frame<R, T>(reader: &mut R, max_bytes: usize) -> Result<Option<T>, FrameError>
-where
-    R: AsyncRead + Unpin,
-    T: DeserializeOwned,
-{
-    let mut prefix = [0u8; LEN_PREFIX_BYTES];
-    let mut got_bytes = 0;
-    while got_bytes < LEN_PREFIX_BYTES {
-        let n = reader.read(&mut prefix[got_bytes..]).await?;
-        if n == 0 {
-            if got_bytes == 0 {
-                return Ok(None);
-            }
-            return Err(FrameError::Truncated {
-                expected_bytes: LEN_PREFIX_BYTES,
-                got_bytes,
-            });
-        }
-        got_bytes += n;
-    }
-    let len_bytes = payload_len(prefix, max_bytes)?;
-    let mut payload = vec![0u8; len_bytes];
-    let mut got_bytes = 0;
-    while got_bytes < len_bytes {
-        let n = reader.read(&mut payload[got_bytes..]).await?;
-        if n == 0 {
-            return Err(FrameError::Truncated {
-                expected_bytes: LEN_PREFIX_BYTES + len_bytes,
-                got_bytes: LEN_PREFIX_BYTES + got_bytes,
-            });
-        }
-        got_bytes += n;
-    }
-    decode(&payload).map(Some)
-}
-
-/// Writes one frame.
-pub async fn write_frame<W, T>(writer: &mut W, msg: &T, max_bytes: usize) -> Result<(), FrameError>
-where
-    W: AsyncWrite + Unpin,
-    T: Serialize,
-{
-    let bytes = encode(msg, max_bytes)?;
-    writer.write_all(&bytes).await?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -228,28 +226,76 @@ mod tests {
         ));
     }
 
-    #[tokio::test]
-    async fn read_frame_reports_truncation_and_clean_eof() {
-        let bytes = encode(&"hello".to_string(), 64).unwrap();
-        let mut truncated = &bytes[..bytes.len() - 1];
+    #[test]
+    fn bytes_needed_stops_at_the_frame_boundary() {
+        let frame = encode(&"hello".to_string(), 64).unwrap();
+        let mut stream = frame.clone();
+        stream.extend(encode(&"next".to_string(), 64).unwrap());
+        let mut decoder = FrameDecoder::new(64);
+        let mut read = 0;
+        // Reading one byte at a time, never more than asked for, ends
+        // exactly at the end of the first frame.
+        while decoder.next_frame::<String>().unwrap().is_none() {
+            let need = decoder.bytes_needed();
+            assert!(
+                need > 0 && read + need <= frame.len(),
+                "need {need} at {read}"
+            );
+            decoder.push(&stream[read..read + 1]);
+            read += 1;
+        }
+        assert_eq!(read, frame.len());
+        assert_eq!(decoder.bytes_needed(), LEN_PREFIX_BYTES);
+        decoder.finish().unwrap();
+    }
+
+    #[test]
+    fn bytes_needed_is_zero_for_a_refused_prefix_and_the_limit_can_change() {
+        let frame = encode(&"hello".to_string(), 64).unwrap();
+        let mut decoder = FrameDecoder::new(2);
+        decoder.push(&frame[..LEN_PREFIX_BYTES]);
         assert!(matches!(
-            read_frame::<_, String>(&mut truncated, 64).await,
-            Err(FrameError::Truncated { .. })
+            decoder.next_frame::<String>(),
+            Err(FrameError::TooLarge { max_bytes: 2, .. })
         ));
-        let mut empty: &[u8] = &[];
-        assert!(
-            read_frame::<_, String>(&mut empty, 64)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        let mut whole = &bytes[..];
-        assert_eq!(
-            read_frame::<_, String>(&mut whole, 64)
-                .await
-                .unwrap()
-                .unwrap(),
-            "hello"
-        );
+        assert_eq!(decoder.bytes_needed(), 0);
+        decoder.set_max_bytes(64);
+        assert_eq!(decoder.max_bytes(), 64);
+        assert_eq!(decoder.bytes_needed(), frame.len() - LEN_PREFIX_BYTES);
+        decoder.push(&frame[LEN_PREFIX_BYTES..]);
+        assert_eq!(decoder.next_frame::<String>().unwrap().unwrap(), "hello");
+    }
+
+    #[test]
+    fn finish_reports_truncation_and_a_clean_end() {
+        let bytes = encode(&"hello".to_string(), 64).unwrap();
+        let mut decoder = FrameDecoder::new(64);
+        decoder.finish().unwrap();
+        decoder.push(&bytes[..bytes.len() - 1]);
+        assert!(decoder.next_frame::<String>().unwrap().is_none());
+        assert!(matches!(
+            decoder.finish(),
+            Err(FrameError::Truncated { expected_bytes, got_bytes })
+                if expected_bytes == bytes.len() && got_bytes == bytes.len() - 1
+        ));
+        let mut decoder = FrameDecoder::new(64);
+        decoder.push(&bytes[..2]);
+        assert!(matches!(
+            decoder.finish(),
+            Err(FrameError::Truncated {
+                expected_bytes: LEN_PREFIX_BYTES,
+                got_bytes: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn a_large_frame_does_not_stay_allocated() {
+        let big = vec![7u8; 2 * RETAINED_BYTES_MAX];
+        let bytes = encode(&big, FRAME_BYTES_MAX).unwrap();
+        let mut decoder = FrameDecoder::new(FRAME_BYTES_MAX);
+        decoder.push(&bytes);
+        assert_eq!(decoder.next_frame::<Vec<u8>>().unwrap().unwrap(), big);
+        assert!(decoder.buf.capacity() <= RETAINED_BYTES_MAX);
     }
 }

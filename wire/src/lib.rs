@@ -8,6 +8,8 @@
 //! - [`frame`]: length-prefixed postcard frames with a hard size limit, a
 //!   sans-I/O decoder, and thin async helpers.
 //! - [`hello`]: the version handshake that opens every stream.
+//! - [`k8s_name`]: Kubernetes naming shared by ctrl and krane (derived
+//!   object names, the sentinel namespace, name checks).
 //! - [`digest`]: FNV-1a, the stable 64-bit hash of state checks and
 //!   snapshots.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
@@ -18,6 +20,7 @@ pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod hello;
+pub mod k8s_name;
 pub mod model;
 pub mod operator;
 pub mod session;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
+use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
 use crate::model::{Deployment, DesiredState, Instance, Sentinel, SentinelStatus};
 
 /// ALPN of the operator protocol.
@@ -29,10 +30,6 @@ pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
 pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
-/// Longest Kubernetes object name (a DNS subdomain).
-pub const K8S_NAME_BYTES_MAX: usize = 253;
-/// Longest Kubernetes namespace name (a DNS label).
-pub const K8S_NAMESPACE_BYTES_MAX: usize = 63;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorRequest {
@@ -290,8 +287,8 @@ impl ApplyPolicy {
         validate_name("workspace_id", &self.workspace_id)?;
         validate_name("environment_id", &self.environment_id)?;
         validate_region(&self.region)?;
-        validate_k8s_name("name", &self.name, K8S_NAME_BYTES_MAX, true)?;
-        validate_k8s_name("namespace", &self.namespace, K8S_NAMESPACE_BYTES_MAX, false)?;
+        k8s_name::validate_dns_subdomain("name", &self.name)?;
+        k8s_name::validate_dns_label("namespace", &self.namespace)?;
         if self.policy_json.trim().is_empty() {
             return Err(bad_request("policy_json must not be empty".into()));
         }
@@ -329,35 +326,10 @@ fn validate_image(image: &str) -> Result<(), WireError> {
     Ok(())
 }
 
-/// A Kubernetes name: lowercase alphanumerics and '-' (and '.' when
-/// `dots`), starting and ending alphanumeric, at most `bytes_max`.
-fn validate_k8s_name(
-    field: &str,
-    value: &str,
-    bytes_max: usize,
-    dots: bool,
-) -> Result<(), WireError> {
-    let ok = !value.is_empty()
-        && value.len() <= bytes_max
-        && value.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
-        })
-        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(bad_request(format!(
-            "{field} {value:?} is not a Kubernetes name (a-z, 0-9, '-'{}, at most {bytes_max})",
-            if dots { ", '.'" } else { "" }
-        )))
-    }
-}
-
 /// A region name: a lowercase DNS label (`us-east`, `eu-west-1`).
 pub fn validate_region(region: &str) -> Result<(), WireError> {
     let ok = !region.is_empty()
-        && region.len() <= 63
+        && region.len() <= DNS_LABEL_BYTES_MAX
         && region
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -368,7 +340,9 @@ pub fn validate_region(region: &str) -> Result<(), WireError> {
     } else {
         Err(WireError::new(
             ErrorCode::BadRequest,
-            format!("region {region:?} is not a lowercase DNS label (a-z, 0-9, '-', at most 63)"),
+            format!(
+                "region {region:?} is not a lowercase DNS label (a-z, 0-9, '-', at most {DNS_LABEL_BYTES_MAX})"
+            ),
         ))
     }
 }

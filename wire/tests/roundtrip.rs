@@ -1,7 +1,8 @@
 //! Every message survives framing: `frame::encode` followed by
-//! `frame::decode`, by a `FrameDecoder` fed in arbitrary chunks, and by
-//! `read_frame` (over a byte slice and over a reader that returns short
-//! reads) gives back the values that went in, in order.
+//! `frame::decode`, and by a `FrameDecoder` fed in arbitrary chunks, gives
+//! back the values that went in, in order. (`transport/tests/frames.rs`
+//! checks the same through the decoder's async driver, over a byte slice
+//! and over a reader that returns short reads.)
 
 mod strategies;
 
@@ -12,9 +13,7 @@ use proptest::prelude::*;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use wire::frame::{
-    self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES, payload_len, read_frame,
-};
+use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES, payload_len};
 
 use strategies::*;
 
@@ -74,33 +73,7 @@ where
         decoder.finish()?;
         prop_assert_eq!(&out, &msgs);
     }
-
-    // Async reader over a plain byte slice and over short reads.
-    let rt = runtime();
-    let mut slice = &stream[..];
-    let from_slice = rt.block_on(read_all::<_, T>(&mut slice, FRAME_BYTES_MAX))?;
-    prop_assert_eq!(&from_slice, &msgs);
-    prop_assert!(slice.is_empty(), "read_frame left {} bytes", slice.len());
-
-    let mut chunked = ChunkedReader::new(stream.clone(), sizes.to_vec());
-    let from_chunks = rt.block_on(read_all::<_, T>(&mut chunked, payload_max))?;
-    prop_assert_eq!(&from_chunks, &msgs);
     Ok(())
-}
-
-/// Reads frames until a clean end of stream.
-async fn read_all<R, T>(reader: &mut R, max_bytes: usize) -> Result<Vec<T>, FrameError>
-where
-    R: tokio::io::AsyncRead + Unpin,
-    T: DeserializeOwned,
-{
-    let mut out = Vec::new();
-    while let Some(msg) = read_frame(reader, max_bytes).await? {
-        out.push(msg);
-    }
-    // The end of stream is sticky.
-    assert!(read_frame::<_, T>(reader, max_bytes).await?.is_none());
-    Ok(out)
 }
 
 macro_rules! roundtrip_tests {
@@ -219,17 +192,5 @@ proptest! {
         prop_assert_eq!(got_request, Some(request.clone()));
         prop_assert_eq!(&got_events, &events);
 
-        let rt = runtime();
-        let mut reader = ChunkedReader::new(stream, sizes);
-        rt.block_on(async {
-            let h: wire::hello::Hello = read_frame(&mut reader, FRAME_BYTES_MAX).await?.unwrap();
-            let r: wire::agent::AgentRequest =
-                read_frame(&mut reader, FRAME_BYTES_MAX).await?.unwrap();
-            let rest: Vec<wire::agent::WatchEvent> = read_all(&mut reader, FRAME_BYTES_MAX).await?;
-            assert_eq!(h, hello);
-            assert_eq!(r, request);
-            assert_eq!(rest, events);
-            Ok::<_, FrameError>(())
-        })?;
     }
 }

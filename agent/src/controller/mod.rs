@@ -126,7 +126,7 @@ impl Reconciler for Controller {
                     }
                     _ => (
                         self.default_namespace.clone(),
-                        storage::deployment_k8s_name(&key.resource_id),
+                        wire::k8s_name::deployment(&key.resource_id),
                     ),
                 };
                 deployment::delete(&self.client, &namespace, &name).await?;
@@ -139,8 +139,8 @@ impl Reconciler for Controller {
                 let (namespace, name) = match last {
                     Some(Resource::Sentinel(s)) => (s.k8s_namespace.clone(), s.k8s_name.clone()),
                     _ => (
-                        storage::SENTINEL_NAMESPACE.to_string(),
-                        storage::sentinel_k8s_name(&key.resource_id),
+                        wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
+                        wire::k8s_name::sentinel(&key.resource_id),
                     ),
                 };
                 sentinel::delete(&self.client, &namespace, &name).await?;

@@ -126,7 +126,8 @@ impl Reporter {
         }
         let outbox = Outbox::new(setup.state);
         let sentinels = SentinelTracker::new(&setup.region);
-        let api: Api<Deployment> = Api::namespaced(client.clone(), storage::SENTINEL_NAMESPACE);
+        let api: Api<Deployment> =
+            Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
         let selector = format!("{MANAGED_BY_SELECTOR},{COMPONENT_LABEL}={COMPONENT}");
         let sentinel_events: SentinelEvents =
             Box::pin(watcher(api, watcher::Config::default().labels(&selector)).default_backoff());

@@ -263,8 +263,8 @@ fn merge_sentinel(existing: Option<Sentinel>, apply: ApplySentinel, clock: &dyn 
     let base = existing.unwrap_or_else(|| {
         let id = prefixed_id("snt_", clock);
         Sentinel {
-            k8s_name: storage::sentinel_k8s_name(&id),
-            k8s_namespace: storage::SENTINEL_NAMESPACE.to_string(),
+            k8s_name: wire::k8s_name::sentinel(&id),
+            k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
             id,
             workspace_id: String::new(),
             project_id: String::new(),

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::pod_ready;
 use integration::stats::Summary;
+use k8s_sim::pod_ready;
 use node::client::Client;
 use wire::model::DeploymentStatus;
 use wire::operator::{OperatorRequest, OperatorResponse};

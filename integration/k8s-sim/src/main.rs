@@ -1,7 +1,7 @@
 //! The Kubernetes API simulator as a process, for the demo and for manual
 //! checks with kubectl:
 //!
-//!     cargo run -p integration --bin k8s-sim -- --port 6443 --kubeconfig /tmp/sim.kubeconfig
+//!     cargo run -p k8s-sim -- --port 6443 --kubeconfig /tmp/sim.kubeconfig
 //!     kubectl --kubeconfig /tmp/sim.kubeconfig get pods
 //!
 //! Serves until interrupted (Ctrl-C or SIGTERM).
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use integration::sim::{SimConfig, Simulator};
+use k8s_sim::{SimConfig, Simulator};
 
 #[derive(Debug, Parser)]
 #[command(about = "A Kubernetes API simulator on loopback (plain HTTP)")]

@@ -693,7 +693,7 @@ fn same_ignoring_times(a: &Value, b: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::resources::{PODS, STATEFUL_SETS};
+    use crate::resources::{PODS, STATEFUL_SETS};
 
     const NOW: &str = "2024-01-01T00:00:00Z";
 

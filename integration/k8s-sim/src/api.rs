@@ -895,8 +895,8 @@ mod tests {
             200
         );
         // The controller copes with whatever was stored.
-        let settings = crate::sim::controller::Settings::default();
-        let mut controller = crate::sim::controller::Controller::default();
+        let settings = crate::controller::Settings::default();
+        let mut controller = crate::controller::Controller::default();
         controller.reconcile(&mut store, &settings, tokio::time::Instant::now(), NOW);
     }
 }

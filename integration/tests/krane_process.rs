@@ -6,25 +6,25 @@
 //! down; `krane state -o json` shows the cursor, the full-sync count and
 //! the applied resources.
 //!
-//! It lives in the agent package so that cargo builds the binary for it
-//! (`CARGO_BIN_EXE_krane`); ctrl and the simulator come from the
-//! `integration` crate, a dev-dependency.
+//! The binary is built (or named by `KRANE_BIN`) by
+//! [`integration::krane_process::binary`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use config::{AgentConfig, ConfigFile, TlsFiles};
 use integration::cluster::TestNode;
-use integration::sim::resources::{SERVICES, STATEFUL_SETS};
-use integration::sim::{SimConfig, Simulator, View, pod_ready};
+use integration::krane_process::{self, Krane};
+use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
+use k8s_sim::{SimConfig, Simulator, View, pod_ready};
 use serde_json::Value;
 use wire::model::{DesiredState, InstanceStatus};
 use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
-/// Bound on the scenario (building krane comes before it).
+/// Bound on the scenario (building krane comes before it, bounded by
+/// [`krane_process::BUILD_TIMEOUT`]).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on one wait for a condition.
 const WAIT: Duration = Duration::from_secs(30);
@@ -39,60 +39,9 @@ async fn bounded(test: impl Future<Output = ()>) {
         .expect("test timed out");
 }
 
-fn krane_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_krane"))
-}
-
-/// A running krane process, killed (SIGKILL, a crash) on drop.
-struct Krane {
-    child: Child,
-}
-
-impl Krane {
-    fn start(config: &Path, log: &Path) -> Krane {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        let child = Command::new(krane_binary())
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KRANE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("krane starts");
-        Krane { child }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Krane {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `krane state --data-dir DIR -o json`.
-fn krane_state(data_dir: &Path) -> Value {
-    let output = Command::new(krane_binary())
-        .args(["state", "-o", "json", "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .expect("krane state runs");
-    assert!(
-        output.status.success(),
-        "krane state failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("krane state prints JSON")
+fn krane_state(binary: &Path, data_dir: &Path) -> Value {
+    krane_process::state(binary, data_dir).expect("krane state")
 }
 
 fn create(image: &str) -> OperatorRequest {
@@ -166,10 +115,11 @@ fn log_count(log: &Path, needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_converges_reports_and_resumes_after_a_restart() {
-    bounded(scenario()).await;
+    let binary = krane_process::binary().await.expect("the krane binary");
+    bounded(scenario(binary)).await;
 }
 
-async fn scenario() {
+async fn scenario(binary: &Path) {
     let started = std::time::Instant::now();
     let phase = |name: &str| eprintln!("[{:>6} ms] {name}", started.elapsed().as_millis());
     let node = TestNode::start().await.expect("ctrl node starts");
@@ -204,7 +154,7 @@ async fn scenario() {
         panic!("not created");
     };
     let name = storage_name(&id);
-    let krane = Krane::start(&config_path, &log);
+    let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     sim.wait_until(WAIT, |v| objects_running(v, &id, &name, 2))
         .await
         .expect("service, statefulset and two ready pods");
@@ -280,7 +230,7 @@ async fn scenario() {
     phase("failed instances reported");
     // Crash krane; its state shows one full sync and both deployments.
     krane.kill();
-    let state = krane_state(&data_dir);
+    let state = krane_state(binary, &data_dir);
     assert_eq!(state["full_syncs"], 1, "{state:#}");
     let cursor = state["cursor"].as_u64().expect("cursor");
     assert!(cursor >= 2, "{state:#}");
@@ -305,7 +255,7 @@ async fn scenario() {
 
     phase("stopped while krane was down");
     // Restarted, krane resumes at its cursor and removes the objects.
-    let krane = Krane::start(&config_path, &log);
+    let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     sim.wait_until(WAIT, |v| objects_gone(v, &name))
         .await
         .expect("objects of the stopped deployment deleted");
@@ -321,7 +271,7 @@ async fn scenario() {
     );
     krane.kill();
 
-    let state = krane_state(&data_dir);
+    let state = krane_state(binary, &data_dir);
     assert_eq!(
         state["full_syncs"], 1,
         "a restart does not full-sync: {state:#}"

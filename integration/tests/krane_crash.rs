@@ -9,23 +9,26 @@
 //!    are in the outbox at the kill, and once ctrl and krane are back they
 //!    reach ctrl.
 //!
-//! It lives in the agent package so that cargo builds the binary for it.
+//! The binary is built (or named by `KRANE_BIN`) by
+//! [`integration::krane_process::binary`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use agent::state::LocalState;
 use integration::fleet::{Fleet, FleetConfig};
-use integration::sim::resources::{PODS, STATEFUL_SETS};
-use integration::sim::{View, pod_ready};
+use integration::krane_process::{self, Krane};
+use k8s_sim::resources::{PODS, STATEFUL_SETS};
+use k8s_sim::{View, pod_ready};
 use wire::agent::DeploymentReport;
 use wire::model::InstanceStatus;
 use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
-/// Bound on the scenario (building krane comes before it).
+/// Bound on the scenario (building krane comes before it, bounded by
+/// [`krane_process::BUILD_TIMEOUT`]).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on one wait for a condition.
 const WAIT: Duration = Duration::from_secs(40);
@@ -50,44 +53,6 @@ async fn bounded(test: impl Future<Output = ()>) {
     tokio::time::timeout(TEST_TIMEOUT, test)
         .await
         .expect("test timed out");
-}
-
-/// A running krane process, killed (SIGKILL) on drop.
-struct Krane {
-    child: Child,
-}
-
-impl Krane {
-    fn start(config: &Path, log: &Path) -> Krane {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_krane"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KRANE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("krane starts");
-        Krane { child }
-    }
-
-    /// SIGKILL: a crash.
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Krane {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn create(image: &str, n: usize) -> OperatorRequest {
@@ -167,10 +132,11 @@ fn running_once(view: &DeploymentView) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_killed_mid_batch_and_with_queued_reports_converges_and_loses_nothing() {
-    bounded(scenario()).await;
+    let binary = krane_process::binary().await.expect("the krane binary");
+    bounded(scenario(binary)).await;
 }
 
-async fn scenario() {
+async fn scenario(binary: &Path) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
     config.reconnect_backoff_min_ms = 50;
@@ -208,7 +174,7 @@ async fn scenario() {
         }
     }
     let region = fleet.region(REGION);
-    let krane = Krane::start(&config_path, &log);
+    let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     region
         .sim
         .wait_until(WAIT, |v| applied(v, &ids) > 0)
@@ -229,7 +195,7 @@ async fn scenario() {
     let writes = region.sim.write_requests();
 
     // Restarted: converges, each deployment once.
-    let krane = Krane::start(&config_path, &log);
+    let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     region
         .sim
         .wait_until(WAIT, |v| ids.iter().all(|id| ready_pods(v, id) == REPLICAS))
@@ -319,7 +285,7 @@ async fn scenario() {
     // Back, pods still failing: the queued state reaches ctrl.
     fleet.start_ctrl().await.expect("ctrl restarts");
     let region = fleet.region(REGION);
-    let krane = Krane::start(&config_path, &log);
+    let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     wait_for_instances(
         &client,
         std::slice::from_ref(&victim),

@@ -206,7 +206,7 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::resources::{NAMESPACES, PODS, STATEFUL_SETS};
+    use crate::resources::{NAMESPACES, PODS, STATEFUL_SETS};
 
     fn objects(path: &str) -> ObjectPath {
         match parse(path) {

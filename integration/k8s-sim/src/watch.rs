@@ -259,8 +259,8 @@ impl Streaming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::resources::PODS;
-    use crate::sim::store::{Key, Part, WriteOpts};
+    use crate::resources::PODS;
+    use crate::store::{Key, Part, WriteOpts};
 
     const NOW: &str = "2024-01-01T00:00:00Z";
 

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use integration::sim::{SimConfig, Simulator};
+//! use k8s_sim::{SimConfig, Simulator};
 //! let sim = Simulator::start(SimConfig::default()).await?;
 //! sim.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
 //! // kubectl --kubeconfig /tmp/kubeconfig get pods

@@ -1,0 +1,218 @@
+//! The real `krane` (and `ctrl`) binaries as child processes, for the tests that run them
+//! next to ctrl and the simulator (`tests/krane_process.rs`,
+//! `tests/krane_crash.rs`).
+//!
+//! Cargo hands a test the path of a binary of its own package only
+//! (`CARGO_BIN_EXE_<name>`), and krane belongs to `agent`, which this
+//! crate depends on as a library. So [`binary`] builds it, once per test
+//! process, with `cargo build -p agent --bin krane` (a no-op when it is up
+//! to date, a link of `agent`'s `main` on a clean checkout: its library
+//! and dependencies are already built for this crate), into the target
+//! directory and profile the calling test was built in (read from the test
+//! executable's path, `<target>/<profile>/deps/<test>`), and takes the
+//! binary's path from cargo's JSON messages. The build is bounded by
+//! [`BUILD_TIMEOUT`]. `KRANE_BIN` names a prebuilt binary instead (for a
+//! cross-compiled layout, or to test a release build).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+/// Longest wait for `cargo build -p agent --bin krane`.
+pub const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+/// Names a prebuilt krane binary to use instead of building one.
+pub const KRANE_BIN_ENV: &str = "KRANE_BIN";
+
+/// Names a prebuilt ctrl binary to use instead of building one.
+pub const CTRL_BIN_ENV: &str = "CTRL_BIN";
+
+static KRANE: OnceCell<PathBuf> = OnceCell::const_new();
+static CTRL: OnceCell<PathBuf> = OnceCell::const_new();
+
+/// The krane binary: `$KRANE_BIN`, or built by cargo (once per process).
+pub async fn binary() -> Result<&'static Path> {
+    built(&KRANE, KRANE_BIN_ENV, "agent", "krane").await
+}
+
+/// The ctrl binary: `$CTRL_BIN`, or built by cargo (once per process).
+pub async fn ctrl_binary() -> Result<&'static Path> {
+    built(&CTRL, CTRL_BIN_ENV, "node", "ctrl").await
+}
+
+async fn built(
+    cell: &'static OnceCell<PathBuf>,
+    env: &str,
+    package: &str,
+    bin: &str,
+) -> Result<&'static Path> {
+    let path = cell
+        .get_or_try_init(|| async {
+            match std::env::var_os(env) {
+                Some(path) => Ok(PathBuf::from(path)),
+                None => build(package, bin).await,
+            }
+        })
+        .await?;
+    Ok(path.as_path())
+}
+
+/// Where and how the calling test was built: `(target dir, profile)`,
+/// from `<target>/<profile dir>/deps/<test executable>`.
+fn build_layout(test_exe: &Path) -> Option<(PathBuf, String)> {
+    let deps = test_exe.parent()?;
+    if deps.file_name()? != "deps" {
+        return None;
+    }
+    let profile_dir = deps.parent()?;
+    let target = profile_dir.parent()?;
+    let profile = match profile_dir.file_name()?.to_str()? {
+        "debug" => "dev".to_string(),
+        other => other.to_string(),
+    };
+    Some((target.to_path_buf(), profile))
+}
+
+/// The executable of the `bin` artifact among cargo's JSON messages.
+fn executable(messages: &str, bin: &str) -> Option<PathBuf> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+}
+
+async fn build(package: &str, bin: &str) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let mut command = tokio::process::Command::new(cargo);
+    command
+        .args(["build", "-p", package, "--bin", bin])
+        .arg("--message-format=json-render-diagnostics")
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let test_exe = std::env::current_exe().context("the test executable's path")?;
+    if let Some((target, profile)) = build_layout(&test_exe) {
+        command
+            .arg("--target-dir")
+            .arg(target)
+            .args(["--profile", &profile]);
+    }
+    let what = format!("cargo build -p {package} --bin {bin}");
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let output = tokio::time::timeout(BUILD_TIMEOUT, child.wait_with_output())
+        .await
+        .with_context(|| format!("{what} did not finish within {BUILD_TIMEOUT:?}"))?
+        .with_context(|| format!("running {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    executable(&stdout, bin).with_context(|| format!("{what} built no executable"))
+}
+
+/// A running krane process, killed (SIGKILL, a crash) on drop.
+pub struct Krane {
+    child: Child,
+}
+
+impl Krane {
+    /// `krane run --config CONFIG`, its log (`KRANE_LOG=info`) appended to
+    /// `log`.
+    pub fn start(binary: &Path, config: &Path, log: &Path) -> Result<Krane> {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let child = Command::new(binary)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("KRANE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Krane { child })
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Krane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `krane state --data-dir DIR -o json`.
+pub fn state(binary: &Path, data_dir: &Path) -> Result<Value> {
+    let output = Command::new(binary)
+        .args(["state", "-o", "json", "--data-dir"])
+        .arg(data_dir)
+        .output()
+        .context("running krane state")?;
+    if !output.status.success() {
+        bail!(
+            "krane state failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    serde_json::from_slice(&output.stdout).context("krane state prints JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_read_from_the_test_executable() {
+        assert_eq!(
+            build_layout(Path::new("/w/target/debug/deps/krane_crash-0a1b")),
+            Some((PathBuf::from("/w/target"), "dev".to_string()))
+        );
+        assert_eq!(
+            build_layout(Path::new("/w/target/release/deps/krane_crash-0a1b")),
+            Some((PathBuf::from("/w/target"), "release".to_string()))
+        );
+        assert_eq!(build_layout(Path::new("/usr/bin/test")), None);
+    }
+
+    #[test]
+    fn the_executable_comes_from_the_krane_artifact() {
+        let messages = [
+            r#"{"reason":"compiler-artifact","target":{"name":"agent"},"executable":null}"#,
+            "not json",
+            r#"{"reason":"compiler-artifact","target":{"name":"krane"},"executable":"/t/debug/krane"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        assert_eq!(
+            executable(&messages, "krane"),
+            Some(PathBuf::from("/t/debug/krane"))
+        );
+        assert_eq!(executable(r#"{"reason":"build-finished"}"#, "krane"), None);
+    }
+}

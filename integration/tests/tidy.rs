@@ -1,0 +1,172 @@
+//! Rules of the tree that a review would otherwise have to remember:
+//! which crate may depend on which (ARCHITECTURE.md's "Architecture
+//! invariant" lines), and a `//!` doc at the top of every Rust file.
+//! Dependencies are read from each member's Cargo.toml, every section
+//! (normal, dev, build), so a test-only edge counts too.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The workspace's own crates, by folder.
+const MEMBERS: [&str; 8] = [
+    "wire",
+    "storage",
+    "config",
+    "transport",
+    "node",
+    "agent",
+    "integration",
+    "integration/k8s-sim",
+];
+
+/// Dependency sections of a Cargo.toml.
+const SECTIONS: [&str; 3] = ["dependencies", "dev-dependencies", "build-dependencies"];
+
+/// For each crate, the workspace crates it may depend on (any section).
+/// Everything else of the workspace is forbidden.
+fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    BTreeMap::from([
+        // The leaves: messages and framing, config files.
+        ("wire", BTreeSet::new()),
+        ("config", BTreeSet::new()),
+        ("storage", BTreeSet::from(["wire"])),
+        ("transport", BTreeSet::from(["wire"])),
+        // The simulator knows nothing of the product.
+        ("k8s-sim", BTreeSet::new()),
+        // ctrl and krane never depend on each other, nor on the harness;
+        // krane does not link ctrl's storage.
+        (
+            "node",
+            BTreeSet::from(["wire", "storage", "config", "transport"]),
+        ),
+        ("agent", BTreeSet::from(["wire", "config", "transport"])),
+        (
+            "integration",
+            BTreeSet::from([
+                "wire",
+                "storage",
+                "config",
+                "transport",
+                "node",
+                "agent",
+                "k8s-sim",
+            ]),
+        ),
+    ])
+}
+
+/// External crates a crate must not depend on in any section.
+fn forbidden_external() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
+    BTreeMap::from([
+        // wire is sans-I/O: the async frame helpers live in transport.
+        ("wire", BTreeSet::from(["tokio", "quinn"])),
+        ("storage", BTreeSet::from(["tokio", "quinn", "openraft"])),
+        ("config", BTreeSet::from(["tokio", "quinn"])),
+    ])
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// A member's package name and every dependency it names.
+fn manifest(member: &str) -> Option<(String, BTreeSet<String>)> {
+    let path = root().join(member).join("Cargo.toml");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let manifest: toml::Table =
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let name = manifest["package"]["name"]
+        .as_str()
+        .expect("package.name")
+        .to_string();
+    let mut deps = BTreeSet::new();
+    for section in SECTIONS {
+        if let Some(table) = manifest.get(section).and_then(|v| v.as_table()) {
+            deps.extend(table.keys().cloned());
+        }
+    }
+    Some((name, deps))
+}
+
+#[test]
+fn crates_depend_only_along_the_allowed_edges() {
+    let allowed = allowed();
+    let forbidden = forbidden_external();
+    let workspace: BTreeSet<&str> = allowed.keys().copied().collect();
+    let mut violations = Vec::new();
+    let mut seen = 0;
+    for member in MEMBERS {
+        let Some((name, deps)) = manifest(member) else {
+            continue;
+        };
+        seen += 1;
+        let Some(may) = allowed.get(name.as_str()) else {
+            violations.push(format!(
+                "{name}: a crate this test does not know; add its rule"
+            ));
+            continue;
+        };
+        for dep in &deps {
+            if workspace.contains(dep.as_str()) && !may.contains(dep.as_str()) {
+                violations.push(format!("{name} depends on {dep}"));
+            }
+            if forbidden
+                .get(name.as_str())
+                .is_some_and(|f| f.contains(dep.as_str()))
+            {
+                violations.push(format!("{name} depends on {dep} (forbidden external)"));
+            }
+        }
+    }
+    assert!(seen >= 7, "found only {seen} member manifests");
+    assert!(
+        violations.is_empty(),
+        "edges ARCHITECTURE.md forbids:\n{}",
+        violations.join("\n")
+    );
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_rust_file_opens_with_its_module_doc() {
+    let mut files = Vec::new();
+    for member in MEMBERS {
+        for dir in ["src", "tests", "benches"] {
+            rust_files(&root().join(member).join(dir), &mut files);
+        }
+    }
+    assert!(files.len() > 100, "found only {} Rust files", files.len());
+    let undocumented: Vec<String> = files
+        .iter()
+        .filter(|path| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            !text.trim_start().starts_with("//!")
+        })
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "files without a `//!` module doc:\n{}",
+        undocumented.join("\n")
+    );
+}

@@ -1,0 +1,140 @@
+//! Kubernetes naming, a contract between ctrl and krane: the names ctrl
+//! gives a resource's Kubernetes objects (stored in the resource, and
+//! derived again by krane for a resource it only knows by id), the
+//! namespace sentinels run in, and the checks of names an operator sends.
+//!
+//! Kubernetes has two name shapes: a DNS label (RFC 1123/1035: at most
+//! [`DNS_LABEL_BYTES_MAX`] bytes of `[a-z0-9-]`, used for namespaces and
+//! services) and a DNS subdomain (at most [`DNS_SUBDOMAIN_BYTES_MAX`] bytes,
+//! dots allowed, used for most other objects).
+
+use crate::error::{ErrorCode, WireError};
+
+/// Longest DNS label: a namespace, a service, or any name ctrl derives.
+pub const DNS_LABEL_BYTES_MAX: usize = 63;
+/// Longest DNS subdomain: the longest name of most Kubernetes objects.
+pub const DNS_SUBDOMAIN_BYTES_MAX: usize = 253;
+
+/// The namespace sentinels run in.
+pub const SENTINEL_NAMESPACE: &str = "sentinel";
+
+/// The Kubernetes name of a deployment's objects: `dep-<id>`, lowercased,
+/// every character outside `[a-z0-9-]` replaced by `-`, cut to
+/// [`DNS_LABEL_BYTES_MAX`] bytes, trailing dashes removed (a DNS-1035
+/// label). Deterministic, so every replica and krane agree.
+pub fn deployment(deployment_id: &str) -> String {
+    prefixed("dep", deployment_id)
+}
+
+/// The Kubernetes name of a sentinel's objects: `snt-<id>`, made a DNS
+/// label as [`deployment`].
+pub fn sentinel(sentinel_id: &str) -> String {
+    prefixed("snt", sentinel_id)
+}
+
+fn prefixed(prefix: &str, id: &str) -> String {
+    let mut out = format!("{prefix}-");
+    // Ids minted by ctrl already carry the prefix (`dep_…`).
+    let bare = id
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(['_', '-']))
+        .unwrap_or(id);
+    for c in bare.chars() {
+        if out.len() >= DNS_LABEL_BYTES_MAX {
+            break;
+        }
+        let c = c.to_ascii_lowercase();
+        out.push(if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        });
+    }
+    let trimmed = out.trim_end_matches('-').len();
+    out.truncate(trimmed);
+    out
+}
+
+/// Checks that `value` (the field `field`) is a DNS label: `[a-z0-9-]`,
+/// starting and ending alphanumeric, at most [`DNS_LABEL_BYTES_MAX`] bytes.
+/// The error names the field.
+pub fn validate_dns_label(field: &str, value: &str) -> Result<(), WireError> {
+    validate(field, value, DNS_LABEL_BYTES_MAX, false)
+}
+
+/// Checks that `value` (the field `field`) is a DNS subdomain: as a label,
+/// '.' allowed too, at most [`DNS_SUBDOMAIN_BYTES_MAX`] bytes. The error
+/// names the field.
+pub fn validate_dns_subdomain(field: &str, value: &str) -> Result<(), WireError> {
+    validate(field, value, DNS_SUBDOMAIN_BYTES_MAX, true)
+}
+
+fn validate(field: &str, value: &str, bytes_max: usize, dots: bool) -> Result<(), WireError> {
+    let ok = !value.is_empty()
+        && value.len() <= bytes_max
+        && value.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+        })
+        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "{field} {value:?} is not a Kubernetes name (a-z, 0-9, '-'{}, at most {bytes_max})",
+                if dots { ", '.'" } else { "" }
+            ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_are_dns_labels() {
+        assert_eq!(deployment("Dep_01.X"), "dep-dep-01-x");
+        assert_eq!(deployment("dep_20yysmkk16yj3"), "dep-20yysmkk16yj3");
+        assert_eq!(deployment("é"), "dep");
+        let long = deployment(&"a".repeat(100));
+        assert_eq!(long.len(), DNS_LABEL_BYTES_MAX);
+        assert!(long.starts_with("dep-aaa"));
+        assert_eq!(deployment(&format!("{}-b", "a".repeat(58))).len(), 62);
+        assert_eq!(sentinel("snt_01ABC"), "snt-01abc");
+        assert_eq!(sentinel("x.y"), "snt-x-y");
+        for name in [deployment("Dep_01.X"), sentinel(&"Z".repeat(99))] {
+            validate_dns_label("name", &name).unwrap();
+        }
+    }
+
+    #[test]
+    fn labels_and_subdomains_are_checked() {
+        validate_dns_label("namespace", "krane-1").unwrap();
+        validate_dns_label("namespace", &"a".repeat(DNS_LABEL_BYTES_MAX)).unwrap();
+        validate_dns_subdomain("name", "allow.env-1").unwrap();
+        validate_dns_subdomain("name", &"a".repeat(DNS_SUBDOMAIN_BYTES_MAX)).unwrap();
+        for bad in [
+            String::new(),
+            "a.b".into(),
+            "-a".into(),
+            "a-".into(),
+            "A".into(),
+            "a".repeat(DNS_LABEL_BYTES_MAX + 1),
+        ] {
+            let error = validate_dns_label("namespace", &bad).expect_err(&bad);
+            assert_eq!(error.code, ErrorCode::BadRequest);
+            assert!(error.message.contains("namespace"), "{}", error.message);
+        }
+        for bad in [
+            ".a".into(),
+            "a_b".into(),
+            "a".repeat(DNS_SUBDOMAIN_BYTES_MAX + 1),
+        ] {
+            let error = validate_dns_subdomain("name", &bad).expect_err(&bad);
+            assert!(error.message.contains("name"), "{}", error.message);
+        }
+    }
+}
