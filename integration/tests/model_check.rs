@@ -648,7 +648,7 @@ async fn step(
             };
             // Everything written before now (the next millisecond).
             let mutation = node::compaction::step(&settings, state.clock.now_ms() + 1);
-            node::server::write::propose(state, vec![mutation])
+            node::replica::write::propose(state, vec![mutation])
                 .await
                 .map_err(|e| format!("compact: {e}"))?;
         }

@@ -19,8 +19,8 @@ use storage::{COMPACT_ROWS_MAX, Mutation, Outcome};
 use tracing::{debug, info, warn};
 use wire::model::UnixMs;
 
-use crate::server::NodeState;
-use crate::server::write::propose;
+use crate::replica::NodeState;
+use crate::replica::write::propose;
 
 /// Most steps in one round; the next round goes on where it stopped.
 pub const ROUND_STEPS_MAX: usize = 100;

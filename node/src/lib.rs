@@ -15,5 +15,7 @@ pub mod clock;
 pub mod compaction;
 pub mod node;
 pub mod raft;
+pub mod replica;
+pub mod runtime;
 pub mod server;
 pub mod wait;

@@ -18,7 +18,9 @@ use crate::raft::Raft;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
-use crate::server::{self, Limits, NodeState};
+use crate::replica::{Limits, NodeState, write};
+use crate::runtime::RaftRuntime;
+use crate::server;
 use transport::closing::Closed;
 
 /// File names under the data directory.
@@ -203,10 +205,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         watch_streams_max: config.limits.watch_streams_max,
         slow_consumer_timeout_ms: config.limits.slow_consumer_timeout_ms,
     };
-    let batcher = server::write::batch::Batcher::start(
+    let batcher = write::batch::Batcher::start(
         raft.clone(),
         clock.clone(),
-        server::write::batch::batch_bytes_max(config.limits.frame_bytes_max),
+        write::batch::batch_bytes_max(config.limits.frame_bytes_max),
     );
     let state = Arc::new(NodeState {
         node_id: config.node_id,
@@ -236,47 +238,4 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         stop_background,
         released: [log_closed, store_closed, socket_closed],
     })
-}
-
-/// The runtime openraft runs on: one thread of its own, so replication,
-/// commit and apply never queue behind client streams on the shared
-/// workers.
-pub struct RaftRuntime {
-    handle: tokio::runtime::Handle,
-    /// Ends the thread's `block_on` (and so drops its runtime and tasks).
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl RaftRuntime {
-    /// A current-thread runtime driven by a thread of its own: no work
-    /// stealing, so no worker is woken for nothing when a task is queued.
-    fn start(node_id: u64) -> std::io::Result<RaftRuntime> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name(format!("raft-{node_id}"))
-            .spawn(move || {
-                let _ = runtime.block_on(stopped);
-                runtime.shutdown_background();
-            })?;
-        Ok(RaftRuntime {
-            handle,
-            stop: Some(stop),
-        })
-    }
-
-    pub fn handle(&self) -> &tokio::runtime::Handle {
-        &self.handle
-    }
-}
-
-impl Drop for RaftRuntime {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }

@@ -14,7 +14,9 @@ use wire::{ErrorCode, WireError};
 
 use super::operator::internal;
 use super::watch::SLOW_CONSUMER_RESET_CODE;
-use super::{NodeState, ServeError, finish, propose, watch};
+use super::{ServeError, finish, watch};
+use crate::replica::NodeState;
+use crate::replica::write::propose;
 
 pub async fn serve_stream(
     state: &NodeState,

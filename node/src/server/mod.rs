@@ -3,68 +3,18 @@
 //! certificate decides what it may do.
 
 pub mod agent;
-pub mod cluster;
-pub mod leader;
-pub mod membership;
 pub mod operator;
 pub mod raft;
-pub mod state_hash;
 pub mod watch;
-pub mod write;
-
-pub(crate) use write::propose;
 
 use std::sync::Arc;
 
-use tokio::sync::watch as tokio_watch;
 use tracing::{debug, info, warn};
 use transport::identity::Identity;
 use transport::stream::FramedStream;
-use wire::{ErrorCode, Pk, WireError};
+use wire::{ErrorCode, WireError};
 
-use crate::clock::Clock;
-use crate::raft::Raft;
-
-/// Limits and intervals the server enforces, from the node config.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub frame_bytes_max: usize,
-    pub watch_catch_up_wait_ms: u64,
-    pub progress_interval_ms: u64,
-    pub sync_page_resources: usize,
-    pub request_timeout_ms: u64,
-    pub watch_streams_max: usize,
-    /// How long one watch event may wait for room in the agent's window.
-    pub slow_consumer_timeout_ms: u64,
-}
-
-/// Everything a request handler needs.
-pub struct NodeState {
-    pub node_id: u64,
-    pub raft: Raft,
-    /// The cluster this node's config describes: itself and its peers.
-    pub configured_members: std::collections::BTreeMap<u64, openraft::BasicNode>,
-    /// Dials peers: Raft RPCs and writes forwarded to the leader.
-    pub network: crate::raft::network::Network,
-    pub store: crate::raft::state_machine::SharedStore,
-    pub applied_pk: tokio_watch::Receiver<Pk>,
-    pub limits: Limits,
-    pub clock: Arc<dyn Clock>,
-    /// Bounds the number of concurrent watch streams.
-    pub watch_permits: Arc<tokio::sync::Semaphore>,
-    /// Gathers concurrent local writes into shared Raft entries.
-    pub batcher: write::batch::Batcher,
-    /// Keeps openraft's thread alive as long as the node.
-    pub raft_runtime: crate::node::RaftRuntime,
-}
-
-impl NodeState {
-    /// The last log index applied here, as Raft's metrics show it (they
-    /// may lag an apply whose answer has already gone out).
-    pub fn applied_index(&self) -> Option<u64> {
-        self.raft.metrics().borrow().last_applied.map(|id| id.index)
-    }
-}
+use crate::replica::NodeState;
 
 /// Why serving one stream stopped.
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,11 @@ use wire::operator::{
 };
 use wire::{ErrorCode, WireError};
 
-use super::{NodeState, ServeError, finish, membership, propose};
+use super::{ServeError, finish};
 use crate::clock::{Clock, deployment_id, prefixed_id};
 use crate::raft::network::MembershipChange;
+use crate::replica::write::propose;
+use crate::replica::{NodeState, membership};
 
 /// Kubernetes namespace deployments are created in.
 pub const DEPLOYMENT_NAMESPACE: &str = "krane";
@@ -76,10 +78,10 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::SetDesiredState { id, desired_state } => {
             set_desired_state(state, id, desired_state).await
         }
-        OperatorRequest::InitCluster => super::cluster::init(state).await,
-        OperatorRequest::NodeStatus => {
-            Ok(OperatorResponse::NodeStatus(super::cluster::status(state)))
-        }
+        OperatorRequest::InitCluster => crate::replica::cluster::init(state).await,
+        OperatorRequest::NodeStatus => Ok(OperatorResponse::NodeStatus(
+            crate::replica::cluster::status(state),
+        )),
         OperatorRequest::AddNode {
             node_id,
             addr,
@@ -92,13 +94,13 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
                 .await
                 .map(OperatorResponse::MembershipChanged)
         }
-        OperatorRequest::LogStatus => Ok(OperatorResponse::LogStatus(super::cluster::log_status(
-            state,
-        ))),
+        OperatorRequest::LogStatus => Ok(OperatorResponse::LogStatus(
+            crate::replica::cluster::log_status(state),
+        )),
         OperatorRequest::StateHash {
             min_applied_index,
             wait_ms,
-        } => super::state_hash::state_hash(state, min_applied_index, wait_ms)
+        } => crate::replica::state_hash::state_hash(state, min_applied_index, wait_ms)
             .await
             .map(OperatorResponse::StateHash),
         OperatorRequest::ApplySentinel(apply) => apply_sentinel(state, apply).await,

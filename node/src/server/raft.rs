@@ -8,8 +8,9 @@ use transport::identity::Identity;
 use wire::hello::Protocol;
 use wire::{ErrorCode, WireError};
 
-use super::{NodeState, ServeError, finish};
+use super::{ServeError, finish};
 use crate::raft::network::{RaftRequest, RaftResponse};
+use crate::replica::NodeState;
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -40,12 +41,12 @@ pub async fn serve_stream(
             Ok(Some(RaftRequest::InstallSnapshot(rpc))) => {
                 RaftResponse::InstallSnapshot(state.raft.install_snapshot(rpc).await)
             }
-            Ok(Some(RaftRequest::ClientWrite(command))) => {
-                RaftResponse::ClientWrite(super::write::commit_forwarded(state, command).await)
-            }
+            Ok(Some(RaftRequest::ClientWrite(command))) => RaftResponse::ClientWrite(
+                crate::replica::write::commit_forwarded(state, command).await,
+            ),
             Ok(Some(RaftRequest::ChangeMembership { change, wait_ms })) => {
                 RaftResponse::ChangeMembership(
-                    super::membership::change_forwarded(state, change, wait_ms).await,
+                    crate::replica::membership::change_forwarded(state, change, wait_ms).await,
                 )
             }
             Ok(None) => break,

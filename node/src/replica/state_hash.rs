@@ -37,7 +37,10 @@ pub async fn state_hash(
         }
     }
     // One read transaction: the hash and the index it was taken at agree.
-    let view = state.store.read().map_err(super::operator::internal)?;
+    let view = state
+        .store
+        .read()
+        .map_err(crate::server::operator::internal)?;
     let applied_index = applied_index(view.raft_meta())
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
         .unwrap_or(0);
@@ -45,6 +48,8 @@ pub async fn state_hash(
         node_id: state.node_id,
         applied_index,
         last_change_pk: view.last_pk(),
-        hash: view.state_hash().map_err(super::operator::internal)?,
+        hash: view
+            .state_hash()
+            .map_err(crate::server::operator::internal)?,
     })
 }
