@@ -10,6 +10,7 @@
 //! - [`wait`]: waiting for a deployment to become ready (`deploy --wait`).
 //! - [`clock`]: time and ids, passed in.
 
+pub mod app;
 pub mod client;
 pub mod clock;
 pub mod compaction;

@@ -14,12 +14,16 @@ pub mod state_hash;
 pub mod write;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::BasicNode;
+use storage::{Mutation, MutationResult, ReadView, StorageError};
 use tokio::sync::watch;
-use wire::Pk;
+use wire::{Pk, WireError};
 
+use crate::app::{Propose, ReadState};
 use crate::clock::Clock;
 use crate::raft::Raft;
 use crate::raft::network::Network;
@@ -64,5 +68,34 @@ impl NodeState {
     /// may lag an apply whose answer has already gone out).
     pub fn applied_index(&self) -> Option<u64> {
         self.raft.metrics().borrow().last_applied.map(|id| id.index)
+    }
+}
+
+impl Propose for NodeState {
+    fn propose(
+        &self,
+        mutations: Vec<Mutation>,
+    ) -> impl Future<Output = Result<Vec<MutationResult>, WireError>> + Send {
+        write::propose(self, mutations)
+    }
+}
+
+impl ReadState for NodeState {
+    fn read(&self) -> Result<ReadView, StorageError> {
+        self.store.read()
+    }
+
+    fn applied_mark(&self) -> Option<u64> {
+        self.applied_index()
+    }
+
+    /// Woken by Raft's metrics, which change with every apply (and more):
+    /// only a caller that waits for an apply pays for that.
+    async fn applied_past(&self, mark: Option<u64>, wait: Duration) -> bool {
+        self.raft
+            .wait(Some(wait))
+            .metrics(|m| m.last_applied.map(|id| id.index) > mark, "an apply")
+            .await
+            .is_ok()
     }
 }

@@ -1,22 +1,20 @@
-//! The agent protocol handler: watches and the unary calls (status reports,
-//! desired-state lookups). An agent's certificate names its region, and it
+//! The agent protocol handler: watches ([`watch`]) and the unary calls
+//! (status reports, desired-state lookups: [`crate::app::agent`]). An agent's certificate names its region, and it
 //! may watch and report for that region alone; an operator certificate
 //! may do neither (the operator handler likewise refuses agents). A watch
 //! whose agent stops reading is reset ([`watch`], slow consumer).
 
 use quinn::{RecvStream, SendStream};
-use storage::Mutation;
 use tracing::warn;
 use transport::identity::Identity;
 use transport::stream::FramedStream;
-use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, REPORT_INSTANCES_MAX};
+use wire::agent::{AgentRequest, AgentResponse};
 use wire::{ErrorCode, WireError};
 
-use super::operator::internal;
 use super::watch::SLOW_CONSUMER_RESET_CODE;
 use super::{ServeError, finish, watch};
+use crate::app;
 use crate::replica::NodeState;
-use crate::replica::write::propose;
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -48,7 +46,7 @@ pub async fn serve_stream(
         return serve_watch(state, identity, stream, watch_request).await;
     }
     let response = match authorize(identity, region_of(&request)) {
-        Ok(()) => handle(state, request)
+        Ok(()) => app::agent::answer(state, request)
             .await
             .unwrap_or_else(AgentResponse::Error),
         Err(e) => AgentResponse::Error(e),
@@ -135,80 +133,5 @@ fn region_of(request: &AgentRequest) -> &str {
         AgentRequest::GetDesiredDeployment { region, .. }
         | AgentRequest::GetDesiredSentinel { region, .. }
         | AgentRequest::GetDesiredPolicy { region, .. } => region,
-    }
-}
-
-async fn handle(state: &NodeState, request: AgentRequest) -> Result<AgentResponse, WireError> {
-    let mutation = match request {
-        AgentRequest::Watch(_) => {
-            return Err(WireError::new(
-                ErrorCode::Internal,
-                "a watch reached the unary handler",
-            ));
-        }
-        AgentRequest::GetDesiredDeployment {
-            deployment_id,
-            region,
-        } => {
-            let view = state.store.read().map_err(internal)?;
-            let topology = view.topology(&deployment_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredDeployment(topology));
-        }
-        AgentRequest::GetDesiredSentinel {
-            sentinel_id,
-            region,
-        } => {
-            let view = state.store.read().map_err(internal)?;
-            let sentinel = view.sentinel(&sentinel_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredSentinel(sentinel));
-        }
-        AgentRequest::GetDesiredPolicy { policy_id, region } => {
-            let view = state.store.read().map_err(internal)?;
-            let policy = view.policy(&policy_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredPolicy(policy));
-        }
-        AgentRequest::ReportDeploymentStatus(DeploymentReport::Instances {
-            deployment_id,
-            region,
-            instances,
-        }) => {
-            if instances.len() > REPORT_INSTANCES_MAX {
-                return Err(WireError::new(
-                    ErrorCode::BadRequest,
-                    format!("a report may carry at most {REPORT_INSTANCES_MAX} instances"),
-                ));
-            }
-            if let Some(stray) = instances
-                .iter()
-                .find(|i| i.deployment_id != deployment_id || i.region != region)
-            {
-                return Err(WireError::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "instance {} belongs to {}/{}, not to the reported {deployment_id}/{region}",
-                        stray.pod_name, stray.deployment_id, stray.region
-                    ),
-                ));
-            }
-            Mutation::ReportInstances {
-                deployment_id,
-                region,
-                instances,
-            }
-        }
-        AgentRequest::ReportDeploymentStatus(DeploymentReport::Deleted {
-            deployment_id,
-            region,
-        }) => Mutation::ReportDeploymentDeleted {
-            deployment_id,
-            region,
-        },
-        AgentRequest::ReportSentinelStatus(status) => Mutation::ReportSentinelStatus(status),
-    };
-    let outcome = propose(state, vec![mutation]).await?;
-    match outcome.into_iter().next() {
-        Some(Ok(_)) => Ok(AgentResponse::Ack),
-        Some(Err(e)) => Err(e),
-        None => Err(WireError::new(ErrorCode::Internal, "report had no outcome")),
     }
 }
