@@ -3,6 +3,7 @@
 //! certificate decides what it may do.
 
 pub mod agent;
+mod call;
 pub mod operator;
 pub mod raft;
 pub mod watch;
@@ -11,7 +12,6 @@ use std::sync::Arc;
 
 use tracing::{debug, info, warn};
 use transport::identity::Identity;
-use transport::stream::FramedStream;
 use wire::{ErrorCode, WireError};
 
 use crate::replica::NodeState;
@@ -123,29 +123,5 @@ async fn serve_connection(
                 info!(?identity, "stream ended with an error: {e}");
             }
         });
-    }
-}
-
-/// Closes a call's send side after its last frame.
-pub(crate) async fn finish(stream: &mut FramedStream) {
-    let _ = stream.finish().await;
-}
-
-/// Reads and checks the hello of a new stream. On refusal, answers with the
-/// protocol's error message (built by `to_error`) and returns `None`.
-pub(crate) async fn accept<E: serde::Serialize>(
-    state: &NodeState,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    protocol: wire::hello::Protocol,
-    to_error: impl FnOnce(WireError) -> E,
-) -> Result<Option<FramedStream>, ServeError> {
-    match transport::stream::accept_call(send, recv, protocol, state.limits.frame_bytes_max).await {
-        Ok(stream) => Ok(Some(stream)),
-        Err(transport::stream::AcceptError { mut stream, error }) => {
-            stream.send(&to_error(error)).await?;
-            finish(&mut stream).await;
-            Ok(None)
-        }
     }
 }

@@ -5,14 +5,39 @@
 
 use quinn::{RecvStream, SendStream};
 use transport::identity::Identity;
-use wire::hello::Protocol;
+use wire::hello::Protocol as Hello;
 use wire::operator::{OperatorRequest, OperatorResponse};
 use wire::{ErrorCode, WireError};
 
-use super::{ServeError, finish};
+use super::ServeError;
+use super::call::{self, Protocol};
 use crate::app::{deployments, policies, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
+
+/// The operator protocol, as the stream prelude serves it.
+struct Operator;
+
+impl Protocol for Operator {
+    const HELLO: Hello = Hello::Operator;
+    type Request = OperatorRequest;
+    type Refusal = OperatorResponse;
+
+    fn authorize(identity: &Identity, _: &OperatorRequest) -> Result<(), WireError> {
+        if matches!(identity, Identity::Operator) {
+            Ok(())
+        } else {
+            Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("{identity} may not call operator commands"),
+            ))
+        }
+    }
+
+    fn refusal(_: Option<&OperatorRequest>, error: WireError) -> OperatorResponse {
+        OperatorResponse::Error(error)
+    }
+}
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -20,34 +45,11 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) = super::accept(
-        state,
-        send,
-        recv,
-        Protocol::Operator,
-        OperatorResponse::Error,
-    )
-    .await?
-    else {
-        return Ok(());
-    };
-    let response = match stream.recv::<OperatorRequest>().await {
-        Ok(Some(request)) => {
-            if !matches!(identity, Identity::Operator) {
-                OperatorResponse::Error(WireError::new(
-                    ErrorCode::PermissionDenied,
-                    format!("{identity} may not call operator commands"),
-                ))
-            } else {
-                handle(state, request).await
-            }
-        }
-        Ok(None) => return Ok(()),
-        Err(e) => OperatorResponse::Error(e.to_wire()),
-    };
-    stream.send(&response).await?;
-    finish(&mut stream).await;
-    Ok(())
+    let frame_bytes_max = state.limits.frame_bytes_max;
+    call::serve_one::<Operator, _, _, _>(send, recv, identity, frame_bytes_max, |request| {
+        handle(state, request)
+    })
+    .await
 }
 
 async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse {
