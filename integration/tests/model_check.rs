@@ -647,7 +647,7 @@ async fn step(
                 ..CompactionSettings::default()
             };
             // Everything written before now (the next millisecond).
-            let mutation = node::compaction::step(&settings, state.clock.now_ms() + 1);
+            let mutation = node::jobs::compaction::step(&settings, state.clock.now_ms() + 1);
             node::replica::write::propose(state, vec![mutation])
                 .await
                 .map_err(|e| format!("compact: {e}"))?;

@@ -13,7 +13,7 @@
 pub mod app;
 pub mod client;
 pub mod clock;
-pub mod compaction;
+pub mod jobs;
 pub mod node;
 pub mod raft;
 pub mod replica;

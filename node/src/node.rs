@@ -14,6 +14,7 @@ use openraft::BasicNode;
 use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
+use crate::jobs;
 use crate::raft::Raft;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
@@ -33,7 +34,7 @@ pub struct RunningNode {
     pub state: Arc<NodeState>,
     pub endpoint: quinn::Endpoint,
     pub local_addr: SocketAddr,
-    /// Dropped to stop the node's background tasks (compaction).
+    /// Dropped to stop the node's background tasks (the leader jobs).
     stop_background: tokio::sync::watch::Sender<()>,
     /// Resolve once the Raft log's and the state machine's databases and
     /// the UDP socket are closed.
@@ -225,9 +226,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     });
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
     let (stop_background, background_stopped) = tokio::sync::watch::channel(());
-    tokio::spawn(crate::compaction::run(
+    let leader_jobs = jobs::leader_jobs(&state, config);
+    tokio::spawn(jobs::supervise_raft(
         state.clone(),
-        config.compaction.clone(),
+        leader_jobs,
         background_stopped,
     ));
     info!(node_id = config.node_id, addr = %local_addr, "serving");
