@@ -29,7 +29,7 @@ pub async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
         Some(path) => NodeConfig::load(path)?,
         None => embedded_default(&args.data_dir)?,
     };
-    let node = node::node::start(&config).await?;
+    let node = node::boot::start(&config).await?;
     println!(
         "ctrl node {} serving on {} (data in {})",
         config.node_id,
