@@ -7,6 +7,7 @@
 //! hold.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{NodeId, Raft};
-use crate::replica::{Limits, NodeState, write};
+use crate::replica::{FatalError, Limits, NodeState, write};
 use crate::runtime::RaftRuntime;
 use crate::server;
 use transport::closing::Closed;
@@ -45,6 +46,14 @@ pub struct RunningNode {
 }
 
 impl RunningNode {
+    /// Resolves once Raft has stopped on a fatal error (see
+    /// [`NodeState::fatal`]): the node no longer applies anything, so its
+    /// owner must stop it (`ctrl serve` exits non-zero). Never resolves for
+    /// a node that is shut down.
+    pub fn fatal(&self) -> impl Future<Output = FatalError> + Send + 'static {
+        self.state.fatal()
+    }
+
     /// Stops serving, shuts Raft down, and returns once the node's
     /// databases and UDP socket are closed, so the node can start again at
     /// once in the same process. Returns whether they were closed within
