@@ -1,6 +1,8 @@
 //! The QUIC server: one endpoint, one ALPN per protocol, one bidirectional
 //! stream per call. Connections are authenticated by mutual TLS; the peer's
-//! certificate decides what it may do.
+//! certificate decides what it may do. The handlers are thin: `call` is
+//! the stream prelude they share (hello, request, authorization, refusal),
+//! and the work is done by [`crate::app`] and [`crate::replica`].
 
 pub mod agent;
 mod call;
