@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use config::{NodeConfig, OperatorConfig, TlsFiles};
+use node::boot::RunningNode;
 use node::client::Client;
-use node::node::RunningNode;
 
 /// A single node serving from a temporary directory.
 pub struct TestNode {
@@ -36,7 +36,7 @@ impl TestNode {
         config.listen_addr = "127.0.0.1:0".parse()?;
         config.tls = TlsFiles::in_dir(&certs, "node-1");
         configure(&mut config);
-        let node = node::node::start(&config).await?;
+        let node = node::boot::start(&config).await?;
         let operator = operator_config(&certs, node.local_addr);
         Ok(TestNode {
             dir,
@@ -135,7 +135,7 @@ impl TestCluster {
         );
         let mut nodes = Vec::new();
         for config in &configs {
-            nodes.push(Some(node::node::start(config).await?));
+            nodes.push(Some(node::boot::start(config).await?));
         }
         let members: std::collections::BTreeMap<u64, openraft::BasicNode> = ids
             .iter()
@@ -212,7 +212,7 @@ impl TestCluster {
             .configs
             .get(index)
             .ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
-        let node = node::node::start(config).await?;
+        let node = node::boot::start(config).await?;
         self.nodes[index] = Some(node);
         Ok(())
     }
@@ -237,7 +237,7 @@ impl TestCluster {
     }
 
     /// Shuts every node down (at once: each may wait up to
-    /// [`node::node::SHUTDOWN_DRAIN_TIMEOUT_MS`] for its connections), then
+    /// [`node::boot::SHUTDOWN_DRAIN_TIMEOUT_MS`] for its connections), then
     /// the relays.
     pub async fn shutdown(self) {
         futures::future::join_all(self.nodes.into_iter().flatten().map(RunningNode::shutdown))

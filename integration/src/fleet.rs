@@ -17,8 +17,8 @@ use agent::run::RunError;
 use agent::watch::WatchStatus;
 use anyhow::{Context, Result, bail};
 use config::{AgentConfig, ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
+use node::boot::RunningNode;
 use node::client::Client;
-use node::node::RunningNode;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -125,7 +125,7 @@ impl Fleet {
                 .filter(|(other, _)| **other != id)
                 .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
                 .collect();
-            let node = node::node::start(&node_config)
+            let node = node::boot::start(&node_config)
                 .await
                 .with_context(|| format!("starting ctrl node {id}"))?;
             // A restart binds the same address: the agents' configs name it.
@@ -308,7 +308,7 @@ impl Fleet {
             bail!("this fleet has no ctrl node {id}");
         };
         if slot.running.is_none() {
-            let node = node::node::start(&slot.config)
+            let node = node::boot::start(&slot.config)
                 .await
                 .with_context(|| format!("restarting ctrl node {id}"))?;
             slot.running = Some(node);

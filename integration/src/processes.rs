@@ -148,7 +148,7 @@ impl ProcessCluster {
 /// stdin reaches its end (the parent closed it or died).
 pub async fn serve_until_stdin_closes(config_path: &Path) -> Result<()> {
     let config = NodeConfig::load(config_path)?;
-    let node = node::node::start(&config).await?;
+    let node = node::boot::start(&config).await?;
     let _ = tokio::task::spawn_blocking(|| {
         let mut buf = [0_u8; 64];
         while std::io::stdin().read(&mut buf).unwrap_or(0) > 0 {}

@@ -42,8 +42,8 @@ use agent::state::LocalState;
 use agent::watch::{WatchLoop, WatchStatus};
 use config::{AgentConfig, CompactionSettings, NodeConfig, TlsFiles};
 use integration::cluster::TestNode;
+use node::boot::RunningNode;
 use node::client::Client;
-use node::node::RunningNode;
 use proptest::prelude::*;
 use proptest::test_runner::{
     Config as ProptestConfig, FileFailurePersistence, RngSeed, TestCaseError, TestRunner,
@@ -388,7 +388,7 @@ impl Server {
         }
         // `RunningNode::shutdown` returns once the node's files and socket
         // are closed: it starts again at once.
-        let node = node::node::start(&self.config)
+        let node = node::boot::start(&self.config)
             .await
             .map_err(|e| format!("restart the node: {e:#}"))?;
         self.node = Some(node);
@@ -647,8 +647,8 @@ async fn step(
                 ..CompactionSettings::default()
             };
             // Everything written before now (the next millisecond).
-            let mutation = node::compaction::step(&settings, state.clock.now_ms() + 1);
-            node::server::write::propose(state, vec![mutation])
+            let mutation = node::jobs::compaction::step(&settings, state.clock.now_ms() + 1);
+            node::replica::write::propose(state, vec![mutation])
                 .await
                 .map_err(|e| format!("compact: {e}"))?;
         }

@@ -12,8 +12,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use integration::cluster::TestCluster;
+use node::boot::RunningNode;
 use node::client::Client;
-use node::node::RunningNode;
 use wire::Pk;
 use wire::agent::WatchEvent;
 use wire::operator::{OperatorRequest, OperatorResponse};

@@ -42,7 +42,7 @@ async fn scenario() {
     )
     .unwrap();
     let addrs: Vec<SocketAddr> = (0..3).map(|_| free_udp_addr()).collect();
-    let mut nodes: Vec<node::node::RunningNode> = Vec::new();
+    let mut nodes: Vec<node::boot::RunningNode> = Vec::new();
     for (index, addr) in addrs.iter().enumerate() {
         let id = index as u64 + 1;
         let mut config = NodeConfig::single_node_default(&dir.path().join(format!("node-{id}")));
@@ -58,7 +58,7 @@ async fn scenario() {
                 addr: *addr,
             })
             .collect();
-        nodes.push(node::node::start(&config).await.unwrap());
+        nodes.push(node::boot::start(&config).await.unwrap());
     }
     let members: BTreeMap<u64, BasicNode> = addrs
         .iter()

@@ -2,18 +2,32 @@
 //! Raft-replicated redb state machine and serves agents and operators over
 //! QUIC with mutual TLS.
 //!
-//! - [`raft`]: type configuration, log store, state machine, network.
-//! - [`server`]: the QUIC endpoint and the per-protocol handlers.
-//! - [`node`]: opening the stores and starting Raft and the server.
-//! - [`client`]: the operator client the CLI uses.
-//! - [`compaction`]: the leader's change-log compaction schedule.
-//! - [`wait`]: waiting for a deployment to become ready (`deploy --wait`).
-//! - [`clock`]: time and ids, passed in.
+//! The layers, each using only those below it:
+//!
+//! - [`boot`]: the composition root — opens the stores, starts Raft, the
+//!   server and the leader jobs, and returns a [`boot::RunningNode`].
+//!   Nothing in the crate imports it.
+//! - [`server`]: the QUIC endpoint, the stream prelude and the thin
+//!   per-protocol handlers; [`jobs`]: leader-only background jobs
+//!   (compaction) under one supervisor.
+//! - [`replica`]: this node as a Raft replica: `NodeState`, writes
+//!   (batched, forwarded to the leader), membership, cluster status.
+//! - [`app`]: the operator's and agents' rules as plain functions over two
+//!   seams, `Propose` and `ReadState`, tested without sockets or Raft.
+//! - [`raft`]: type configuration, log store, state machine, network;
+//!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,
+//!   passed in.
+//!
+//! Beside them, for the CLI: [`client`], the operator client, and
+//! [`wait`], waiting for a deployment to become ready (`deploy --wait`).
 
+pub mod app;
+pub mod boot;
 pub mod client;
 pub mod clock;
-pub mod compaction;
-pub mod node;
+pub mod jobs;
 pub mod raft;
+pub mod replica;
+pub mod runtime;
 pub mod server;
 pub mod wait;

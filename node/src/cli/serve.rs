@@ -1,4 +1,5 @@
-//! `ctrl serve`: run a node until SIGINT or SIGTERM.
+//! `ctrl serve`: run a node until SIGINT or SIGTERM, or until Raft stops
+//! on a fatal error (then it exits non-zero, the cause logged).
 //!
 //! Without `--config` it runs the embedded default, like etcd with no flags:
 //! one node on 127.0.0.1:7400, data under `./ctrl-data`, development
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use config::{ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
+use tracing::error;
 
 /// Where the embedded default keeps everything.
 pub const DEFAULT_DATA_DIR: &str = "ctrl-data";
@@ -29,7 +31,7 @@ pub async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
         Some(path) => NodeConfig::load(path)?,
         None => embedded_default(&args.data_dir)?,
     };
-    let node = node::node::start(&config).await?;
+    let node = node::boot::start(&config).await?;
     println!(
         "ctrl node {} serving on {} (data in {})",
         config.node_id,
@@ -44,10 +46,24 @@ pub async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
         );
         println!("  ctrl deploy --image nginx:1.27 --regions us-east,eu-west --replicas 2");
     }
-    wait_for_signal().await;
-    println!("shutting down");
-    node.shutdown().await;
-    Ok(())
+    // A fatal Raft error stops the node: serving reads from state that no
+    // longer moves would hide the failure.
+    let fatal = tokio::select! {
+        () = wait_for_signal() => None,
+        fatal = node.fatal() => Some(fatal),
+    };
+    match fatal {
+        None => {
+            println!("shutting down");
+            node.shutdown().await;
+            Ok(())
+        }
+        Some(fatal) => {
+            error!(node_id = config.node_id, "stopping the node: {fatal}");
+            node.shutdown().await;
+            Err(fatal).context(format!("node {} stopped", config.node_id))
+        }
+    }
 }
 
 /// The single-node default under `data_dir`, with certificates and an

@@ -1,20 +1,75 @@
-//! The agent protocol handler: watches and the unary calls (status reports,
-//! desired-state lookups). An agent's certificate names its region, and it
-//! may watch and report for that region alone; an operator certificate
-//! may do neither (the operator handler likewise refuses agents). A watch
-//! whose agent stops reading is reset ([`watch`], slow consumer).
+//! The agent protocol handler: watches ([`watch`]) and the unary calls
+//! (status reports, desired-state lookups: [`crate::app::agent`]). An
+//! agent's certificate names its region, and it may watch and report for
+//! that region alone; an operator certificate may do neither (the operator
+//! handler likewise refuses agents). A refused watch gets the error as its
+//! only event. A watch whose agent stops reading is reset ([`watch`], slow
+//! consumer).
 
 use quinn::{RecvStream, SendStream};
-use storage::Mutation;
+use serde::{Serialize, Serializer};
 use tracing::warn;
 use transport::identity::Identity;
 use transport::stream::FramedStream;
-use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, REPORT_INSTANCES_MAX};
+use wire::agent::{AgentRequest, AgentResponse, WatchEvent};
+use wire::hello::Protocol as Hello;
 use wire::{ErrorCode, WireError};
 
-use super::operator::internal;
+use super::call::{self, Protocol, finish};
 use super::watch::SLOW_CONSUMER_RESET_CODE;
-use super::{NodeState, ServeError, finish, propose, watch};
+use super::{ServeError, watch};
+use crate::app;
+use crate::replica::NodeState;
+
+/// The agent protocol, as the stream prelude serves it.
+struct Agent;
+
+impl Protocol for Agent {
+    const HELLO: Hello = Hello::Agent;
+    type Request = AgentRequest;
+    type Refusal = Refusal;
+
+    /// Agents act for their own region only; nobody else may watch or
+    /// report (an operator certificate included: `ctrl watch` presents the
+    /// region's agent certificate). A watch must name a valid region.
+    fn authorize(identity: &Identity, request: &AgentRequest) -> Result<(), WireError> {
+        if let AgentRequest::Watch(watch) = request {
+            wire::operator::validate_region(&watch.region)?;
+        }
+        let region = region_of(request);
+        match identity {
+            Identity::Agent { region: own } if own == region => Ok(()),
+            _ => Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("{identity} may not act for region {region:?}"),
+            )),
+        }
+    }
+
+    fn refusal(request: Option<&AgentRequest>, error: WireError) -> Refusal {
+        match request {
+            Some(AgentRequest::Watch(_)) => Refusal::Event(WatchEvent::Error(error)),
+            _ => Refusal::Response(AgentResponse::Error(error)),
+        }
+    }
+}
+
+/// A refusal on the agent protocol: a watch stream carries events, so a
+/// watch is refused with an error event (its only one); any other call
+/// with an error response. Each is encoded exactly as the message it holds.
+enum Refusal {
+    Response(AgentResponse),
+    Event(WatchEvent),
+}
+
+impl Serialize for Refusal {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Refusal::Response(response) => response.serialize(serializer),
+            Refusal::Event(event) => event.serialize(serializer),
+        }
+    }
+}
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -22,52 +77,31 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) = super::accept(
-        state,
-        send,
-        recv,
-        wire::hello::Protocol::Agent,
-        AgentResponse::Error,
-    )
-    .await?
-    else {
+    let frame_bytes_max = state.limits.frame_bytes_max;
+    let Some(mut call) = call::accept::<Agent>(send, recv, identity, frame_bytes_max).await? else {
         return Ok(());
     };
-    let request = match stream.recv::<AgentRequest>().await {
-        Ok(Some(request)) => request,
-        Ok(None) => return Ok(()),
-        Err(e) => {
-            stream.send(&AgentResponse::Error(e.to_wire())).await?;
-            finish(&mut stream).await;
-            return Ok(());
-        }
+    let Some(request) = call.request().await? else {
+        return Ok(());
     };
     if let AgentRequest::Watch(watch_request) = request {
-        return serve_watch(state, identity, stream, watch_request).await;
+        return serve_watch(state, identity, call.into_stream(), watch_request).await;
     }
-    let response = match authorize(identity, region_of(&request)) {
-        Ok(()) => handle(state, request)
-            .await
-            .unwrap_or_else(AgentResponse::Error),
-        Err(e) => AgentResponse::Error(e),
-    };
-    stream.send(&response).await?;
-    finish(&mut stream).await;
+    let response = app::agent::answer(state, request)
+        .await
+        .unwrap_or_else(AgentResponse::Error);
+    call.answer(&response).await?;
+    call.finish().await;
     Ok(())
 }
 
+/// Serves an authorized watch, within the node's bound on watch streams.
 async fn serve_watch(
     state: &NodeState,
     identity: &Identity,
     mut stream: FramedStream,
     request: wire::agent::WatchRequest,
 ) -> Result<(), ServeError> {
-    if let Err(e) = wire::operator::validate_region(&request.region)
-        .and_then(|()| authorize(identity, &request.region))
-    {
-        let refused = watch::refuse(state, &mut stream, e).await;
-        return end_watch(stream, refused).await;
-    }
     let Ok(_permit) = state.watch_permits.clone().try_acquire_owned() else {
         let error = WireError::new(
             ErrorCode::Unavailable,
@@ -112,19 +146,6 @@ async fn end_watch(
     result
 }
 
-/// Agents act for their own region only; nobody else may watch or report
-/// (an operator certificate included: `ctrl watch` presents the region's
-/// agent certificate).
-fn authorize(identity: &Identity, region: &str) -> Result<(), WireError> {
-    match identity {
-        Identity::Agent { region: own } if own == region => Ok(()),
-        _ => Err(WireError::new(
-            ErrorCode::PermissionDenied,
-            format!("{identity} may not act for region {region:?}"),
-        )),
-    }
-}
-
 fn region_of(request: &AgentRequest) -> &str {
     match request {
         AgentRequest::Watch(w) => &w.region,
@@ -133,80 +154,5 @@ fn region_of(request: &AgentRequest) -> &str {
         AgentRequest::GetDesiredDeployment { region, .. }
         | AgentRequest::GetDesiredSentinel { region, .. }
         | AgentRequest::GetDesiredPolicy { region, .. } => region,
-    }
-}
-
-async fn handle(state: &NodeState, request: AgentRequest) -> Result<AgentResponse, WireError> {
-    let mutation = match request {
-        AgentRequest::Watch(_) => {
-            return Err(WireError::new(
-                ErrorCode::Internal,
-                "a watch reached the unary handler",
-            ));
-        }
-        AgentRequest::GetDesiredDeployment {
-            deployment_id,
-            region,
-        } => {
-            let view = state.store.read().map_err(internal)?;
-            let topology = view.topology(&deployment_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredDeployment(topology));
-        }
-        AgentRequest::GetDesiredSentinel {
-            sentinel_id,
-            region,
-        } => {
-            let view = state.store.read().map_err(internal)?;
-            let sentinel = view.sentinel(&sentinel_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredSentinel(sentinel));
-        }
-        AgentRequest::GetDesiredPolicy { policy_id, region } => {
-            let view = state.store.read().map_err(internal)?;
-            let policy = view.policy(&policy_id, &region).map_err(internal)?;
-            return Ok(AgentResponse::DesiredPolicy(policy));
-        }
-        AgentRequest::ReportDeploymentStatus(DeploymentReport::Instances {
-            deployment_id,
-            region,
-            instances,
-        }) => {
-            if instances.len() > REPORT_INSTANCES_MAX {
-                return Err(WireError::new(
-                    ErrorCode::BadRequest,
-                    format!("a report may carry at most {REPORT_INSTANCES_MAX} instances"),
-                ));
-            }
-            if let Some(stray) = instances
-                .iter()
-                .find(|i| i.deployment_id != deployment_id || i.region != region)
-            {
-                return Err(WireError::new(
-                    ErrorCode::BadRequest,
-                    format!(
-                        "instance {} belongs to {}/{}, not to the reported {deployment_id}/{region}",
-                        stray.pod_name, stray.deployment_id, stray.region
-                    ),
-                ));
-            }
-            Mutation::ReportInstances {
-                deployment_id,
-                region,
-                instances,
-            }
-        }
-        AgentRequest::ReportDeploymentStatus(DeploymentReport::Deleted {
-            deployment_id,
-            region,
-        }) => Mutation::ReportDeploymentDeleted {
-            deployment_id,
-            region,
-        },
-        AgentRequest::ReportSentinelStatus(status) => Mutation::ReportSentinelStatus(status),
-    };
-    let outcome = propose(state, vec![mutation]).await?;
-    match outcome.into_iter().next() {
-        Some(Ok(_)) => Ok(AgentResponse::Ack),
-        Some(Err(e)) => Err(e),
-        None => Err(WireError::new(ErrorCode::Internal, "report had no outcome")),
     }
 }

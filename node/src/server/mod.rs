@@ -1,70 +1,22 @@
 //! The QUIC server: one endpoint, one ALPN per protocol, one bidirectional
 //! stream per call. Connections are authenticated by mutual TLS; the peer's
-//! certificate decides what it may do.
+//! certificate decides what it may do. The handlers are thin: `call` is
+//! the stream prelude they share (hello, request, authorization, refusal),
+//! and the work is done by [`crate::app`] and [`crate::replica`].
 
 pub mod agent;
-pub mod cluster;
-pub mod leader;
-pub mod membership;
+mod call;
 pub mod operator;
 pub mod raft;
-pub mod state_hash;
 pub mod watch;
-pub mod write;
-
-pub(crate) use write::propose;
 
 use std::sync::Arc;
 
-use tokio::sync::watch as tokio_watch;
 use tracing::{debug, info, warn};
 use transport::identity::Identity;
-use transport::stream::FramedStream;
-use wire::{ErrorCode, Pk, WireError};
+use wire::{ErrorCode, WireError};
 
-use crate::clock::Clock;
-use crate::raft::Raft;
-
-/// Limits and intervals the server enforces, from the node config.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub frame_bytes_max: usize,
-    pub watch_catch_up_wait_ms: u64,
-    pub progress_interval_ms: u64,
-    pub sync_page_resources: usize,
-    pub request_timeout_ms: u64,
-    pub watch_streams_max: usize,
-    /// How long one watch event may wait for room in the agent's window.
-    pub slow_consumer_timeout_ms: u64,
-}
-
-/// Everything a request handler needs.
-pub struct NodeState {
-    pub node_id: u64,
-    pub raft: Raft,
-    /// The cluster this node's config describes: itself and its peers.
-    pub configured_members: std::collections::BTreeMap<u64, openraft::BasicNode>,
-    /// Dials peers: Raft RPCs and writes forwarded to the leader.
-    pub network: crate::raft::network::Network,
-    pub store: crate::raft::state_machine::SharedStore,
-    pub applied_pk: tokio_watch::Receiver<Pk>,
-    pub limits: Limits,
-    pub clock: Arc<dyn Clock>,
-    /// Bounds the number of concurrent watch streams.
-    pub watch_permits: Arc<tokio::sync::Semaphore>,
-    /// Gathers concurrent local writes into shared Raft entries.
-    pub batcher: write::batch::Batcher,
-    /// Keeps openraft's thread alive as long as the node.
-    pub raft_runtime: crate::node::RaftRuntime,
-}
-
-impl NodeState {
-    /// The last log index applied here, as Raft's metrics show it (they
-    /// may lag an apply whose answer has already gone out).
-    pub fn applied_index(&self) -> Option<u64> {
-        self.raft.metrics().borrow().last_applied.map(|id| id.index)
-    }
-}
+use crate::replica::NodeState;
 
 /// Why serving one stream stopped.
 #[derive(Debug, thiserror::Error)]
@@ -173,29 +125,5 @@ async fn serve_connection(
                 info!(?identity, "stream ended with an error: {e}");
             }
         });
-    }
-}
-
-/// Closes a call's send side after its last frame.
-pub(crate) async fn finish(stream: &mut FramedStream) {
-    let _ = stream.finish().await;
-}
-
-/// Reads and checks the hello of a new stream. On refusal, answers with the
-/// protocol's error message (built by `to_error`) and returns `None`.
-pub(crate) async fn accept<E: serde::Serialize>(
-    state: &NodeState,
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-    protocol: wire::hello::Protocol,
-    to_error: impl FnOnce(WireError) -> E,
-) -> Result<Option<FramedStream>, ServeError> {
-    match transport::stream::accept_call(send, recv, protocol, state.limits.frame_bytes_max).await {
-        Ok(stream) => Ok(Some(stream)),
-        Err(transport::stream::AcceptError { mut stream, error }) => {
-            stream.send(&to_error(error)).await?;
-            finish(&mut stream).await;
-            Ok(None)
-        }
     }
 }

@@ -5,11 +5,38 @@
 
 use quinn::{RecvStream, SendStream};
 use transport::identity::Identity;
-use wire::hello::Protocol;
+use wire::hello::Protocol as Hello;
 use wire::{ErrorCode, WireError};
 
-use super::{NodeState, ServeError, finish};
+use super::ServeError;
+use super::call::{self, Protocol};
 use crate::raft::network::{ProbeAnswer, RaftRequest, RaftResponse};
+use crate::replica::{NodeState, membership, write};
+
+/// The Raft protocol, as the stream prelude serves it: node certificates
+/// only.
+struct RaftProtocol;
+
+impl Protocol for RaftProtocol {
+    const HELLO: Hello = Hello::Raft;
+    type Request = RaftRequest;
+    type Refusal = RaftResponse;
+
+    fn authorize(identity: &Identity, _: &RaftRequest) -> Result<(), WireError> {
+        if matches!(identity, Identity::Node { .. }) {
+            Ok(())
+        } else {
+            Err(WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("{identity} may not speak Raft"),
+            ))
+        }
+    }
+
+    fn refusal(_: Option<&RaftRequest>, error: WireError) -> RaftResponse {
+        RaftResponse::Refused(error)
+    }
+}
 
 pub async fn serve_stream(
     state: &NodeState,
@@ -17,50 +44,38 @@ pub async fn serve_stream(
     send: SendStream,
     recv: RecvStream,
 ) -> Result<(), ServeError> {
-    let Some(mut stream) =
-        super::accept(state, send, recv, Protocol::Raft, RaftResponse::Refused).await?
+    let frame_bytes_max = state.limits.frame_bytes_max;
+    let Some(mut call) =
+        call::accept::<RaftProtocol>(send, recv, identity, frame_bytes_max).await?
     else {
         return Ok(());
     };
     // A peer sends its RPCs one after another on one stream (see
     // `raft::network`); the stream ends when the peer finishes it, or
-    // after an answer that leaves it out of step (a refusal, a bad frame).
-    loop {
-        let response = match stream.recv::<RaftRequest>().await {
-            Ok(Some(_)) if !matches!(identity, Identity::Node { .. }) => {
-                RaftResponse::Refused(WireError::new(
-                    ErrorCode::PermissionDenied,
-                    format!("{identity} may not speak Raft"),
-                ))
-            }
-            Ok(Some(RaftRequest::AppendEntries(rpc))) => {
+    // after a refusal (a bad frame, a certificate that is not a node's).
+    while let Some(request) = call.request().await? {
+        let response = match request {
+            RaftRequest::AppendEntries(rpc) => {
                 RaftResponse::AppendEntries(state.raft.append_entries(rpc).await)
             }
-            Ok(Some(RaftRequest::Vote(rpc))) => RaftResponse::Vote(state.raft.vote(rpc).await),
-            Ok(Some(RaftRequest::InstallSnapshot(rpc))) => {
+            RaftRequest::Vote(rpc) => RaftResponse::Vote(state.raft.vote(rpc).await),
+            RaftRequest::InstallSnapshot(rpc) => {
                 RaftResponse::InstallSnapshot(state.raft.install_snapshot(rpc).await)
             }
-            Ok(Some(RaftRequest::ClientWrite(command))) => {
-                RaftResponse::ClientWrite(super::write::commit_forwarded(state, command).await)
+            RaftRequest::ClientWrite(command) => {
+                RaftResponse::ClientWrite(write::commit_forwarded(state, command).await)
             }
-            Ok(Some(RaftRequest::ChangeMembership { change, wait_ms })) => {
-                RaftResponse::ChangeMembership(
-                    super::membership::change_forwarded(state, change, wait_ms).await,
-                )
-            }
-            Ok(Some(RaftRequest::Probe)) => RaftResponse::Probe(ProbeAnswer {
+            RaftRequest::ChangeMembership { change, wait_ms } => RaftResponse::ChangeMembership(
+                membership::change_forwarded(state, change, wait_ms).await,
+            ),
+            // Asked before a cluster is initialised; a Raft that cannot
+            // say counts as initialised, so init is refused.
+            RaftRequest::Probe => RaftResponse::Probe(ProbeAnswer {
                 node_id: state.node_id,
                 initialized: state.raft.is_initialized().await.unwrap_or(true),
             }),
-            Ok(None) => break,
-            Err(e) => RaftResponse::Refused(e.to_wire()),
         };
-        let last = matches!(response, RaftResponse::Refused(_));
-        stream.send(&response).await?;
-        if last {
-            break;
-        }
+        call.answer(&response).await?;
     }
-    finish(&mut stream).await;
     Ok(())
 }

@@ -25,7 +25,8 @@ use wire::agent::{WatchEvent, WatchRequest};
 use wire::session::{WatchServer, WatchStart, plan_watch};
 use wire::{ErrorCode, Pk, WireError};
 
-use super::{NodeState, ServeError};
+use super::ServeError;
+use crate::replica::NodeState;
 
 /// Most change rows read from one read transaction before the next.
 pub const CHANGE_PAGE_ROWS: usize = 1_000;

@@ -6,10 +6,10 @@
 
 pub mod cluster;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -141,24 +141,27 @@ pub fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
 
 /// Starts `ctrl serve --config PATH` and waits until it says it serves.
 pub fn start_node(config: &Path) -> NodeProcess {
+    spawn_serving(config, Stdio::inherit()).0
+}
+
+/// [`start_node`] with the node's stderr (its log) piped: its lines on a
+/// channel, which ends once the process closes stderr (it exited).
+pub fn start_node_logged(config: &Path) -> (NodeProcess, mpsc::Receiver<String>) {
+    let (node, log) = spawn_serving(config, Stdio::piped());
+    (node, log.expect("stderr piped"))
+}
+
+fn spawn_serving(config: &Path, stderr: Stdio) -> (NodeProcess, Option<mpsc::Receiver<String>>) {
     let mut child = Command::new(ctrl_bin())
         .arg("serve")
         .arg("--config")
         .arg(config)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn ctrl serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let log = child.stderr.take().map(spawn_line_reader);
+    let rx = spawn_line_reader(child.stdout.take().expect("stdout"));
     loop {
         match rx.recv_timeout(START_TIMEOUT) {
             Ok(line) if line.contains("serving on") => break,
@@ -169,13 +172,13 @@ pub fn start_node(config: &Path) -> NodeProcess {
             }
         }
     }
-    NodeProcess { child }
+    (NodeProcess { child }, log)
 }
 
-fn spawn_line_reader(stdout: ChildStdout) -> mpsc::Receiver<String> {
+fn spawn_line_reader(output: impl Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
+        for line in BufReader::new(output).lines() {
             let Ok(line) = line else { break };
             if tx.send(line).is_err() {
                 break;

@@ -1,5 +1,5 @@
-//! Change-log compaction, scheduled by the leader: every
-//! `compaction.interval_ms` the node that leads proposes
+//! Change-log compaction, a leader job: every `compaction.interval_ms`
+//! the node that leads proposes
 //! `Mutation::Compact` steps deleting the change rows older than
 //! `compaction.retention_ms`, at most `compaction.batch_rows_max` (capped at
 //! [`storage::COMPACT_ROWS_MAX`]) per Raft entry, until a step deletes
@@ -8,19 +8,19 @@
 //!
 //! The cut-off time is computed here, before proposing, so every replica
 //! deletes the same rows. [`step`] and [`more_to_do`] are the decisions,
-//! free of I/O; [`run`] is the loop.
+//! free of I/O; [`run`] is the loop, proposing through the application
+//! layer's [`Propose`] seam.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use config::CompactionSettings;
-use openraft::ServerState;
 use storage::{COMPACT_ROWS_MAX, Mutation, Outcome};
 use tracing::{debug, info, warn};
 use wire::model::UnixMs;
 
-use crate::server::NodeState;
-use crate::server::write::propose;
+use crate::app::Propose;
+use crate::clock::Clock;
 
 /// Most steps in one round; the next round goes on where it stopped.
 pub const ROUND_STEPS_MAX: usize = 100;
@@ -45,42 +45,22 @@ pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64) -> bool {
     rows_deleted >= u64::from(rows_max(settings))
 }
 
-/// Runs until `stop`'s sender is dropped or Raft stops: compacts on the
-/// leader every interval. Raft's metrics are read once per interval, not
-/// watched: they change several times per entry, and waking this task for
-/// each would cost a thread wake-up per write on every node.
-pub async fn run(
-    state: Arc<NodeState>,
-    settings: CompactionSettings,
-    mut stop: tokio::sync::watch::Receiver<()>,
-) {
+/// Compacts every interval while this node leads (a [`super::LeaderJob`]:
+/// the supervisor drops this future when the node stops leading). The
+/// first round comes one interval after the node became leader.
+pub async fn run<S: Propose>(state: Arc<S>, clock: Arc<dyn Clock>, settings: CompactionSettings) {
     let interval = Duration::from_millis(settings.interval_ms);
-    let mut next_round = tokio::time::Instant::now() + interval;
     loop {
-        tokio::select! {
-            () = tokio::time::sleep_until(next_round) => {}
-            _ = stop.changed() => return,
-        }
-        next_round = tokio::time::Instant::now() + interval;
-        let leads = {
-            let metrics = state.raft.metrics();
-            let m = metrics.borrow();
-            if m.running_state.is_err() {
-                return;
-            }
-            m.state == ServerState::Leader
-        };
-        if leads {
-            round(&state, &settings).await;
-        }
+        tokio::time::sleep(interval).await;
+        round(state.as_ref(), clock.as_ref(), &settings).await;
     }
 }
 
 /// Compaction steps until the old rows are gone (or the round's bound).
-async fn round(state: &NodeState, settings: &CompactionSettings) {
+async fn round(state: &impl Propose, clock: &dyn Clock, settings: &CompactionSettings) {
     for _ in 0..ROUND_STEPS_MAX {
-        let mutation = step(settings, state.clock.now_ms());
-        match propose(state, vec![mutation]).await.map(|mut o| o.pop()) {
+        let mutation = step(settings, clock.now_ms());
+        match state.propose(vec![mutation]).await.map(|mut o| o.pop()) {
             Ok(Some(Ok(Outcome::Compacted {
                 rows_deleted,
                 floor_pk,
@@ -111,6 +91,9 @@ async fn round(state: &NodeState, settings: &CompactionSettings) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::ReadState;
+    use crate::app::deployments;
+    use crate::app::testing::{MemoryNode, NOW_MS, create_request};
 
     fn settings(retention_ms: u64, batch_rows_max: usize) -> CompactionSettings {
         CompactionSettings {
@@ -143,6 +126,44 @@ mod tests {
     fn a_step_never_asks_more_than_storage_allows() {
         assert_eq!(rows_max(&settings(1, 1_000_000)), COMPACT_ROWS_MAX);
         assert_eq!(rows_max(&settings(1, 0)), 1);
+    }
+
+    /// A clock `ms` after the test node's writes.
+    struct Later(u64);
+
+    impl Clock for Later {
+        fn now_ms(&self) -> u64 {
+            NOW_MS + self.0
+        }
+        fn random_u64(&self) -> u64 {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_steps_until_the_old_rows_are_gone() {
+        let node = MemoryNode::new();
+        for _ in 0..5 {
+            deployments::create(&node, node.clock(), create_request(&["us-east"]))
+                .await
+                .unwrap();
+        }
+        let writes = node.proposals();
+        // Rows are 10 ms old; those older than 5 ms go, two per step.
+        round(&node, &Later(10), &settings(5, 2)).await;
+        assert_eq!(node.proposals() - writes, 3, "steps of 2, 2 and 1 rows");
+        let view = node.read().unwrap();
+        assert_eq!((view.floor_pk(), view.last_pk()), (5, 5));
+        assert!(view.changes_after("us-east", 0, 10).unwrap().is_empty());
+        drop(view);
+        // Rows younger than the retention stay.
+        deployments::create(&node, node.clock(), create_request(&["us-east"]))
+            .await
+            .unwrap();
+        let writes = node.proposals();
+        round(&node, &Later(3), &settings(5, 2)).await;
+        assert_eq!(node.proposals() - writes, 1, "one step, nothing deleted");
+        assert_eq!(node.read().unwrap().floor_pk(), 5);
     }
 
     #[test]

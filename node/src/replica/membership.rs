@@ -16,6 +16,7 @@ use wire::{ErrorCode, WireError};
 
 use super::NodeState;
 use super::leader::{Turn, until_answered};
+use crate::app::check_wait;
 use crate::raft::NodeId;
 use crate::raft::network::MembershipChange;
 
@@ -312,17 +313,6 @@ fn describe(m: &Membership) -> String {
     } else {
         parts.join(", ")
     }
-}
-
-/// Refuses a `wait_ms` outside `1..=max_ms`.
-pub(crate) fn check_wait(wait_ms: u64, max_ms: u64) -> Result<(), WireError> {
-    if wait_ms == 0 || wait_ms > max_ms {
-        return Err(WireError::new(
-            ErrorCode::BadRequest,
-            format!("wait_ms must be between 1 and {max_ms} (got {wait_ms})"),
-        ));
-    }
-    Ok(())
 }
 
 fn parse_addr(addr: &str) -> Result<SocketAddr, WireError> {

@@ -8,7 +8,7 @@ use wire::operator::StateHash;
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
-use super::membership::check_wait;
+use crate::app::{check_wait, internal};
 use crate::raft::state_machine::applied_index;
 
 /// This node's state hash, once it has applied `min_applied_index`.
@@ -37,7 +37,7 @@ pub async fn state_hash(
         }
     }
     // One read transaction: the hash and the index it was taken at agree.
-    let view = state.store.read().map_err(super::operator::internal)?;
+    let view = state.store.read().map_err(internal)?;
     let applied_index = applied_index(view.raft_meta())
         .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?
         .unwrap_or(0);
@@ -45,6 +45,6 @@ pub async fn state_hash(
         node_id: state.node_id,
         applied_index,
         last_change_pk: view.last_pk(),
-        hash: view.state_hash().map_err(super::operator::internal)?,
+        hash: view.state_hash().map_err(internal)?,
     })
 }

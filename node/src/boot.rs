@@ -1,24 +1,31 @@
-//! Starting a node: open the Raft log and the state machine under the data
-//! directory, start openraft, initialise a single-node cluster on first
-//! start, and serve QUIC.
+//! The composition root: starting a node wires everything together — open
+//! the Raft log and the state machine under the data directory, start
+//! openraft on its own thread ([`crate::runtime`]), initialise a
+//! single-node cluster on first start, serve QUIC ([`crate::server`]) and
+//! supervise the leader jobs ([`crate::jobs`]). Nothing else in the crate
+//! imports this module; [`RunningNode`] is what the binary and the tests
+//! hold.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use config::NodeConfig;
 use openraft::BasicNode;
 use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
-use crate::raft::Raft;
+use crate::jobs;
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
-use crate::server::{self, Limits, NodeState};
+use crate::raft::{NodeId, Raft};
+use crate::replica::{FatalError, Limits, NodeState, write};
+use crate::runtime::RaftRuntime;
+use crate::server;
 use transport::closing::Closed;
 
 /// File names under the data directory.
@@ -31,7 +38,7 @@ pub struct RunningNode {
     pub state: Arc<NodeState>,
     pub endpoint: quinn::Endpoint,
     pub local_addr: SocketAddr,
-    /// Dropped to stop the node's background tasks (compaction).
+    /// Dropped to stop the node's background tasks (the leader jobs).
     stop_background: tokio::sync::watch::Sender<()>,
     /// Resolve once the Raft log's and the state machine's databases and
     /// the UDP socket are closed.
@@ -39,6 +46,14 @@ pub struct RunningNode {
 }
 
 impl RunningNode {
+    /// Resolves once Raft has stopped on a fatal error (see
+    /// [`NodeState::fatal`]): the node no longer applies anything, so its
+    /// owner must stop it (`ctrl serve` exits non-zero). Never resolves for
+    /// a node that is shut down.
+    pub fn fatal(&self) -> impl Future<Output = FatalError> + Send + 'static {
+        self.state.fatal()
+    }
+
     /// Stops serving, shuts Raft down, and returns once the node's
     /// databases and UDP socket are closed, so the node can start again at
     /// once in the same process. Returns whether they were closed within
@@ -80,6 +95,82 @@ impl RunningNode {
     }
 }
 
+/// Why a node did not start; each names the file, address or setting at
+/// fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create the data directory {} (data_dir): {source}", path.display())]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the Raft log {}: {source}", path.display())]
+    RaftLog {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("cannot open the state file {}: {source}", path.display())]
+    StateFile {
+        path: PathBuf,
+        #[source]
+        source: storage::StorageError,
+    },
+    #[error(
+        "cannot open the state machine over {} with snapshots in {}: {source}",
+        path.display(),
+        snapshot_dir.display()
+    )]
+    StateMachine {
+        path: PathBuf,
+        snapshot_dir: PathBuf,
+        #[source]
+        source: openraft::StorageError<NodeId>,
+    },
+    #[error(
+        "cannot load the node's TLS files (tls.ca_cert {}, tls.cert {}, tls.key {}): {source}",
+        paths.ca_cert.display(),
+        paths.cert.display(),
+        paths.key.display()
+    )]
+    Tls {
+        paths: transport::tls::TlsPaths,
+        #[source]
+        source: transport::TransportError,
+    },
+    #[error("cannot listen on {addr} (listen_addr): {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: transport::TransportError,
+    },
+    #[error("cannot read the address the endpoint for {addr} is bound to: {source}")]
+    LocalAddr {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid [raft] settings: {0}")]
+    RaftSettings(#[source] openraft::ConfigError),
+    #[error("cannot start the Raft thread of node {node_id}: {source}")]
+    RaftThread {
+        node_id: NodeId,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the Raft thread of node {node_id} stopped while Raft was starting")]
+    RaftThreadStopped { node_id: NodeId },
+    #[error("cannot start Raft on node {node_id}: {source}")]
+    Raft {
+        node_id: NodeId,
+        #[source]
+        source: openraft::error::Fatal<NodeId>,
+    },
+    #[error("cannot initialise the single-node cluster of node {node_id} (no peers): {reason}")]
+    Initialize { node_id: NodeId, reason: String },
+}
+
 /// Bound on waiting for connections to close when a node shuts down.
 pub const SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 1_000;
 /// Bound on waiting for the node's databases and socket to close when it
@@ -87,27 +178,43 @@ pub const SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 1_000;
 pub const SHUTDOWN_RELEASE_TIMEOUT_MS: u64 = 5_000;
 
 /// Opens the node's stores and starts Raft and the QUIC server.
-pub async fn start(config: &NodeConfig) -> Result<RunningNode> {
+pub async fn start(config: &NodeConfig) -> Result<RunningNode, StartError> {
     start_with_clock(config, Arc::new(SystemClock)).await
 }
 
-pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Result<RunningNode> {
+/// [`start`], with the time and randomness of `clock`.
+pub async fn start_with_clock(
+    config: &NodeConfig,
+    clock: Arc<dyn Clock>,
+) -> Result<RunningNode, StartError> {
     transport::tls::install_crypto_provider();
     let data_dir: PathBuf = config.data_dir.clone();
-    std::fs::create_dir_all(&data_dir)
-        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
 
     let log_path = data_dir.join(RAFT_LOG_FILE);
-    let log_store = LogStore::open(&log_path)
-        .with_context(|| format!("cannot open the Raft log {}", log_path.display()))?;
+    let log_store = LogStore::open(&log_path).map_err(|e| StartError::RaftLog {
+        path: log_path.clone(),
+        source: e.into(),
+    })?;
     let state_path = data_dir.join(STATE_FILE);
     let store = Arc::new(transport::closing::Tracked::new(
-        storage::Store::open(&state_path)
-            .with_context(|| format!("cannot open the state machine {}", state_path.display()))?,
+        storage::Store::open(&state_path).map_err(|source| StartError::StateFile {
+            path: state_path.clone(),
+            source,
+        })?,
     ));
     let (log_closed, store_closed) = (log_store.closed(), store.closed());
-    let state_machine = StateMachine::new(store.clone(), &data_dir.join(SNAPSHOT_DIR))
-        .context("cannot open the state machine")?;
+    let snapshot_dir = data_dir.join(SNAPSHOT_DIR);
+    let state_machine = StateMachine::new(store.clone(), &snapshot_dir).map_err(|source| {
+        StartError::StateMachine {
+            path: state_path.clone(),
+            snapshot_dir: snapshot_dir.clone(),
+            source,
+        }
+    })?;
     let applied_pk = state_machine.applied_pk();
 
     let tls_paths = transport::tls::TlsPaths {
@@ -115,19 +222,31 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         cert: config.tls.cert.clone(),
         key: config.tls.key.clone(),
     };
+    let tls_error = |source| StartError::Tls {
+        paths: tls_paths.clone(),
+        source,
+    };
     let server_config = transport::tls::server_config(
         &tls_paths,
         &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
     )
-    .context("cannot load the node's TLS files")?;
+    .map_err(tls_error)?;
     let (endpoint, socket_closed) =
-        transport::endpoint::server_endpoint(config.listen_addr, server_config)
-            .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
-    let local_addr = endpoint.local_addr().context("endpoint address")?;
+        transport::endpoint::server_endpoint(config.listen_addr, server_config).map_err(
+            |source| StartError::Listen {
+                addr: config.listen_addr,
+                source,
+            },
+        )?;
+    let local_addr = endpoint
+        .local_addr()
+        .map_err(|source| StartError::LocalAddr {
+            addr: config.listen_addr,
+            source,
+        })?;
     let network = Network::new(
         endpoint.clone(),
-        transport::tls::client_config(&tls_paths, network::ALPN)
-            .context("cannot load the node's TLS files")?,
+        transport::tls::client_config(&tls_paths, network::ALPN).map_err(tls_error)?,
         config::tls::DEFAULT_SERVER_NAME.to_string(),
         config.limits.frame_bytes_max,
     );
@@ -146,11 +265,11 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         ..Default::default()
     }
     .validate()
-    .context("invalid Raft settings")?;
+    .map_err(StartError::RaftSettings)?;
+    let node_id = config.node_id;
     let raft_runtime =
-        RaftRuntime::start(config.node_id).context("cannot start the Raft thread")?;
+        RaftRuntime::start(node_id).map_err(|source| StartError::RaftThread { node_id, source })?;
     let raft = {
-        let node_id = config.node_id;
         let network = network.clone();
         raft_runtime
             .handle()
@@ -165,8 +284,8 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
                 .await
             })
             .await
-            .context("the Raft thread stopped")?
-            .context("cannot start Raft")?
+            .map_err(|_| StartError::RaftThreadStopped { node_id })?
+            .map_err(|source| StartError::Raft { node_id, source })?
     };
 
     let advertise = config.advertise_addr.unwrap_or(local_addr);
@@ -184,10 +303,12 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
             },
         );
     }
-    if config.peers.is_empty() && !raft.is_initialized().await.context("raft state")? {
+    let initialize_error = |reason: String| StartError::Initialize { node_id, reason };
+    let initialized = raft.is_initialized().await;
+    if config.peers.is_empty() && !initialized.map_err(|e| initialize_error(e.to_string()))? {
         raft.initialize(configured_members.clone())
             .await
-            .context("cannot initialise the single-node cluster")?;
+            .map_err(|e| initialize_error(e.to_string()))?;
         info!(
             node_id = config.node_id,
             "initialised a single-node cluster"
@@ -203,10 +324,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         watch_streams_max: config.limits.watch_streams_max,
         slow_consumer_timeout_ms: config.limits.slow_consumer_timeout_ms,
     };
-    let batcher = server::write::batch::Batcher::start(
+    let batcher = write::batch::Batcher::start(
         raft.clone(),
         clock.clone(),
-        server::write::batch::batch_bytes_max(config.limits.frame_bytes_max),
+        write::batch::batch_bytes_max(config.limits.frame_bytes_max),
     );
     let state = Arc::new(NodeState {
         node_id: config.node_id,
@@ -223,9 +344,10 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
     });
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
     let (stop_background, background_stopped) = tokio::sync::watch::channel(());
-    tokio::spawn(crate::compaction::run(
+    let leader_jobs = jobs::leader_jobs(&state, config);
+    tokio::spawn(jobs::supervise_raft(
         state.clone(),
-        config.compaction.clone(),
+        leader_jobs,
         background_stopped,
     ));
     info!(node_id = config.node_id, addr = %local_addr, "serving");
@@ -236,47 +358,4 @@ pub async fn start_with_clock(config: &NodeConfig, clock: Arc<dyn Clock>) -> Res
         stop_background,
         released: [log_closed, store_closed, socket_closed],
     })
-}
-
-/// The runtime openraft runs on: one thread of its own, so replication,
-/// commit and apply never queue behind client streams on the shared
-/// workers.
-pub struct RaftRuntime {
-    handle: tokio::runtime::Handle,
-    /// Ends the thread's `block_on` (and so drops its runtime and tasks).
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl RaftRuntime {
-    /// A current-thread runtime driven by a thread of its own: no work
-    /// stealing, so no worker is woken for nothing when a task is queued.
-    fn start(node_id: u64) -> std::io::Result<RaftRuntime> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        std::thread::Builder::new()
-            .name(format!("raft-{node_id}"))
-            .spawn(move || {
-                let _ = runtime.block_on(stopped);
-                runtime.shutdown_background();
-            })?;
-        Ok(RaftRuntime {
-            handle,
-            stop: Some(stop),
-        })
-    }
-
-    pub fn handle(&self) -> &tokio::runtime::Handle {
-        &self.handle
-    }
-}
-
-impl Drop for RaftRuntime {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
 }

@@ -1,0 +1,319 @@
+//! Deployments: create one (the request over the defaults, an id minted
+//! from the clock), read its view (the deployment and its reported
+//! instances), list them in pages, stop or start one, and wait for its
+//! view to change (`WaitDeployment`, a long poll woken by applies).
+
+use std::time::Duration;
+
+use storage::{Mutation, Outcome};
+use tokio::time::Instant;
+use wire::model::{Deployment, DeploymentStatus, DesiredState};
+use wire::operator::{CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX};
+use wire::{ErrorCode, WireError};
+
+use super::{Propose, ReadState, check_wait, internal, propose_one, unexpected};
+use crate::clock::{Clock, deployment_id};
+
+/// Kubernetes namespace deployments are created in.
+pub const DEPLOYMENT_NAMESPACE: &str = "krane";
+
+/// Creates a deployment, running and deploying, stamped with the clock's
+/// time; returns its id.
+pub async fn create(
+    state: &impl Propose,
+    clock: &dyn Clock,
+    create: CreateDeployment,
+) -> Result<String, WireError> {
+    create.validate()?;
+    let now_ms = clock.now_ms();
+    let deployment = Deployment {
+        id: deployment_id(clock),
+        workspace_id: create.workspace_id,
+        project_id: create.project_id,
+        environment_id: create.environment_id,
+        image: create.image,
+        cpu_millicores: create.cpu_millicores,
+        memory_mib: create.memory_mib,
+        replicas: create.replicas,
+        regions: create.regions,
+        env_vars: create.env_vars,
+        desired_state: DesiredState::Running,
+        status: DeploymentStatus::Deploying,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    };
+    let mutation = Mutation::CreateDeployment {
+        deployment,
+        k8s_namespace: DEPLOYMENT_NAMESPACE.to_string(),
+    };
+    match propose_one(state, mutation).await? {
+        Outcome::DeploymentCreated { deployment_id } => Ok(deployment_id),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// The deployment and its reported instances, from one read.
+pub fn view(state: &impl ReadState, id: &str) -> Result<DeploymentView, WireError> {
+    let view = state.read().map_err(internal)?;
+    let deployment = view
+        .deployment(id)
+        .map_err(internal)?
+        .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("no deployment {id:?}")))?;
+    let instances = view.instances(id).map_err(internal)?;
+    Ok(DeploymentView {
+        deployment,
+        instances,
+    })
+}
+
+/// Answers the deployment's view once its digest differs from `seen`, or
+/// when `wait_ms` has passed. Woken by applies, never by a timer; each
+/// apply costs one read of the deployment.
+pub async fn wait(
+    state: &impl ReadState,
+    id: &str,
+    seen: u64,
+    wait_ms: u64,
+) -> Result<DeploymentView, WireError> {
+    check_wait(wait_ms, DEPLOYMENT_WAIT_MS_MAX)?;
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        // Taken before the read: an apply after it moves the mark past
+        // this, so no change is missed between the read and the wait.
+        let mark = state.applied_mark();
+        let view = view(state, id)?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if view.digest() != seen || remaining.is_zero() {
+            return Ok(view);
+        }
+        if !state.applied_past(mark, remaining).await {
+            // The wait is over (or the node is stopping): answer as it is.
+            return Ok(view);
+        }
+    }
+}
+
+/// One page of deployments in id order, after `after`, and where the next
+/// page starts (`None` after a short page).
+pub fn list(
+    state: &impl ReadState,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<(Vec<Deployment>, Option<String>), WireError> {
+    if limit == 0 || limit > LIST_PAGE_MAX {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("limit must be between 1 and {LIST_PAGE_MAX}"),
+        ));
+    }
+    let view = state.read().map_err(internal)?;
+    let items = view
+        .list_deployments(after, limit as usize)
+        .map_err(internal)?;
+    let next_after = if items.len() == limit as usize {
+        items.last().map(|d| d.id.clone())
+    } else {
+        None
+    };
+    Ok((items, next_after))
+}
+
+/// Stops or starts a deployment; returns it as it now is.
+pub async fn set_desired_state(
+    state: &impl Propose,
+    deployment_id: String,
+    desired_state: DesiredState,
+) -> Result<Deployment, WireError> {
+    let mutation = Mutation::SetDesiredState {
+        deployment_id,
+        desired_state,
+    };
+    match propose_one(state, mutation).await? {
+        Outcome::Deployment(deployment) => Ok(deployment),
+        other => Err(unexpected(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::model::{Instance, InstanceStatus};
+
+    use super::*;
+    use crate::app::testing::{MemoryNode, create_request};
+
+    async fn created(node: &MemoryNode, regions: &[&str]) -> String {
+        create(node, node.clock(), create_request(regions))
+            .await
+            .unwrap()
+    }
+
+    fn running(id: &str, region: &str, pod: &str) -> Mutation {
+        Mutation::ReportInstances {
+            deployment_id: id.to_string(),
+            region: region.to_string(),
+            instances: vec![Instance {
+                deployment_id: id.to_string(),
+                region: region.to_string(),
+                pod_name: pod.to_string(),
+                address: "10.0.0.1".into(),
+                cpu_millicores: 100,
+                memory_mib: 128,
+                status: InstanceStatus::Running,
+                reason: None,
+                updated_at_ms: 5,
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_create_fills_in_the_defaults_and_the_clock() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east", "eu-west"]).await;
+        assert!(id.starts_with("dep_"), "{id}");
+        let view = view(&node, &id).unwrap();
+        let d = view.deployment;
+        assert_eq!(d.id, id);
+        assert_eq!(d.desired_state, DesiredState::Running);
+        assert_eq!(d.status, DeploymentStatus::Deploying);
+        assert_eq!(
+            (d.created_at_ms, d.updated_at_ms),
+            (node.now_ms(), node.now_ms())
+        );
+        assert!(view.instances.is_empty());
+        let read = node.read().unwrap();
+        let topology = read.topology(&id, "us-east").unwrap().expect("topology");
+        assert_eq!(topology.k8s_namespace, DEPLOYMENT_NAMESPACE);
+    }
+
+    #[tokio::test]
+    async fn a_bad_create_is_refused_before_proposing() {
+        let node = MemoryNode::new();
+        let mut request = create_request(&["us-east"]);
+        request.replicas = 0;
+        let e = create(&node, node.clock(), request).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert_eq!(node.proposals(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_deployment_is_not_found() {
+        let node = MemoryNode::new();
+        assert_eq!(view(&node, "dep_x").unwrap_err().code, ErrorCode::NotFound);
+        let e = set_desired_state(&node, "dep_x".into(), DesiredState::Stopped)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+    }
+
+    #[tokio::test]
+    async fn stop_and_start_answer_the_deployment_as_it_now_is() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east"]).await;
+        let stopped = set_desired_state(&node, id.clone(), DesiredState::Stopped)
+            .await
+            .unwrap();
+        assert_eq!(stopped.desired_state, DesiredState::Stopped);
+        assert_eq!(stopped.status, DeploymentStatus::Stopped);
+        let started = set_desired_state(&node, id, DesiredState::Running)
+            .await
+            .unwrap();
+        assert_eq!(started.status, DeploymentStatus::Deploying);
+    }
+
+    #[tokio::test]
+    async fn a_list_pages_by_id_and_says_where_the_next_page_starts() {
+        let node = MemoryNode::new();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(created(&node, &["us-east"]).await);
+        }
+        ids.sort();
+        let (page, next) = list(&node, None, 2).unwrap();
+        let got: Vec<_> = page.iter().map(|d| d.id.clone()).collect();
+        assert_eq!(got, ids[..2]);
+        assert_eq!(next.as_deref(), Some(ids[1].as_str()));
+        let (page, next) = list(&node, next.as_deref(), 2).unwrap();
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].id, ids[2]);
+        assert_eq!(next, None, "a short page is the last");
+        for bad in [0, LIST_PAGE_MAX + 1] {
+            assert_eq!(
+                list(&node, None, bad).unwrap_err().code,
+                ErrorCode::BadRequest
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_answers_at_once_when_the_caller_is_out_of_date() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east"]).await;
+        let start = Instant::now();
+        let current = view(&node, &id).unwrap();
+        let answer = wait(&node, &id, current.digest() ^ 1, 10_000)
+            .await
+            .unwrap();
+        assert_eq!(answer, current);
+        assert_eq!(Instant::now(), start, "no time passed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_answers_after_a_change_of_the_deployment() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east"]).await;
+        let other = created(&node, &["us-east"]).await;
+        let seen = view(&node, &id).unwrap().digest();
+        let start = Instant::now();
+        let mut waiting = Box::pin(wait(&node, &id, seen, 10_000));
+        assert!(still_waiting(&mut waiting).await, "nothing changed yet");
+        // An apply that leaves this deployment as it was wakes the wait,
+        // which reads again and goes on waiting.
+        node.propose(vec![running(&other, "us-east", "other-0")])
+            .await
+            .unwrap();
+        assert!(
+            still_waiting(&mut waiting).await,
+            "another deployment changed"
+        );
+        node.propose(vec![running(&id, "us-east", "web-0")])
+            .await
+            .unwrap();
+        let answer = waiting.await.unwrap();
+        assert_ne!(answer.digest(), seen);
+        assert_eq!(answer.instances.len(), 1);
+        assert_eq!(answer.instances[0].pod_name, "web-0");
+        assert_eq!(
+            Instant::now(),
+            start,
+            "answered at the change, not at the end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_without_a_change_answers_at_its_end() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east"]).await;
+        let current = view(&node, &id).unwrap();
+        let start = Instant::now();
+        let answer = wait(&node, &id, current.digest(), 1_500).await.unwrap();
+        assert_eq!(answer, current);
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_500));
+    }
+
+    #[tokio::test]
+    async fn a_wait_is_refused_outside_its_bounds_or_for_an_unknown_deployment() {
+        let node = MemoryNode::new();
+        let id = created(&node, &["us-east"]).await;
+        for bad in [0, DEPLOYMENT_WAIT_MS_MAX + 1] {
+            let e = wait(&node, &id, 0, bad).await.unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest);
+        }
+        let e = wait(&node, "dep_x", 0, 10).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+    }
+
+    /// Polls `waiting` once more: whether it is still pending.
+    async fn still_waiting<F: Future + Unpin>(waiting: &mut F) -> bool {
+        tokio::time::timeout(Duration::ZERO, waiting).await.is_err()
+    }
+}

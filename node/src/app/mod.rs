@@ -1,0 +1,122 @@
+//! The application layer: the operator's and agents' rules as plain
+//! functions over two narrow seams, with no sockets and no Raft.
+//!
+//! - [`Propose`]: propose a batch of [`storage::Mutation`]s as one command
+//!   and get each one's outcome (on a node: through Raft, forwarded to the
+//!   leader when needed).
+//! - [`ReadState`]: a consistent read of the applied state (one redb read
+//!   transaction, [`storage::ReadView`]), and a wait for the next apply
+//!   (long polls).
+//!
+//! `replica::NodeState` implements both; the unit tests implement them over
+//! an in-memory [`storage::Store`] that applies proposals at once
+//! ([`testing`]), with a fixed clock.
+//!
+//! - [`deployments`]: create (defaults, a minted id), read, list, stop and
+//!   start, and the long-poll wait of `WaitDeployment`.
+//! - [`sentinels`]: apply (find-or-create per environment and region, the
+//!   request merged over what exists), stop, read.
+//! - [`policies`]: apply (found by region, environment, namespace and
+//!   name), delete.
+//! - [`agent`]: the agent protocol's unary calls: desired-state lookups and
+//!   status reports.
+
+pub mod agent;
+pub mod deployments;
+pub mod policies;
+pub mod sentinels;
+#[cfg(test)]
+pub(crate) mod testing;
+
+use std::future::Future;
+use std::time::Duration;
+
+use storage::{Mutation, MutationResult, Outcome, ReadView, StorageError};
+use wire::{ErrorCode, WireError};
+
+/// Proposing mutations: the write seam.
+pub trait Propose: Sync {
+    /// Proposes `mutations` as one command and returns the outcome of each,
+    /// in order. `Err` when the command was not committed (no leader, no
+    /// quorum in time); a rejected mutation is an `Err` outcome instead.
+    fn propose(
+        &self,
+        mutations: Vec<Mutation>,
+    ) -> impl Future<Output = Result<Vec<MutationResult>, WireError>> + Send;
+}
+
+/// Reading the applied state: the read seam.
+pub trait ReadState: Sync {
+    /// One read transaction: every call on the view sees the same cut.
+    fn read(&self) -> Result<ReadView, StorageError>;
+
+    /// How far apply has got (the applied log index): it moves with every
+    /// apply, including those that write no change row.
+    fn applied_mark(&self) -> Option<u64>;
+
+    /// Waits until apply has moved past `mark`, at most `wait`. `false`
+    /// when it did not (the time ran out, or the node is stopping).
+    fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send;
+}
+
+/// A storage failure, as told to a caller.
+pub fn internal(e: StorageError) -> WireError {
+    WireError::new(ErrorCode::Internal, e.to_string())
+}
+
+/// Refuses a `wait_ms` outside `1..=max_ms`.
+pub fn check_wait(wait_ms: u64, max_ms: u64) -> Result<(), WireError> {
+    if wait_ms == 0 || wait_ms > max_ms {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("wait_ms must be between 1 and {max_ms} (got {wait_ms})"),
+        ));
+    }
+    Ok(())
+}
+
+fn not_found(what: &str, id: &str) -> WireError {
+    WireError::new(ErrorCode::NotFound, format!("no {what} {id:?}"))
+}
+
+/// Proposes one mutation and returns its outcome.
+async fn propose_one(state: &impl Propose, mutation: Mutation) -> Result<Outcome, WireError> {
+    let outcomes = state.propose(vec![mutation]).await?;
+    outcomes.into_iter().next().unwrap_or_else(|| {
+        Err(WireError::new(
+            ErrorCode::Internal,
+            "command had no outcome",
+        ))
+    })
+}
+
+/// Proposes one mutation whose outcome is [`Outcome::Recorded`].
+async fn recorded(state: &impl Propose, mutation: Mutation) -> Result<(), WireError> {
+    match propose_one(state, mutation).await? {
+        Outcome::Recorded => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn unexpected(outcome: Outcome) -> WireError {
+    WireError::new(
+        ErrorCode::Internal,
+        format!("unexpected outcome {outcome:?}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_must_be_between_one_and_the_limit() {
+        assert!(check_wait(1, 10).is_ok());
+        assert!(check_wait(10, 10).is_ok());
+        for bad in [0, 11] {
+            let e = check_wait(bad, 10).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest);
+            assert!(e.message.contains("between 1 and 10"), "{}", e.message);
+        }
+    }
+}

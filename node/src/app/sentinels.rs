@@ -1,0 +1,280 @@
+//! Sentinels: one per environment and region. An apply finds the
+//! environment's sentinel among the region's (on this node's applied
+//! state) and merges the request over it, or creates one over the
+//! defaults with an id minted from the clock. Two concurrent first applies
+//! for the same environment and region can create two sentinels.
+
+use storage::Mutation;
+use wire::WireError;
+use wire::model::{DesiredState, Sentinel};
+use wire::operator::{ApplySentinel, SentinelView};
+
+use super::{Propose, ReadState, internal, not_found, recorded};
+use crate::clock::{Clock, prefixed_id};
+
+/// Size of a new sentinel when the request leaves it open.
+pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
+pub const SENTINEL_CPU_MILLICORES_DEFAULT: u32 = 500;
+pub const SENTINEL_MEMORY_MIB_DEFAULT: u32 = 512;
+/// Most sentinels or policies of one region read to find the one an
+/// apply updates (one sentinel per environment and region).
+pub const REGION_SCAN_MAX: usize = 100_000;
+
+/// Creates the sentinel of (environment, region) or updates the one it
+/// has; returns its id. The lookup reads this node's applied state; the id
+/// of a new one is minted here, before proposing.
+pub async fn apply<S: Propose + ReadState>(
+    state: &S,
+    clock: &dyn Clock,
+    apply: ApplySentinel,
+) -> Result<String, WireError> {
+    apply.validate()?;
+    let existing = {
+        let view = state.read().map_err(internal)?;
+        view.region_sentinels(&apply.region, REGION_SCAN_MAX)
+            .map_err(internal)?
+            .into_iter()
+            .find(|s| s.environment_id == apply.environment_id)
+    };
+    let sentinel = merge(existing, apply, clock);
+    let sentinel_id = sentinel.id.clone();
+    recorded(state, Mutation::UpsertSentinel(sentinel)).await?;
+    Ok(sentinel_id)
+}
+
+/// The sentinel an apply asks for: the request's fields over `existing`
+/// (or over the defaults, with a fresh id), running. Version and
+/// timestamps are left to apply.
+pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel, clock: &dyn Clock) -> Sentinel {
+    let base = existing.unwrap_or_else(|| {
+        let id = prefixed_id("snt_", clock);
+        Sentinel {
+            k8s_name: wire::k8s_name::sentinel(&id),
+            k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
+            id,
+            workspace_id: String::new(),
+            project_id: String::new(),
+            app_id: String::new(),
+            environment_id: String::new(),
+            region: String::new(),
+            image: String::new(),
+            cpu_millicores: SENTINEL_CPU_MILLICORES_DEFAULT,
+            memory_mib: SENTINEL_MEMORY_MIB_DEFAULT,
+            replicas: SENTINEL_REPLICAS_DEFAULT,
+            desired_state: DesiredState::Running,
+            version: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        }
+    });
+    Sentinel {
+        workspace_id: apply.workspace_id,
+        project_id: apply.project_id,
+        app_id: apply.app_id,
+        environment_id: apply.environment_id,
+        region: apply.region,
+        image: apply.image,
+        replicas: apply.replicas.unwrap_or(base.replicas),
+        cpu_millicores: apply.cpu_millicores.unwrap_or(base.cpu_millicores),
+        memory_mib: apply.memory_mib.unwrap_or(base.memory_mib),
+        desired_state: DesiredState::Running,
+        ..base
+    }
+}
+
+/// Stops the sentinel `id` (its objects are deleted); stopping a stopped
+/// one proposes nothing.
+pub async fn stop<S: Propose + ReadState>(state: &S, id: &str) -> Result<(), WireError> {
+    let mut sentinel = find(state, id)?;
+    if sentinel.desired_state != DesiredState::Stopped {
+        sentinel.desired_state = DesiredState::Stopped;
+        recorded(state, Mutation::UpsertSentinel(sentinel)).await?;
+    }
+    Ok(())
+}
+
+/// The sentinel `id` and its last reported status, from one read.
+pub fn get(state: &impl ReadState, id: &str) -> Result<SentinelView, WireError> {
+    let view = state.read().map_err(internal)?;
+    let sentinel = view
+        .find_sentinel(id)
+        .map_err(internal)?
+        .ok_or_else(|| not_found("sentinel", id))?;
+    let status = view
+        .sentinel_status(id, &sentinel.region)
+        .map_err(internal)?;
+    Ok(SentinelView { sentinel, status })
+}
+
+fn find(state: &impl ReadState, id: &str) -> Result<Sentinel, WireError> {
+    let view = state.read().map_err(internal)?;
+    view.find_sentinel(id)
+        .map_err(internal)?
+        .ok_or_else(|| not_found("sentinel", id))
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::ErrorCode;
+    use wire::model::{Health, SentinelStatus};
+
+    use super::*;
+    use crate::app::testing::{FixedClock, MemoryNode};
+
+    fn request(environment_id: &str, region: &str, replicas: Option<u32>) -> ApplySentinel {
+        ApplySentinel {
+            workspace_id: "ws_1".into(),
+            project_id: "proj_1".into(),
+            app_id: "app_1".into(),
+            environment_id: environment_id.into(),
+            region: region.into(),
+            image: "sentinel:2".into(),
+            replicas,
+            cpu_millicores: None,
+            memory_mib: Some(1024),
+        }
+    }
+
+    fn sentinel(node: &MemoryNode, id: &str) -> Sentinel {
+        get(node, id).unwrap().sentinel
+    }
+
+    #[test]
+    fn a_new_sentinel_gets_an_id_a_name_and_defaults() {
+        let s = merge(None, request("env_1", "us-east", None), &FixedClock);
+        assert_eq!(s.id, "snt_00000000070000000000000000");
+        assert_eq!(s.k8s_name, "snt-00000000070000000000000000");
+        assert_eq!(s.k8s_namespace, "sentinel");
+        assert_eq!(s.workspace_id, "ws_1");
+        assert_eq!(s.project_id, "proj_1");
+        assert_eq!(s.app_id, "app_1");
+        assert_eq!(s.environment_id, "env_1");
+        assert_eq!(s.region, "us-east");
+        assert_eq!(s.image, "sentinel:2");
+        assert_eq!(s.replicas, SENTINEL_REPLICAS_DEFAULT);
+        assert_eq!(s.cpu_millicores, SENTINEL_CPU_MILLICORES_DEFAULT);
+        assert_eq!(s.memory_mib, 1024);
+        assert_eq!(s.desired_state, DesiredState::Running);
+    }
+
+    #[test]
+    fn an_apply_keeps_the_id_and_the_fields_it_leaves_open() {
+        let mut existing = merge(None, request("env_1", "us-east", Some(3)), &FixedClock);
+        existing.id = "snt_old".into();
+        existing.k8s_name = "snt-old".into();
+        existing.cpu_millicores = 300;
+        existing.desired_state = DesiredState::Stopped;
+        existing.version = 9;
+        existing.created_at_ms = 5;
+        let s = merge(
+            Some(existing),
+            request("env_1", "us-east", None),
+            &FixedClock,
+        );
+        assert_eq!(s.id, "snt_old");
+        assert_eq!(s.k8s_name, "snt-old");
+        assert_eq!(s.replicas, 3);
+        assert_eq!(s.cpu_millicores, 300);
+        assert_eq!(s.memory_mib, 1024);
+        assert_eq!(s.desired_state, DesiredState::Running, "apply restarts");
+        assert_eq!((s.version, s.created_at_ms), (9, 5));
+    }
+
+    #[tokio::test]
+    async fn the_first_apply_creates_and_the_next_finds_and_updates() {
+        let node = MemoryNode::new();
+        let id = apply(&node, node.clock(), request("env_1", "us-east", Some(3)))
+            .await
+            .unwrap();
+        let first = sentinel(&node, &id);
+        assert_eq!(first.replicas, 3);
+        assert_eq!(first.created_at_ms, node.now_ms());
+
+        let mut again = request("env_1", "us-east", None);
+        again.image = "sentinel:3".into();
+        let same = apply(&node, node.clock(), again).await.unwrap();
+        assert_eq!(same, id, "found, not created");
+        let updated = sentinel(&node, &id);
+        assert_eq!(updated.image, "sentinel:3");
+        assert_eq!(updated.replicas, 3, "kept what the request left open");
+        assert!(updated.version > first.version);
+        let region = node
+            .read()
+            .unwrap()
+            .region_sentinels("us-east", 10)
+            .unwrap();
+        assert_eq!(region.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn another_environment_or_region_gets_a_sentinel_of_its_own() {
+        let node = MemoryNode::new();
+        let clock = node.clock();
+        let a = apply(&node, clock, request("env_1", "us-east", None))
+            .await
+            .unwrap();
+        let b = apply(&node, clock, request("env_2", "us-east", None))
+            .await
+            .unwrap();
+        let c = apply(&node, clock, request("env_1", "eu-west", None))
+            .await
+            .unwrap();
+        assert!(a != b && b != c && a != c, "{a} {b} {c}");
+        assert_eq!(sentinel(&node, &c).region, "eu-west");
+        // The environment's sentinel in each region is found again.
+        let again = apply(&node, clock, request("env_1", "eu-west", None))
+            .await
+            .unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[tokio::test]
+    async fn a_stop_is_recorded_once_and_an_apply_restarts() {
+        let node = MemoryNode::new();
+        let id = apply(&node, node.clock(), request("env_1", "us-east", None))
+            .await
+            .unwrap();
+        stop(&node, &id).await.unwrap();
+        assert_eq!(sentinel(&node, &id).desired_state, DesiredState::Stopped);
+        let proposals = node.proposals();
+        stop(&node, &id).await.unwrap();
+        assert_eq!(
+            node.proposals(),
+            proposals,
+            "already stopped: nothing proposed"
+        );
+        apply(&node, node.clock(), request("env_1", "us-east", None))
+            .await
+            .unwrap();
+        assert_eq!(sentinel(&node, &id).desired_state, DesiredState::Running);
+    }
+
+    #[tokio::test]
+    async fn get_shows_the_reported_status_and_unknown_ids_are_not_found() {
+        let node = MemoryNode::new();
+        let id = apply(&node, node.clock(), request("env_1", "us-east", None))
+            .await
+            .unwrap();
+        assert_eq!(get(&node, &id).unwrap().status, None);
+        let status = SentinelStatus {
+            sentinel_id: id.clone(),
+            region: "us-east".into(),
+            available_replicas: 2,
+            updated_replicas: 2,
+            ready_replicas: 2,
+            observed_generation: 1,
+            running_image: "sentinel:2".into(),
+            health: Health::Healthy,
+            updated_at_ms: 9,
+        };
+        node.propose(vec![Mutation::ReportSentinelStatus(status.clone())])
+            .await
+            .unwrap();
+        assert_eq!(get(&node, &id).unwrap().status, Some(status));
+        assert_eq!(get(&node, "snt_x").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(
+            stop(&node, "snt_x").await.unwrap_err().code,
+            ErrorCode::NotFound
+        );
+    }
+}

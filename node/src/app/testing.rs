@@ -1,0 +1,132 @@
+//! Test support: the application layer's seams over an in-memory store,
+//! without Raft. [`MemoryNode`] applies every proposal at once, as one
+//! command stamped with its fixed time, and counts applies as the applied
+//! mark; its clock is fixed in time and counts its randomness, so ids
+//! minted in the same millisecond still differ.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use storage::{Command, Mutation, MutationResult, RaftMeta, ReadView, StorageError, Store};
+use tokio::sync::watch;
+use wire::WireError;
+use wire::operator::CreateDeployment;
+
+use super::{Propose, ReadState, internal};
+use crate::clock::Clock;
+
+/// The time of [`FixedClock`] and of [`MemoryNode`]'s clock.
+pub const NOW_MS: u64 = 7;
+
+/// Always [`NOW_MS`], and randomness 0.
+pub struct FixedClock;
+
+impl Clock for FixedClock {
+    fn now_ms(&self) -> u64 {
+        NOW_MS
+    }
+    fn random_u64(&self) -> u64 {
+        0
+    }
+}
+
+/// Always [`NOW_MS`]; randomness counts up from 1.
+#[derive(Default)]
+pub struct CountingClock {
+    random: AtomicU64,
+}
+
+impl Clock for CountingClock {
+    fn now_ms(&self) -> u64 {
+        NOW_MS
+    }
+    fn random_u64(&self) -> u64 {
+        self.random.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// An in-memory store behind both seams.
+pub struct MemoryNode {
+    store: Store,
+    clock: CountingClock,
+    /// The number of applies so far: the applied mark.
+    applied: watch::Sender<u64>,
+    proposals: AtomicUsize,
+}
+
+impl MemoryNode {
+    pub fn new() -> MemoryNode {
+        MemoryNode {
+            store: Store::in_memory().expect("an in-memory store"),
+            clock: CountingClock::default(),
+            applied: watch::Sender::new(0),
+            proposals: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn clock(&self) -> &dyn Clock {
+        &self.clock
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        NOW_MS
+    }
+
+    /// Commands proposed so far.
+    pub fn proposals(&self) -> usize {
+        self.proposals.load(Ordering::Relaxed)
+    }
+}
+
+impl Propose for MemoryNode {
+    async fn propose(&self, mutations: Vec<Mutation>) -> Result<Vec<MutationResult>, WireError> {
+        self.proposals.fetch_add(1, Ordering::Relaxed);
+        let command = Command {
+            now_ms: NOW_MS,
+            mutations,
+        };
+        let index = *self.applied.borrow() + 1;
+        let meta = RaftMeta {
+            last_applied: index.to_le_bytes().to_vec(),
+            membership: Vec::new(),
+        };
+        let applied = self
+            .store
+            .apply(&[Some(&command)], &meta, false)
+            .map_err(internal)?;
+        self.applied.send_replace(index);
+        Ok(applied.outcomes.into_iter().next().unwrap_or_default())
+    }
+}
+
+impl ReadState for MemoryNode {
+    fn read(&self) -> Result<ReadView, StorageError> {
+        self.store.read()
+    }
+
+    fn applied_mark(&self) -> Option<u64> {
+        Some(*self.applied.borrow())
+    }
+
+    async fn applied_past(&self, mark: Option<u64>, wait: Duration) -> bool {
+        let mut applied = self.applied.subscribe();
+        let past = applied.wait_for(|index| Some(*index) > mark);
+        matches!(tokio::time::timeout(wait, past).await, Ok(Ok(_)))
+    }
+}
+
+/// A valid create of one small replica per region.
+pub fn create_request(regions: &[&str]) -> CreateDeployment {
+    CreateDeployment {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        environment_id: "env".into(),
+        image: "nginx:1.27".into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 1,
+        regions: regions.iter().map(|r| r.to_string()).collect(),
+        env_vars: BTreeMap::new(),
+    }
+}
