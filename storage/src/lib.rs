@@ -3,7 +3,10 @@
 //! - [`tables`]: every table as a typed constant, the schema version, the
 //!   change-row type.
 //! - [`command`]: the replicated [`Command`] and its [`Outcome`]s.
-//! - [`apply`]: the one mutation path, [`Store::apply`].
+//! - [`apply`]: the one mutation path, [`Store::apply`], a module per
+//!   resource; [`apply::workflow`] is the home of durable workflow records
+//!   and their guarded transitions.
+//! - [`naming`]: the Kubernetes names of the objects of a resource.
 //! - [`read`]: [`ReadView`], one read transaction (a consistent cut).
 //! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`].
 //! - [`error`]: [`StorageError`], redb errors with the operation that failed.
@@ -41,6 +44,7 @@
 pub mod apply;
 pub mod command;
 pub mod error;
+pub mod naming;
 pub mod read;
 pub mod snapshot;
 pub mod tables;
@@ -52,11 +56,12 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
-pub use apply::{SENTINEL_NAMESPACE, deployment_k8s_name, sentinel_k8s_name};
 pub use command::{
-    ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Mutation, MutationResult, Outcome, RaftMeta,
+    ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Guard, Mutation, MutationResult, Outcome,
+    RaftMeta,
 };
 pub use error::{Result, StorageError};
+pub use naming::{SENTINEL_NAMESPACE, deployment_k8s_name, sentinel_k8s_name};
 pub use read::ReadView;
 pub use tables::{ChangeRow, SCHEMA_VERSION};
 
