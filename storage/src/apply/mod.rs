@@ -6,24 +6,24 @@
 //! Each mutation first validates against the state (reads only), then
 //! writes; a domain failure is returned as a `WireError` before anything is
 //! written, so a rejected mutation leaves nothing of itself. Every write of
-//! desired state goes through [`Applier::record_change`], which assigns the
+//! desired state goes through `Applier::record_change`, which assigns the
 //! next pk and writes the change row and its region index row.
 //!
 //! This module holds the dispatcher; each resource's mutations live in a
-//! module of their own, as methods of the one [`Applier`] of the batch:
+//! module of their own, as methods of the one `Applier` of the batch:
 //!
-//! - [`deployment`]: deployments and their per-region topologies (create,
+//! - `deployment`: deployments and their per-region topologies (create,
 //!   desired state).
-//! - [`instances`]: instance reports of a deployment's regions.
-//! - [`sentinel`]: sentinels and their reported status.
-//! - [`cilium`]: cilium network policies.
-//! - [`change_log`]: pk assignment, change and index rows, compaction.
-//! - [`meta`]: what every batch commits besides its mutations: the pk
+//! - `instances`: instance reports of a deployment's regions.
+//! - `sentinel`: sentinels and their reported status.
+//! - `cilium`: cilium network policies.
+//! - `change_log`: pk assignment, change and index rows, compaction.
+//! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
 //! - [`workflow`]: durable workflow records and their guarded
 //!   (compare-and-set) transitions; the deployment rollout (deploying →
 //!   ready) is the first.
-//! - [`write_tables`]: every table opened for writing (shared with snapshot
+//! - `write_tables`: every table opened for writing (shared with snapshot
 //!   import).
 //!
 //! # Serialized formats

@@ -28,7 +28,7 @@
 //! change of its desired state (the highest version of its topologies), so a
 //! deployment stopped and run again is `deploying` at a new revision. Its
 //! wait is re-checked by apply each time instances of the deployment are
-//! reported ([`super::instances`]); the transition is decided and applied
+//! reported (`apply::instances`); the transition is decided and applied
 //! in that same apply, so its guard holds there. A transition decided
 //! outside apply (by a leader's driver, which the next workflows bring,
 //! proposed as a mutation carrying it) is to take the same guarded path,
