@@ -95,6 +95,28 @@ pub enum Outcome {
     Recorded,
     /// [`Mutation::Compact`].
     Compacted { rows_deleted: u64, floor_pk: Pk },
+    /// A guarded workflow transition whose record no longer has the guard
+    /// it was decided against (another step, another revision, or no
+    /// record): nothing was written. A deterministic no-op, so a deposed
+    /// leader's late proposal, or the same transition twice, changes
+    /// nothing. See [`crate::apply::workflow`].
+    GuardFailed {
+        expected: Guard,
+        found: Option<Guard>,
+    },
+}
+
+/// What a workflow transition expects of its record: the step it is at and
+/// its revision. A transition is applied only if the stored record still
+/// has exactly this guard (compare-and-set); see [`crate::apply::workflow`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Guard {
+    /// The step, by its stable name (for a deployment rollout, the
+    /// deployment's status: `deploying`, `ready`, …).
+    pub step: String,
+    /// Changes whenever the record is rewritten other than by its own
+    /// steps, so a step reached again later is told apart from the first.
+    pub revision: u64,
 }
 
 /// The outcome of one mutation: a deterministic domain result.

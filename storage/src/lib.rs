@@ -3,7 +3,9 @@
 //! - [`tables`]: every table as a typed constant, the schema version, the
 //!   change-row type.
 //! - [`command`]: the replicated [`Command`] and its [`Outcome`]s.
-//! - [`apply`]: the one mutation path, [`Store::apply`].
+//! - [`apply`]: the one mutation path, [`Store::apply`], a module per
+//!   resource; [`apply::workflow`] is the home of durable workflow records
+//!   and their guarded transitions.
 //! - [`read`]: [`ReadView`], one read transaction (a consistent cut).
 //! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`].
 //! - [`error`]: [`StorageError`], redb errors with the operation that failed.
@@ -53,7 +55,8 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
 pub use command::{
-    ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Mutation, MutationResult, Outcome, RaftMeta,
+    ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Guard, Mutation, MutationResult, Outcome,
+    RaftMeta,
 };
 pub use error::{Result, StorageError};
 pub use read::ReadView;

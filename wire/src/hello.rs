@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
 
-/// The version of every protocol in this crate. Bumped on any incompatible
-/// change of a message.
+/// The version of every protocol in this crate. Bumped on any change of a
+/// message's encoding but a variant appended to an enum (a new field above
+/// all); `tests/golden.rs` pins every message's bytes under it.
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Guards against a peer that is not speaking this protocol at all.

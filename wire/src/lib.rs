@@ -14,11 +14,24 @@
 //!   snapshots.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
+//! - `golden` (feature `golden`, for tests): golden-byte checks that pin
+//!   every serialized format to its version.
+//!
+//! # Serialized formats
+//!
+//! Every message is a postcard encoding, which carries no field names: a
+//! new field changes the bytes of every message holding it. So enum
+//! variants are append-only, and any other change of a message's encoding
+//! (a new field above all) comes with a bump of
+//! [`hello::PROTOCOL_VERSION`]. `tests/golden.rs` pins the bytes of every
+//! type under the current version and fails on a change made without one.
 
 pub mod agent;
 pub mod digest;
 pub mod error;
 pub mod frame;
+#[cfg(feature = "golden")]
+pub mod golden;
 pub mod hello;
 pub mod k8s_name;
 pub mod model;

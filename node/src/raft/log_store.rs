@@ -10,6 +10,16 @@
 //! for them: `append` returns as soon as its entries are readable (held in
 //! memory until committed) and the writer calls openraft's flush callback
 //! after the fsync; whatever queued up meanwhile is committed together.
+//!
+//! # Format
+//!
+//! Entries (openraft's `Entry` of `storage::Command`), the vote and the log
+//! ids are postcard-encoded, so a new field in any of them (or an openraft
+//! upgrade that changes them) changes the file's format. The file records
+//! its [`LOG_SCHEMA_VERSION`] and [`LogStore::open`] refuses another one;
+//! the tests pin the encodings by golden bytes under that version
+//! (`node/tests/golden/raft_log/`). Enum variants are append-only; any
+//! other change of an encoding needs a version bump.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -19,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
@@ -30,6 +40,15 @@ use transport::closing::{Closed, Tracked};
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
+/// Version of the log file's format (tables, keys, encodings), stored
+/// under [`KEY_SCHEMA_VERSION`] as a little-endian `u32`.
+pub const LOG_SCHEMA_VERSION: u32 = 1;
+
+/// The version of a file written before the version was recorded: its
+/// format is version 1's.
+const UNVERSIONED_SCHEMA_VERSION: u32 = 1;
+
+const KEY_SCHEMA_VERSION: &str = "schema_version";
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
@@ -57,6 +76,27 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> StoreResult<T> {
 
 /// Most queued operations the writer commits in one transaction.
 pub const WRITE_OPS_PER_COMMIT_MAX: usize = 1_024;
+
+/// Why the Raft log could not be opened. The messages leave the path to
+/// the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum LogStoreError {
+    /// redb failed (the file is not a database, I/O, …).
+    #[error(transparent)]
+    Redb(#[from] redb::Error),
+    /// The file was written in another format.
+    #[error(
+        "the file has Raft log schema version {found}, but this build reads only version \
+         {expected}"
+    )]
+    SchemaMismatch { found: u32, expected: u32 },
+    /// The stored version is not a `u32`.
+    #[error("the file's Raft log schema version is {len} bytes long instead of 4")]
+    CorruptSchemaVersion { len: usize },
+    /// The writer thread could not be started.
+    #[error("cannot start the Raft log writer thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
 
 /// The Raft log storage. Cheap to clone; clones share the database, the
 /// unflushed entries and the writer.
@@ -101,12 +141,17 @@ enum Op {
 }
 
 impl LogStore {
-    pub fn open(path: &Path) -> Result<Self, redb::Error> {
-        let db = Database::create(path)?;
-        let txn = db.begin_write()?;
-        txn.open_table(LOG)?;
-        txn.open_table(META)?;
-        txn.commit()?;
+    /// Opens (or creates) the log file at `path`; a file of another
+    /// [`LOG_SCHEMA_VERSION`] is refused.
+    pub fn open(path: &Path) -> Result<Self, LogStoreError> {
+        let db = Database::create(path).map_err(redb::Error::from)?;
+        let found = init_schema(&db)?;
+        if found != LOG_SCHEMA_VERSION {
+            return Err(LogStoreError::SchemaMismatch {
+                found,
+                expected: LOG_SCHEMA_VERSION,
+            });
+        }
         let shared = Arc::new(Shared {
             db: Tracked::new(db),
             unflushed: Mutex::new(BTreeMap::new()),
@@ -117,7 +162,7 @@ impl LogStore {
         std::thread::Builder::new()
             .name("raft-log-writer".into())
             .spawn(move || write_loop(&for_writer, &queue))
-            .map_err(redb::Error::Io)?;
+            .map_err(LogStoreError::Thread)?;
         Ok(LogStore { shared, writer })
     }
 
@@ -173,6 +218,47 @@ impl LogStore {
     fn unflushed(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Entry<TypeConfig>>> {
         lock(&self.shared.unflushed)
     }
+}
+
+/// Creates the tables, and returns the file's schema version: the stored
+/// one, else (for a file written before versions were stored)
+/// [`UNVERSIONED_SCHEMA_VERSION`], else, for a new file, the current one.
+/// A missing version is stored when it is the current one.
+fn init_schema(db: &Database) -> Result<u32, LogStoreError> {
+    let txn = db.begin_write().map_err(redb::Error::from)?;
+    let found = {
+        let log = txn.open_table(LOG).map_err(redb::Error::from)?;
+        let mut meta = txn.open_table(META).map_err(redb::Error::from)?;
+        let stored = meta
+            .get(KEY_SCHEMA_VERSION)
+            .map_err(redb::Error::from)?
+            .map(|v| v.value().to_vec());
+        match stored {
+            Some(bytes) => {
+                let array: [u8; 4] = bytes
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| LogStoreError::CorruptSchemaVersion { len: bytes.len() })?;
+                u32::from_le_bytes(array)
+            }
+            None => {
+                let empty = log.is_empty().map_err(redb::Error::from)?
+                    && meta.is_empty().map_err(redb::Error::from)?;
+                let found = if empty {
+                    LOG_SCHEMA_VERSION
+                } else {
+                    UNVERSIONED_SCHEMA_VERSION
+                };
+                if found == LOG_SCHEMA_VERSION {
+                    meta.insert(KEY_SCHEMA_VERSION, &LOG_SCHEMA_VERSION.to_le_bytes()[..])
+                        .map_err(redb::Error::from)?;
+                }
+                found
+            }
+        }
+    };
+    txn.commit().map_err(redb::Error::from)?;
+    Ok(found)
 }
 
 /// The writer thread: takes every queued operation (up to
@@ -392,5 +478,200 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             done,
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::entry::EntryPayload;
+    use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership};
+    use redb::TableHandle;
+    use wire::golden::Goldens;
+    use wire::golden::fixtures::{self, NOW_MS};
+
+    use super::*;
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(7, 2), index)
+    }
+
+    fn membership() -> Membership<NodeId, BasicNode> {
+        let nodes: BTreeMap<NodeId, BasicNode> = [1, 2, 3]
+            .into_iter()
+            .map(|id| (id, BasicNode::new(format!("10.0.0.{id}:7400"))))
+            .collect();
+        Membership::new(vec![BTreeSet::from([1, 2]), BTreeSet::from([2, 3])], nodes)
+    }
+
+    fn command() -> storage::Command {
+        storage::Command {
+            now_ms: NOW_MS,
+            mutations: vec![
+                storage::Mutation::UpsertSentinel(fixtures::sentinel()),
+                storage::Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
+            ],
+        }
+    }
+
+    fn payloads() -> Vec<EntryPayload<TypeConfig>> {
+        vec![
+            EntryPayload::Blank,
+            EntryPayload::Normal(command()),
+            EntryPayload::Membership(membership()),
+        ]
+    }
+
+    /// Reads every row of the log file's meta table (the store must be
+    /// closed).
+    fn meta_rows(path: &Path) -> Vec<(String, Vec<u8>)> {
+        let db = Database::open(path).expect("reopen with redb");
+        let txn = db.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        meta.iter()
+            .expect("iterate")
+            .map(|row| {
+                let (k, v) = row.expect("row");
+                (k.value().to_string(), v.value().to_vec())
+            })
+            .collect()
+    }
+
+    fn set_version(path: &Path, bytes: &[u8]) {
+        let db = Database::open(path).expect("reopen with redb");
+        let txn = db.begin_write().expect("write");
+        txn.open_table(META)
+            .expect("meta")
+            .insert(KEY_SCHEMA_VERSION, bytes)
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+
+    async fn close(store: LogStore) {
+        let closed = store.closed();
+        drop(store);
+        tokio::time::timeout(std::time::Duration::from_secs(10), closed.wait())
+            .await
+            .expect("the log closes in time");
+    }
+
+    #[tokio::test]
+    async fn log_formats_match_their_goldens() {
+        let mut g = Goldens::new(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/raft_log"),
+            "LOG_SCHEMA_VERSION",
+            LOG_SCHEMA_VERSION,
+        );
+        g.check("EntryPayload", &payloads());
+        let entries: Vec<Entry<TypeConfig>> = payloads()
+            .into_iter()
+            .enumerate()
+            .map(|(i, payload)| Entry {
+                log_id: log_id(9_000 + i as u64),
+                payload,
+            })
+            .collect();
+        g.check("Entry", &entries);
+        g.check("Vote", &[Vote::<NodeId>::new_committed(7, 2)]);
+        g.check("LogId", &[log_id(9_000)]);
+        g.check("committed", &[Some(log_id(9_000))]);
+        // The state machine stores the applied membership in its metadata.
+        g.check(
+            "StoredMembership",
+            &[StoredMembership::new(Some(log_id(8_999)), membership())],
+        );
+        g.check_bytes(
+            "tables",
+            "the names of the Raft log's tables",
+            [LOG.name(), META.name()]
+                .iter()
+                .map(|name| (name.to_string(), name.as_bytes().to_vec()))
+                .collect(),
+        );
+
+        // A file as the store writes it: every meta row.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        let mut store = LogStore::open(&path).expect("open");
+        store
+            .save_vote(&Vote::new_committed(7, 2))
+            .await
+            .expect("vote");
+        store.purge(log_id(10)).await.expect("purge");
+        close(store).await;
+        g.check_bytes(
+            "meta",
+            "the meta table of a Raft log file",
+            meta_rows(&path),
+        );
+
+        g.assert_all();
+    }
+
+    #[tokio::test]
+    async fn another_log_schema_version_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        let mut store = LogStore::open(&path).expect("open");
+        store.save_vote(&Vote::new(3, 1)).await.expect("vote");
+        close(store).await;
+        let version = LOG_SCHEMA_VERSION.to_le_bytes().to_vec();
+        assert!(meta_rows(&path).contains(&(KEY_SCHEMA_VERSION.to_string(), version)));
+
+        // Reopening the same version keeps what was written.
+        let mut store = LogStore::open(&path).expect("reopen");
+        assert_eq!(
+            store.read_vote().await.expect("vote"),
+            Some(Vote::new(3, 1))
+        );
+        close(store).await;
+
+        set_version(&path, &(LOG_SCHEMA_VERSION + 1).to_le_bytes());
+        let err = LogStore::open(&path).err().expect("refused");
+        assert!(
+            matches!(err, LogStoreError::SchemaMismatch { found, expected: LOG_SCHEMA_VERSION } if found == LOG_SCHEMA_VERSION + 1),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&format!(
+                "schema version {}, but this build reads only version {LOG_SCHEMA_VERSION}",
+                LOG_SCHEMA_VERSION + 1
+            )),
+            "{err}"
+        );
+
+        set_version(&path, &[1, 0]);
+        let err = LogStore::open(&path).err().expect("refused");
+        assert!(
+            matches!(err, LogStoreError::CorruptSchemaVersion { len: 2 }),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_log_written_before_versions_is_read_as_version_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        let mut store = LogStore::open(&path).expect("open");
+        store.save_vote(&Vote::new(3, 1)).await.expect("vote");
+        close(store).await;
+        {
+            let db = Database::open(&path).expect("reopen with redb");
+            let txn = db.begin_write().expect("write");
+            txn.open_table(META)
+                .expect("meta")
+                .remove(KEY_SCHEMA_VERSION)
+                .expect("remove");
+            txn.commit().expect("commit");
+        }
+        let mut store = LogStore::open(&path).expect("an unversioned file opens");
+        assert_eq!(
+            store.read_vote().await.expect("vote"),
+            Some(Vote::new(3, 1))
+        );
+        close(store).await;
+        let version = UNVERSIONED_SCHEMA_VERSION.to_le_bytes().to_vec();
+        assert!(meta_rows(&path).contains(&(KEY_SCHEMA_VERSION.to_string(), version)));
     }
 }

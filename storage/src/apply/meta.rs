@@ -1,0 +1,40 @@
+//! What every batch commits besides its mutations: the pk counter
+//! (`last_pk`), the compaction floor (`floor_pk`), and the Raft applied log
+//! id and membership (opaque bytes from the caller). They are read once
+//! when the batch starts and written once when it ends, in the batch's
+//! transaction, so the applied index is always committed with the state it
+//! describes.
+
+use super::{Applier, WriteTables};
+use crate::command::RaftMeta;
+use crate::error::Result;
+use crate::read::load_raw;
+use crate::tables::{self, meta};
+
+impl<'t> Applier<'t> {
+    /// Starts a batch: reads the counters the batch continues from.
+    pub(super) fn new(t: WriteTables<'t>) -> Result<Self> {
+        let meta_u64 = |key: &'static str| -> Result<u64> {
+            match load_raw(&t.metadata, key)? {
+                Some(bytes) => tables::decode_u64(key, &bytes),
+                None => Ok(0),
+            }
+        };
+        let last_pk = meta_u64(meta::LAST_PK)?;
+        let floor_pk = meta_u64(meta::FLOOR_PK)?;
+        Ok(Applier {
+            t,
+            last_pk,
+            floor_pk,
+            now_ms: 0,
+        })
+    }
+
+    /// Ends a batch: writes the counters and the Raft metadata after its
+    /// last entry.
+    pub(super) fn finish(&mut self, raft: &RaftMeta) -> Result<()> {
+        self.t.put_meta_u64(meta::LAST_PK, self.last_pk)?;
+        self.t.put_meta_u64(meta::FLOOR_PK, self.floor_pk)?;
+        self.t.put_raft_meta(raft)
+    }
+}

@@ -1,0 +1,159 @@
+//! The mutation path: [`Store::apply`] applies a batch of Raft entries in one
+//! redb write transaction, together with the Raft metadata. It is the one
+//! place replicated state is written (snapshot import aside, which replaces
+//! it whole).
+//!
+//! Each mutation first validates against the state (reads only), then
+//! writes; a domain failure is returned as a `WireError` before anything is
+//! written, so a rejected mutation leaves nothing of itself. Every write of
+//! desired state goes through `Applier::record_change`, which assigns the
+//! next pk and writes the change row and its region index row.
+//!
+//! This module holds the dispatcher; each resource's mutations live in a
+//! module of their own, as methods of the one `Applier` of the batch:
+//!
+//! - `deployment`: deployments and their per-region topologies (create,
+//!   desired state).
+//! - `instances`: instance reports of a deployment's regions.
+//! - `sentinel`: sentinels and their reported status.
+//! - `cilium`: cilium network policies.
+//! - `change_log`: pk assignment, change and index rows, compaction.
+//! - `meta`: what every batch commits besides its mutations: the pk
+//!   counter, the compaction floor, the Raft applied log id and membership.
+//! - [`workflow`]: durable workflow records and their guarded
+//!   (compare-and-set) transitions; the deployment rollout (deploying →
+//!   ready) is the first.
+//! - `write_tables`: every table opened for writing (shared with snapshot
+//!   import).
+//!
+//! # Serialized formats
+//!
+//! Every row apply writes is a postcard encoding of a `wire` or `storage`
+//! type, pinned by golden bytes (`storage/tests/golden.rs`) under
+//! [`crate::SCHEMA_VERSION`]: enum variants are append-only, and a new field
+//! (or any other change of an encoding) needs a version bump.
+
+mod change_log;
+mod cilium;
+mod deployment;
+mod instances;
+mod meta;
+mod sentinel;
+pub mod workflow;
+mod write_tables;
+
+#[cfg(test)]
+mod tests;
+
+use redb::Durability;
+use wire::model::{Pk, UnixMs};
+use wire::{ErrorCode, WireError};
+
+use crate::Store;
+use crate::command::{ApplyEntry, ApplyResult, Command, Mutation, MutationResult, RaftMeta};
+use crate::error::{RedbContext, Result};
+
+pub(crate) use write_tables::WriteTables;
+
+/// The operation named in the errors of apply.
+const OP: &str = "apply";
+
+impl Store {
+    /// Applies Raft entries in order, in ONE write transaction that also
+    /// stores `raft` (the metadata after the last entry). Returns, per
+    /// entry, the outcome of each mutation, and the new `last_pk`.
+    ///
+    /// `durable = false` commits with redb's `Durability::None`: visible to
+    /// readers at once, persisted by the next durable commit or clean close,
+    /// lost on a crash (the Raft log re-applies it). A `StorageError` means
+    /// nothing of the batch was committed and the state machine must stop.
+    pub fn apply(
+        &self,
+        entries: &[ApplyEntry<'_>],
+        raft: &RaftMeta,
+        durable: bool,
+    ) -> Result<ApplyResult> {
+        let mut txn = self.db.begin_write().ctx("apply: begin transaction")?;
+        let durability = if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        };
+        txn.set_durability(durability)
+            .ctx("apply: set durability")?;
+        let (outcomes, last_pk) = {
+            let mut applier = Applier::new(WriteTables::open(&txn, OP)?)?;
+            let mut outcomes = Vec::with_capacity(entries.len());
+            for entry in entries {
+                outcomes.push(match entry {
+                    Some(command) => applier.command(command)?,
+                    None => Vec::new(),
+                });
+            }
+            applier.finish(raft)?;
+            (outcomes, applier.last_pk)
+        };
+        txn.commit().ctx("apply: commit")?;
+        Ok(ApplyResult { outcomes, last_pk })
+    }
+}
+
+/// Applies mutations against open tables; holds the pk counter and the
+/// floor until [`Applier::finish`] writes them back. Each resource's module
+/// adds its mutations as methods.
+struct Applier<'t> {
+    t: WriteTables<'t>,
+    last_pk: Pk,
+    floor_pk: Pk,
+    /// `now_ms` of the command being applied.
+    now_ms: UnixMs,
+}
+
+impl Applier<'_> {
+    fn command(&mut self, command: &Command) -> Result<Vec<MutationResult>> {
+        self.now_ms = command.now_ms;
+        command
+            .mutations
+            .iter()
+            .map(|mutation| self.mutation(mutation))
+            .collect()
+    }
+
+    fn mutation(&mut self, mutation: &Mutation) -> Result<MutationResult> {
+        match mutation {
+            Mutation::CreateDeployment {
+                deployment,
+                k8s_namespace,
+            } => self.create_deployment(deployment, k8s_namespace),
+            Mutation::SetDesiredState {
+                deployment_id,
+                desired_state,
+            } => self.set_desired_state(deployment_id, *desired_state),
+            Mutation::ReportInstances {
+                deployment_id,
+                region,
+                instances,
+            } => self.report_instances(deployment_id, region, instances),
+            Mutation::ReportDeploymentDeleted {
+                deployment_id,
+                region,
+            } => self.report_deployment_deleted(deployment_id, region),
+            Mutation::UpsertSentinel(sentinel) => self.upsert_sentinel(sentinel),
+            Mutation::ReportSentinelStatus(status) => self.report_sentinel_status(status),
+            Mutation::UpsertCiliumNetworkPolicy(policy) => self.upsert_policy(policy),
+            Mutation::DeleteCiliumNetworkPolicy { id, region } => self.delete_policy(id, region),
+            Mutation::Compact {
+                created_before_ms,
+                rows_max,
+            } => self.compact(*created_before_ms, *rows_max),
+        }
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> MutationResult {
+    Err(WireError::new(ErrorCode::BadRequest, message))
+}
+
+fn not_found(message: impl Into<String>) -> MutationResult {
+    Err(WireError::new(ErrorCode::NotFound, message))
+}

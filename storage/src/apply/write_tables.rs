@@ -1,0 +1,77 @@
+//! Every table of the state machine, opened for writing in one transaction:
+//! what apply writes through, and what snapshot import fills.
+
+use redb::{Table, WriteTransaction};
+
+use crate::command::RaftMeta;
+use crate::error::{RedbContext, Result};
+use crate::tables::{self, Bytes, InstanceKey, RegionChangeKey, RegionKey, meta, name};
+
+/// Every table, opened for writing in one transaction.
+pub(crate) struct WriteTables<'t> {
+    pub(crate) deployments: Table<'t, &'static str, Bytes>,
+    pub(crate) topology: Table<'t, RegionKey, Bytes>,
+    pub(crate) sentinels: Table<'t, RegionKey, Bytes>,
+    pub(crate) sentinel_status: Table<'t, RegionKey, Bytes>,
+    pub(crate) policies: Table<'t, RegionKey, Bytes>,
+    pub(crate) instances: Table<'t, InstanceKey, Bytes>,
+    pub(crate) changes: Table<'t, u64, Bytes>,
+    pub(crate) region_changes: Table<'t, RegionChangeKey, ()>,
+    pub(crate) metadata: Table<'t, &'static str, Bytes>,
+    /// The operation the tables were opened for, for error context.
+    op: &'static str,
+}
+
+impl<'t> WriteTables<'t> {
+    pub(crate) fn open(txn: &'t WriteTransaction, op: &'static str) -> Result<Self> {
+        Ok(WriteTables {
+            deployments: txn
+                .open_table(tables::DEPLOYMENTS)
+                .ctx_table(op, name::DEPLOYMENTS)?,
+            topology: txn
+                .open_table(tables::DEPLOYMENT_TOPOLOGY)
+                .ctx_table(op, name::DEPLOYMENT_TOPOLOGY)?,
+            sentinels: txn
+                .open_table(tables::SENTINELS)
+                .ctx_table(op, name::SENTINELS)?,
+            sentinel_status: txn
+                .open_table(tables::SENTINEL_STATUS)
+                .ctx_table(op, name::SENTINEL_STATUS)?,
+            policies: txn
+                .open_table(tables::CILIUM_NETWORK_POLICIES)
+                .ctx_table(op, name::CILIUM_NETWORK_POLICIES)?,
+            instances: txn
+                .open_table(tables::INSTANCES)
+                .ctx_table(op, name::INSTANCES)?,
+            changes: txn
+                .open_table(tables::CHANGES)
+                .ctx_table(op, name::CHANGES)?,
+            region_changes: txn
+                .open_table(tables::REGION_CHANGES)
+                .ctx_table(op, name::REGION_CHANGES)?,
+            metadata: txn
+                .open_table(tables::METADATA)
+                .ctx_table(op, name::METADATA)?,
+            op,
+        })
+    }
+
+    /// Writes a `u64` metadata value (little-endian).
+    pub(crate) fn put_meta_u64(&mut self, key: &'static str, value: u64) -> Result<()> {
+        self.metadata
+            .insert(key, &tables::encode_u64(value)[..])
+            .ctx_table(self.op, name::METADATA)?;
+        Ok(())
+    }
+
+    /// Writes the Raft metadata, opaque bytes from the caller.
+    pub(crate) fn put_raft_meta(&mut self, raft: &RaftMeta) -> Result<()> {
+        self.metadata
+            .insert(meta::RAFT_APPLIED, raft.last_applied.as_slice())
+            .ctx_table(self.op, name::METADATA)?;
+        self.metadata
+            .insert(meta::RAFT_MEMBERSHIP, raft.membership.as_slice())
+            .ctx_table(self.op, name::METADATA)?;
+        Ok(())
+    }
+}

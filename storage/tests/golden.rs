@@ -1,0 +1,255 @@
+//! Golden bytes of everything the state machine writes, under
+//! [`SCHEMA_VERSION`]: the value of every state table, the keys (redb's
+//! encoding decides the order of rows, which full sync and the change log
+//! rely on), the table names and metadata as a file holds them, the
+//! replicated command and its outcomes (the payload of every Raft log
+//! entry), a whole snapshot and the state hash. A snapshot and a hash are
+//! also what apply makes of fixed commands: a change there is one replicas
+//! of two builds would disagree on, so it, too, needs a version bump.
+//!
+//! A failure names the type and says what to do; `GOLDEN_UPDATE=1` records
+//! new goldens but never rewrites the bytes of a golden of the current
+//! version (see `wire::golden`).
+
+use redb::{ReadableDatabase, ReadableTable, Value};
+use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, name};
+use storage::{
+    ChangeRow, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta, SCHEMA_VERSION, Store,
+};
+use wire::golden::Goldens;
+use wire::golden::fixtures::{self, NOW_MS};
+use wire::model::{DesiredState, ResourceType};
+
+fn goldens() -> Goldens {
+    Goldens::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden"),
+        "SCHEMA_VERSION",
+        SCHEMA_VERSION,
+    )
+}
+
+fn change_row() -> ChangeRow {
+    ChangeRow {
+        resource_type: ResourceType::CiliumNetworkPolicy,
+        resource_id: "cnp_01hx".into(),
+        region: "eu-west".into(),
+        created_at_ms: NOW_MS,
+    }
+}
+
+fn mutations() -> Vec<Mutation> {
+    vec![
+        Mutation::CreateDeployment {
+            deployment: fixtures::deployment(),
+            k8s_namespace: "shop".into(),
+        },
+        Mutation::SetDesiredState {
+            deployment_id: "dep_01hx3k9".into(),
+            desired_state: DesiredState::Stopped,
+        },
+        Mutation::ReportInstances {
+            deployment_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+            instances: vec![fixtures::instance()],
+        },
+        Mutation::ReportDeploymentDeleted {
+            deployment_id: "dep_01hx3k9".into(),
+            region: "us-east".into(),
+        },
+        Mutation::UpsertSentinel(fixtures::sentinel()),
+        Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
+        Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
+        Mutation::DeleteCiliumNetworkPolicy {
+            id: "cnp_01hx".into(),
+            region: "eu-west".into(),
+        },
+        Mutation::Compact {
+            created_before_ms: NOW_MS,
+            rows_max: 10_000,
+        },
+    ]
+}
+
+fn guard() -> Guard {
+    Guard {
+        step: "deploying".into(),
+        revision: 300,
+    }
+}
+
+fn outcomes() -> Vec<Outcome> {
+    vec![
+        Outcome::DeploymentCreated {
+            deployment_id: "dep_01hx3k9".into(),
+        },
+        Outcome::Deployment(fixtures::deployment()),
+        Outcome::Recorded,
+        Outcome::Compacted {
+            rows_deleted: 10_000,
+            floor_pk: 70_000,
+        },
+        Outcome::GuardFailed {
+            expected: guard(),
+            found: Some(Guard {
+                step: "ready".into(),
+                revision: 301,
+            }),
+        },
+    ]
+}
+
+fn raft_meta(index: u8) -> RaftMeta {
+    RaftMeta {
+        last_applied: vec![index, 0xaa],
+        membership: vec![0xbb, index],
+    }
+}
+
+/// A store with a row in every table and a raised compaction floor, made
+/// by fixed commands.
+fn populated(store: &Store) {
+    let commands = [
+        vec![
+            Mutation::CreateDeployment {
+                deployment: fixtures::deployment(),
+                k8s_namespace: "shop".into(),
+            },
+            Mutation::UpsertSentinel(fixtures::sentinel()),
+            Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
+        ],
+        vec![
+            Mutation::ReportInstances {
+                deployment_id: "dep_01hx3k9".into(),
+                region: "eu-west".into(),
+                instances: vec![fixtures::instance()],
+            },
+            Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
+        ],
+        vec![Mutation::Compact {
+            created_before_ms: NOW_MS + 1,
+            rows_max: 2,
+        }],
+    ];
+    for (i, mutations) in commands.into_iter().enumerate() {
+        let command = Command {
+            now_ms: NOW_MS + i as u64,
+            mutations,
+        };
+        let result = store
+            .apply(&[Some(&command)], &raft_meta(i as u8 + 1), true)
+            .expect("apply");
+        let accepted: Vec<&MutationResult> = result.outcomes[0].iter().collect();
+        assert!(accepted.iter().all(|r| r.is_ok()), "{accepted:?}");
+    }
+    let view = store.read().expect("read");
+    assert_eq!((view.floor_pk(), view.last_pk()), (2, 4));
+}
+
+fn key<K: Value>(label: &str, value: &K::SelfType<'_>) -> (String, Vec<u8>) {
+    (label.to_string(), K::as_bytes(value).as_ref().to_vec())
+}
+
+#[test]
+fn state_formats_match_their_goldens() {
+    let mut g = goldens();
+
+    // The values of the state tables.
+    g.check("tables.deployments", &[fixtures::deployment()]);
+    g.check("tables.deployment_topology", &[fixtures::topology()]);
+    g.check("tables.sentinels", &[fixtures::sentinel()]);
+    g.check("tables.sentinel_status", &[fixtures::sentinel_status()]);
+    g.check("tables.cilium_network_policies", &[fixtures::policy()]);
+    g.check("tables.instances", &[fixtures::instance()]);
+    g.check("tables.changes", &[change_row()]);
+
+    // Their keys, as redb encodes them.
+    g.check_bytes(
+        "tables.keys",
+        "the keys of the state tables (redb's encoding)",
+        vec![
+            key::<&str>("deployment_id", &"dep_01hx3k9"),
+            key::<RegionKey>("region_key", &("eu-west", "snt_01hx")),
+            key::<InstanceKey>("instance_key", &("dep_01hx3k9", "eu-west", "dep-01hx3k9-0")),
+            key::<u64>("change_pk", &70_000),
+            key::<RegionChangeKey>("region_change_key", &("eu-west", 70_000)),
+        ],
+    );
+    g.check_bytes(
+        "tables.names",
+        "the names of the state tables",
+        [
+            name::DEPLOYMENTS,
+            name::DEPLOYMENT_TOPOLOGY,
+            name::SENTINELS,
+            name::SENTINEL_STATUS,
+            name::CILIUM_NETWORK_POLICIES,
+            name::INSTANCES,
+            name::CHANGES,
+            name::REGION_CHANGES,
+            name::METADATA,
+        ]
+        .iter()
+        .map(|n| (n.to_string(), n.as_bytes().to_vec()))
+        .collect(),
+    );
+
+    // The replicated command: what every Raft log entry carries.
+    g.check(
+        "command.Command",
+        &[Command {
+            now_ms: NOW_MS,
+            mutations: mutations(),
+        }],
+    );
+    g.check("command.Mutation", &mutations());
+    g.check("command.Outcome", &outcomes());
+    g.check("command.Guard", &[guard()]);
+    g.check(
+        "command.MutationResult",
+        &[Ok(Outcome::Recorded), Err(fixtures::wire_error())],
+    );
+    g.check("command.RaftMeta", &[raft_meta(7)]);
+
+    // A file as apply leaves it: every metadata row.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("state.redb");
+    populated(&Store::open(&path).expect("open"));
+    let db = redb::Database::open(&path).expect("reopen with redb");
+    let txn = db.begin_read().expect("read");
+    let metadata = txn.open_table(tables::METADATA).expect("metadata");
+    let rows = metadata
+        .iter()
+        .expect("iterate")
+        .map(|row| {
+            let (k, v) = row.expect("row");
+            (k.value().to_string(), v.value().to_vec())
+        })
+        .collect();
+    g.check_bytes(
+        "tables.metadata",
+        "the metadata table of a state file",
+        rows,
+    );
+
+    // A snapshot of the same state, and its state hash.
+    let store = Store::in_memory().expect("store");
+    populated(&store);
+    let (snapshot, _) = store.export_snapshot().expect("export");
+    let hash = store.read().expect("read").state_hash().expect("hash");
+    g.check_bytes(
+        "snapshot",
+        "a snapshot (Store::export_snapshot) of a populated store",
+        vec![("snapshot".into(), snapshot.clone())],
+    );
+    g.check_bytes(
+        "read.state_hash",
+        "the state hash (ReadView::state_hash) of a populated store",
+        vec![("state_hash".into(), hash.to_le_bytes().to_vec())],
+    );
+    // The snapshot reads back into the same state.
+    let copy = Store::in_memory().expect("store");
+    copy.import_snapshot(&snapshot).expect("import");
+    assert_eq!(copy.export_snapshot().expect("export").0, snapshot);
+
+    g.assert_all();
+}

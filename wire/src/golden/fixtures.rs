@@ -1,0 +1,509 @@
+//! Fixture values for the golden tests: one value of each `wire` type with
+//! every field set, and for each enum a case of every variant. The goldens
+//! of `wire`, `storage` and node's Raft log are built from these, so a
+//! fixture is part of the golden bytes: change one only together with a
+//! version bump, and add new cases rather than altering old ones.
+//!
+//! Values are chosen so that every varint width shows up somewhere (small
+//! and large integers, multi-byte characters) and no two fields of a value
+//! are equal, so a swap of two fields changes the bytes.
+
+use std::collections::BTreeMap;
+
+use crate::agent::{
+    AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent, WatchRequest,
+};
+use crate::error::{ErrorCode, WireError};
+use crate::hello::{Hello, Protocol};
+use crate::model::{
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
+    Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+};
+use crate::operator::{
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
+    NodeStatus, OperatorRequest, OperatorResponse, SentinelView, StateHash,
+};
+
+/// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
+pub const NOW_MS: u64 = 1_714_521_600_000;
+
+fn env_vars() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("LOG_LEVEL".to_string(), "debug".to_string()),
+        ("GREETING".to_string(), "grüße".to_string()),
+    ])
+}
+
+/// Every variant of [`ResourceType`], each with every field set.
+pub fn resource_types() -> Vec<ResourceType> {
+    ResourceType::ALL.to_vec()
+}
+
+/// A fixture [`ResourceKey`], every field set.
+pub fn resource_key() -> ResourceKey {
+    ResourceKey {
+        resource_type: ResourceType::Sentinel,
+        resource_id: "snt_01hx".into(),
+        region: "eu-west".into(),
+    }
+}
+
+/// Every variant of [`DesiredState`], each with every field set.
+pub fn desired_states() -> Vec<DesiredState> {
+    vec![DesiredState::Running, DesiredState::Stopped]
+}
+
+/// Every variant of [`DeploymentStatus`], each with every field set.
+pub fn deployment_statuses() -> Vec<DeploymentStatus> {
+    vec![
+        DeploymentStatus::Deploying,
+        DeploymentStatus::Ready,
+        DeploymentStatus::Failed,
+        DeploymentStatus::Stopped,
+    ]
+}
+
+/// Every variant of [`Health`], each with every field set.
+pub fn healths() -> Vec<Health> {
+    vec![
+        Health::Unknown,
+        Health::Healthy,
+        Health::Unhealthy,
+        Health::Paused,
+    ]
+}
+
+/// Every variant of [`InstanceStatus`], each with every field set.
+pub fn instance_statuses() -> Vec<InstanceStatus> {
+    vec![
+        InstanceStatus::Pending,
+        InstanceStatus::Running,
+        InstanceStatus::Failed,
+    ]
+}
+
+/// A fixture [`Deployment`], every field set.
+pub fn deployment() -> Deployment {
+    Deployment {
+        id: "dep_01hx3k9".into(),
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        environment_id: "env_prod".into(),
+        image: "registry.local/shop:1.4.2".into(),
+        cpu_millicores: 1_500,
+        memory_mib: 70_000,
+        replicas: 3,
+        regions: vec!["eu-west".into(), "us-east".into()],
+        env_vars: env_vars(),
+        desired_state: DesiredState::Running,
+        status: DeploymentStatus::Deploying,
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 1,
+    }
+}
+
+/// A fixture [`DeploymentTopology`], every field set.
+pub fn topology() -> DeploymentTopology {
+    DeploymentTopology {
+        deployment_id: "dep_01hx3k9".into(),
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        k8s_name: "dep-01hx3k9".into(),
+        k8s_namespace: "shop".into(),
+        image: "registry.local/shop:1.4.2".into(),
+        cpu_millicores: 1_500,
+        memory_mib: 70_000,
+        replicas: 3,
+        env_vars: env_vars(),
+        desired_state: DesiredState::Stopped,
+        version: 300,
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 2,
+    }
+}
+
+/// A fixture [`Sentinel`], every field set.
+pub fn sentinel() -> Sentinel {
+    Sentinel {
+        id: "snt_01hx".into(),
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        app_id: "app_web".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        k8s_name: "snt-01hx".into(),
+        k8s_namespace: "sentinel".into(),
+        image: "registry.local/sentinel:2".into(),
+        cpu_millicores: 250,
+        memory_mib: 128,
+        replicas: 2,
+        desired_state: DesiredState::Running,
+        version: 301,
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 3,
+    }
+}
+
+/// A fixture [`CiliumNetworkPolicy`], every field set.
+pub fn policy() -> CiliumNetworkPolicy {
+    CiliumNetworkPolicy {
+        id: "cnp_01hx".into(),
+        workspace_id: "ws_acme".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        k8s_name: "allow-env-prod".into(),
+        k8s_namespace: "shop".into(),
+        policy_json: r#"{"endpointSelector":{}}"#.into(),
+        version: 302,
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 4,
+    }
+}
+
+/// Every variant of [`Resource`], each with every field set.
+pub fn resources() -> Vec<Resource> {
+    vec![
+        Resource::DeploymentTopology(topology()),
+        Resource::Sentinel(sentinel()),
+        Resource::CiliumNetworkPolicy(policy()),
+    ]
+}
+
+/// A fixture [`Instance`], every field set.
+pub fn instance() -> Instance {
+    Instance {
+        deployment_id: "dep_01hx3k9".into(),
+        region: "eu-west".into(),
+        pod_name: "dep-01hx3k9-0".into(),
+        address: "10.1.2.3".into(),
+        cpu_millicores: 1_500,
+        memory_mib: 70_000,
+        status: InstanceStatus::Failed,
+        reason: Some("ImagePullBackOff".into()),
+        updated_at_ms: NOW_MS + 5,
+    }
+}
+
+/// A fixture [`SentinelStatus`], every field set.
+pub fn sentinel_status() -> SentinelStatus {
+    SentinelStatus {
+        sentinel_id: "snt_01hx".into(),
+        region: "eu-west".into(),
+        available_replicas: 1,
+        updated_replicas: 2,
+        ready_replicas: 3,
+        observed_generation: -4,
+        running_image: "registry.local/sentinel:2".into(),
+        health: Health::Unhealthy,
+        updated_at_ms: NOW_MS + 6,
+    }
+}
+
+/// Every variant of [`ErrorCode`], each with every field set.
+pub fn error_codes() -> Vec<ErrorCode> {
+    vec![
+        ErrorCode::BadRequest,
+        ErrorCode::NotFound,
+        ErrorCode::PermissionDenied,
+        ErrorCode::NotLeader,
+        ErrorCode::Unavailable,
+        ErrorCode::VersionMismatch,
+        ErrorCode::BadFrame,
+        ErrorCode::ProtocolViolation,
+        ErrorCode::Internal,
+    ]
+}
+
+/// A fixture [`WireError`], every field set.
+pub fn wire_error() -> WireError {
+    WireError::new(ErrorCode::NotLeader, "not the leader; try node 2")
+}
+
+/// Every variant of [`Protocol`], each with every field set.
+pub fn protocols() -> Vec<Protocol> {
+    vec![Protocol::Agent, Protocol::Operator, Protocol::Raft]
+}
+
+/// A fixture [`Hello`], every field set.
+pub fn hello() -> Hello {
+    Hello::new(Protocol::Operator)
+}
+
+/// A fixture [`WatchRequest`], every field set.
+pub fn watch_request() -> WatchRequest {
+    WatchRequest {
+        region: "eu-west".into(),
+        cursor: 70_000,
+    }
+}
+
+fn instances_report() -> DeploymentReport {
+    DeploymentReport::Instances {
+        deployment_id: "dep_01hx3k9".into(),
+        region: "eu-west".into(),
+        instances: vec![instance()],
+    }
+}
+
+/// Every variant of [`DeploymentReport`], each with every field set.
+pub fn deployment_reports() -> Vec<DeploymentReport> {
+    vec![
+        instances_report(),
+        DeploymentReport::Deleted {
+            deployment_id: "dep_01hx3k9".into(),
+            region: "us-east".into(),
+        },
+    ]
+}
+
+/// Every variant of [`AgentRequest`], each with every field set.
+pub fn agent_requests() -> Vec<AgentRequest> {
+    vec![
+        AgentRequest::Watch(watch_request()),
+        AgentRequest::ReportDeploymentStatus(instances_report()),
+        AgentRequest::ReportSentinelStatus(sentinel_status()),
+        AgentRequest::GetDesiredDeployment {
+            deployment_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+        },
+        AgentRequest::GetDesiredSentinel {
+            sentinel_id: "snt_01hx".into(),
+            region: "eu-west".into(),
+        },
+        AgentRequest::GetDesiredPolicy {
+            policy_id: "cnp_01hx".into(),
+            region: "eu-west".into(),
+        },
+    ]
+}
+
+/// Every variant of [`AgentResponse`], each with every field set.
+pub fn agent_responses() -> Vec<AgentResponse> {
+    vec![
+        AgentResponse::Ack,
+        AgentResponse::DesiredDeployment(Some(topology())),
+        AgentResponse::DesiredSentinel(Some(sentinel())),
+        AgentResponse::DesiredPolicy(Some(policy())),
+        AgentResponse::Error(wire_error()),
+    ]
+}
+
+/// Every variant of [`ResourceChange`], each with every field set.
+pub fn resource_changes() -> Vec<ResourceChange> {
+    vec![
+        ResourceChange::Apply(Resource::Sentinel(sentinel())),
+        ResourceChange::Delete(resource_key()),
+    ]
+}
+
+/// Every variant of [`WatchEvent`], each with every field set.
+pub fn watch_events() -> Vec<WatchEvent> {
+    vec![
+        WatchEvent::SyncStart { cursor: 0 },
+        WatchEvent::SyncItem(Resource::DeploymentTopology(topology())),
+        WatchEvent::SyncEnd { cursor: 302 },
+        WatchEvent::Change {
+            version: 303,
+            change: ResourceChange::Delete(resource_key()),
+        },
+        WatchEvent::Progress { cursor: 1 << 40 },
+        WatchEvent::ResyncRequired { floor: 200 },
+        WatchEvent::Error(WireError::new(
+            ErrorCode::PermissionDenied,
+            "an agent of region us-east may not watch eu-west",
+        )),
+    ]
+}
+
+/// A fixture [`CreateDeployment`], every field set.
+pub fn create_deployment() -> CreateDeployment {
+    CreateDeployment {
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        environment_id: "env_prod".into(),
+        image: "registry.local/shop:1.4.2".into(),
+        cpu_millicores: 1_500,
+        memory_mib: 70_000,
+        replicas: 3,
+        regions: vec!["eu-west".into(), "us-east".into()],
+        env_vars: env_vars(),
+    }
+}
+
+/// A fixture [`ApplySentinel`], every field set.
+pub fn apply_sentinel() -> ApplySentinel {
+    ApplySentinel {
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        app_id: "app_web".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        image: "registry.local/sentinel:2".into(),
+        replicas: Some(2),
+        cpu_millicores: Some(250),
+        memory_mib: Some(128),
+    }
+}
+
+/// A fixture [`ApplyPolicy`], every field set.
+pub fn apply_policy() -> ApplyPolicy {
+    ApplyPolicy {
+        workspace_id: "ws_acme".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        name: "allow-env-prod".into(),
+        namespace: "shop".into(),
+        policy_json: r#"{"endpointSelector":{}}"#.into(),
+    }
+}
+
+/// A fixture [`Membership`], every field set.
+pub fn membership() -> Membership {
+    Membership {
+        voters: vec![1, 2],
+        learners: vec![3],
+        nodes: vec![
+            (1, "10.0.0.1:7400".into()),
+            (2, "10.0.0.2:7400".into()),
+            (3, "10.0.0.3:7400".into()),
+        ],
+    }
+}
+
+/// A fixture [`LogStatus`], every field set.
+pub fn log_status() -> LogStatus {
+    LogStatus {
+        last_log_index: Some(9_000),
+        snapshot_index: Some(8_192),
+        purged_index: Some(4_096),
+    }
+}
+
+/// A fixture [`StateHash`], every field set.
+pub fn state_hash() -> StateHash {
+    StateHash {
+        node_id: 2,
+        applied_index: 9_000,
+        last_change_pk: 303,
+        hash: 0xcbf2_9ce4_8422_2325,
+    }
+}
+
+/// A fixture [`NodeStatus`], every field set.
+pub fn node_status() -> NodeStatus {
+    NodeStatus {
+        node_id: 1,
+        addr: "10.0.0.1:7400".into(),
+        role: "leader".into(),
+        term: 7,
+        leader_id: Some(1),
+        last_log_index: Some(9_001),
+        applied_index: Some(9_000),
+        last_change_pk: 303,
+        members: vec![(1, "10.0.0.1:7400".into()), (2, "10.0.0.2:7400".into())],
+    }
+}
+
+/// A fixture [`SentinelView`], every field set.
+pub fn sentinel_view() -> SentinelView {
+    SentinelView {
+        sentinel: sentinel(),
+        status: Some(sentinel_status()),
+    }
+}
+
+/// A fixture [`DeploymentView`], every field set.
+pub fn deployment_view() -> DeploymentView {
+    DeploymentView {
+        deployment: deployment(),
+        instances: vec![instance()],
+    }
+}
+
+/// Every variant of [`OperatorRequest`], each with every field set.
+pub fn operator_requests() -> Vec<OperatorRequest> {
+    vec![
+        OperatorRequest::CreateDeployment(create_deployment()),
+        OperatorRequest::GetDeployment {
+            id: "dep_01hx3k9".into(),
+        },
+        OperatorRequest::ListDeployments {
+            after: Some("dep_01hx3k8".into()),
+            limit: 500,
+        },
+        OperatorRequest::SetDesiredState {
+            id: "dep_01hx3k9".into(),
+            desired_state: DesiredState::Stopped,
+        },
+        OperatorRequest::InitCluster,
+        OperatorRequest::NodeStatus,
+        OperatorRequest::AddNode {
+            node_id: 3,
+            addr: "10.0.0.3:7400".into(),
+            wait_ms: 30_000,
+        },
+        OperatorRequest::RemoveNode {
+            node_id: 2,
+            wait_ms: 20_000,
+        },
+        OperatorRequest::LogStatus,
+        OperatorRequest::StateHash {
+            min_applied_index: 9_000,
+            wait_ms: 5_000,
+        },
+        OperatorRequest::ApplySentinel(apply_sentinel()),
+        OperatorRequest::StopSentinel {
+            id: "snt_01hx".into(),
+        },
+        OperatorRequest::GetSentinel {
+            id: "snt_01hx".into(),
+        },
+        OperatorRequest::ApplyPolicy(apply_policy()),
+        OperatorRequest::DeletePolicy {
+            id: "cnp_01hx".into(),
+        },
+        OperatorRequest::WaitDeployment {
+            id: "dep_01hx3k9".into(),
+            seen: 0x8422_2325_cbf2_9ce4,
+            wait_ms: 60_000,
+        },
+    ]
+}
+
+/// Every variant of [`OperatorResponse`], each with every field set.
+pub fn operator_responses() -> Vec<OperatorResponse> {
+    vec![
+        OperatorResponse::Created {
+            deployment_id: "dep_01hx3k9".into(),
+        },
+        OperatorResponse::Deployment(deployment_view()),
+        OperatorResponse::Deployments {
+            items: vec![deployment()],
+            next_after: Some("dep_01hx3k9".into()),
+        },
+        OperatorResponse::Updated(deployment()),
+        OperatorResponse::Initialized {
+            members: vec![(1, "10.0.0.1:7400".into())],
+        },
+        OperatorResponse::NodeStatus(node_status()),
+        OperatorResponse::MembershipChanged(membership()),
+        OperatorResponse::StateHash(state_hash()),
+        OperatorResponse::LogStatus(log_status()),
+        OperatorResponse::SentinelApplied {
+            sentinel_id: "snt_01hx".into(),
+        },
+        OperatorResponse::SentinelStopped {
+            sentinel_id: "snt_01hx".into(),
+        },
+        OperatorResponse::Sentinel(sentinel_view()),
+        OperatorResponse::PolicyApplied {
+            policy_id: "cnp_01hx".into(),
+        },
+        OperatorResponse::PolicyDeleted {
+            policy_id: "cnp_01hx".into(),
+        },
+        OperatorResponse::Error(wire_error()),
+    ]
+}

@@ -1,0 +1,72 @@
+//! Golden bytes of every `wire` type, under [`PROTOCOL_VERSION`]: the
+//! requests, responses and events of the agent and operator protocols, the
+//! hello, the errors, the resources, and a frame. A failure names the type
+//! and says what to do; `GOLDEN_UPDATE=1` records new goldens but never
+//! rewrites the bytes of a golden of the current version (see
+//! `wire::golden`).
+
+use wire::frame::{self, FRAME_BYTES_MAX};
+use wire::golden::Goldens;
+use wire::golden::fixtures::*;
+use wire::hello::PROTOCOL_VERSION;
+
+#[test]
+fn wire_formats_match_their_goldens() {
+    let mut g = Goldens::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden"),
+        "PROTOCOL_VERSION",
+        PROTOCOL_VERSION,
+    );
+
+    // model
+    g.check("model.ResourceType", &resource_types());
+    g.check("model.ResourceKey", &[resource_key()]);
+    g.check("model.DesiredState", &desired_states());
+    g.check("model.DeploymentStatus", &deployment_statuses());
+    g.check("model.Deployment", &[deployment()]);
+    g.check("model.DeploymentTopology", &[topology()]);
+    g.check("model.Health", &healths());
+    g.check("model.Sentinel", &[sentinel()]);
+    g.check("model.CiliumNetworkPolicy", &[policy()]);
+    g.check("model.Resource", &resources());
+    g.check("model.InstanceStatus", &instance_statuses());
+    g.check("model.Instance", &[instance()]);
+    g.check("model.SentinelStatus", &[sentinel_status()]);
+
+    // errors and the handshake
+    g.check("error.ErrorCode", &error_codes());
+    g.check("error.WireError", &[wire_error()]);
+    g.check("hello.Protocol", &protocols());
+    g.check("hello.Hello", &[hello()]);
+
+    // the agent protocol
+    g.check("agent.AgentRequest", &agent_requests());
+    g.check("agent.WatchRequest", &[watch_request()]);
+    g.check("agent.DeploymentReport", &deployment_reports());
+    g.check("agent.AgentResponse", &agent_responses());
+    g.check("agent.ResourceChange", &resource_changes());
+    g.check("agent.WatchEvent", &watch_events());
+
+    // the operator protocol
+    g.check("operator.OperatorRequest", &operator_requests());
+    g.check("operator.Membership", &[membership()]);
+    g.check("operator.LogStatus", &[log_status()]);
+    g.check("operator.StateHash", &[state_hash()]);
+    g.check("operator.NodeStatus", &[node_status()]);
+    g.check("operator.CreateDeployment", &[create_deployment()]);
+    g.check("operator.ApplySentinel", &[apply_sentinel()]);
+    g.check("operator.ApplyPolicy", &[apply_policy()]);
+    g.check("operator.SentinelView", &[sentinel_view()]);
+    g.check("operator.DeploymentView", &[deployment_view()]);
+    g.check("operator.OperatorResponse", &operator_responses());
+
+    // The framing: a length prefix, then the payload.
+    let framed = frame::encode(&hello(), FRAME_BYTES_MAX).expect("a hello fits a frame");
+    g.check_bytes(
+        "frame.Hello",
+        "a framed wire::hello::Hello",
+        vec![("frame".into(), framed)],
+    );
+
+    g.assert_all();
+}
