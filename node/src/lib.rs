@@ -13,7 +13,9 @@
 //! - [`replica`]: this node as a Raft replica: `NodeState`, writes
 //!   (batched, forwarded to the leader), membership, cluster status.
 //! - [`app`]: the operator's and agents' rules as plain functions over two
-//!   seams, `Propose` and `ReadState`, tested without sockets or Raft.
+//!   seams, `Propose` and `ReadState`, tested without sockets or Raft;
+//!   [`workflow`]: durable workflows — the pure `decide(record, view,
+//!   now)` shape and the leader's driver, over the same seams.
 //! - [`raft`]: type configuration, log store, state machine, network;
 //!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,
 //!   passed in.
@@ -31,3 +33,4 @@ pub mod replica;
 pub mod runtime;
 pub mod server;
 pub mod wait;
+pub mod workflow;

@@ -111,7 +111,7 @@ pub enum Outcome {
 /// has exactly this guard (compare-and-set); see [`crate::apply::workflow`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Guard {
-    /// The step, by its stable name (for a deployment rollout, the
+    /// The step, by its stable name (for a deployment readiness wait, the
     /// deployment's status: `deploying`, `ready`, …).
     pub step: String,
     /// Changes whenever the record is rewritten other than by its own

@@ -1,7 +1,7 @@
 //! Instance reports: krane reports the pods of a deployment in its region
 //! (the whole set, which replaces the stored one) or that the deployment's
 //! objects are gone there. Reports write no change rows (they are observed
-//! state, not desired state); each one re-checks the rollout's wait
+//! state, not desired state); each one re-checks the readiness wait's wait
 //! ([`super::workflow`]).
 
 use redb::ReadableTable;
@@ -124,7 +124,7 @@ impl Applier<'_> {
                 )
                 .ctx_table(OP, name::INSTANCES)?;
         }
-        self.recheck_rollout(&deployment)?;
+        self.recheck_readiness(&deployment)?;
         Ok(Ok(Outcome::Recorded))
     }
 

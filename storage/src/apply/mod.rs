@@ -21,7 +21,7 @@
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
 //! - [`workflow`]: durable workflow records and their guarded
-//!   (compare-and-set) transitions; the deployment rollout (deploying →
+//!   (compare-and-set) transitions; the deployment readiness wait (deploying →
 //!   ready) is the first.
 //! - `write_tables`: every table opened for writing (shared with snapshot
 //!   import).

@@ -21,7 +21,7 @@
 //! at apply when a relevant report lands, so no wake-up can be lost between
 //! writing a step and starting to wait.
 //!
-//! The first workflow is the deployment **rollout**: a deployment that
+//! The first workflow is the deployment **readiness**: a deployment that
 //! should run is `deploying` until every region reports at least
 //! `replicas` running instances, then `ready`. Its record is the deployment
 //! row; its step, the deployment's status; its revision, the pk of the last
@@ -32,7 +32,7 @@
 //! in that same apply, so its guard holds there. A transition decided
 //! outside apply (by a leader's driver, which the next workflows bring,
 //! proposed as a mutation carrying it) is to take the same guarded path,
-//! `apply_rollout_transition`; the tests drive it with stale transitions.
+//! `apply_readiness_transition`; the tests drive it with stale transitions.
 
 use std::collections::BTreeMap;
 
@@ -57,16 +57,16 @@ pub fn guard_refusal(expected: &Guard, found: Option<Guard>) -> Option<Outcome> 
     }
 }
 
-/// The rollout's record as its decision sees it.
+/// The readiness wait's record as its decision sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct Rollout<'a> {
+pub struct Readiness<'a> {
     pub deployment: &'a Deployment,
     /// The pk of the last change of the deployment's desired state.
     pub revision: Pk,
 }
 
-impl Rollout<'_> {
-    /// The rollout's step and revision.
+impl Readiness<'_> {
+    /// The readiness wait's step and revision.
     pub fn guard(&self) -> Guard {
         Guard {
             step: self.deployment.status.as_str().to_string(),
@@ -74,7 +74,7 @@ impl Rollout<'_> {
         }
     }
 
-    /// Whether the rollout waits for instances (only then is there
+    /// Whether the readiness wait waits for instances (only then is there
     /// anything to decide).
     pub fn waiting(deployment: &Deployment) -> bool {
         deployment.status == DeploymentStatus::Deploying
@@ -82,10 +82,10 @@ impl Rollout<'_> {
     }
 }
 
-/// A rollout transition: deployment `deployment_id`, decided at `expected`,
+/// A readiness transition: deployment `deployment_id`, decided at `expected`,
 /// moves to status `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RolloutTransition {
+pub struct ReadinessTransition {
     pub deployment_id: String,
     pub expected: Guard,
     pub to: DeploymentStatus,
@@ -94,14 +94,14 @@ pub struct RolloutTransition {
 /// Running instances of a deployment, per region.
 pub type RunningPerRegion = BTreeMap<String, u64>;
 
-/// The rollout's decision (pure): a waiting deployment becomes `ready`
+/// The readiness wait's decision (pure): a waiting deployment becomes `ready`
 /// once every one of its regions runs at least `replicas` instances.
-pub fn decide_rollout(
-    rollout: Rollout<'_>,
+pub fn decide_readiness(
+    readiness: Readiness<'_>,
     running: &RunningPerRegion,
-) -> Option<RolloutTransition> {
-    let deployment = rollout.deployment;
-    if !Rollout::waiting(deployment) {
+) -> Option<ReadinessTransition> {
+    let deployment = readiness.deployment;
+    if !Readiness::waiting(deployment) {
         return None;
     }
     let replicas = u64::from(deployment.replicas);
@@ -109,17 +109,17 @@ pub fn decide_rollout(
         .regions
         .iter()
         .all(|region| running.get(region).copied().unwrap_or(0) >= replicas);
-    ready.then(|| RolloutTransition {
+    ready.then(|| ReadinessTransition {
         deployment_id: deployment.id.clone(),
-        expected: rollout.guard(),
+        expected: readiness.guard(),
         to: DeploymentStatus::Ready,
     })
 }
 
 impl Applier<'_> {
-    /// The rollout's revision: the highest version of the deployment's
+    /// The readiness wait's revision: the highest version of the deployment's
     /// topologies (every desired-state write rewrites them all).
-    fn rollout_revision(&self, deployment: &Deployment) -> Result<Pk> {
+    fn readiness_revision(&self, deployment: &Deployment) -> Result<Pk> {
         let mut revision = 0;
         for region in &deployment.regions {
             revision = revision.max(self.expected_topology(&deployment.id, region)?.version);
@@ -127,11 +127,11 @@ impl Applier<'_> {
         Ok(revision)
     }
 
-    /// Re-checks the rollout's wait after instances of `deployment` were
+    /// Re-checks the readiness wait's wait after instances of `deployment` were
     /// reported (the row as this apply read it), and makes the transition
     /// it decides.
-    pub(super) fn recheck_rollout(&mut self, deployment: &Deployment) -> Result<()> {
-        if !Rollout::waiting(deployment) {
+    pub(super) fn recheck_readiness(&mut self, deployment: &Deployment) -> Result<()> {
+        if !Readiness::waiting(deployment) {
             return Ok(());
         }
         let mut running = RunningPerRegion::new();
@@ -139,29 +139,29 @@ impl Applier<'_> {
             let (_, count) = self.instances_of(&deployment.id, region)?;
             running.insert(region.clone(), count);
         }
-        let rollout = Rollout {
+        let readiness = Readiness {
             deployment,
-            revision: self.rollout_revision(deployment)?,
+            revision: self.readiness_revision(deployment)?,
         };
-        if let Some(transition) = decide_rollout(rollout, &running) {
-            let outcome = self.apply_rollout_transition(&transition)?;
+        if let Some(transition) = decide_readiness(readiness, &running) {
+            let outcome = self.apply_readiness_transition(&transition)?;
             // Decided against the row this same transaction holds.
             debug_assert_eq!(outcome, Outcome::Recorded);
         }
         Ok(())
     }
 
-    /// Makes a rollout transition if the deployment still has the guard it
+    /// Makes a readiness wait transition if the deployment still has the guard it
     /// was decided against; otherwise writes nothing and answers
     /// [`Outcome::GuardFailed`].
-    pub(super) fn apply_rollout_transition(
+    pub(super) fn apply_readiness_transition(
         &mut self,
-        transition: &RolloutTransition,
+        transition: &ReadinessTransition,
     ) -> Result<Outcome> {
         let found = match self.deployment(&transition.deployment_id)? {
             Some(deployment) => {
-                let revision = self.rollout_revision(&deployment)?;
-                let guard = Rollout {
+                let revision = self.readiness_revision(&deployment)?;
+                let guard = Readiness {
                     deployment: &deployment,
                     revision,
                 }
@@ -242,23 +242,23 @@ mod tests {
     }
 
     #[test]
-    fn rollout_decides_ready_once_every_region_runs_its_replicas() {
+    fn readiness_decides_ready_once_every_region_runs_its_replicas() {
         let mut d = deployment("d1", &["eu", "us"], 2);
         let running = |eu, us| RunningPerRegion::from([("eu".into(), eu), ("us".into(), us)]);
-        fn rollout(deployment: &Deployment) -> Rollout<'_> {
-            Rollout {
+        fn readiness(deployment: &Deployment) -> Readiness<'_> {
+            Readiness {
                 deployment,
                 revision: 7,
             }
         }
-        assert_eq!(decide_rollout(rollout(&d), &running(2, 1)), None);
+        assert_eq!(decide_readiness(readiness(&d), &running(2, 1)), None);
         assert_eq!(
-            decide_rollout(rollout(&d), &RunningPerRegion::from([("eu".into(), 5)])),
+            decide_readiness(readiness(&d), &RunningPerRegion::from([("eu".into(), 5)])),
             None
         );
         assert_eq!(
-            decide_rollout(rollout(&d), &running(2, 3)),
-            Some(RolloutTransition {
+            decide_readiness(readiness(&d), &running(2, 3)),
+            Some(ReadinessTransition {
                 deployment_id: "d1".into(),
                 expected: guard("deploying", 7),
                 to: DeploymentStatus::Ready,
@@ -266,14 +266,14 @@ mod tests {
         );
         // Only a deployment that should run and is deploying waits.
         d.desired_state = DesiredState::Stopped;
-        assert_eq!(decide_rollout(rollout(&d), &running(2, 2)), None);
+        assert_eq!(decide_readiness(readiness(&d), &running(2, 2)), None);
         d.desired_state = DesiredState::Running;
         d.status = DeploymentStatus::Ready;
-        assert_eq!(decide_rollout(rollout(&d), &running(2, 2)), None);
+        assert_eq!(decide_readiness(readiness(&d), &running(2, 2)), None);
     }
 
     #[test]
-    fn a_stale_rollout_transition_changes_nothing() {
+    fn a_stale_readiness_transition_changes_nothing() {
         let store = Store::in_memory().unwrap();
         apply_one(&store, 1, vec![create("d1", &["eu", "us"], 1)]);
         let ready = |store: &Store| {
@@ -283,9 +283,9 @@ mod tests {
         // Decided at (deploying, revision 2): the create wrote pks 1 and 2.
         let stale = with_applier(&store, 2, |a| {
             let d = a.deployment("d1")?.unwrap();
-            let revision = a.rollout_revision(&d)?;
-            Ok(decide_rollout(
-                Rollout {
+            let revision = a.readiness_revision(&d)?;
+            Ok(decide_readiness(
+                Readiness {
                     deployment: &d,
                     revision,
                 },
@@ -299,7 +299,7 @@ mod tests {
         apply_one(&store, 3, vec![set_state("d1", DesiredState::Stopped)]);
         apply_one(&store, 4, vec![set_state("d1", DesiredState::Running)]);
         let last_pk = store.read().unwrap().last_pk();
-        let outcome = with_applier(&store, 5, |a| a.apply_rollout_transition(&stale));
+        let outcome = with_applier(&store, 5, |a| a.apply_readiness_transition(&stale));
         assert_eq!(
             outcome,
             Outcome::GuardFailed {
@@ -317,15 +317,15 @@ mod tests {
         drop(view);
 
         // The transition decided now applies once; the same one again is refused.
-        let fresh = RolloutTransition {
+        let fresh = ReadinessTransition {
             expected: guard("deploying", 6),
             ..stale.clone()
         };
-        let outcome = with_applier(&store, 6, |a| a.apply_rollout_transition(&fresh));
+        let outcome = with_applier(&store, 6, |a| a.apply_readiness_transition(&fresh));
         assert_eq!(outcome, Outcome::Recorded);
         let d = store.read().unwrap().deployment("d1").unwrap().unwrap();
         assert_eq!((d.status, d.updated_at_ms), (DeploymentStatus::Ready, 6));
-        let outcome = with_applier(&store, 7, |a| a.apply_rollout_transition(&fresh));
+        let outcome = with_applier(&store, 7, |a| a.apply_readiness_transition(&fresh));
         assert_eq!(
             outcome,
             Outcome::GuardFailed {
@@ -335,11 +335,11 @@ mod tests {
         );
 
         // No record: refused as well.
-        let gone = RolloutTransition {
+        let gone = ReadinessTransition {
             deployment_id: "nope".into(),
             ..fresh
         };
-        let outcome = with_applier(&store, 8, |a| a.apply_rollout_transition(&gone));
+        let outcome = with_applier(&store, 8, |a| a.apply_readiness_transition(&gone));
         assert_eq!(
             outcome,
             Outcome::GuardFailed {

@@ -1,0 +1,299 @@
+//! The leader's workflow driver: level-triggered, stateless between
+//! rounds. A round reads one consistent view, asks every workflow to
+//! decide on each of its open records at the current time, and proposes
+//! what they decided as one command. Then it waits for the next apply (a
+//! report, a control write, its own proposal) or the earliest wake time
+//! the decisions named, whichever comes first, and starts over. Since a
+//! round reads everything again, a new leader resumes every open record in
+//! its first round, and nothing is lost between deciding and waiting.
+//!
+//! It never spins: a round whose proposals all failed their guards (a
+//! record that moved on since it was read) waits for a further apply; a
+//! wake time already past with nothing to propose waits at least
+//! [`ROUND_WAIT_MIN_MS`]; with nothing to wait for it still looks again
+//! after [`IDLE_WAIT_MS`].
+
+use std::time::Duration;
+
+use storage::{Mutation, Outcome};
+use tracing::{debug, warn};
+
+use super::{Decision, Round};
+use crate::app::{Propose, ReadState};
+use crate::clock::Clock;
+
+/// Longest wait between two rounds when nothing is applied and no wake
+/// time is due: a safety net, not a poll (rounds are woken by applies).
+pub const IDLE_WAIT_MS: u64 = 60_000;
+/// Shortest wait after a round that proposed nothing that changed the
+/// state, so a wake time in the past cannot make the driver spin.
+pub const ROUND_WAIT_MIN_MS: u64 = 10;
+
+/// What one round did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundResult {
+    /// A proposal changed the state: the next round starts at once.
+    Progressed,
+    /// Wait for the next apply, at most this long.
+    Wait(Duration),
+}
+
+/// Runs `workflows` on `node` until the future is dropped (the node stops
+/// leading or shuts down).
+pub async fn drive<N: Propose + ReadState>(
+    workflows: &[Box<dyn Round>],
+    node: &N,
+    clock: &dyn Clock,
+) {
+    loop {
+        let mark = node.applied_mark();
+        match round(workflows, node, clock).await {
+            RoundResult::Progressed => {}
+            RoundResult::Wait(wait) => {
+                // After a round whose proposals were all refused, its own
+                // apply is no reason to look again.
+                let mark = mark.max(node.applied_mark());
+                node.applied_past(mark, wait).await;
+            }
+        }
+    }
+}
+
+/// One round: read, decide, propose.
+pub async fn round<N: Propose + ReadState>(
+    workflows: &[Box<dyn Round>],
+    node: &N,
+    clock: &dyn Clock,
+) -> RoundResult {
+    let now_ms = clock.now_ms();
+    let decision = match decide(workflows, node, now_ms) {
+        Ok(decision) => decision,
+        Err(e) => {
+            warn!("workflow driver cannot read the state: {e}");
+            return RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS));
+        }
+    };
+    if !decision.proposals.is_empty() && propose(node, decision.proposals).await {
+        return RoundResult::Progressed;
+    }
+    let wait_ms = match decision.wake_at_ms {
+        Some(at_ms) => at_ms
+            .saturating_sub(now_ms)
+            .clamp(ROUND_WAIT_MIN_MS, IDLE_WAIT_MS),
+        None => IDLE_WAIT_MS,
+    };
+    RoundResult::Wait(Duration::from_millis(wait_ms))
+}
+
+fn decide(
+    workflows: &[Box<dyn Round>],
+    node: &impl ReadState,
+    now_ms: u64,
+) -> Result<Decision, storage::StorageError> {
+    let view = node.read()?;
+    let mut decision = Decision::idle();
+    for workflow in workflows {
+        decision.merge(workflow.decide_all(&view, now_ms)?);
+    }
+    Ok(decision)
+}
+
+/// Proposes `mutations` as one command; whether any of them changed the
+/// state (a refused guard or a rejected mutation changes nothing).
+async fn propose(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
+    match node.propose(mutations).await {
+        Ok(results) => {
+            let mut progressed = false;
+            for result in results {
+                match result {
+                    Ok(Outcome::GuardFailed { expected, found }) => {
+                        debug!(
+                            ?expected,
+                            ?found,
+                            "a workflow transition found its record moved on"
+                        );
+                    }
+                    Ok(_) => progressed = true,
+                    Err(e) => warn!("a workflow transition was rejected: {e}"),
+                }
+            }
+            progressed
+        }
+        Err(e) => {
+            debug!("workflow proposals not committed: {e}");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use storage::{ReadView, StorageError};
+    use wire::model::{Deployment, DesiredState, UnixMs};
+
+    use super::*;
+    use crate::app::deployments;
+    use crate::app::testing::{MemoryNode, create_request};
+    use crate::workflow::Workflow;
+
+    /// A clock tests move by hand.
+    #[derive(Default)]
+    struct HandClock(AtomicU64);
+
+    impl Clock for HandClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+        fn random_u64(&self) -> u64 {
+            0
+        }
+    }
+
+    /// A toy workflow with a stored deadline: a running deployment is
+    /// stopped `lifetime_ms` after it was created.
+    struct StopAfter {
+        lifetime_ms: u64,
+    }
+
+    impl Workflow for StopAfter {
+        type Record = Deployment;
+
+        fn name(&self) -> &'static str {
+            "stop-after"
+        }
+
+        fn open(&self, view: &ReadView) -> Result<Vec<Deployment>, StorageError> {
+            let all = view.list_deployments(None, 100)?;
+            Ok(all
+                .into_iter()
+                .filter(|d| d.desired_state == DesiredState::Running)
+                .collect())
+        }
+
+        fn decide(
+            &self,
+            deployment: &Deployment,
+            _view: &ReadView,
+            now_ms: UnixMs,
+        ) -> Result<Decision, StorageError> {
+            let deadline_ms = deployment.created_at_ms + self.lifetime_ms;
+            if now_ms < deadline_ms {
+                return Ok(Decision::wake_at(deadline_ms));
+            }
+            Ok(Decision::propose(vec![Mutation::SetDesiredState {
+                deployment_id: deployment.id.clone(),
+                desired_state: DesiredState::Stopped,
+            }]))
+        }
+    }
+
+    fn workflows(lifetime_ms: u64) -> Vec<Box<dyn Round>> {
+        vec![Box::new(StopAfter { lifetime_ms })]
+    }
+
+    async fn created(node: &MemoryNode) -> String {
+        deployments::create(node, node.clock(), create_request(&["us-east"]))
+            .await
+            .expect("create")
+    }
+
+    #[tokio::test]
+    async fn before_its_deadline_a_record_waits_until_then() {
+        let node = MemoryNode::new();
+        created(&node).await;
+        let clock = HandClock::default();
+        // Created at the node's fixed time; the deadline is 1 s later.
+        clock.0.store(node.now_ms(), Ordering::Relaxed);
+        let result = round(&workflows(1_000), &node, &clock).await;
+        assert_eq!(result, RoundResult::Wait(Duration::from_millis(1_000)));
+        assert_eq!(node.proposals(), 1, "only the create was proposed");
+    }
+
+    #[tokio::test]
+    async fn a_passed_deadline_is_acted_on_once() {
+        let node = MemoryNode::new();
+        let id = created(&node).await;
+        let clock = HandClock::default();
+        clock.0.store(node.now_ms() + 1_000, Ordering::Relaxed);
+        let flows = workflows(1_000);
+        assert_eq!(round(&flows, &node, &clock).await, RoundResult::Progressed);
+        let view = node.read().unwrap();
+        let deployment = view.deployment(&id).unwrap().unwrap();
+        assert_eq!(deployment.desired_state, DesiredState::Stopped);
+        // The record is closed: the next round has nothing to do.
+        let proposals = node.proposals();
+        let result = round(&flows, &node, &clock).await;
+        assert_eq!(
+            result,
+            RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS))
+        );
+        assert_eq!(node.proposals(), proposals);
+    }
+
+    #[tokio::test]
+    async fn a_wake_time_in_the_past_with_nothing_to_do_does_not_spin() {
+        /// Always wakes at 0 and never proposes (a buggy workflow).
+        struct Stuck;
+        impl Workflow for Stuck {
+            type Record = ();
+            fn name(&self) -> &'static str {
+                "stuck"
+            }
+            fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
+                Ok(vec![()])
+            }
+            fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
+                Ok(Decision::wake_at(0))
+            }
+        }
+        let node = MemoryNode::new();
+        let clock = HandClock::default();
+        clock.0.store(5_000, Ordering::Relaxed);
+        let flows: Vec<Box<dyn Round>> = vec![Box::new(Stuck)];
+        let result = round(&flows, &node, &clock).await;
+        assert_eq!(
+            result,
+            RoundResult::Wait(Duration::from_millis(ROUND_WAIT_MIN_MS))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_driver_acts_when_the_deadline_comes_and_when_an_apply_wakes_it() {
+        let node = MemoryNode::new();
+        let clock = HandClock::default();
+        clock.0.store(node.now_ms(), Ordering::Relaxed);
+        let flows = workflows(1_000);
+        let driver = drive(&flows, &node, &clock);
+        tokio::pin!(driver);
+        // Nothing open: the driver idles.
+        tokio::select! {
+            () = &mut driver => unreachable!("the driver never returns"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        // A create is applied: the driver wakes and learns the deadline.
+        let id = created(&node).await;
+        tokio::select! {
+            () = &mut driver => unreachable!(),
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        let running = |node: &MemoryNode| {
+            node.read()
+                .unwrap()
+                .deployment(&id)
+                .unwrap()
+                .unwrap()
+                .desired_state
+                == DesiredState::Running
+        };
+        assert!(running(&node), "stopped before its deadline");
+        // The deadline passes (time moves for both the clock and tokio).
+        clock.0.store(node.now_ms() + 1_000, Ordering::Relaxed);
+        tokio::select! {
+            () = &mut driver => unreachable!(),
+            () = tokio::time::sleep(Duration::from_millis(600)) => {}
+        }
+        assert!(!running(&node), "not stopped after its deadline");
+    }
+}

@@ -1,0 +1,137 @@
+//! Durable workflows driven by the leader: the decision shape and the
+//! driver that runs it. There is no external workflow engine: a workflow
+//! is a record in the replicated state (see `storage::apply::workflow`,
+//! where records and their guarded transitions live), and this module
+//! decides what to do with it.
+//!
+//! - A [`Workflow`] lists its open records from one consistent view and
+//!   decides, for each, with [`Workflow::decide`]`(record, view, now)`: a
+//!   pure function (no I/O, no clock of its own) returning a [`Decision`]
+//!   — the guarded mutations to propose, and when to look again.
+//! - [`driver`] runs the workflows on the leader: it reads every open
+//!   record when it starts (a new leader resumes them all), proposes what
+//!   they decide, and sleeps until the next apply or the earliest wake
+//!   time, whichever comes first. It keeps no state of its own between
+//!   rounds: everything it knows is read again from the replicated state.
+//!
+//! The invariants the workflows keep (ARCHITECTURE.md lists them too):
+//! every step's effect is one Raft write; time enters apply only through
+//! the entry (the proposer stamps it); waits are conditions re-checked at
+//! apply; deadlines are absolute times stored in the record; a transition
+//! carries the guard (step, revision) it was decided against, so a deposed
+//! leader's late proposal, or the same one twice, changes nothing.
+
+pub mod driver;
+
+use storage::{Mutation, ReadView, StorageError};
+use wire::model::UnixMs;
+
+/// What a workflow decided for one record at one time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Decision {
+    /// Guarded mutations to propose (empty: nothing to do now).
+    pub proposals: Vec<Mutation>,
+    /// When to decide again even if nothing is applied meanwhile (a
+    /// deadline stored in the record); `None`: only when something is.
+    pub wake_at_ms: Option<UnixMs>,
+}
+
+impl Decision {
+    /// Nothing to do until something is applied.
+    pub fn idle() -> Decision {
+        Decision::default()
+    }
+
+    /// Nothing to do before `at_ms`.
+    pub fn wake_at(at_ms: UnixMs) -> Decision {
+        Decision {
+            proposals: Vec::new(),
+            wake_at_ms: Some(at_ms),
+        }
+    }
+
+    /// Propose `mutations` now.
+    pub fn propose(mutations: Vec<Mutation>) -> Decision {
+        Decision {
+            proposals: mutations,
+            wake_at_ms: None,
+        }
+    }
+}
+
+/// One kind of durable workflow.
+pub trait Workflow: Send + Sync {
+    /// A record as the decision reads it.
+    type Record;
+
+    /// The workflow's name, for logs.
+    fn name(&self) -> &'static str;
+
+    /// The records that are not finished, from `view`.
+    fn open(&self, view: &ReadView) -> Result<Vec<Self::Record>, StorageError>;
+
+    /// What to do with `record` at `now_ms` (pure).
+    fn decide(
+        &self,
+        record: &Self::Record,
+        view: &ReadView,
+        now_ms: UnixMs,
+    ) -> Result<Decision, StorageError>;
+}
+
+/// A workflow whose record type is hidden, so the driver can hold several.
+pub trait Round: Send + Sync {
+    /// The workflow's name, for logs.
+    fn name(&self) -> &'static str;
+
+    /// Decides every open record of `view` at `now_ms`, merged into one
+    /// decision: every proposal, and the earliest wake time.
+    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decision, StorageError>;
+}
+
+impl<W: Workflow> Round for W {
+    fn name(&self) -> &'static str {
+        Workflow::name(self)
+    }
+
+    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decision, StorageError> {
+        let mut merged = Decision::idle();
+        for record in self.open(view)? {
+            merged.merge(self.decide(&record, view, now_ms)?);
+        }
+        Ok(merged)
+    }
+}
+
+impl Decision {
+    /// Adds `other`'s proposals and keeps the earlier wake time.
+    pub fn merge(&mut self, other: Decision) {
+        self.proposals.extend(other.proposals);
+        self.wake_at_ms = match (self.wake_at_ms, other.wake_at_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Decision;
+
+    #[test]
+    fn merged_decisions_keep_every_proposal_and_the_earliest_wake() {
+        let mut decision = Decision::wake_at(50);
+        decision.merge(Decision::idle());
+        assert_eq!(decision.wake_at_ms, Some(50));
+        decision.merge(Decision::wake_at(20));
+        decision.merge(Decision::wake_at(90));
+        assert_eq!(decision.wake_at_ms, Some(20));
+        let compact = storage::Mutation::Compact {
+            created_before_ms: 1,
+            rows_max: 1,
+        };
+        decision.merge(Decision::propose(vec![compact.clone()]));
+        assert_eq!(decision.proposals, vec![compact]);
+        assert_eq!(decision.wake_at_ms, Some(20));
+    }
+}
