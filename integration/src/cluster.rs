@@ -9,6 +9,8 @@ use config::{NodeConfig, OperatorConfig, TlsFiles};
 use node::boot::RunningNode;
 use node::client::Client;
 
+use crate::kit::operator::Operator;
+
 /// A single node serving from a temporary directory.
 pub struct TestNode {
     pub dir: tempfile::TempDir,
@@ -47,6 +49,11 @@ impl TestNode {
 
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
+    }
+
+    /// The test kit's operator helper, a client of this node.
+    pub fn operator(&self) -> Result<Operator> {
+        Operator::new(&self.operator)
     }
 
     /// A client presenting the agent certificate of `region`, for watches.
@@ -162,25 +169,39 @@ impl TestCluster {
     }
 
     /// Waits until every running node knows the same leader; returns it.
+    /// Woken by any node's Raft metrics changing.
     pub async fn wait_for_leader(&self, timeout: std::time::Duration) -> Result<u64> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let leaders: Vec<Option<u64>> = self
-                .running()
-                .map(|n| n.state.raft.metrics().borrow().current_leader)
-                .collect();
-            if let Some(Some(leader)) = leaders.first()
-                && leaders.iter().all(|l| *l == Some(*leader))
-                && self.node(*leader).is_some()
-            {
-                return Ok(*leader);
+        let mut metrics: Vec<_> = self.running().map(|n| n.state.raft.metrics()).collect();
+        if metrics.is_empty() {
+            anyhow::bail!("no node is running");
+        }
+        let agreed = async {
+            loop {
+                let leaders: Vec<Option<u64>> = metrics
+                    .iter_mut()
+                    .map(|m| m.borrow_and_update().current_leader)
+                    .collect();
+                if let Some(Some(leader)) = leaders.first()
+                    && leaders.iter().all(|l| *l == Some(*leader))
+                    && self.node(*leader).is_some()
+                {
+                    return Ok(*leader);
+                }
+                let changes = metrics.iter_mut().map(|m| Box::pin(m.changed()));
+                if futures::future::select_all(changes).await.0.is_err() {
+                    anyhow::bail!("a node stopped while waiting for a leader");
+                }
             }
-            if tokio::time::Instant::now() >= deadline {
-                anyhow::bail!("no agreed leader within {timeout:?}: {leaders:?}");
+        };
+        match tokio::time::timeout(timeout, agreed).await {
+            Ok(leader) => leader,
+            Err(_) => {
+                let leaders: Vec<Option<u64>> = self
+                    .running()
+                    .map(|n| n.state.raft.metrics().borrow().current_leader)
+                    .collect();
+                anyhow::bail!("no agreed leader within {timeout:?}: {leaders:?}")
             }
-            // Raft metrics change on every heartbeat; a short poll keeps this
-            // simple and is bounded by the deadline.
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 
@@ -220,6 +241,11 @@ impl TestCluster {
     /// An operator client knowing every node's address.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
+    }
+
+    /// The test kit's operator helper, knowing every node's address.
+    pub fn operator(&self) -> Result<Operator> {
+        Operator::new(&self.operator)
     }
 
     /// An operator client that talks to node `id` only.

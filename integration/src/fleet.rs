@@ -24,6 +24,9 @@ use tokio::task::JoinHandle;
 
 use k8s_sim::{SimConfig, Simulator};
 
+use crate::kit::operator::Operator;
+use crate::kit::process::Cli;
+
 /// How long a krane may take to stop after it is told to.
 pub const KRANE_STOP_TIMEOUT_MS: u64 = 10_000;
 /// How long a fresh or restarted multi-node fleet may take to elect a leader.
@@ -49,6 +52,12 @@ pub struct FleetConfig {
     /// krane's reconnect backoff bounds.
     pub reconnect_backoff_min_ms: u64,
     pub reconnect_backoff_max_ms: u64,
+    /// Whether [`Fleet::start`] starts each region's in-process krane
+    /// (a test running the krane binary instead says no).
+    pub start_kranes: bool,
+    /// Applied to every node's config before it starts (limits,
+    /// compaction settings, …).
+    pub configure_node: fn(&mut NodeConfig),
 }
 
 impl FleetConfig {
@@ -63,6 +72,8 @@ impl FleetConfig {
             failing_images: Vec::new(),
             reconnect_backoff_min_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MIN_MS,
             reconnect_backoff_max_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MAX_MS,
+            start_kranes: true,
+            configure_node: |_| {},
         }
     }
 }
@@ -125,6 +136,7 @@ impl Fleet {
                 .filter(|(other, _)| **other != id)
                 .map(|(&node_id, &addr)| config::PeerConfig { node_id, addr })
                 .collect();
+            (config.configure_node)(&mut node_config);
             let node = node::boot::start(&node_config)
                 .await
                 .with_context(|| format!("starting ctrl node {id}"))?;
@@ -181,7 +193,9 @@ impl Fleet {
                 agent_path,
                 krane: None,
             };
-            region.start_krane();
+            if config.start_kranes {
+                region.start_krane();
+            }
             regions.push(region);
         }
         Ok(Fleet {
@@ -193,9 +207,14 @@ impl Fleet {
         })
     }
 
-    /// An operator client of the ctrl node.
+    /// An operator client of the ctrl nodes.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
+    }
+
+    /// The test kit's operator helper, a client of the ctrl nodes.
+    pub fn operator(&self) -> Result<Operator> {
+        Operator::new(&self.operator)
     }
 
     /// The region called `name`.
@@ -406,6 +425,11 @@ impl Region {
             Some(krane) => krane.stop().await,
             None => Ok(()),
         }
+    }
+
+    /// `kubectl` against this region's simulated cluster.
+    pub fn kubectl(&self) -> Cli {
+        crate::kit::kubectl::kubectl(&self.kubeconfig)
     }
 
     /// What the running krane's watch loop is doing.

@@ -5,15 +5,17 @@
 //! worth of control. The Kubernetes API simulator krane and kubectl are
 //! pointed at is the `k8s-sim` crate (`integration/k8s-sim`). [`fleet`] is
 //! a whole site: one or three ctrl nodes plus, per region, a simulator and
-//! an in-process krane. [`krane_process`] runs the real `krane` binary
-//! (built on demand) as a child process. [`relay`] puts UDP relays between nodes to cut them
+//! an in-process krane. [`kit`] is what the tests share: bounded waits, an
+//! operator helper that waits through the node's long poll, bounded runs
+//! of `ctrl` and `kubectl`, and the real `krane` and `ctrl` binaries as
+//! child processes. [`relay`] puts UDP relays between nodes to cut them
 //! apart. [`processes`] runs a cluster as separate node processes, for
 //! benchmarks compared with peers whose members are processes. [`requests`]
 //! builds the operator requests benchmarks and tests send.
 
 pub mod cluster;
 pub mod fleet;
-pub mod krane_process;
+pub mod kit;
 pub mod processes;
 pub mod relay;
 pub mod requests;

@@ -19,13 +19,12 @@ use std::io::Read;
 use tokio::process::{Child, Command};
 use wire::operator::{OperatorRequest, OperatorResponse};
 
+use crate::kit::wait::wait_until;
+
 /// Bound on every node serving and agreeing on a leader.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on a child exiting once its stdin is closed.
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause between two status polls while the cluster starts (there is no
-/// status stream to wait on).
-const START_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Running node processes; killed if dropped without [`ProcessCluster::shutdown`].
 pub struct ProcessCluster {
@@ -109,23 +108,37 @@ impl ProcessCluster {
     }
 
     /// Initialises the cluster through node 1 and waits until every node
-    /// names the same leader.
+    /// names the same leader, both bounded by [`START_TIMEOUT`] (the nodes
+    /// offer no status stream to wait on, so both are asked again).
     async fn initialise(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
         let first = Client::new(&self.operator_of(1))?;
-        // The first call also waits for node 1 to serve.
-        loop {
-            match first.call(&OperatorRequest::InitCluster).await {
-                Ok(OperatorResponse::Initialized { .. }) => break,
-                Ok(other) => bail!("unexpected answer to cluster init: {other:?}"),
-                Err(_) => tokio::time::sleep(START_POLL_INTERVAL).await,
-            }
-        }
-        loop {
-            if let Ok(Some(_)) = self.leader().await {
-                return Ok(());
-            }
-            tokio::time::sleep(START_POLL_INTERVAL).await;
-        }
+        // The first call also waits for node 1 to serve: a failed call is
+        // asked again, an unexpected answer ends the wait.
+        let initialised =
+            wait_until(
+                deadline,
+                "node 1 to initialise the cluster",
+                async || match first.call(&OperatorRequest::InitCluster).await {
+                    Ok(OperatorResponse::Initialized { .. }) => Ok(Ok(())),
+                    Ok(other) => Ok(Err(anyhow::anyhow!(
+                        "unexpected answer to cluster init: {other:?}"
+                    ))),
+                    Err(e) => Err(e.to_string()),
+                },
+            )
+            .await?;
+        initialised?;
+        wait_until(
+            deadline,
+            "every node to name one leader",
+            async || match self.leader().await {
+                Ok(Some(leader)) => Ok(leader),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// Closes every node's stdin and waits (bounded) for them to exit.

@@ -1,14 +1,87 @@
-//! Operator requests the benchmarks and tests send, built in one place.
+//! Operator requests the benchmarks and tests send, built in one place:
+//! [`deployment`] starts a `CreateDeployment` with small defaults that a
+//! test changes only where it matters to it.
 
 use std::collections::BTreeMap;
 
 use wire::operator::{CreateDeployment, OperatorRequest};
 
+/// The image of [`deployment`] unless changed.
+pub const IMAGE: &str = "nginx:1.27";
+
 /// A deployment of one small replica (`nginx:1.27`, 100 millicores,
 /// 128 MiB) in each of `regions`, in workspace `ws`, project `proj`,
-/// environment `env`.
+/// environment `env`, without environment variables; change what a test
+/// needs with the builder's methods.
+pub fn deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> DeploymentBuilder {
+    DeploymentBuilder(CreateDeployment {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        environment_id: "env".into(),
+        image: IMAGE.into(),
+        cpu_millicores: 100,
+        memory_mib: 128,
+        replicas: 1,
+        regions: regions.into_iter().map(Into::into).collect(),
+        env_vars: BTreeMap::new(),
+    })
+}
+
+/// A `CreateDeployment` under construction (see [`deployment`]).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct DeploymentBuilder(CreateDeployment);
+
+impl DeploymentBuilder {
+    pub fn image(mut self, image: &str) -> Self {
+        self.0.image = image.into();
+        self
+    }
+
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.0.replicas = replicas;
+        self
+    }
+
+    /// Each replica's CPU and memory.
+    pub fn size(mut self, cpu_millicores: u32, memory_mib: u32) -> Self {
+        self.0.cpu_millicores = cpu_millicores;
+        self.0.memory_mib = memory_mib;
+        self
+    }
+
+    /// The workspace, project and environment the deployment belongs to.
+    pub fn owner(mut self, workspace_id: &str, project_id: &str, environment_id: &str) -> Self {
+        self.0.workspace_id = workspace_id.into();
+        self.0.project_id = project_id.into();
+        self.0.environment_id = environment_id.into();
+        self
+    }
+
+    pub fn environment(mut self, environment_id: impl Into<String>) -> Self {
+        self.0.environment_id = environment_id.into();
+        self
+    }
+
+    /// Adds the environment variable `name=value`.
+    pub fn env_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.0.env_vars.insert(name.into(), value.into());
+        self
+    }
+
+    pub fn build(self) -> CreateDeployment {
+        self.0
+    }
+
+    /// The operator request creating it.
+    pub fn request(self) -> OperatorRequest {
+        OperatorRequest::CreateDeployment(self.0)
+    }
+}
+
+/// [`deployment`] with its defaults, as a request.
 pub fn create_deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> OperatorRequest {
-    create_deployment_with_replicas(regions, 1)
+    deployment(regions).request()
 }
 
 /// [`create_deployment`] with `replicas` replicas per region.
@@ -16,15 +89,5 @@ pub fn create_deployment_with_replicas<R: Into<String>>(
     regions: impl IntoIterator<Item = R>,
     replicas: u32,
 ) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: "env".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas,
-        regions: regions.into_iter().map(Into::into).collect(),
-        env_vars: BTreeMap::new(),
-    })
+    deployment(regions).replicas(replicas).request()
 }

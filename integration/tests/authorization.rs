@@ -8,6 +8,7 @@ use std::time::Duration;
 use agent::ctrl::{CtrlClient, CtrlError};
 use config::{AgentConfig, TlsFiles};
 use integration::cluster::{TestNode, as_agent};
+use integration::kit::wait::bounded;
 use node::client::{Client, ClientError};
 use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, WatchEvent};
 use wire::operator::{OperatorRequest, OperatorResponse};
@@ -16,7 +17,7 @@ use wire::{ErrorCode, WireError};
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn create(region: &str) -> OperatorRequest {
-    integration::requests::create_deployment([region])
+    integration::requests::deployment([region]).request()
 }
 
 /// Opens a watch of `region` with `client` and expects a permission error
@@ -58,20 +59,14 @@ fn ctrl_client(node: &TestNode, region: &str, cert: &str) -> CtrlClient {
     CtrlClient::new(&config).expect("client")
 }
 
-fn created_id(response: OperatorResponse) -> String {
-    match response {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("not created: {other:?}"),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reports_and_lookups_are_refused_outside_the_agents_region() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let node = TestNode::start().await.unwrap();
-        let operator = node.client().unwrap();
-        let west = created_id(operator.call(&create("eu-west")).await.unwrap());
-        let east = created_id(operator.call(&create("us-east")).await.unwrap());
+        let operator = node.operator().unwrap();
+        let deployment = |region: &str| integration::requests::deployment([region]).build();
+        let west = operator.create(deployment("eu-west")).await.unwrap();
+        let east = operator.create(deployment("us-east")).await.unwrap();
         let deleted = |id: &str, region: &str| {
             AgentRequest::ReportDeploymentStatus(DeploymentReport::Deleted {
                 deployment_id: id.into(),
@@ -117,15 +112,12 @@ async fn reports_and_lookups_are_refused_outside_the_agents_region() {
         }
         node.node.shutdown().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_act_only_within_their_role_and_region() {
-    tokio::time::timeout(TEST_TIMEOUT, scenario())
-        .await
-        .expect("test timed out");
+    bounded(TEST_TIMEOUT, scenario()).await;
 }
 
 async fn scenario() {

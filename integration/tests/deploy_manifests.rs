@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use config::{AgentConfig, ConfigFile, NodeConfig};
 use integration::fleet::{Fleet, FleetConfig};
+use integration::kit::operator::Operator;
+use integration::kit::wait::bounded;
 use k8s_sim::resources::{
     CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
 };
 use serde::Deserialize;
 use serde_json::Value;
-use wire::model::DesiredState;
-use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
+use wire::operator::{ApplyPolicy, ApplySentinel};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -63,21 +64,18 @@ fn granted() -> BTreeSet<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_cluster_role_grants_exactly_what_krane_uses() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
         config.reconnect_backoff_min_ms = 50;
         config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.unwrap();
-        let client = fleet.client().unwrap();
-        let create = integration::requests::create_deployment_with_replicas([REGION], 2);
-        let OperatorResponse::Created { deployment_id: id } = client.call(&create).await.unwrap()
-        else {
-            panic!("not created");
-        };
-        node::wait::until_ready(&client, &id, 20, indicatif::ProgressDrawTarget::hidden())
-            .await
-            .expect("ready");
+        let operator = fleet.operator().unwrap();
+        let create = integration::requests::deployment([REGION])
+            .replicas(2)
+            .build();
+        let id = operator.create(create).await.unwrap();
+        operator.ready(&id, 20).await.expect("ready");
         let selector = format!("unkey.com/deployment.id={id}");
         // A restart with a wiped state: full sync over existing objects.
         let region = fleet.region_mut(REGION);
@@ -88,13 +86,7 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
             .wait_krane(WAIT, |s| s.full_syncs == 1)
             .await
             .unwrap();
-        client
-            .call(&OperatorRequest::SetDesiredState {
-                id: id.clone(),
-                desired_state: DesiredState::Stopped,
-            })
-            .await
-            .unwrap();
+        operator.stop(&id).await.unwrap();
         let region = fleet.region(REGION);
         region
             .sim
@@ -106,7 +98,7 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
             .await
             .expect("stopped");
 
-        sentinel_and_policy(&mut fleet, &client).await;
+        sentinel_and_policy(&mut fleet, &operator).await;
         let region = fleet.region(REGION);
 
         let used: BTreeSet<(String, String, String)> = region
@@ -128,15 +120,14 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
         );
         fleet.shutdown().await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// A sentinel applied and stopped; a policy applied and deleted; a policy
 /// applied and deleted while krane was stopped (krane then finds the
 /// object by its id label).
-async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
-    let sentinel = OperatorRequest::ApplySentinel(ApplySentinel {
+async fn sentinel_and_policy(fleet: &mut Fleet, operator: &Operator) {
+    let sentinel = ApplySentinel {
         workspace_id: "ws".into(),
         project_id: "proj".into(),
         app_id: "app".into(),
@@ -146,11 +137,8 @@ async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
         replicas: Some(1),
         cpu_millicores: None,
         memory_mib: None,
-    });
-    let OperatorResponse::SentinelApplied { sentinel_id } = client.call(&sentinel).await.unwrap()
-    else {
-        panic!("sentinel not applied");
     };
+    let sentinel_id = operator.apply_sentinel(sentinel).await.unwrap();
     let name = sentinel_id.replacen("snt_", "snt-", 1);
     let sim = &fleet.region(REGION).sim;
     sim.wait_until(WAIT, |v| {
@@ -158,38 +146,26 @@ async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
     })
     .await
     .expect("sentinel applied");
-    client
-        .call(&OperatorRequest::StopSentinel { id: sentinel_id })
-        .await
-        .unwrap();
+    operator.stop_sentinel(&sentinel_id).await.unwrap();
     sim.wait_until(WAIT, |v| v.get(&DEPLOYMENTS, "sentinel", &name).is_none())
         .await
         .expect("sentinel stopped");
 
-    let policy = |name: &str| {
-        OperatorRequest::ApplyPolicy(ApplyPolicy {
-            workspace_id: "ws".into(),
-            environment_id: "env".into(),
-            region: REGION.into(),
-            name: name.into(),
-            namespace: "krane".into(),
-            policy_json: r#"{"endpointSelector":{}}"#.into(),
-        })
+    let policy = |name: &str| ApplyPolicy {
+        workspace_id: "ws".into(),
+        environment_id: "env".into(),
+        region: REGION.into(),
+        name: name.into(),
+        namespace: "krane".into(),
+        policy_json: r#"{"endpointSelector":{}}"#.into(),
     };
-    let applied = |answer: OperatorResponse| match answer {
-        OperatorResponse::PolicyApplied { policy_id } => policy_id,
-        other => panic!("policy not applied: {other:?}"),
-    };
-    let id = applied(client.call(&policy("seen")).await.unwrap());
+    let id = operator.apply_policy(policy("seen")).await.unwrap();
     sim.wait_until(WAIT, |v| {
         v.get(&CILIUM_NETWORK_POLICIES, "krane", "seen").is_some()
     })
     .await
     .expect("policy applied");
-    client
-        .call(&OperatorRequest::DeletePolicy { id })
-        .await
-        .unwrap();
+    operator.delete_policy(&id).await.unwrap();
     sim.wait_until(WAIT, |v| {
         v.get(&CILIUM_NETWORK_POLICIES, "krane", "seen").is_none()
     })
@@ -198,11 +174,8 @@ async fn sentinel_and_policy(fleet: &mut Fleet, client: &node::client::Client) {
 
     let region = fleet.region_mut(REGION);
     region.stop_krane().await.unwrap();
-    let id = applied(client.call(&policy("unseen")).await.unwrap());
-    client
-        .call(&OperatorRequest::DeletePolicy { id })
-        .await
-        .unwrap();
+    let id = operator.apply_policy(policy("unseen")).await.unwrap();
+    operator.delete_policy(&id).await.unwrap();
     region.start_krane();
     let target = *fleet.node().state.applied_pk.borrow();
     fleet

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use agent::ctrl::CtrlClient;
 use config::{AgentConfig, TlsFiles};
 use integration::cluster::TestNode;
+use integration::kit::wait::bounded;
 use node::client::ClientError;
 use node::wait::{WaitError, changed};
 use wire::ErrorCode;
 use wire::agent::{AgentRequest, DeploymentReport};
 use wire::model::{Instance, InstanceStatus};
-use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, OperatorRequest, OperatorResponse};
+use wire::operator::DEPLOYMENT_WAIT_MS_MAX;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// A wait the test expects a change to cut short: an answer that took
@@ -39,27 +40,19 @@ fn running(id: &str, pod: &str) -> Instance {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_ends_with_a_change_or_with_its_time() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let node = TestNode::start().await.unwrap();
-        let operator = node.client().unwrap();
-        let OperatorResponse::Created { deployment_id: id } = operator
-            .call(&integration::requests::create_deployment(["us-east"]))
+        let kit = node.operator().unwrap();
+        let operator = kit.client();
+        let id = kit
+            .create(integration::requests::deployment(["us-east"]).build())
             .await
-            .unwrap()
-        else {
-            panic!("create refused");
-        };
-        let OperatorResponse::Deployment(view) = operator
-            .call(&OperatorRequest::GetDeployment { id: id.clone() })
-            .await
-            .unwrap()
-        else {
-            panic!("read refused");
-        };
+            .unwrap();
+        let view = kit.deployment(&id).await.unwrap();
 
         // An out-of-date view is answered at once.
         let started = Instant::now();
-        let fresh = changed(&operator, &id, view.digest() ^ 1, LONG_WAIT_MS)
+        let fresh = changed(operator, &id, view.digest() ^ 1, LONG_WAIT_MS)
             .await
             .unwrap();
         assert_eq!(fresh, view);
@@ -70,7 +63,7 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
 
         // Nothing changes: the view comes back as it was, after the wait.
         let started = Instant::now();
-        let same = changed(&operator, &id, view.digest(), SHORT_WAIT_MS)
+        let same = changed(operator, &id, view.digest(), SHORT_WAIT_MS)
             .await
             .unwrap();
         assert_eq!(same, view);
@@ -109,14 +102,14 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
 
         // Waits out of bounds and unknown deployments are refused.
         for wait_ms in [0, DEPLOYMENT_WAIT_MS_MAX + 1] {
-            match changed(&operator, &id, 0, wait_ms).await {
+            match changed(operator, &id, 0, wait_ms).await {
                 Err(WaitError::Client(ClientError::Server(e))) => {
                     assert_eq!(e.code, ErrorCode::BadRequest, "{e}")
                 }
                 other => panic!("wait_ms {wait_ms} accepted: {other:?}"),
             }
         }
-        match changed(&operator, "dep_unknown", 0, SHORT_WAIT_MS).await {
+        match changed(operator, "dep_unknown", 0, SHORT_WAIT_MS).await {
             Err(WaitError::Client(ClientError::Server(e))) => {
                 assert_eq!(e.code, ErrorCode::NotFound, "{e}")
             }
@@ -124,6 +117,5 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
         }
         node.node.shutdown().await;
     })
-    .await
-    .expect("bounded in time");
+    .await;
 }

@@ -5,12 +5,13 @@
 //! full sync, and converge on the new deployments; node 1 comes back and
 //! catches up to the same state.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
+use integration::kit::operator::Operator;
+use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::STATEFUL_SETS;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use tokio::time::Instant;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for convergence or an election.
@@ -18,25 +19,11 @@ const WAIT: Duration = Duration::from_secs(30);
 const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 const NAMESPACE: &str = "krane";
 
-fn create(region: &str) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws_1".into(),
-        project_id: "proj_1".into(),
-        environment_id: "env_1".into(),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![region.into()],
-        env_vars: BTreeMap::new(),
-    })
-}
-
-async fn deploy(client: &node::client::Client, region: &str) -> String {
-    match client.call(&create(region)).await.expect("create") {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("unexpected answer {other:?}"),
-    }
+async fn deploy(operator: &Operator, region: &str) -> String {
+    operator
+        .create(integration::requests::deployment([region]).build())
+        .await
+        .expect("create")
 }
 
 /// The StatefulSet krane names after a deployment.
@@ -52,9 +39,7 @@ fn streams_on(fleet: &Fleet, id: u64) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_keep_converging_through_a_leader_kill() {
-    tokio::time::timeout(TEST_TIMEOUT, scenario())
-        .await
-        .expect("test timed out");
+    bounded(TEST_TIMEOUT, scenario()).await;
 }
 
 async fn scenario() {
@@ -64,7 +49,7 @@ async fn scenario() {
     config.reconnect_backoff_min_ms = 50;
     config.reconnect_backoff_max_ms = 300;
     let mut fleet = Fleet::start(config).await.unwrap();
-    let client = fleet.client().unwrap();
+    let operator = fleet.operator().unwrap();
 
     // Node 1 leads (agents try the endpoints in order, so they watch it).
     let node_1 = fleet.node_by_id(1).unwrap();
@@ -81,7 +66,7 @@ async fn scenario() {
 
     let mut before = Vec::new();
     for region in REGIONS {
-        before.push((region, deploy(&client, region).await));
+        before.push((region, deploy(&operator, region).await));
     }
     let mut statuses = Vec::new();
     for (region, id) in &before {
@@ -109,10 +94,10 @@ async fn scenario() {
     let during: Vec<_> = REGIONS
         .iter()
         .map(|region| {
-            let client = fleet.client().unwrap();
+            let operator = fleet.operator().unwrap();
             let region = region.to_string();
             tokio::spawn(async move {
-                let id = deploy(&client, &region).await;
+                let id = deploy(&operator, &region).await;
                 (region, id)
             })
         })
@@ -166,24 +151,26 @@ async fn scenario() {
     }
     // Each hash is read with the index it was taken at (one transaction);
     // a late write can still be landing, so read until the indexes agree.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let replicas = loop {
-        let replicas: Vec<(Option<u64>, u64)> = (1..=3)
-            .map(|id| {
-                let view = fleet.node_by_id(id).unwrap().state.store.read().unwrap();
-                let index = node::raft::state_machine::applied_index(view.raft_meta()).unwrap();
-                (index, view.state_hash().unwrap())
-            })
-            .collect();
-        if replicas.windows(2).all(|w| w[0].0 == w[1].0) {
-            break replicas;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "replicas never at one index: {replicas:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let replicas = wait_until(
+        Instant::now() + WAIT,
+        "every replica at one applied index",
+        async || {
+            let replicas: Vec<(Option<u64>, u64)> = (1..=3)
+                .map(|id| {
+                    let view = fleet.node_by_id(id).unwrap().state.store.read().unwrap();
+                    let index = node::raft::state_machine::applied_index(view.raft_meta()).unwrap();
+                    (index, view.state_hash().unwrap())
+                })
+                .collect();
+            if replicas.windows(2).all(|w| w[0].0 == w[1].0) {
+                Ok(replicas)
+            } else {
+                Err(replicas)
+            }
+        },
+    )
+    .await
+    .unwrap();
     assert!(
         replicas.windows(2).all(|w| w[0] == w[1]),
         "replicas differ at one applied index: {replicas:?}"

@@ -10,30 +10,31 @@
 //!    reach ctrl.
 //!
 //! The binary is built (or named by `KRANE_BIN`) by
-//! [`integration::krane_process::binary`].
+//! [`integration::kit::binaries::krane`].
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::state::LocalState;
 use integration::fleet::{Fleet, FleetConfig};
-use integration::krane_process::{self, Krane};
+use integration::kit::binaries;
+use integration::kit::krane::Krane;
+use integration::kit::operator::Operator;
+use integration::kit::process::log_count;
+use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::{PODS, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
+use tokio::time::Instant;
 use wire::agent::DeploymentReport;
 use wire::model::InstanceStatus;
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{CreateDeployment, DeploymentView};
 
 /// Bound on the scenario (building krane comes before it, bounded by
-/// [`krane_process::BUILD_TIMEOUT`]).
+/// [`binaries::BUILD_TIMEOUT`]).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Bound on one wait for a condition.
 const WAIT: Duration = Duration::from_secs(40);
-/// Interval of reading ctrl for reported instances (ctrl has no wait call).
-const POLL: Duration = Duration::from_millis(50);
 /// Deployments in the batch krane is killed in the middle of.
 const BATCH: usize = 60;
 const REPLICAS: usize = 2;
@@ -42,68 +43,31 @@ const NAMESPACE: &str = "krane";
 /// What krane logs when a report could not reach ctrl (it stays queued).
 const RETRY_LINE: &str = "status report failed; kept for a retry";
 
-fn log_count(log: &Path, needle: &str) -> usize {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .matches(needle)
-        .count()
-}
-
-async fn bounded(test: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .expect("test timed out");
-}
-
-fn create(image: &str, n: usize) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws_1".into(),
-        project_id: "proj_1".into(),
-        environment_id: format!("env_{n}"),
-        image: image.into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: REPLICAS as u32,
-        regions: vec![REGION.into()],
-        env_vars: BTreeMap::new(),
-    })
+fn create(n: usize) -> CreateDeployment {
+    integration::requests::deployment([REGION])
+        .owner("ws_1", "proj_1", &format!("env_{n}"))
+        .replicas(REPLICAS as u32)
+        .build()
 }
 
 fn k8s_name(id: &str) -> String {
     id.replacen("dep_", "dep-", 1)
 }
 
-async fn deployment(client: &node::client::Client, id: &str) -> DeploymentView {
-    match client
-        .call(&OperatorRequest::GetDeployment { id: id.into() })
-        .await
-        .expect("get deployment")
-    {
-        OperatorResponse::Deployment(view) => view,
-        other => panic!("unexpected answer {other:?}"),
-    }
-}
-
-/// Reads ctrl until every deployment's reported instances satisfy `check`.
+/// Waits (each read a long poll) until every deployment's reported
+/// instances satisfy `check`, all by one deadline.
 async fn wait_for_instances(
-    client: &node::client::Client,
+    operator: &Operator,
     ids: &[String],
     what: &str,
     check: impl Fn(&DeploymentView) -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = Instant::now() + WAIT;
     for id in ids {
-        loop {
-            let view = deployment(client, id).await;
-            if check(&view) {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {WAIT:?}; {id} is {view:#?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        operator
+            .wait_deployment(id, deadline, what, &check)
+            .await
+            .unwrap();
     }
 }
 
@@ -132,8 +96,8 @@ fn running_once(view: &DeploymentView) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_killed_mid_batch_and_with_queued_reports_converges_and_loses_nothing() {
-    let binary = krane_process::binary().await.expect("the krane binary");
-    bounded(scenario(binary)).await;
+    let binary = binaries::krane().await.expect("the krane binary");
+    bounded(TEST_TIMEOUT, scenario(binary)).await;
 }
 
 async fn scenario(binary: &Path) {
@@ -142,17 +106,10 @@ async fn scenario(binary: &Path) {
     config.reconnect_backoff_min_ms = 50;
     config.reconnect_backoff_max_ms = 200;
     let mut fleet = Fleet::start(config).await.expect("fleet starts");
-    let client = fleet.client().expect("operator client");
+    let operator = fleet.operator().expect("operator client");
     // A first deployment, applied by the fleet's in-process krane (its
     // full sync): the batch below is then a run of incremental changes.
-    let first = match client
-        .call(&create("nginx:1.27", BATCH))
-        .await
-        .expect("create")
-    {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("not created: {other:?}"),
-    };
+    let first = operator.create(create(BATCH)).await.expect("create");
     let target = *fleet.node().state.applied_pk.borrow();
     let region = fleet.region_mut(REGION);
     region
@@ -168,10 +125,7 @@ async fn scenario(binary: &Path) {
     // 1. A batch created while krane is down; krane killed in its middle.
     let mut ids = Vec::new();
     for n in 0..BATCH {
-        match client.call(&create("nginx:1.27", n)).await.expect("create") {
-            OperatorResponse::Created { deployment_id } => ids.push(deployment_id),
-            other => panic!("not created: {other:?}"),
-        }
+        ids.push(operator.create(create(n)).await.expect("create"));
     }
     let region = fleet.region(REGION);
     let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
@@ -201,7 +155,7 @@ async fn scenario(binary: &Path) {
         .wait_until(WAIT, |v| ids.iter().all(|id| ready_pods(v, id) == REPLICAS))
         .await
         .expect("every deployment applied with its pods");
-    wait_for_instances(&client, &ids, "two running instances each", running_once).await;
+    wait_for_instances(&operator, &ids, "two running instances each", running_once).await;
     let restart_writes = region.sim.write_requests() - writes;
     let max_concurrent = config::agent::DEFAULT_MAX_CONCURRENT_APPLIES;
     assert!(
@@ -230,18 +184,11 @@ async fn scenario(binary: &Path) {
     let retries_before = log_count(&log, RETRY_LINE);
     region.sim.add_failing_image("nginx:1.27");
     let selector = format!("unkey.com/deployment.id={victim}");
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-    let deleted = Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(&region.kubeconfig)
-        .args(["-n", NAMESPACE, "delete", "pods", "-l", &selector])
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        deleted.status.success(),
-        "kubectl delete pods: {}",
-        String::from_utf8_lossy(&deleted.stderr)
-    );
+    region
+        .kubectl()
+        .ok(&["-n", NAMESPACE, "delete", "pods", "-l", &selector])
+        .await
+        .expect("kubectl delete pods");
     region
         .sim
         .wait_until(WAIT, |v| {
@@ -251,14 +198,16 @@ async fn scenario(binary: &Path) {
         .await
         .expect("the victim's pods fail");
     // A report attempt after that: the report was stored before it.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while log_count(&log, RETRY_LINE) <= retries_before {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no report attempt within {WAIT:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    wait_until(Instant::now() + WAIT, "a report attempt", async || {
+        let retries = log_count(&log, RETRY_LINE);
+        if retries > retries_before {
+            Ok(())
+        } else {
+            Err(retries)
+        }
+    })
+    .await
+    .unwrap();
     krane.kill();
     let not_running = |report: &DeploymentReport| match report {
         DeploymentReport::Instances {
@@ -287,7 +236,7 @@ async fn scenario(binary: &Path) {
     let region = fleet.region(REGION);
     let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
     wait_for_instances(
-        &client,
+        &operator,
         std::slice::from_ref(&victim),
         "the queued report arrived",
         |view| {
@@ -304,7 +253,7 @@ async fn scenario(binary: &Path) {
         .wait_until(WAIT, |v| ready_pods(v, &victim) == REPLICAS)
         .await
         .expect("the victim's pods run again");
-    wait_for_instances(&client, &ids, "all running once", running_once).await;
+    wait_for_instances(&operator, &ids, "all running once", running_once).await;
     krane.kill();
     let state = LocalState::open_in(&data_dir).expect("state at the end");
     assert_eq!(state.applied().expect("snapshot").len(), BATCH + 1);

@@ -6,67 +6,33 @@
 //! and makes no Kubernetes write beyond what a new change asks for (the
 //! simulator counts write requests).
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
+use integration::kit::wait::bounded;
 use k8s_sim::View;
 use k8s_sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
-use wire::model::{Health, SentinelStatus};
-use wire::operator::{ApplySentinel, CreateDeployment, OperatorRequest, OperatorResponse};
+use tokio::time::Instant;
+use wire::model::Health;
+use wire::operator::{ApplySentinel, CreateDeployment};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for convergence.
 const WAIT: Duration = Duration::from_secs(30);
-const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the cluster is watched for writes nobody asked for once ctrl
 /// is back (an absence cannot be awaited; krane's resumption, which can,
 /// comes first).
 const QUIET_WINDOW: Duration = Duration::from_millis(1_500);
-/// Interval of reading ctrl for a reported status.
-const POLL: Duration = Duration::from_millis(50);
 const REGION: &str = "us-east";
 const NAMESPACE: &str = "krane";
 const SENTINEL_NAMESPACE: &str = "sentinel";
 
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-    let child = tokio::process::Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("kubectl not found at {kubectl} (set KUBECTL): {e}"));
-    let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("kubectl in time")
-        .expect("kubectl ran");
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn create_deployment(image: &str) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws_1".into(),
-        project_id: "proj_1".into(),
-        environment_id: "env_1".into(),
-        image: image.into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 2,
-        regions: vec![REGION.into()],
-        env_vars: BTreeMap::new(),
-    })
+fn create_deployment(image: &str) -> CreateDeployment {
+    integration::requests::deployment([REGION])
+        .owner("ws_1", "proj_1", "env_1")
+        .image(image)
+        .replicas(2)
+        .build()
 }
 
 fn uid(
@@ -89,38 +55,9 @@ fn replicas(
         .and_then(|o| o["spec"]["replicas"].as_u64())
 }
 
-/// Reads the sentinel from ctrl until its reported status satisfies
-/// `check` (ctrl has no call that waits for a status).
-async fn sentinel_status(
-    client: &node::client::Client,
-    id: &str,
-    check: impl Fn(&SentinelStatus) -> bool,
-) -> SentinelStatus {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let answer = client
-            .call(&OperatorRequest::GetSentinel { id: id.into() })
-            .await
-            .expect("get sentinel");
-        let OperatorResponse::Sentinel(view) = answer else {
-            panic!("unexpected answer {answer:?}");
-        };
-        if let Some(status) = view.status.filter(|s| check(s)) {
-            return status;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sentinel status not reported within {WAIT:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_repairs_drift_while_ctrl_is_down_and_changes_nothing_when_it_returns() {
-    tokio::time::timeout(TEST_TIMEOUT, scenario())
-        .await
-        .expect("test timed out");
+    bounded(TEST_TIMEOUT, scenario()).await;
 }
 
 async fn scenario() {
@@ -129,16 +66,15 @@ async fn scenario() {
     config.reconnect_backoff_min_ms = 50;
     config.reconnect_backoff_max_ms = 200;
     let mut fleet = Fleet::start(config).await.unwrap();
-    let client = fleet.client().unwrap();
+    let operator = fleet.operator().unwrap();
 
-    let OperatorResponse::Created { deployment_id } =
-        client.call(&create_deployment("nginx:1.27")).await.unwrap()
-    else {
-        panic!("deployment not created");
-    };
+    let deployment_id = operator
+        .create(create_deployment("nginx:1.27"))
+        .await
+        .unwrap();
     let sts_name = deployment_id.replacen("dep_", "dep-", 1);
-    let answer = client
-        .call(&OperatorRequest::ApplySentinel(ApplySentinel {
+    let sentinel_id = operator
+        .apply_sentinel(ApplySentinel {
             workspace_id: "ws_1".into(),
             project_id: "proj_1".into(),
             app_id: "app_1".into(),
@@ -148,12 +84,9 @@ async fn scenario() {
             replicas: Some(2),
             cpu_millicores: None,
             memory_mib: None,
-        }))
+        })
         .await
         .unwrap();
-    let OperatorResponse::SentinelApplied { sentinel_id } = answer else {
-        panic!("sentinel not applied: {answer:?}");
-    };
     let sentinel_name = sentinel_id.replacen("snt_", "snt-", 1);
 
     // Converged: every object there, krane's cursor at ctrl's last pk.
@@ -175,10 +108,21 @@ async fn scenario() {
         .await
         .expect("objects applied");
     // The sentinel's status reached ctrl: healthy, its image running.
-    let status = sentinel_status(&client, &sentinel_id, |s| {
-        s.health == Health::Healthy && s.running_image == "sentinel:1.0"
-    })
-    .await;
+    let status = operator
+        .wait_sentinel(
+            &sentinel_id,
+            Instant::now() + WAIT,
+            "a healthy status",
+            |view| {
+                view.status.as_ref().is_some_and(|s| {
+                    s.health == Health::Healthy && s.running_image == "sentinel:1.0"
+                })
+            },
+        )
+        .await
+        .unwrap()
+        .status
+        .expect("a reported status");
     assert_eq!(status.available_replicas, 2, "{status:?}");
     assert_eq!(status.updated_replicas, 2, "{status:?}");
     let sts_uid = region
@@ -195,23 +139,22 @@ async fn scenario() {
         .expect("krane lost its watch");
 
     // Drift, by hand.
-    kubectl(
-        &region.kubeconfig,
-        &["delete", "statefulset", &sts_name, "-n", NAMESPACE],
-    )
-    .await;
-    kubectl(
-        &region.kubeconfig,
-        &[
+    let kubectl = region.kubectl();
+    kubectl
+        .ok(&["delete", "statefulset", &sts_name, "-n", NAMESPACE])
+        .await
+        .unwrap();
+    kubectl
+        .ok(&[
             "scale",
             "deployment",
             &sentinel_name,
             "-n",
             SENTINEL_NAMESPACE,
             "--replicas=5",
-        ],
-    )
-    .await;
+        ])
+        .await
+        .unwrap();
     let scaled = region
         .sim
         .inspect(|v| replicas(v, &DEPLOYMENTS, SENTINEL_NAMESPACE, &sentinel_name));
@@ -284,12 +227,10 @@ async fn scenario() {
     );
 
     // A new change after the return is applied: exactly its two writes.
-    let OperatorResponse::Created {
-        deployment_id: second,
-    } = client.call(&create_deployment("nginx:1.28")).await.unwrap()
-    else {
-        panic!("deployment not created");
-    };
+    let second = operator
+        .create(create_deployment("nginx:1.28"))
+        .await
+        .unwrap();
     let second_name = second.replacen("dep_", "dep-", 1);
     region
         .sim

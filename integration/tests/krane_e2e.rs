@@ -14,35 +14,28 @@
 //!   state.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig, Region};
+use integration::kit::operator::Operator;
+use integration::kit::wait::bounded;
 use k8s_sim::resources::{PODS, SERVICES, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
-use node::client::Client;
-use node::wait::{WaitError, until_ready};
-use wire::model::{DeploymentStatus, DesiredState};
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use node::wait::WaitError;
+use tokio::time::Instant;
+use wire::model::DeploymentStatus;
+use wire::operator::DeploymentView;
 
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for convergence.
 const WAIT: Duration = Duration::from_secs(30);
-/// Bound on `until_ready`, in seconds.
+/// Bound on `Operator::ready`, in seconds.
 const READY_TIMEOUT_S: u64 = 30;
-/// Longest single `WaitDeployment` call (below the client's call timeout).
-const LONG_POLL_MS: u64 = 2_000;
 const NAMESPACE: &str = "krane";
 const US: &str = "us-east";
 const EU: &str = "eu-west";
 const BROKEN_IMAGE: &str = "registry.invalid/broken:1";
-
-async fn bounded(test: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .expect("test timed out");
-}
 
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
     let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
@@ -52,88 +45,44 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
     Fleet::start(config).await.expect("fleet starts")
 }
 
-fn create(image: &str, regions: &[&str], replicas: u32) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws_1".into(),
-        project_id: "proj_1".into(),
-        environment_id: "env_1".into(),
-        image: image.into(),
-        cpu_millicores: 250,
-        memory_mib: 512,
-        replicas,
-        regions: regions.iter().map(|r| r.to_string()).collect(),
-        env_vars: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
-    })
+async fn deploy(operator: &Operator, image: &str, regions: &[&str], replicas: u32) -> String {
+    let deployment = integration::requests::deployment(regions.iter().copied())
+        .owner("ws_1", "proj_1", "env_1")
+        .image(image)
+        .size(250, 512)
+        .replicas(replicas)
+        .env_var("GREETING", "hello")
+        .build();
+    operator.create(deployment).await.expect("create")
 }
 
-async fn deploy(client: &Client, image: &str, regions: &[&str], replicas: u32) -> String {
-    match client
-        .call(&create(image, regions, replicas))
+async fn stop(operator: &Operator, id: &str) {
+    operator.stop(id).await.expect("stop");
+}
+
+async fn ready(operator: &Operator, id: &str) -> DeploymentView {
+    operator
+        .ready(id, READY_TIMEOUT_S)
         .await
-        .expect("create")
-    {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("not created: {other:?}"),
-    }
+        .unwrap_or_else(|e| panic!("{id} not ready: {e}"))
 }
 
-async fn stop(client: &Client, id: &str) {
-    let answer = client
-        .call(&OperatorRequest::SetDesiredState {
-            id: id.into(),
-            desired_state: DesiredState::Stopped,
-        })
-        .await
-        .expect("stop");
-    assert!(matches!(answer, OperatorResponse::Updated(_)), "{answer:?}");
+async fn view(operator: &Operator, id: &str) -> DeploymentView {
+    operator.deployment(id).await.expect("get deployment")
 }
 
-async fn ready(client: &Client, id: &str) -> DeploymentView {
-    until_ready(
-        client,
-        id,
-        READY_TIMEOUT_S,
-        indicatif::ProgressDrawTarget::hidden(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{id} not ready: {e}"))
-}
-
-async fn view(client: &Client, id: &str) -> DeploymentView {
-    match client
-        .call(&OperatorRequest::GetDeployment { id: id.into() })
-        .await
-        .expect("get deployment")
-    {
-        OperatorResponse::Deployment(view) => view,
-        other => panic!("unexpected answer {other:?}"),
-    }
-}
-
-/// Reads the deployment until `check` holds (bounded), each read ending
-/// when the deployment changes (`WaitDeployment`).
+/// Waits until the deployment satisfies `check` (bounded), each read
+/// ending when the deployment changes (`WaitDeployment`).
 async fn wait_view(
-    client: &Client,
+    operator: &Operator,
     id: &str,
     what: &str,
     check: impl Fn(&DeploymentView) -> bool,
 ) -> DeploymentView {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mut view = view(client, id).await;
-    loop {
-        if check(&view) {
-            return view;
-        }
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        assert!(
-            !remaining.is_zero(),
-            "{what}: not within {WAIT:?}; last seen {view:#?}"
-        );
-        let wait_ms = node::wait::long_poll_ms(remaining, 2 * LONG_POLL_MS);
-        view = node::wait::changed(client, id, view.digest(), wait_ms)
-            .await
-            .expect("wait for the deployment");
-    }
+    operator
+        .wait_deployment(id, Instant::now() + WAIT, what, check)
+        .await
+        .unwrap()
 }
 
 /// The Kubernetes name ctrl gives a deployment's objects.
@@ -271,12 +220,12 @@ fn full_syncs_on_disk(region: &Region) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_regions_converge_field_by_field_and_stop_everywhere() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let fleet = fleet(&dir, &[US, EU]).await;
-        let client = fleet.client().unwrap();
-        let id = deploy(&client, "nginx:1.27", &[US, EU], 2).await;
-        let view = ready(&client, &id).await;
+        let operator = fleet.operator().unwrap();
+        let id = deploy(&operator, "nginx:1.27", &[US, EU], 2).await;
+        let view = ready(&operator, &id).await;
         assert_eq!(view.deployment.status, DeploymentStatus::Ready);
         for region in [US, EU] {
             assert_eq!(
@@ -293,7 +242,7 @@ async fn two_regions_converge_field_by_field_and_stop_everywhere() {
             });
         }
 
-        stop(&client, &id).await;
+        stop(&operator, &id).await;
         for region in &fleet.regions {
             region
                 .sim
@@ -301,7 +250,7 @@ async fn two_regions_converge_field_by_field_and_stop_everywhere() {
                 .await
                 .unwrap_or_else(|e| panic!("{}: objects left: {e:?}", region.name));
         }
-        let view = wait_view(&client, &id, "instances gone", |v| v.instances.is_empty()).await;
+        let view = wait_view(&operator, &id, "instances gone", |v| v.instances.is_empty()).await;
         assert_eq!(view.deployment.status, DeploymentStatus::Stopped);
         fleet.shutdown().await.unwrap();
     })
@@ -310,12 +259,12 @@ async fn two_regions_converge_field_by_field_and_stop_everywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_krane_resumes_from_its_cursor_without_a_full_sync() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let mut fleet = fleet(&dir, &[US, EU]).await;
-        let client = fleet.client().unwrap();
-        let first = deploy(&client, "nginx:1.27", &[US, EU], 1).await;
-        ready(&client, &first).await;
+        let operator = fleet.operator().unwrap();
+        let first = deploy(&operator, "nginx:1.27", &[US, EU], 1).await;
+        ready(&operator, &first).await;
         let before = fleet
             .region(US)
             .wait_krane(WAIT, |s| s.watching)
@@ -327,8 +276,8 @@ async fn restarted_krane_resumes_from_its_cursor_without_a_full_sync() {
         assert_eq!(full_syncs_on_disk(fleet.region(US)), 1);
 
         // While us-east's krane is down: a new deployment, the first stopped.
-        let second = deploy(&client, "nginx:1.28", &[US, EU], 2).await;
-        stop(&client, &first).await;
+        let second = deploy(&operator, "nginx:1.28", &[US, EU], 2).await;
+        stop(&operator, &first).await;
         let eu = fleet.region(EU);
         eu.sim
             .wait_until(WAIT, |v| gone(v, &first) && running(v, &second, 2))
@@ -336,7 +285,7 @@ async fn restarted_krane_resumes_from_its_cursor_without_a_full_sync() {
             .expect("eu-west converges while us-east's krane is down");
         let us = fleet.region(US);
         assert!(us.sim.inspect(|v| running(v, &first, 1)), "untouched");
-        let latest = wait_view(&client, &second, "eu-west reported", |v| {
+        let latest = wait_view(&operator, &second, "eu-west reported", |v| {
             v.instances.iter().filter(|i| i.region == EU).count() == 2
         })
         .await;
@@ -348,8 +297,8 @@ async fn restarted_krane_resumes_from_its_cursor_without_a_full_sync() {
             .wait_until(WAIT, |v| gone(v, &first) && running(v, &second, 2))
             .await
             .expect("us-east converges after the restart");
-        ready(&client, &second).await;
-        wait_view(&client, &first, "first's instances gone", |v| {
+        ready(&operator, &second).await;
+        wait_view(&operator, &first, "first's instances gone", |v| {
             v.instances.is_empty()
         })
         .await;
@@ -368,16 +317,16 @@ async fn restarted_krane_resumes_from_its_cursor_without_a_full_sync() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wiped_krane_full_syncs_to_the_same_objects() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let mut fleet = fleet(&dir, &[US]).await;
-        let client = fleet.client().unwrap();
-        let a = deploy(&client, "nginx:1.27", &[US], 2).await;
-        let b = deploy(&client, "nginx:1.28", &[US], 1).await;
-        let gone_one = deploy(&client, "nginx:1.29", &[US], 1).await;
-        ready(&client, &a).await;
-        ready(&client, &b).await;
-        stop(&client, &gone_one).await;
+        let operator = fleet.operator().unwrap();
+        let a = deploy(&operator, "nginx:1.27", &[US], 2).await;
+        let b = deploy(&operator, "nginx:1.28", &[US], 1).await;
+        let gone_one = deploy(&operator, "nginx:1.29", &[US], 1).await;
+        ready(&operator, &a).await;
+        ready(&operator, &b).await;
+        stop(&operator, &gone_one).await;
         fleet
             .region(US)
             .sim
@@ -402,14 +351,14 @@ async fn wiped_krane_full_syncs_to_the_same_objects() {
         check_objects(region, &a, "nginx:1.27", 2);
         check_objects(region, &b, "nginx:1.28", 1);
         // The deployments stay ready and krane still follows changes.
-        stop(&client, &b).await;
+        stop(&operator, &b).await;
         region
             .sim
             .wait_until(WAIT, |v| gone(v, &b))
             .await
             .expect("changes after the full sync are applied");
         assert_eq!(
-            view(&client, &a).await.deployment.status,
+            view(&operator, &a).await.deployment.status,
             DeploymentStatus::Ready
         );
         fleet.region_mut(US).stop_krane().await.unwrap();
@@ -421,12 +370,12 @@ async fn wiped_krane_full_syncs_to_the_same_objects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_image_is_never_ready_and_the_wait_says_why() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let fleet = fleet(&dir, &[US]).await;
-        let client = fleet.client().unwrap();
-        let id = deploy(&client, BROKEN_IMAGE, &[US], 2).await;
-        let view = wait_view(&client, &id, "failed instances reported", |v| {
+        let operator = fleet.operator().unwrap();
+        let id = deploy(&operator, BROKEN_IMAGE, &[US], 2).await;
+        let view = wait_view(&operator, &id, "failed instances reported", |v| {
             v.instances.len() == 2
         })
         .await;
@@ -436,9 +385,7 @@ async fn failing_image_is_never_ready_and_the_wait_says_why() {
                 .all(|i| i.reason.as_deref() == Some("ImagePullBackOff")),
             "{view:#?}"
         );
-        let error = until_ready(&client, &id, 1, indicatif::ProgressDrawTarget::hidden())
-            .await
-            .expect_err("never ready");
+        let error = operator.ready(&id, 1).await.expect_err("never ready");
         let message = error.to_string();
         assert!(matches!(error, WaitError::Timeout { .. }), "{message}");
         assert!(message.contains("us-east 0/2 running"), "{message}");
@@ -447,7 +394,7 @@ async fn failing_image_is_never_ready_and_the_wait_says_why() {
             "{message}"
         );
         assert_ne!(
-            self::view(&client, &id).await.deployment.status,
+            self::view(&operator, &id).await.deployment.status,
             DeploymentStatus::Ready
         );
         fleet.shutdown().await.unwrap();

@@ -6,18 +6,14 @@
 //! managed stale ones; the current deployment, the unlabelled objects and a
 //! managed object without an owner label are left alone.
 
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
+use integration::kit::wait::bounded;
 use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
-use tokio::io::AsyncWriteExt;
-use wire::operator::OperatorResponse;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
-const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
 const REGION: &str = "us-east";
 
 const LEFTOVERS: &str = r#"
@@ -95,50 +91,19 @@ spec:
     - port: 80
 "#;
 
-async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: &str) -> String {
-    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-    let mut child = tokio::process::Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("kubectl not found at {kubectl} (set KUBECTL): {e}"));
-    let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(stdin.as_bytes())
-        .await
-        .expect("stdin written");
-    drop(input);
-    let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
-        .await
-        .expect("kubectl in time")
-        .expect("kubectl ran");
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
         config.reconnect_backoff_min_ms = 50;
         config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.unwrap();
-        let client = fleet.client().unwrap();
-        let create = integration::requests::create_deployment([REGION]);
-        let OperatorResponse::Created { deployment_id: id } = client.call(&create).await.unwrap()
-        else {
-            panic!("not created");
-        };
+        let operator = fleet.operator().unwrap();
+        let id = operator
+            .create(integration::requests::deployment([REGION]).build())
+            .await
+            .unwrap();
         let current = id.replacen("dep_", "dep-", 1);
         let region = fleet.region(REGION);
         region
@@ -151,7 +116,11 @@ async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
         let region = fleet.region_mut(REGION);
         region.stop_krane().await.unwrap();
         std::fs::remove_dir_all(&region.agent.data_dir).unwrap();
-        kubectl(&region.kubeconfig, &["apply", "-f", "-"], LEFTOVERS).await;
+        region
+            .kubectl()
+            .ok_with_stdin(&["apply", "-f", "-"], LEFTOVERS)
+            .await
+            .unwrap();
         assert!(region.sim.get(&STATEFUL_SETS, "krane", "dep-old").is_some());
 
         region.start_krane();
@@ -182,12 +151,11 @@ async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
             region.sim.get(&SERVICES, "krane", "no-owner").is_some(),
             "managed but without an owner label: left alone"
         );
-        let listed = kubectl(
-            &region.kubeconfig,
-            &["get", "statefulsets", "-n", "krane", "-o", "name"],
-            "",
-        )
-        .await;
+        let listed = region
+            .kubectl()
+            .ok(&["get", "statefulsets", "-n", "krane", "-o", "name"])
+            .await
+            .unwrap();
         let mut names: Vec<&str> = listed.lines().collect();
         names.sort();
         let expected = format!("statefulset.apps/{current}");
@@ -196,6 +164,5 @@ async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
         assert_eq!(names, expected);
         fleet.shutdown().await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

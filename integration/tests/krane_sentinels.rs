@@ -9,16 +9,16 @@
 //! - A cilium policy becomes a `CiliumNetworkPolicy` object; a new
 //!   document replaces its spec; deleting it removes the object.
 
-use std::future::Future;
 use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig, Region};
+use integration::kit::operator::Operator;
+use integration::kit::wait::bounded;
 use k8s_sim::View;
 use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES};
-use node::client::Client;
 use serde_json::{Value, json};
 use wire::model::DesiredState;
-use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
+use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest};
 
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
@@ -29,12 +29,6 @@ const POLICY_NAMESPACE: &str = "krane";
 const US: &str = "us-east";
 const EU: &str = "eu-west";
 
-async fn bounded(test: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .expect("test timed out");
-}
-
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
     let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
     config.reconnect_backoff_min_ms = 50;
@@ -42,8 +36,8 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
     Fleet::start(config).await.expect("fleet starts")
 }
 
-fn sentinel_request(image: &str, replicas: Option<u32>) -> OperatorRequest {
-    OperatorRequest::ApplySentinel(ApplySentinel {
+fn sentinel_request(image: &str, replicas: Option<u32>) -> ApplySentinel {
+    ApplySentinel {
         workspace_id: "ws_1".into(),
         project_id: "proj_1".into(),
         app_id: "app_1".into(),
@@ -53,18 +47,14 @@ fn sentinel_request(image: &str, replicas: Option<u32>) -> OperatorRequest {
         replicas,
         cpu_millicores: Some(300),
         memory_mib: Some(384),
-    })
+    }
 }
 
-async fn apply_sentinel(client: &Client, image: &str, replicas: Option<u32>) -> String {
-    match client
-        .call(&sentinel_request(image, replicas))
+async fn apply_sentinel(operator: &Operator, image: &str, replicas: Option<u32>) -> String {
+    operator
+        .apply_sentinel(sentinel_request(image, replicas))
         .await
         .expect("apply sentinel")
-    {
-        OperatorResponse::SentinelApplied { sentinel_id } => sentinel_id,
-        other => panic!("not applied: {other:?}"),
-    }
 }
 
 fn k8s_name(id: &str) -> String {
@@ -176,11 +166,11 @@ fn check_sentinel(region: &Region, id: &str, image: &str, replicas: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_is_applied_updated_and_removed_on_stop() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let fleet = fleet(&dir, &[US, EU]).await;
-        let client = fleet.client().unwrap();
-        let id = apply_sentinel(&client, "sentinel:1.0", Some(2)).await;
+        let operator = fleet.operator().unwrap();
+        let id = apply_sentinel(&operator, "sentinel:1.0", Some(2)).await;
         let name = k8s_name(&id);
         let us = fleet.region(US);
         us.sim
@@ -190,7 +180,7 @@ async fn sentinel_is_applied_updated_and_removed_on_stop() {
         check_sentinel(us, &id, "sentinel:1.0", 2);
 
         // The same environment and region: the same sentinel, updated.
-        let again = apply_sentinel(&client, "sentinel:1.1", Some(3)).await;
+        let again = apply_sentinel(&operator, "sentinel:1.1", Some(3)).await;
         assert_eq!(again, id);
         us.sim
             .wait_until(WAIT, |v| deployment_is(v, &name, "sentinel:1.1", 3))
@@ -198,32 +188,18 @@ async fn sentinel_is_applied_updated_and_removed_on_stop() {
             .expect("new image and replicas");
         check_sentinel(us, &id, "sentinel:1.1", 3);
         // Replicas left open keep their value.
-        apply_sentinel(&client, "sentinel:1.2", None).await;
+        apply_sentinel(&operator, "sentinel:1.2", None).await;
         us.sim
             .wait_until(WAIT, |v| deployment_is(v, &name, "sentinel:1.2", 3))
             .await
             .expect("new image, same replicas");
 
-        let view = match client
-            .call(&OperatorRequest::GetSentinel { id: id.clone() })
-            .await
-            .expect("get sentinel")
-        {
-            OperatorResponse::Sentinel(view) => view,
-            other => panic!("unexpected answer {other:?}"),
-        };
+        let view = operator.sentinel(&id).await.expect("get sentinel");
         assert_eq!(view.sentinel.image, "sentinel:1.2");
         assert_eq!(view.sentinel.replicas, 3);
         assert_eq!(view.sentinel.desired_state, DesiredState::Running);
 
-        let answer = client
-            .call(&OperatorRequest::StopSentinel { id: id.clone() })
-            .await
-            .expect("stop sentinel");
-        assert!(
-            matches!(&answer, OperatorResponse::SentinelStopped { sentinel_id } if *sentinel_id == id),
-            "{answer:?}"
-        );
+        operator.stop_sentinel(&id).await.expect("stop sentinel");
         us.sim
             .wait_until(WAIT, |v| sentinel_objects(v, &name) == [false; 3])
             .await
@@ -231,7 +207,8 @@ async fn sentinel_is_applied_updated_and_removed_on_stop() {
         // Nothing ever reached the other region.
         fleet.region(EU).sim.inspect(|v| {
             assert!(
-                v.list(&DEPLOYMENTS, Some(SENTINEL_NAMESPACE), "").is_empty(),
+                v.list(&DEPLOYMENTS, Some(SENTINEL_NAMESPACE), "")
+                    .is_empty(),
                 "eu-west has no sentinel"
             );
         });
@@ -240,26 +217,22 @@ async fn sentinel_is_applied_updated_and_removed_on_stop() {
     .await;
 }
 
-fn policy_request(document: Value) -> OperatorRequest {
-    OperatorRequest::ApplyPolicy(ApplyPolicy {
+fn policy_request(document: Value) -> ApplyPolicy {
+    ApplyPolicy {
         workspace_id: "ws_1".into(),
         environment_id: "env_1".into(),
         region: US.into(),
         name: "allow-env-1".into(),
         namespace: POLICY_NAMESPACE.into(),
         policy_json: document.to_string(),
-    })
+    }
 }
 
-async fn apply_policy(client: &Client, document: Value) -> String {
-    match client
-        .call(&policy_request(document))
+async fn apply_policy(operator: &Operator, document: Value) -> String {
+    operator
+        .apply_policy(policy_request(document))
         .await
         .expect("apply policy")
-    {
-        OperatorResponse::PolicyApplied { policy_id } => policy_id,
-        other => panic!("not applied: {other:?}"),
-    }
 }
 
 fn policy_spec(view: &View<'_>) -> Option<Value> {
@@ -269,15 +242,15 @@ fn policy_spec(view: &View<'_>) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cilium_policy_is_applied_replaced_and_deleted() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
         let fleet = fleet(&dir, &[US]).await;
-        let client = fleet.client().unwrap();
+        let operator = fleet.operator().unwrap();
         let first = json!({
             "endpointSelector": { "matchLabels": { "unkey.com/environment.id": "env_1" } },
             "ingress": [{ "fromEndpoints": [{ "matchLabels": { "app.kubernetes.io/component": "sentinel" } }] }],
         });
-        let id = apply_policy(&client, first.clone()).await;
+        let id = apply_policy(&operator, first.clone()).await;
         assert!(id.starts_with("cnp_"), "{id}");
         let us = fleet.region(US);
         us.sim
@@ -305,28 +278,23 @@ async fn cilium_policy_is_applied_replaced_and_deleted() {
             "endpointSelector": { "matchLabels": { "unkey.com/environment.id": "env_1" } },
             "egress": [{ "toEntities": ["world"] }],
         });
-        assert_eq!(apply_policy(&client, second.clone()).await, id);
+        assert_eq!(apply_policy(&operator, second.clone()).await, id);
         us.sim
             .wait_until(WAIT, |v| policy_spec(v).as_ref() == Some(&second))
             .await
             .expect("policy replaced");
 
-        let refused = client.call(&policy_request(json!([1]))).await;
+        let refused = operator
+            .call(&OperatorRequest::ApplyPolicy(policy_request(json!([1]))))
+            .await;
         assert!(refused.is_err(), "a document that is not an object: {refused:?}");
 
-        let answer = client
-            .call(&OperatorRequest::DeletePolicy { id: id.clone() })
-            .await
-            .expect("delete policy");
-        assert!(
-            matches!(&answer, OperatorResponse::PolicyDeleted { policy_id } if *policy_id == id),
-            "{answer:?}"
-        );
+        operator.delete_policy(&id).await.expect("delete policy");
         us.sim
             .wait_until(WAIT, |v| policy_spec(v).is_none())
             .await
             .expect("policy deleted");
-        let again = client
+        let again = operator
             .call(&OperatorRequest::DeletePolicy { id: id.clone() })
             .await;
         assert!(again.is_err(), "deleted twice: {again:?}");

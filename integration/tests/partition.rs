@@ -12,6 +12,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use integration::cluster::TestCluster;
+use integration::kit::wait::{bounded, within};
 use node::boot::RunningNode;
 use node::client::Client;
 use wire::Pk;
@@ -31,16 +32,14 @@ const WRITES: usize = 5;
 const REGION: &str = "us-east";
 
 fn create() -> OperatorRequest {
-    integration::requests::create_deployment([REGION])
+    integration::requests::deployment([REGION]).request()
 }
 
 /// Runs one step of the scenario within [`STEP_TIMEOUT`] and prints how
 /// long it took.
 async fn step<T>(name: &str, future: impl Future<Output = T>) -> T {
     let started = Instant::now();
-    let out = tokio::time::timeout(STEP_TIMEOUT, future)
-        .await
-        .unwrap_or_else(|_| panic!("step `{name}` took longer than {STEP_TIMEOUT:?}"));
+    let out = within(STEP_TIMEOUT, &format!("step `{name}`"), future).await;
     eprintln!("{name}: {:?}", started.elapsed());
     out
 }
@@ -102,9 +101,7 @@ async fn watch_changes(client: &Client, cursor: Pk, until: Pk) -> Vec<Pk> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_refuses_writes_and_the_majority_goes_on() {
-    tokio::time::timeout(TEST_TIMEOUT, scenario())
-        .await
-        .expect("test timed out");
+    bounded(TEST_TIMEOUT, scenario()).await;
 }
 
 async fn scenario() {
@@ -141,12 +138,12 @@ async fn scenario() {
     // At once: a write sent to it is refused, clearly, within its request
     // timeout, and the majority elects a leader of its own.
     let refused_write = step("refused write on the isolated node", async {
-        tokio::time::timeout(
+        within(
             Duration::from_millis(REQUEST_TIMEOUT_MS) + REFUSAL_SLACK,
+            "the refusal (it must come within the request timeout)",
             cluster.client_of(old_leader).unwrap().call(&create()),
         )
         .await
-        .expect("the refusal comes within the request timeout")
     });
     let election = step("the majority elects a leader", async {
         let mut leaders = BTreeSet::new();

@@ -14,12 +14,14 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
+use integration::kit::process::{Cli, Process};
+use integration::kit::wait::{bounded, wait_until};
+use integration::kit::{binaries, ctrl};
 use k8s_sim::resources::STATEFUL_SETS;
 use k8s_sim::{SimConfig, Simulator, pod_ready};
-use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
 /// Bound on the whole scenario.
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
@@ -65,8 +67,8 @@ fn commands(block: &str) -> Vec<Vec<String>> {
 /// A binary of the workspace, built for this test if needed.
 async fn binary(name: &str) -> PathBuf {
     let built = match name {
-        "ctrl" => integration::krane_process::ctrl_binary().await,
-        "krane" => integration::krane_process::binary().await,
+        "ctrl" => binaries::ctrl().await,
+        "krane" => binaries::krane().await,
         other => panic!("the README names an unknown program {other:?}"),
     };
     built.expect("build the binary").to_path_buf()
@@ -117,50 +119,25 @@ fn copy(from: &Path, to_dir: &Path, files: &[&str]) {
     }
 }
 
-/// A child process killed on drop, its output in a log file.
-struct Process {
-    child: Child,
-}
-
-impl Process {
-    fn start(program: &Path, args: &[&str], config: &Path, log: &Path) -> Process {
-        let log = std::fs::File::create(log).expect("log file");
-        let child = Command::new(program)
-            .args(args)
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-        Process { child }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
+/// Starts `program args… config`, its output in `log`; killed on drop.
+fn start(program: &Path, args: &[&str], config: &Path, log: &Path) -> Process {
+    let mut command = std::process::Command::new(program);
+    command.args(args).arg(config);
+    Process::start(command, log).unwrap_or_else(|e| panic!("start {}: {e:#}", program.display()))
 }
 
 /// Runs one README command (`ctrl …` or `krane …`) with `CTRL_CONFIG`,
 /// bounded by [`COMMAND_TIMEOUT`]; returns its output.
 async fn run(command: &[String], cwd: &Path, operator: Option<&Path>) -> std::process::Output {
     let (program, args) = command.split_first().expect("a command");
-    let mut child = Command::new(binary(program).await);
-    child
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    if let Some(operator) = operator {
-        child.env("CTRL_CONFIG", operator);
-    }
-    tokio::time::timeout(COMMAND_TIMEOUT, child.output())
-        .await
-        .unwrap_or_else(|_| panic!("`{}` ran past {COMMAND_TIMEOUT:?}", command.join(" ")))
-        .expect("run command")
+    let cli = match (program.as_str(), operator) {
+        ("ctrl", Some(operator)) => ctrl::with_config(operator).await.expect("ctrl"),
+        ("ctrl", None) => ctrl::cli().await.expect("ctrl"),
+        (other, _) => Cli::new(binary(other).await),
+    };
+    let cli = cli.current_dir(cwd).timeout(COMMAND_TIMEOUT);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cli.run(&args).await.unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn assert_success(command: &[String], output: &std::process::Output) {
@@ -243,7 +220,7 @@ async fn prepare(site: &Site) -> PathBuf {
 
 async fn start_node(site: &Site, id: u64) -> Process {
     let host = format!("node-{id}");
-    Process::start(
+    start(
         &binary("ctrl").await,
         &["serve", "--config"],
         &site.host_path(&host, "/etc/ctrl/node.toml"),
@@ -251,9 +228,30 @@ async fn start_node(site: &Site, id: u64) -> Process {
     )
 }
 
+/// Runs `cluster init` until it succeeds (bounded by [`COMMAND_TIMEOUT`]):
+/// while nodes are still starting, a refusal names the members that did
+/// not answer yet; any other failure fails the test. Returns its stdout.
+async fn init_when_the_members_answer(init: &[String], site: &Site, operator: &Path) -> String {
+    wait_until(
+        Instant::now() + COMMAND_TIMEOUT,
+        "`cluster init` to succeed",
+        async || {
+            let output = run(init, &site.root, Some(operator)).await;
+            if output.status.success() {
+                return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+            }
+            let err = String::from_utf8_lossy(&output.stderr).into_owned();
+            assert!(err.contains("members answered"), "init failed: {err}");
+            Err(err)
+        },
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_production_path_works_as_written() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let root = tempfile::tempdir().expect("tempdir");
         let site = Site::new(root.path());
         let operator = prepare(&site).await;
@@ -265,20 +263,9 @@ async fn the_readme_production_path_works_as_written() {
         // Step 4: init (retried while the nodes are still starting: a
         // refusal names the members that did not answer yet).
         let init = commands(&readme_block("init"));
-        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
-        loop {
-            let output = run(&init[0], &site.root, Some(&operator)).await;
-            if output.status.success() {
-                let out = String::from_utf8_lossy(&output.stdout);
-                for id in 1..=3 {
-                    assert!(out.contains(&format!("member {id}")), "{out}");
-                }
-                break;
-            }
-            let err = String::from_utf8_lossy(&output.stderr).to_string();
-            assert!(err.contains("members answered"), "init failed: {err}");
-            assert!(tokio::time::Instant::now() < deadline, "init: {err}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let out = init_when_the_members_answer(&init[0], &site, &operator).await;
+        for id in 1..=3 {
+            assert!(out.contains(&format!("member {id}")), "{out}");
         }
         for command in &init[1..] {
             let output = run(command, &site.root, Some(&operator)).await;
@@ -310,7 +297,7 @@ async fn the_readme_production_path_works_as_written() {
         );
         let krane_toml = etc.join("agent.toml");
         std::fs::write(&krane_toml, site.localise(&krane_config, "krane")).expect("agent.toml");
-        let _krane = Process::start(
+        let _krane = start(
             &binary("krane").await,
             &["run", "--config"],
             &krane_toml,
@@ -338,13 +325,12 @@ async fn the_readme_production_path_works_as_written() {
         assert_eq!(ready, 2, "the deployment's two pods run");
         simulator.shutdown().await;
     })
-    .await
-    .expect("the README's production path took too long");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_without_a_majority_fails_and_names_the_silent_members() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    bounded(TEST_TIMEOUT, async {
         let root = tempfile::tempdir().expect("tempdir");
         let site = Site::new(root.path());
         let operator = prepare(&site).await;
@@ -366,18 +352,7 @@ async fn init_without_a_majority_fails_and_names_the_silent_members() {
         for id in 2..=3 {
             _others.insert(id, start_node(&site, id).await);
         }
-        let deadline = tokio::time::Instant::now() + COMMAND_TIMEOUT;
-        loop {
-            let output = run(init, &site.root, Some(&operator)).await;
-            if output.status.success() {
-                break;
-            }
-            let err = String::from_utf8_lossy(&output.stderr).to_string();
-            assert!(err.contains("members answered"), "{err}");
-            assert!(tokio::time::Instant::now() < deadline, "{err}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        init_when_the_members_answer(init, &site, &operator).await;
     })
-    .await
-    .expect("the test took too long");
+    .await;
 }

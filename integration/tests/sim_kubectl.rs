@@ -6,9 +6,8 @@
 //! Every test is bounded by [`TEST_TIMEOUT`]; waits are on the simulator's
 //! change notifications (`Simulator::wait_until`), never sleeps.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +16,9 @@ use hyper::Request;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HOST};
 use hyper_util::rt::TokioIo;
+use integration::kit::kubectl::kubectl;
+use integration::kit::process::Cli;
+use integration::kit::wait::bounded;
 use k8s_sim::resources::{PODS, STATEFUL_SETS};
 use k8s_sim::{SimConfig, Simulator, View, pod_ready};
 use serde_json::{Value, json};
@@ -24,30 +26,25 @@ use tempfile::TempDir;
 
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Bound on one kubectl run.
-const KUBECTL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on one wait for a condition of the simulator's state.
 const WAIT: Duration = Duration::from_secs(20);
 
-async fn bounded(test: impl Future<Output = ()>) {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .expect("test timed out");
-}
-
-/// A simulator plus a kubeconfig and a kubectl cache directory for it.
+/// A simulator plus a kubeconfig and kubectl for it.
 struct Fixture {
     sim: Simulator,
     dir: TempDir,
+    kubectl: Cli,
 }
 
 impl Fixture {
     async fn start(config: SimConfig) -> Fixture {
         let sim = Simulator::start(config).await.expect("simulator starts");
         let dir = tempfile::tempdir().expect("temp dir");
-        sim.write_kubeconfig(&dir.path().join("kubeconfig"))
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig)
             .expect("kubeconfig written");
-        Fixture { sim, dir }
+        let kubectl = kubectl(&kubeconfig);
+        Fixture { sim, dir, kubectl }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -56,31 +53,10 @@ impl Fixture {
 
     /// Runs kubectl; returns stdout, or panics with stderr.
     async fn kubectl(&self, args: &[&str]) -> String {
-        let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "/usr/bin/kubectl".into());
-        assert!(
-            Path::new(&kubectl).exists(),
-            "kubectl not found at {kubectl} (set KUBECTL)"
-        );
-        let kubeconfig = self.path("kubeconfig");
-        let cache = self.path("kube-cache");
-        let mut cmd = tokio::process::Command::new(&kubectl);
-        cmd.arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(KUBECTL_TIMEOUT, cmd.output())
+        self.kubectl
+            .ok(args)
             .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-            .expect("kubectl runs");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {stderr}\n{stdout}"
-        );
-        stdout
+            .unwrap_or_else(|e| panic!("{e:#}"))
     }
 
     async fn kubectl_json(&self, args: &[&str]) -> Value {
@@ -227,7 +203,7 @@ fn ready_pods(v: &View<'_>, selector: &str) -> usize {
 
 #[tokio::test]
 async fn kubectl_sees_applied_statefulset_scale_and_delete() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let f = Fixture::start(SimConfig {
             pod_ready_delay_ms: 20,
             ..SimConfig::default()
@@ -355,7 +331,7 @@ async fn kubectl_sees_applied_statefulset_scale_and_delete() {
 
 #[tokio::test]
 async fn kubectl_apply_server_side_and_failing_images() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let f = Fixture::start(SimConfig {
             failing_images: vec!["registry.local/broken:1".into()],
             ..SimConfig::default()
@@ -409,7 +385,7 @@ async fn kubectl_apply_server_side_and_failing_images() {
 
 #[tokio::test]
 async fn http_errors_are_status_objects() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let f = Fixture::start(SimConfig::default()).await;
         let addr = f.sim.addr();
         let pods = "/api/v1/namespaces/default/pods";
@@ -460,7 +436,7 @@ async fn http_errors_are_status_objects() {
 
 #[tokio::test]
 async fn watch_resumes_from_a_version_and_expires_old_ones() {
-    bounded(async {
+    bounded(TEST_TIMEOUT, async {
         let f = Fixture::start(SimConfig {
             event_history_len: 16,
             ..SimConfig::default()

@@ -6,10 +6,10 @@
 //! `limits.slow_consumer_timeout_ms` of blocking, and a fresh watch from the
 //! old cursor gets every change, in order.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use integration::cluster::{TestNode, as_agent};
+use integration::kit::wait::bounded;
 use node::client::Client;
 use node::server::watch::SLOW_CONSUMER_RESET_CODE;
 use tokio::time::Instant;
@@ -18,7 +18,7 @@ use transport::tls::TlsPaths;
 use wire::agent::{AgentRequest, ResourceChange, WatchEvent, WatchRequest};
 use wire::hello::Protocol;
 use wire::model::Resource;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const REGION: &str = "us-east";
@@ -40,28 +40,13 @@ const STREAM_WINDOW_BYTES: u64 = 1_250_000;
 /// handshake overhead — far less than the changes written.
 const RECEIVED_BYTES_MAX: u64 = STREAM_WINDOW_BYTES + 256 * 1024;
 
-fn big_deployment(n: usize) -> OperatorRequest {
-    let env_vars = (0..ENV_VARS)
-        .map(|i| (format!("BLOB_{i}"), "x".repeat(ENV_VALUE_BYTES)))
-        .collect();
-    OperatorRequest::CreateDeployment(CreateDeployment {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        environment_id: format!("env-{n}"),
-        image: "nginx:1.27".into(),
-        cpu_millicores: 100,
-        memory_mib: 128,
-        replicas: 1,
-        regions: vec![REGION.into()],
-        env_vars,
-    })
-}
-
-async fn create(client: &Client, request: &OperatorRequest) -> String {
-    match client.call(request).await.expect("create") {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("not created: {other:?}"),
-    }
+fn big_deployment(n: usize) -> CreateDeployment {
+    (0..ENV_VARS)
+        .fold(
+            integration::requests::deployment([REGION]).environment(format!("env-{n}")),
+            |deployment, i| deployment.env_var(format!("BLOB_{i}"), "x".repeat(ENV_VALUE_BYTES)),
+        )
+        .build()
 }
 
 /// The cursor a full sync of the region ends at.
@@ -78,9 +63,7 @@ async fn synced_cursor(agent: &Client) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_that_stops_reading_is_reset_and_resumes_from_its_cursor() {
-    tokio::time::timeout(TEST_TIMEOUT, scenario())
-        .await
-        .expect("test timed out");
+    bounded(TEST_TIMEOUT, scenario()).await;
 }
 
 async fn scenario() {
@@ -89,15 +72,11 @@ async fn scenario() {
     })
     .await
     .expect("node starts");
-    let operator = node.client().unwrap();
-    let small = OperatorRequest::CreateDeployment(CreateDeployment {
-        env_vars: BTreeMap::new(),
-        ..match big_deployment(0) {
-            OperatorRequest::CreateDeployment(c) => c,
-            _ => unreachable!("built above"),
-        }
-    });
-    create(&operator, &small).await;
+    let operator = node.operator().unwrap();
+    let small = integration::requests::deployment([REGION])
+        .environment("env-0")
+        .build();
+    operator.create(small).await.expect("create");
     let agent = node.agent_client(REGION).unwrap();
     let cursor = synced_cursor(&agent).await;
 
@@ -135,7 +114,7 @@ async fn scenario() {
 
     let mut created = Vec::new();
     for n in 1..=DEPLOYMENTS {
-        created.push(create(&operator, &big_deployment(n)).await);
+        created.push(operator.create(big_deployment(n)).await.expect("create"));
     }
     let written = Instant::now();
     let written_bytes = (DEPLOYMENTS * ENV_VARS * ENV_VALUE_BYTES) as u64;

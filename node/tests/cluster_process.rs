@@ -16,11 +16,11 @@ use common::{NodeProcess, Site, ctrl_bin, free_udp_addr, start_node};
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn ctrl(operator: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(ctrl_bin())
-        .args(args)
-        .env("CTRL_CONFIG", operator)
-        .output()
-        .expect("run ctrl")
+    common::cli::output(
+        Command::new(ctrl_bin())
+            .args(args)
+            .env("CTRL_CONFIG", operator),
+    )
 }
 
 fn status(operator: &Path) -> Vec<serde_json::Value> {
@@ -56,12 +56,12 @@ fn status_until(
 fn init_status_and_replicated_deploys() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    let ok = Command::new(ctrl_bin())
-        .args(["certs", "init", "--node-ids", "1,2,3", "--dir"])
-        .arg(&certs)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    let ok = common::cli::output(
+        Command::new(ctrl_bin())
+            .args(["certs", "init", "--node-ids", "1,2,3", "--dir"])
+            .arg(&certs),
+    );
+    assert!(ok.status.success());
     let addrs: Vec<_> = (0..3).map(|_| free_udp_addr()).collect();
     let _nodes: Vec<NodeProcess> = (1..=3u64)
         .map(|id| {

@@ -125,12 +125,12 @@ fn a_client_from_another_ca_is_refused() {
     let site = Site::new();
     let _node = site.start();
     let other = site.path().join("other-ca");
-    let status = std::process::Command::new(common::ctrl_bin())
-        .args(["certs", "init", "--dir"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let out = common::cli::output(
+        std::process::Command::new(common::ctrl_bin())
+            .args(["certs", "init", "--dir"])
+            .arg(&other),
+    );
+    assert!(out.status.success());
     let foreign = site.path().join("foreign.toml");
     std::fs::write(&foreign, operator_toml(site.addr, &other, "operator")).unwrap();
     let out = site.ctrl_with(&foreign, &["list", "deployments"]);
@@ -280,27 +280,21 @@ fn deploy_wait_gives_up_naming_the_regions_short_of_replicas() {
 #[test]
 fn completion_scripts_name_the_commands_and_parse() {
     for shell in ["bash", "zsh", "fish"] {
-        let out = Command::new(ctrl_bin())
-            .args(["completion", shell])
-            .output()
-            .expect("run ctrl completion");
+        let out = common::cli::output(Command::new(ctrl_bin()).args(["completion", shell]));
         assert!(out.status.success(), "{shell}: {out:?}");
         let script = String::from_utf8(out.stdout).expect("UTF-8");
         for command in ["deploy", "cluster", "sentinel", "completion"] {
             assert!(script.contains(command), "{shell} script lacks {command}");
         }
     }
-    let bash = Command::new(ctrl_bin())
-        .args(["completion", "bash"])
-        .output()
-        .expect("run ctrl completion");
+    let bash = common::cli::output(Command::new(ctrl_bin()).args(["completion", "bash"]));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctrl.bash");
     std::fs::write(&path, &bash.stdout).unwrap();
-    let checked = Command::new("bash")
-        .arg("-n")
-        .arg(&path)
-        .status()
-        .expect("run bash -n");
-    assert!(checked.success(), "bash rejects the completion script");
+    let checked = common::cli::output(Command::new("bash").arg("-n").arg(&path));
+    assert!(
+        checked.status.success(),
+        "bash rejects the completion script: {}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }

@@ -38,12 +38,16 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         let ids: Vec<String> = (1..=n).map(|id| id.to_string()).collect();
-        let ok = Command::new(ctrl_bin())
-            .args(["certs", "init", "--node-ids", &ids.join(","), "--dir"])
-            .arg(&certs)
-            .status()
-            .expect("run ctrl certs init");
-        assert!(ok.success(), "ctrl certs init failed");
+        let out = super::cli::output(
+            Command::new(ctrl_bin())
+                .args(["certs", "init", "--node-ids", &ids.join(","), "--dir"])
+                .arg(&certs),
+        );
+        assert!(
+            out.status.success(),
+            "ctrl certs init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let addrs = (1..=n).map(|id| (id, free_udp_addr())).collect();
         let cluster = Cluster {
             dir,
@@ -61,11 +65,11 @@ impl Cluster {
     /// A certificate (`ctrl certs add-node`), an address and a config for
     /// one more node, whose peers are all the others; not started.
     pub fn prepare_node(&mut self, id: u64) -> SocketAddr {
-        let out = Command::new(ctrl_bin())
-            .args(["certs", "add-node", "--id", &id.to_string(), "--dir"])
-            .arg(&self.certs)
-            .output()
-            .expect("run ctrl certs add-node");
+        let out = super::cli::output(
+            Command::new(ctrl_bin())
+                .args(["certs", "add-node", "--id", &id.to_string(), "--dir"])
+                .arg(&self.certs),
+        );
         assert!(
             out.status.success(),
             "ctrl certs add-node: {}",
@@ -138,13 +142,14 @@ impl Cluster {
         path
     }
 
-    /// Runs `ctrl ARGS` with `operator` as its config.
+    /// Runs `ctrl ARGS` with `operator` as its config, bounded by
+    /// [`super::cli::CLI_TIMEOUT`].
     pub fn ctrl(&self, operator: &Path, args: &[&str]) -> Output {
-        Command::new(ctrl_bin())
-            .args(args)
-            .env("CTRL_CONFIG", operator)
-            .output()
-            .expect("run ctrl")
+        super::cli::output(
+            Command::new(ctrl_bin())
+                .args(args)
+                .env("CTRL_CONFIG", operator),
+        )
     }
 
     /// Runs `ctrl ARGS`, asserts success, returns its stdout.

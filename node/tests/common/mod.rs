@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod cluster;
 
 use std::io::{BufRead, BufReader, Read};
@@ -36,13 +37,17 @@ impl Site {
     pub fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
-        let status = Command::new(ctrl_bin())
-            .args(["certs", "init", "--dir"])
-            .arg(&certs)
-            .args(["--regions", "us-east,eu-west"])
-            .status()
-            .expect("run ctrl certs init");
-        assert!(status.success(), "ctrl certs init failed");
+        let out = cli::output(
+            Command::new(ctrl_bin())
+                .args(["certs", "init", "--dir"])
+                .arg(&certs)
+                .args(["--regions", "us-east,eu-west"]),
+        );
+        assert!(
+            out.status.success(),
+            "ctrl certs init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let addr = free_udp_addr();
         let site = Site { dir, addr };
         std::fs::write(
@@ -84,12 +89,14 @@ impl Site {
         self.ctrl_with(&self.operator_config(), args)
     }
 
+    /// Runs a CLI command with `operator_config`, bounded by
+    /// [`cli::CLI_TIMEOUT`].
     pub fn ctrl_with(&self, operator_config: &Path, args: &[&str]) -> Output {
-        Command::new(ctrl_bin())
-            .args(args)
-            .env("CTRL_CONFIG", operator_config)
-            .output()
-            .expect("run ctrl")
+        cli::output(
+            Command::new(ctrl_bin())
+                .args(args)
+                .env("CTRL_CONFIG", operator_config),
+        )
     }
 
     /// `ctrl deploy`, returning the deployment id.

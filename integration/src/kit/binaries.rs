@@ -1,28 +1,29 @@
-//! The real `krane` (and `ctrl`) binaries as child processes, for the tests that run them
-//! next to ctrl and the simulator (`tests/krane_process.rs`,
-//! `tests/krane_crash.rs`).
+//! The real `krane` and `ctrl` binaries, for the tests that run them as
+//! child processes ([`super::krane`], [`super::ctrl`]).
 //!
 //! Cargo hands a test the path of a binary of its own package only
-//! (`CARGO_BIN_EXE_<name>`), and krane belongs to `agent`, which this
-//! crate depends on as a library. So [`binary`] builds it, once per test
-//! process, with `cargo build -p agent --bin krane` (a no-op when it is up
-//! to date, a link of `agent`'s `main` on a clean checkout: its library
-//! and dependencies are already built for this crate), into the target
-//! directory and profile the calling test was built in (read from the test
-//! executable's path, `<target>/<profile>/deps/<test>`), and takes the
-//! binary's path from cargo's JSON messages. The build is bounded by
-//! [`BUILD_TIMEOUT`]. `KRANE_BIN` names a prebuilt binary instead (for a
-//! cross-compiled layout, or to test a release build).
+//! (`CARGO_BIN_EXE_<name>`), and krane and ctrl belong to `agent` and
+//! `node`, which this crate depends on as libraries. So [`krane`] builds
+//! krane, once per test process, with `cargo build -p agent --bin krane`
+//! (a no-op when it is up to date, a link of `agent`'s `main` on a clean
+//! checkout: its library and dependencies are already built for this
+//! crate), into the target directory and profile the calling test was
+//! built in (read from the test executable's path,
+//! `<target>/<profile>/deps/<test>`), and takes the binary's path from
+//! cargo's JSON messages; [`ctrl`] builds ctrl the same way. A build is
+//! bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN` and `CTRL_BIN` name prebuilt
+//! binaries instead (for a cross-compiled layout, or to test a release
+//! build).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-/// Longest wait for `cargo build -p agent --bin krane`.
+/// Longest wait for `cargo build -p agent --bin krane` (or ctrl's).
 pub const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 /// Names a prebuilt krane binary to use instead of building one.
 pub const KRANE_BIN_ENV: &str = "KRANE_BIN";
@@ -34,12 +35,12 @@ static KRANE: OnceCell<PathBuf> = OnceCell::const_new();
 static CTRL: OnceCell<PathBuf> = OnceCell::const_new();
 
 /// The krane binary: `$KRANE_BIN`, or built by cargo (once per process).
-pub async fn binary() -> Result<&'static Path> {
+pub async fn krane() -> Result<&'static Path> {
     built(&KRANE, KRANE_BIN_ENV, "agent", "krane").await
 }
 
 /// The ctrl binary: `$CTRL_BIN`, or built by cargo (once per process).
-pub async fn ctrl_binary() -> Result<&'static Path> {
+pub async fn ctrl() -> Result<&'static Path> {
     built(&CTRL, CTRL_BIN_ENV, "node", "ctrl").await
 }
 
@@ -122,65 +123,6 @@ async fn build(package: &str, bin: &str) -> Result<PathBuf> {
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     executable(&stdout, bin).with_context(|| format!("{what} built no executable"))
-}
-
-/// A running krane process, killed (SIGKILL, a crash) on drop.
-pub struct Krane {
-    child: Child,
-}
-
-impl Krane {
-    /// `krane run --config CONFIG`, its log (`KRANE_LOG=info`) appended to
-    /// `log`.
-    pub fn start(binary: &Path, config: &Path, log: &Path) -> Result<Krane> {
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let child = Command::new(binary)
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KRANE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Krane { child })
-    }
-
-    /// SIGKILL: a crash.
-    pub fn kill(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Krane {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// `krane state --data-dir DIR -o json`.
-pub fn state(binary: &Path, data_dir: &Path) -> Result<Value> {
-    let output = Command::new(binary)
-        .args(["state", "-o", "json", "--data-dir"])
-        .arg(data_dir)
-        .output()
-        .context("running krane state")?;
-    if !output.status.success() {
-        bail!(
-            "krane state failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    serde_json::from_slice(&output.stdout).context("krane state prints JSON")
 }
 
 #[cfg(test)]

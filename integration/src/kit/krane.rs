@@ -1,0 +1,46 @@
+//! The real `krane` binary: [`Krane`] runs `krane run` as a child process
+//! (killed with SIGKILL, a crash, when dropped), [`state`] reads its local
+//! state with `krane state -o json` (a run bounded like every [`Cli`] run).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use super::process::{Cli, Process};
+
+/// A running `krane run`, killed (SIGKILL, a crash) on drop.
+#[derive(Debug)]
+pub struct Krane {
+    process: Process,
+}
+
+impl Krane {
+    /// `krane run --config CONFIG`, its log (`KRANE_LOG=info`) appended to
+    /// `log`.
+    pub fn start(binary: &Path, config: &Path, log: &Path) -> Result<Krane> {
+        let mut command = std::process::Command::new(binary);
+        command
+            .args(["run", "--config"])
+            .arg(config)
+            .env("KRANE_LOG", "info")
+            .env("NO_COLOR", "1");
+        Ok(Krane {
+            process: Process::start(command, log)?,
+        })
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(self) {
+        self.process.kill();
+    }
+}
+
+/// `krane state --data-dir DIR -o json`.
+pub async fn state(binary: &Path, data_dir: &Path) -> Result<Value> {
+    let data_dir = data_dir.to_str().context("a UTF-8 data directory")?;
+    let out = Cli::new(binary)
+        .ok(&["state", "-o", "json", "--data-dir", data_dir])
+        .await?;
+    serde_json::from_str(&out).context("krane state prints JSON")
+}

@@ -1,0 +1,215 @@
+//! An operator as the tests play one: [`Operator`] wraps a node client
+//! (and dereferences to it for any other call) with the calls tests make
+//! again and again — create and stop deployments, apply and stop
+//! sentinels, apply and delete policies — answering with ids and views
+//! rather than raw responses, and waits for a deployment's state through
+//! the node's long-poll `WaitDeployment` call (`node::wait`): each call
+//! returns as soon as the deployment changes, so nothing polls.
+//! Sentinels have no such call; [`Operator::wait_sentinel`] reads again.
+
+use anyhow::{Context, Result, bail};
+use config::OperatorConfig;
+use node::client::Client;
+use node::wait::WaitError;
+use tokio::time::Instant;
+use wire::model::{Deployment, DesiredState};
+use wire::operator::{
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, OperatorRequest,
+    OperatorResponse, SentinelView,
+};
+
+use super::wait::wait_until;
+
+/// An operator client with the calls tests make.
+pub struct Operator {
+    client: Client,
+}
+
+impl std::ops::Deref for Operator {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl From<Client> for Operator {
+    fn from(client: Client) -> Operator {
+        Operator { client }
+    }
+}
+
+impl Operator {
+    /// A client of the nodes `config` names.
+    pub fn new(config: &OperatorConfig) -> Result<Operator> {
+        Ok(Client::new(config)?.into())
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Creates a deployment (see `crate::requests::deployment`); its id.
+    pub async fn create(&self, deployment: CreateDeployment) -> Result<String> {
+        match self
+            .call_named("create", OperatorRequest::CreateDeployment(deployment))
+            .await?
+        {
+            OperatorResponse::Created { deployment_id } => Ok(deployment_id),
+            other => bail!("not created: {other:?}"),
+        }
+    }
+
+    /// Sets deployment `id` to stopped.
+    pub async fn stop(&self, id: &str) -> Result<Deployment> {
+        self.set_desired_state(id, DesiredState::Stopped).await
+    }
+
+    pub async fn set_desired_state(
+        &self,
+        id: &str,
+        desired_state: DesiredState,
+    ) -> Result<Deployment> {
+        let request = OperatorRequest::SetDesiredState {
+            id: id.into(),
+            desired_state,
+        };
+        match self.call_named("set the desired state", request).await? {
+            OperatorResponse::Updated(deployment) => Ok(deployment),
+            other => bail!("{id} not updated: {other:?}"),
+        }
+    }
+
+    /// Deployment `id` with its reported instances.
+    pub async fn deployment(&self, id: &str) -> Result<DeploymentView> {
+        let request = OperatorRequest::GetDeployment { id: id.into() };
+        match self.call_named("read the deployment", request).await? {
+            OperatorResponse::Deployment(view) => Ok(view),
+            other => bail!("unexpected answer to reading {id}: {other:?}"),
+        }
+    }
+
+    /// Waits until deployment `id` satisfies `check`, each read a
+    /// `WaitDeployment` long poll that ends when the deployment changes;
+    /// fails at `deadline`, naming `what` and the last view.
+    pub async fn wait_deployment(
+        &self,
+        id: &str,
+        deadline: Instant,
+        what: &str,
+        check: impl Fn(&DeploymentView) -> bool,
+    ) -> Result<DeploymentView> {
+        let started = Instant::now();
+        let mut view = self.deployment(id).await?;
+        loop {
+            if check(&view) {
+                return Ok(view);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                bail!(
+                    "waited {:?} for {what} of {id}; last seen {view:#?}",
+                    started.elapsed()
+                );
+            }
+            let wait_ms = node::wait::long_poll_ms(remaining, self.client.request_timeout_ms());
+            view = node::wait::changed(&self.client, id, view.digest(), wait_ms)
+                .await
+                .with_context(|| format!("waiting for {what} of {id}"))?;
+        }
+    }
+
+    /// Waits (as `ctrl deploy --wait` does, through the long poll) until
+    /// deployment `id` is ready; an error if it fails, is stopped, or is
+    /// not ready within `timeout_s` seconds, naming the regions short of
+    /// replicas and their pods' state.
+    pub async fn ready(&self, id: &str, timeout_s: u64) -> Result<DeploymentView, WaitError> {
+        node::wait::until_ready(
+            &self.client,
+            id,
+            timeout_s,
+            indicatif::ProgressDrawTarget::hidden(),
+        )
+        .await
+    }
+
+    /// Creates or updates a sentinel; its id.
+    pub async fn apply_sentinel(&self, sentinel: ApplySentinel) -> Result<String> {
+        match self
+            .call_named(
+                "apply the sentinel",
+                OperatorRequest::ApplySentinel(sentinel),
+            )
+            .await?
+        {
+            OperatorResponse::SentinelApplied { sentinel_id } => Ok(sentinel_id),
+            other => bail!("sentinel not applied: {other:?}"),
+        }
+    }
+
+    /// Sets sentinel `id` to stopped.
+    pub async fn stop_sentinel(&self, id: &str) -> Result<()> {
+        let request = OperatorRequest::StopSentinel { id: id.into() };
+        match self.call_named("stop the sentinel", request).await? {
+            OperatorResponse::SentinelStopped { sentinel_id } if sentinel_id == id => Ok(()),
+            other => bail!("sentinel {id} not stopped: {other:?}"),
+        }
+    }
+
+    /// Sentinel `id` with its reported status.
+    pub async fn sentinel(&self, id: &str) -> Result<SentinelView> {
+        let request = OperatorRequest::GetSentinel { id: id.into() };
+        match self.call_named("read the sentinel", request).await? {
+            OperatorResponse::Sentinel(view) => Ok(view),
+            other => bail!("unexpected answer to reading {id}: {other:?}"),
+        }
+    }
+
+    /// Reads sentinel `id` again until it satisfies `check` (ctrl has no
+    /// call that waits for a sentinel's status); fails at `deadline`.
+    pub async fn wait_sentinel(
+        &self,
+        id: &str,
+        deadline: Instant,
+        what: &str,
+        check: impl Fn(&SentinelView) -> bool,
+    ) -> Result<SentinelView> {
+        // A failed read ends the wait (`Ok(Err(_))`); a view that does
+        // not satisfy `check` yet is what was seen (`Err(view)`).
+        wait_until(deadline, &format!("{what} of {id}"), async || {
+            match self.sentinel(id).await {
+                Ok(view) if check(&view) => Ok(Ok(view)),
+                Ok(view) => Err(view),
+                Err(e) => Ok(Err(e)),
+            }
+        })
+        .await?
+    }
+
+    /// Creates or replaces a cilium policy; its id.
+    pub async fn apply_policy(&self, policy: ApplyPolicy) -> Result<String> {
+        match self
+            .call_named("apply the policy", OperatorRequest::ApplyPolicy(policy))
+            .await?
+        {
+            OperatorResponse::PolicyApplied { policy_id } => Ok(policy_id),
+            other => bail!("policy not applied: {other:?}"),
+        }
+    }
+
+    /// Deletes policy `id`.
+    pub async fn delete_policy(&self, id: &str) -> Result<()> {
+        let request = OperatorRequest::DeletePolicy { id: id.into() };
+        match self.call_named("delete the policy", request).await? {
+            OperatorResponse::PolicyDeleted { policy_id } if policy_id == id => Ok(()),
+            other => bail!("policy {id} not deleted: {other:?}"),
+        }
+    }
+
+    async fn call_named(&self, what: &str, request: OperatorRequest) -> Result<OperatorResponse> {
+        self.client
+            .call(&request)
+            .await
+            .with_context(|| format!("{what}: {request:?}"))
+    }
+}
