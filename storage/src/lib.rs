@@ -40,6 +40,8 @@
 //! Raft log re-applies them, which is sound because the applied index is
 //! committed with the state it describes.
 
+#![forbid(unsafe_code)]
+
 pub mod apply;
 pub mod command;
 pub mod error;

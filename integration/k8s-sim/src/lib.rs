@@ -56,6 +56,8 @@
 //!   against schemas beyond names, kinds and JSON shape;
 //! - the controller's own simplifications are listed in [`controller`].
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod audit;
 pub mod controller;

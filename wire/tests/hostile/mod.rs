@@ -11,6 +11,11 @@
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
+// The workspace denies `unsafe_code`; this module is the one exception: the
+// counting allocator below must implement the `unsafe` trait `GlobalAlloc`
+// (each method forwards unchanged to `System`), so that tests can prove a
+// code path allocates nothing.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
