@@ -53,11 +53,11 @@ const SENTINEL_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("sent
 
 /// Keys of the [`META`] table.
 mod meta {
-    pub const SCHEMA_VERSION: &str = "schema_version";
+    pub(super) const SCHEMA_VERSION: &str = "schema_version";
     /// The last pk everything was applied up to: what a watch resumes at.
-    pub const CURSOR: &str = "cursor";
+    pub(super) const CURSOR: &str = "cursor";
     /// How many full syncs ever began (a restart must not add one).
-    pub const FULL_SYNCS: &str = "full_syncs";
+    pub(super) const FULL_SYNCS: &str = "full_syncs";
 }
 
 /// One row of the last-applied snapshot.

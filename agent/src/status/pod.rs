@@ -89,7 +89,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// A pod of `deployment` from JSON, as the API server sends it.
-    pub fn pod(deployment: &str, name: &str, status: serde_json::Value) -> Pod {
+    pub(crate) fn pod(deployment: &str, name: &str, status: serde_json::Value) -> Pod {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -106,7 +106,7 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    pub fn running(deployment: &str, name: &str, ip: &str) -> Pod {
+    pub(crate) fn running(deployment: &str, name: &str, ip: &str) -> Pod {
         pod(
             deployment,
             name,
@@ -121,7 +121,7 @@ pub(crate) mod tests {
         )
     }
 
-    pub fn waiting(deployment: &str, name: &str, reason: &str) -> Pod {
+    pub(crate) fn waiting(deployment: &str, name: &str, reason: &str) -> Pod {
         pod(
             deployment,
             name,

@@ -55,7 +55,7 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Result<Fleet> {
     Fleet::start(config).await
 }
 
-pub async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
+pub(crate) async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let fleet = fleet(&dir, &REGIONS).await?;
     let client = fleet.client()?;
@@ -105,7 +105,7 @@ pub async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
     fleet.shutdown().await
 }
 
-pub async fn restart(count: usize, resources: usize) -> Result<()> {
+pub(crate) async fn restart(count: usize, resources: usize) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut fleet = fleet(&dir, &REGIONS[..1]).await?;
     let client = fleet.client()?;
