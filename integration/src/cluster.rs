@@ -186,7 +186,9 @@ impl TestCluster {
 
     /// The running node `id`.
     pub fn node(&self, id: u64) -> Option<&RunningNode> {
-        self.nodes.get(id.checked_sub(1)? as usize)?.as_ref()
+        self.nodes
+            .get(usize::try_from(id.checked_sub(1)?).ok()?)?
+            .as_ref()
     }
 
     pub fn running(&self) -> impl Iterator<Item = &RunningNode> {
@@ -197,7 +199,7 @@ impl TestCluster {
     pub async fn stop(&mut self, id: u64) -> Result<()> {
         let slot = self
             .nodes
-            .get_mut(id.saturating_sub(1) as usize)
+            .get_mut(usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX))
             .ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
         if let Some(node) = slot.take() {
             node.shutdown().await;
@@ -207,7 +209,7 @@ impl TestCluster {
 
     /// Starts node `id` again on its address and data.
     pub async fn restart(&mut self, id: u64) -> Result<()> {
-        let index = id.saturating_sub(1) as usize;
+        let index = usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX);
         let config = self
             .configs
             .get(index)
@@ -229,7 +231,8 @@ impl TestCluster {
 
     /// The operator config of a client that talks to node `id` only.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
-        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        let addr =
+            self.configs[usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX)].listen_addr;
         OperatorConfig {
             endpoints: vec![addr],
             ..self.operator.clone()

@@ -266,7 +266,7 @@ impl Fleet {
 
     /// Node `id`, running or stopped.
     pub fn node_by_id(&self, id: u64) -> Option<&CtrlNode> {
-        self.nodes.get(id.checked_sub(1)? as usize)
+        self.nodes.get(usize::try_from(id.checked_sub(1)?).ok()?)
     }
 
     /// Stops every ctrl node (Raft and endpoint, cleanly); krane keeps
@@ -290,7 +290,8 @@ impl Fleet {
     pub async fn stop_node(&mut self, id: u64) {
         let Some(slot) = id
             .checked_sub(1)
-            .and_then(|index| self.nodes.get_mut(index as usize))
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| self.nodes.get_mut(index))
         else {
             return;
         };
@@ -303,7 +304,8 @@ impl Fleet {
     pub async fn start_node(&mut self, id: u64) -> Result<()> {
         let Some(slot) = id
             .checked_sub(1)
-            .and_then(|index| self.nodes.get_mut(index as usize))
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| self.nodes.get_mut(index))
         else {
             bail!("this fleet has no ctrl node {id}");
         };

@@ -85,7 +85,8 @@ impl ProcessCluster {
 
     /// An operator config for node `id` alone.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
-        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        let addr =
+            self.configs[usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX)].listen_addr;
         OperatorConfig {
             endpoints: vec![addr],
             ..self.operator.clone()

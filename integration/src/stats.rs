@@ -19,8 +19,10 @@ impl Summary {
         }
         samples.sort();
         let at = |q: f64| {
+            // `q` is in 0..=1, so the index is at most `len - 1`.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-            samples[index].as_micros() as u64
+            u64::try_from(samples[index].as_micros()).unwrap_or(u64::MAX)
         };
         Some(Summary {
             count: samples.len(),

@@ -63,7 +63,7 @@ fn create(image: &str, n: usize) -> OperatorRequest {
         image: image.into(),
         cpu_millicores: 100,
         memory_mib: 128,
-        replicas: REPLICAS as u32,
+        replicas: u32::try_from(REPLICAS).expect("REPLICAS fits u32"),
         regions: vec![REGION.into()],
         env_vars: BTreeMap::new(),
     })

@@ -160,7 +160,7 @@ async fn scenario() {
 
     // The leader goes away: a write through the follower waits for the
     // election and lands on the new leader.
-    let leader_node = nodes.remove(leader as usize - 1);
+    let leader_node = nodes.remove(usize::try_from(leader - 1).expect("node id"));
     leader_node.shutdown().await;
     let follower_addr = addrs[follower];
     let survivor = Client::new(&OperatorConfig {

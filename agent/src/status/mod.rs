@@ -63,7 +63,9 @@ pub fn system_clock() -> Clock {
     Arc::new(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as UnixMs)
+            .map_or(0, |d| {
+                UnixMs::try_from(d.as_millis()).unwrap_or(UnixMs::MAX)
+            })
     })
 }
 

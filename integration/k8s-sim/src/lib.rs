@@ -244,7 +244,7 @@ impl Simulator {
         let addr = listener.local_addr()?;
         let seed = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0)
             ^ u64::from(std::process::id()) << 32
             ^ u64::from(addr.port());

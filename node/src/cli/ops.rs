@@ -171,7 +171,11 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
     Ok(())
 }
 
-pub(super) async fn set_state(config: &OperatorConfig, args: StopArgs, running: bool) -> Result<()> {
+pub(super) async fn set_state(
+    config: &OperatorConfig,
+    args: StopArgs,
+    running: bool,
+) -> Result<()> {
     let client = Client::new(config)?;
     let desired_state = if running {
         DesiredState::Running

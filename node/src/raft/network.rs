@@ -494,7 +494,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 /// than before.
 fn fewer_entries(entries: usize, bytes: usize, frame_bytes_max: usize) -> u64 {
     let fitting = (entries as u128 * frame_bytes_max as u128 * 3 / 4) / bytes.max(1) as u128;
-    fitting.clamp(1, entries.saturating_sub(1).max(1) as u128) as u64
+    u64::try_from(fitting.clamp(1, entries.saturating_sub(1).max(1) as u128)).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -177,7 +177,11 @@ impl Cluster {
     }
 
     /// Re-reads the status until `done` holds, bounded by SETTLE_TIMEOUT.
-    pub(crate) fn status_until(&self, operator: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub(crate) fn status_until(
+        &self,
+        operator: &Path,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let rows = self.status(operator);

@@ -195,7 +195,10 @@ where
 /// Every cut of the stream `lead ++ last` inside `last`'s frame, with what
 /// reading it must give: the `lead` messages, then a clean end (cut between
 /// frames) or `Truncated` with the byte counts of the cut frame.
-pub(crate) fn truncations<T: Serialize + Clone>(lead: &[T], last: &T) -> Vec<(Vec<u8>, Vec<Outcome<T>>)> {
+pub(crate) fn truncations<T: Serialize + Clone>(
+    lead: &[T],
+    last: &T,
+) -> Vec<(Vec<u8>, Vec<Outcome<T>>)> {
     let mut stream = Vec::new();
     for msg in lead {
         stream.extend(encoded(msg));
@@ -280,12 +283,10 @@ pub(crate) fn max_bytes() -> impl Strategy<Value = usize> {
 
 /// A limit and a payload length over it: a small limit, or the default.
 pub(crate) fn oversized() -> impl Strategy<Value = (usize, usize)> {
+    let default_max = u32::try_from(FRAME_BYTES_MAX).expect("FRAME_BYTES_MAX fits the u32 prefix");
     prop_oneof![
         (0u32..64).prop_flat_map(|max| (Just(max), (max + 1)..=u32::MAX)),
-        (
-            Just(FRAME_BYTES_MAX as u32),
-            (FRAME_BYTES_MAX as u32 + 1)..=u32::MAX
-        ),
+        (Just(default_max), (default_max + 1)..=u32::MAX),
     ]
     .prop_map(|(max, len)| (max as usize, len as usize))
 }
