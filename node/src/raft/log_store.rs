@@ -89,10 +89,18 @@ pub enum LogStoreError {
         "the file has Raft log schema version {found}, but this build reads only version \
          {expected}"
     )]
-    SchemaMismatch { found: u32, expected: u32 },
+    SchemaMismatch {
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
     /// The stored version is not a `u32`.
     #[error("the file's Raft log schema version is {len} bytes long instead of 4")]
-    CorruptSchemaVersion { len: usize },
+    CorruptSchemaVersion {
+        /// The stored value's length, in bytes.
+        len: usize,
+    },
     /// The writer thread could not be started.
     #[error("cannot start the Raft log writer thread: {0}")]
     Thread(#[source] std::io::Error),
