@@ -15,11 +15,15 @@ pub const FAILED_WAITING_REASONS: [&str; 3] =
 /// The part of a pod an instance report needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
+    /// The deployment the pod belongs to (from its label).
     pub deployment_id: String,
+    /// The pod's name.
     pub pod_name: String,
     /// `status.podIP`, empty until the pod has one.
     pub address: String,
+    /// Pending, running or failed, from the pod's phase and conditions.
     pub status: InstanceStatus,
+    /// Why it is not running, when a container says (e.g. `ImagePullBackOff`).
     pub reason: Option<String>,
 }
 
