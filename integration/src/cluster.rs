@@ -11,8 +11,11 @@ use node::client::Client;
 
 /// A single node serving from a temporary directory.
 pub struct TestNode {
+    /// The node's data, config and certificates; removed on drop.
     pub dir: tempfile::TempDir,
+    /// The running node.
     pub node: RunningNode,
+    /// An operator config that talks to it.
     pub operator: OperatorConfig,
 }
 
@@ -45,6 +48,7 @@ impl TestNode {
         })
     }
 
+    /// An operator client of the node.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
     }
@@ -70,6 +74,7 @@ const ELECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20)
 /// as one cluster, with fresh certificates (regions `us-east`, `eu-west`).
 /// Nodes can be stopped and restarted on the same address and data.
 pub struct TestCluster {
+    /// Data, configs and certificates of every node; removed on drop.
     pub dir: tempfile::TempDir,
     /// With [`TestCluster::start_with_relays`]: relay `i` fronts node `i + 1`.
     /// Empty otherwise.
@@ -78,7 +83,9 @@ pub struct TestCluster {
     pub faults: std::sync::Arc<crate::relay::Faults>,
     /// Node `i + 1` at index `i`; `None` while stopped.
     pub nodes: Vec<Option<RunningNode>>,
+    /// Node `i + 1`'s config at index `i`.
     pub configs: Vec<NodeConfig>,
+    /// An operator config naming every node.
     pub operator: OperatorConfig,
 }
 
@@ -191,6 +198,7 @@ impl TestCluster {
             .as_ref()
     }
 
+    /// The nodes not stopped.
     pub fn running(&self) -> impl Iterator<Item = &RunningNode> {
         self.nodes.iter().flatten()
     }

@@ -48,6 +48,7 @@ pub struct FleetConfig {
     pub failing_images: Vec<String>,
     /// krane's reconnect backoff bounds.
     pub reconnect_backoff_min_ms: u64,
+    /// The longest reconnect wait, in milliseconds.
     pub reconnect_backoff_max_ms: u64,
 }
 
@@ -69,22 +70,28 @@ impl FleetConfig {
 
 /// A running site.
 pub struct Fleet {
+    /// The fleet's directory: configs, certificates, data.
     pub dir: PathBuf,
     /// The ctrl nodes, node `N` at index `N - 1` (each dereferences to its
     /// [`RunningNode`] while it runs).
     pub nodes: Vec<CtrlNode>,
+    /// An operator config naming every node.
     pub operator: OperatorConfig,
     /// `DIR/operator.toml`, for `CTRL_CONFIG`.
     pub operator_path: PathBuf,
+    /// The regions, in the order configured.
     pub regions: Vec<Region>,
 }
 
 /// One region: its simulated cluster and its krane.
 pub struct Region {
+    /// The region's name.
     pub name: String,
+    /// Its simulated Kubernetes cluster.
     pub sim: Simulator,
     /// `DIR/kube/REGION.kubeconfig`.
     pub kubeconfig: PathBuf,
+    /// Its krane's config.
     pub agent: AgentConfig,
     /// `DIR/krane-REGION.toml`.
     pub agent_path: PathBuf,
@@ -206,6 +213,7 @@ impl Fleet {
             .unwrap_or_else(|| panic!("no region {name} in this fleet"))
     }
 
+    /// The region `name`; panics if the fleet has none (a test mistake).
     pub fn region_mut(&mut self, name: &str) -> &mut Region {
         self.regions
             .iter_mut()
@@ -376,6 +384,7 @@ pub struct CtrlNode {
 }
 
 impl CtrlNode {
+    /// Whether the node is running now.
     pub fn is_running(&self) -> bool {
         self.running.is_some()
     }

@@ -29,7 +29,9 @@ const START_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Running node processes; killed if dropped without [`ProcessCluster::shutdown`].
 pub struct ProcessCluster {
+    /// Data, configs and certificates of every node; removed on drop.
     pub dir: tempfile::TempDir,
+    /// Node `i + 1`'s config at index `i`.
     pub configs: Vec<NodeConfig>,
     /// Names every node.
     pub operator: OperatorConfig,

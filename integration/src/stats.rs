@@ -5,9 +5,13 @@ use std::time::Duration;
 /// Percentiles of a set of samples.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
+    /// How many samples.
     pub count: usize,
+    /// Median, in microseconds.
     pub p50_us: u64,
+    /// 99th percentile, in microseconds.
     pub p99_us: u64,
+    /// Largest sample, in microseconds.
     pub max_us: u64,
 }
 

@@ -212,6 +212,7 @@ impl View<'_> {
         self.list(&resources::PODS, Some(namespace), label_selector)
     }
 
+    /// The current resource version of the store.
     pub fn resource_version(&self) -> u64 {
         self.0.resource_version()
     }
@@ -280,6 +281,7 @@ impl Simulator {
         })
     }
 
+    /// The address the simulator listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -439,7 +441,9 @@ preferences: {{}}
 /// [`Simulator::wait_until`] gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitTimeout {
+    /// The resource version when the wait gave up.
     pub resource_version: u64,
+    /// How long it waited.
     pub timeout: Duration,
 }
 
