@@ -41,7 +41,7 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 /// Version of the log file's format (tables, keys, encodings), stored
-/// under [`KEY_SCHEMA_VERSION`] as a little-endian `u32`.
+/// under `KEY_SCHEMA_VERSION` as a little-endian `u32`.
 pub const LOG_SCHEMA_VERSION: u32 = 1;
 
 /// The version of a file written before the version was recorded: its

@@ -1,6 +1,6 @@
 //! This node as a Raft replica: the handles every request needs
 //! ([`NodeState`]) and the calls that go through Raft — writes proposed
-//! here or forwarded to the leader ([`write`], group-committed by
+//! here or forwarded to the leader ([`write`](mod@write), group-committed by
 //! [`write::batch`], retried across elections by [`leader`]), membership
 //! changes ([`membership`]), cluster initialisation and status
 //! ([`cluster`]), and replica checks ([`state_hash`]). No sockets: the

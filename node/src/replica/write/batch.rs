@@ -15,7 +15,7 @@
 //! `now_ms` is taken when it is proposed, on the node proposing it.
 //!
 //! Which writes go together and how outcomes are split back are plain
-//! functions ([`Gather`], [`split_outcomes`]), tested without Raft.
+//! functions (`Gather`, [`split_outcomes`]), tested without Raft.
 
 use std::sync::Arc;
 
