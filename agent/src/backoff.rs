@@ -20,6 +20,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A backoff whose first wait is `min_ms`, doubling per failure up to `max_ms`.
     pub fn new(min_ms: u64, max_ms: u64) -> Backoff {
         Backoff {
             min_ms,

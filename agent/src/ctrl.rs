@@ -28,14 +28,19 @@ pub const CALL_ATTEMPTS_MAX: usize = 3;
 /// Talking to ctrl failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CtrlError {
+    /// No configured endpoint resolved; the endpoints tried.
     #[error("no ctrl endpoint resolves to an address ({0})")]
     Resolve(String),
+    /// Connecting, TLS or framing failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// ctrl answered with an error.
     #[error("ctrl answered: {0}")]
     Refused(WireError),
+    /// ctrl did not answer within [`CALL_TIMEOUT_MS`].
     #[error("no answer within {CALL_TIMEOUT_MS} ms")]
     Timeout,
+    /// ctrl closed the stream without an answer.
     #[error("ctrl ended the call without an answer")]
     NoAnswer,
 }

@@ -24,15 +24,23 @@ pub const FIELD_MANAGER: &str = "krane";
 /// The label every object krane creates carries, with value
 /// [`MANAGED_BY_VALUE`]; objects without it are never changed or deleted.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on krane's objects.
 pub const MANAGED_BY_VALUE: &str = "krane";
 /// `managed-by=krane`, as a label selector.
 pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=krane";
+/// Label: the deployment an object belongs to.
 pub const DEPLOYMENT_ID_LABEL: &str = "unkey.com/deployment.id";
+/// Label: the owning workspace.
 pub const WORKSPACE_ID_LABEL: &str = "unkey.com/workspace.id";
+/// Label: the owning project.
 pub const PROJECT_ID_LABEL: &str = "unkey.com/project.id";
+/// Label: the environment.
 pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
+/// Label: the app a sentinel fronts.
 pub const APP_ID_LABEL: &str = "unkey.com/app.id";
+/// Label: the sentinel an object belongs to.
 pub const SENTINEL_ID_LABEL: &str = "unkey.com/sentinel.id";
+/// Label: the cilium policy an object realises.
 pub const POLICY_ID_LABEL: &str = "unkey.com/cilium-network-policy.id";
 /// `app.kubernetes.io/component`: what part of the product an object is.
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
@@ -44,22 +52,33 @@ pub const KNOWN_NAMESPACES_MAX: usize = 1_024;
 /// A Kubernetes operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum K8sError {
+    /// The kubeconfig file could not be read or used.
     #[error("cannot read kubeconfig {}: {source}", path.display())]
     Kubeconfig {
+        /// The kubeconfig file.
         path: PathBuf,
+        /// kube's error.
         source: Box<kube::config::KubeconfigError>,
     },
+    /// The in-cluster service account config is missing or invalid.
     #[error("in-cluster Kubernetes config: {0}")]
     InCluster(Box<kube::config::InClusterError>),
+    /// An API call on one object failed.
     #[error("{kind} {namespace}/{name}: {source}")]
     Api {
+        /// The object's kind.
         kind: &'static str,
+        /// Its namespace.
         namespace: String,
+        /// Its name.
         name: String,
+        /// kube's error.
         source: Box<kube::Error>,
     },
+    /// The Kubernetes client could not be built, or a list call failed.
     #[error("Kubernetes client: {0}")]
     Client(Box<kube::Error>),
+    /// An object krane built or read is invalid; says why.
     #[error("{0}")]
     Invalid(String),
 }
@@ -308,6 +327,7 @@ pub struct Namespaces {
 }
 
 impl Namespaces {
+    /// Creates namespace `name` unless it exists or was seen already.
     pub async fn ensure(&self, client: &Client, name: &str) -> Result<(), K8sError> {
         if self.lock().contains(name) {
             return Ok(());

@@ -18,6 +18,8 @@
 //! - [`backoff`]: jittered reconnect waits.
 //! - [`run`]: wires them together for `krane run`.
 
+#![forbid(unsafe_code)]
+
 pub mod backoff;
 pub mod controller;
 pub mod ctrl;

@@ -44,6 +44,7 @@ impl KeyLocks {
         self.map().len()
     }
 
+    /// Whether no key is locked.
     pub fn is_empty(&self) -> bool {
         self.map().is_empty()
     }

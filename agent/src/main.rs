@@ -5,6 +5,8 @@
 //!   number of full syncs and the applied resources (krane must be stopped:
 //!   the running agent holds the file's lock).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -32,10 +32,13 @@ pub const REPORTER_START_WAIT_MS: u64 = 5_000;
 /// krane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The local state could not be opened.
     #[error(transparent)]
     State(#[from] StateError),
+    /// Kubernetes could not be reached.
     #[error(transparent)]
     K8s(#[from] K8sError),
+    /// ctrl could not be reached.
     #[error(transparent)]
     Ctrl(#[from] CtrlError),
 }

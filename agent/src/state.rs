@@ -53,11 +53,11 @@ const SENTINEL_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("sent
 
 /// Keys of the [`META`] table.
 mod meta {
-    pub const SCHEMA_VERSION: &str = "schema_version";
+    pub(super) const SCHEMA_VERSION: &str = "schema_version";
     /// The last pk everything was applied up to: what a watch resumes at.
-    pub const CURSOR: &str = "cursor";
+    pub(super) const CURSOR: &str = "cursor";
     /// How many full syncs ever began (a restart must not add one).
-    pub const FULL_SYNCS: &str = "full_syncs";
+    pub(super) const FULL_SYNCS: &str = "full_syncs";
 }
 
 /// One row of the last-applied snapshot.
@@ -70,30 +70,58 @@ struct AppliedRow {
 /// A local-state operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// The state file could not be opened.
     #[error("{}: {source}", path.display())]
     Open {
+        /// The state file.
         path: PathBuf,
+        /// redb's error.
         source: redb::DatabaseError,
     },
+    /// The state directory could not be created.
     #[error("cannot create {}: {source}", path.display())]
     CreateDir {
+        /// The directory.
         path: PathBuf,
+        /// Why creating it failed.
         source: std::io::Error,
     },
+    /// There is no state file yet.
     #[error("no local state at {}", path.display())]
-    Missing { path: PathBuf },
+    Missing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The state file has another schema version.
     #[error("{} has schema version {found}; this krane reads version {SCHEMA_VERSION}", path.display())]
-    Schema { path: PathBuf, found: u64 },
+    Schema {
+        /// The state file.
+        path: PathBuf,
+        /// The schema version in it.
+        found: u64,
+    },
+    /// A redb call failed.
     #[error("local state storage: {0}")]
     Storage(#[from] redb::Error),
+    /// A stored row does not decode.
     #[error("local state row does not decode: {0}")]
     Codec(#[from] postcard::Error),
+    /// A cursor lower than the stored one was asked to be stored.
     #[error("the cursor may not move back from {stored} to {requested}")]
-    CursorBackwards { stored: Pk, requested: Pk },
+    CursorBackwards {
+        /// The stored cursor.
+        stored: Pk,
+        /// The lower cursor asked for.
+        requested: Pk,
+    },
+    /// A resource's change is older than the one already applied.
     #[error("{key:?}: version {requested} is older than the applied version {stored}")]
     StaleVersion {
+        /// The resource.
         key: ResourceKey,
+        /// The version applied.
         stored: Pk,
+        /// The older version offered.
         requested: Pk,
     },
 }
@@ -105,16 +133,22 @@ fn storage(e: impl Into<redb::Error>) -> StateError {
 /// One resource of the last-applied snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AppliedResource {
+    /// The resource's key.
     pub key: ResourceKey,
+    /// Pk of the change last applied to it.
     pub version: Pk,
+    /// The resource as last applied.
     pub resource: Resource,
 }
 
 /// Everything the state holds, as `krane state` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StateSummary {
+    /// The last pk applied; the next watch starts after it.
     pub cursor: Pk,
+    /// How many full syncs completed since the state was created.
     pub full_syncs: u64,
+    /// Every resource of the last-applied snapshot, by key.
     pub applied: Vec<AppliedResource>,
 }
 

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use wire::Pk;
 use wire::model::{DeploymentTopology, DesiredState, Resource, ResourceKey, ResourceType};
 
-pub const REGION: &str = "us-east";
+pub(crate) const REGION: &str = "us-east";
 
 /// A running topology of deployment `id` at `version`.
-pub fn deployment_topology(id: &str, version: Pk) -> DeploymentTopology {
+pub(crate) fn deployment_topology(id: &str, version: Pk) -> DeploymentTopology {
     DeploymentTopology {
         deployment_id: id.to_string(),
         workspace_id: "ws_1".into(),
@@ -32,11 +32,11 @@ pub fn deployment_topology(id: &str, version: Pk) -> DeploymentTopology {
     }
 }
 
-pub fn topology(id: &str, version: Pk) -> Resource {
+pub(crate) fn topology(id: &str, version: Pk) -> Resource {
     Resource::DeploymentTopology(deployment_topology(id, version))
 }
 
-pub fn topology_key(id: &str) -> ResourceKey {
+pub(crate) fn topology_key(id: &str) -> ResourceKey {
     ResourceKey {
         resource_type: ResourceType::DeploymentTopology,
         resource_id: id.to_string(),
@@ -45,7 +45,7 @@ pub fn topology_key(id: &str) -> ResourceKey {
 }
 
 /// A running sentinel `id` at `version`: 3 replicas of `sentinel:1.0`.
-pub fn sentinel(id: &str, version: Pk) -> wire::model::Sentinel {
+pub(crate) fn sentinel(id: &str, version: Pk) -> wire::model::Sentinel {
     wire::model::Sentinel {
         id: id.to_string(),
         workspace_id: "ws_1".into(),
@@ -67,7 +67,7 @@ pub fn sentinel(id: &str, version: Pk) -> wire::model::Sentinel {
 }
 
 /// A cilium policy `id` at `version`, named `allow-env-1` in `krane`.
-pub fn cilium_policy(id: &str, version: Pk) -> wire::model::CiliumNetworkPolicy {
+pub(crate) fn cilium_policy(id: &str, version: Pk) -> wire::model::CiliumNetworkPolicy {
     wire::model::CiliumNetworkPolicy {
         id: id.to_string(),
         workspace_id: "ws_1".into(),

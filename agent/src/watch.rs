@@ -71,13 +71,16 @@ pub const APPLY_ATTEMPTS_MAX: u32 = 3;
 /// Wait before the second attempt of a failed apply; it doubles per
 /// attempt up to [`APPLY_RETRY_MAX_MS`].
 pub const APPLY_RETRY_MIN_MS: u64 = 100;
+/// Longest wait between attempts of a failed apply, in milliseconds.
 pub const APPLY_RETRY_MAX_MS: u64 = 1_000;
 
 /// One stream ended, or could not go on.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
+    /// Talking to ctrl failed.
     #[error(transparent)]
     Ctrl(#[from] CtrlError),
+    /// The stream failed (connection, framing).
     #[error(transparent)]
     Transport(TransportError),
     /// ctrl reset the watch because krane read its events too slowly.
@@ -86,20 +89,32 @@ pub enum WatchError {
          applying to Kubernetes may be too slow for the rate of changes)"
     )]
     SlowConsumer,
+    /// ctrl broke the watch protocol.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// The local state failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// Applying failed after every attempt.
     #[error("applying to Kubernetes: {0}")]
     K8s(#[from] K8sError),
+    /// ctrl ended the watch with an error.
     #[error("ctrl ended the watch: {0}")]
     Server(WireError),
+    /// A full sync is older than the stored cursor: the node lags.
     #[error(
         "a full sync at cursor {sync} is behind the stored cursor {stored}; the node lags behind"
     )]
-    LaggingSync { sync: Pk, stored: Pk },
+    LaggingSync {
+        /// The cursor of the full sync.
+        sync: Pk,
+        /// The cursor krane stored.
+        stored: Pk,
+    },
+    /// A full sync sent more than [`SYNC_RESOURCES_MAX`] resources.
     #[error("a full sync mentioned more than {SYNC_RESOURCES_MAX} resources")]
     SyncTooLarge,
+    /// ctrl sent a pk not after the last one.
     #[error(transparent)]
     OutOfOrder(#[from] OutOfOrder),
 }
@@ -138,7 +153,10 @@ pub enum Flow {
     /// Go on reading this stream.
     Continue,
     /// A full sync finished at this cursor.
-    Synced { cursor: Pk },
+    Synced {
+        /// The cursor stored.
+        cursor: Pk,
+    },
     /// The cursor was compacted away; it is reset to 0: reconnect now.
     Resync,
 }

@@ -88,6 +88,7 @@ pub struct AgentConfig {
     /// up to `reconnect_backoff_max_ms`.
     #[serde(default = "default_reconnect_backoff_min_ms")]
     pub reconnect_backoff_min_ms: u64,
+    /// The longest wait between reconnect attempts, in milliseconds.
     #[serde(default = "default_reconnect_backoff_max_ms")]
     pub reconnect_backoff_max_ms: u64,
     /// How often krane compares the whole cluster with the desired state.

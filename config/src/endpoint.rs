@@ -28,7 +28,9 @@ pub struct Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid endpoint {input:?}: {reason}")]
 pub struct EndpointError {
+    /// The text that was parsed.
     pub input: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
@@ -39,6 +41,7 @@ impl Endpoint {
         &self.host
     }
 
+    /// The UDP port.
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -16,26 +16,42 @@ use std::path::PathBuf;
 pub enum ConfigError {
     /// The file could not be read (missing, unreadable, not UTF-8).
     #[error("{}: cannot read: {error}", path.display())]
-    Read { path: PathBuf, error: io::Error },
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why reading failed.
+        error: io::Error,
+    },
     /// The file is larger than `bytes_max`
     /// ([`CONFIG_FILE_BYTES_MAX`](crate::CONFIG_FILE_BYTES_MAX)).
     #[error("{}: the file is larger than {bytes_max} bytes", path.display())]
-    TooLarge { path: PathBuf, bytes_max: usize },
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The largest config file accepted, in bytes.
+        bytes_max: usize,
+    },
     /// The text is not TOML, or does not fit the config's shape (unknown
     /// field, missing field, wrong type). `message` is the toml crate's
     /// message with line, column and the offending line; `field` is the
     /// dotted path of the key involved, when it can be located.
     #[error("{}: {}{message}", path.display(), field_prefix(field.as_deref()))]
     Parse {
+        /// The file.
         path: PathBuf,
+        /// Dotted path of the offending key, when known.
         field: Option<String>,
+        /// The parser's message, with line and column.
         message: String,
     },
     /// A value is out of range or inconsistent with another.
     #[error("{}: field \"{field}\": {message}", path.display())]
     Invalid {
+        /// The file.
         path: PathBuf,
+        /// Dotted path of the offending key.
         field: String,
+        /// What is wrong with its value.
         message: String,
     },
 }

@@ -26,6 +26,8 @@
 //! `file` (reading and writing), `field` (locating a toml error's field)
 //! and [`validate`] (shared rules and bounds).
 
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod endpoint;
 pub mod error;

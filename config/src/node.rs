@@ -73,12 +73,16 @@ pub struct NodeConfig {
     pub peers: Vec<PeerConfig>,
     /// This node's certificate and key, and the cluster CA.
     pub tls: TlsFiles,
+    /// Raft timing and snapshot settings (`[raft]`).
     #[serde(default)]
     pub raft: RaftSettings,
+    /// Request and connection limits (`[limits]`).
     #[serde(default)]
     pub limits: NodeLimits,
+    /// Watch stream settings (`[watch]`).
     #[serde(default)]
     pub watch: WatchSettings,
+    /// Change-log compaction settings (`[compaction]`).
     #[serde(default)]
     pub compaction: CompactionSettings,
     /// How the node writes its logs: `text` (default) or `json`.
@@ -90,7 +94,9 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
+    /// The member's Raft id.
     pub node_id: u64,
+    /// Where the member listens (`ip:port`).
     pub addr: SocketAddr,
 }
 

@@ -75,6 +75,7 @@ pub struct RaftSettings {
     /// A follower hearing nothing for a random time between min and max
     /// starts an election.
     pub election_timeout_min_ms: u64,
+    /// Upper bound of the election timeout, above `election_timeout_min_ms`.
     pub election_timeout_max_ms: u64,
     /// Take a snapshot after this many log entries since the last one.
     pub snapshot_logs_since_last: u64,

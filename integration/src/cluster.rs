@@ -13,8 +13,11 @@ use crate::kit::operator::Operator;
 
 /// A single node serving from a temporary directory.
 pub struct TestNode {
+    /// The node's data, config and certificates; removed on drop.
     pub dir: tempfile::TempDir,
+    /// The running node.
     pub node: RunningNode,
+    /// An operator config that talks to it.
     pub operator: OperatorConfig,
 }
 
@@ -47,6 +50,7 @@ impl TestNode {
         })
     }
 
+    /// An operator client of the node.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::new(&self.operator)?)
     }
@@ -77,6 +81,7 @@ const ELECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20)
 /// as one cluster, with fresh certificates (regions `us-east`, `eu-west`).
 /// Nodes can be stopped and restarted on the same address and data.
 pub struct TestCluster {
+    /// Data, configs and certificates of every node; removed on drop.
     pub dir: tempfile::TempDir,
     /// With [`TestCluster::start_with_relays`]: relay `i` fronts node `i + 1`.
     /// Empty otherwise.
@@ -85,7 +90,9 @@ pub struct TestCluster {
     pub faults: std::sync::Arc<crate::relay::Faults>,
     /// Node `i + 1` at index `i`; `None` while stopped.
     pub nodes: Vec<Option<RunningNode>>,
+    /// Node `i + 1`'s config at index `i`.
     pub configs: Vec<NodeConfig>,
+    /// An operator config naming every node.
     pub operator: OperatorConfig,
 }
 
@@ -207,9 +214,12 @@ impl TestCluster {
 
     /// The running node `id`.
     pub fn node(&self, id: u64) -> Option<&RunningNode> {
-        self.nodes.get(id.checked_sub(1)? as usize)?.as_ref()
+        self.nodes
+            .get(usize::try_from(id.checked_sub(1)?).ok()?)?
+            .as_ref()
     }
 
+    /// The nodes not stopped.
     pub fn running(&self) -> impl Iterator<Item = &RunningNode> {
         self.nodes.iter().flatten()
     }
@@ -218,7 +228,7 @@ impl TestCluster {
     pub async fn stop(&mut self, id: u64) -> Result<()> {
         let slot = self
             .nodes
-            .get_mut(id.saturating_sub(1) as usize)
+            .get_mut(usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX))
             .ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
         if let Some(node) = slot.take() {
             node.shutdown().await;
@@ -228,7 +238,7 @@ impl TestCluster {
 
     /// Starts node `id` again on its address and data.
     pub async fn restart(&mut self, id: u64) -> Result<()> {
-        let index = id.saturating_sub(1) as usize;
+        let index = usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX);
         let config = self
             .configs
             .get(index)
@@ -255,7 +265,8 @@ impl TestCluster {
 
     /// The operator config of a client that talks to node `id` only.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
-        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        let addr =
+            self.configs[usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX)].listen_addr;
         OperatorConfig {
             endpoints: vec![addr],
             ..self.operator.clone()

@@ -51,6 +51,7 @@ pub struct FleetConfig {
     pub failing_images: Vec<String>,
     /// krane's reconnect backoff bounds.
     pub reconnect_backoff_min_ms: u64,
+    /// The longest reconnect wait, in milliseconds.
     pub reconnect_backoff_max_ms: u64,
     /// Whether [`Fleet::start`] starts each region's in-process krane
     /// (a test running the krane binary instead says no).
@@ -80,22 +81,28 @@ impl FleetConfig {
 
 /// A running site.
 pub struct Fleet {
+    /// The fleet's directory: configs, certificates, data.
     pub dir: PathBuf,
     /// The ctrl nodes, node `N` at index `N - 1` (each dereferences to its
     /// [`RunningNode`] while it runs).
     pub nodes: Vec<CtrlNode>,
+    /// An operator config naming every node.
     pub operator: OperatorConfig,
     /// `DIR/operator.toml`, for `CTRL_CONFIG`.
     pub operator_path: PathBuf,
+    /// The regions, in the order configured.
     pub regions: Vec<Region>,
 }
 
 /// One region: its simulated cluster and its krane.
 pub struct Region {
+    /// The region's name.
     pub name: String,
+    /// Its simulated Kubernetes cluster.
     pub sim: Simulator,
     /// `DIR/kube/REGION.kubeconfig`.
     pub kubeconfig: PathBuf,
+    /// Its krane's config.
     pub agent: AgentConfig,
     /// `DIR/krane-REGION.toml`.
     pub agent_path: PathBuf,
@@ -225,6 +232,7 @@ impl Fleet {
             .unwrap_or_else(|| panic!("no region {name} in this fleet"))
     }
 
+    /// The region `name`; panics if the fleet has none (a test mistake).
     pub fn region_mut(&mut self, name: &str) -> &mut Region {
         self.regions
             .iter_mut()
@@ -285,7 +293,7 @@ impl Fleet {
 
     /// Node `id`, running or stopped.
     pub fn node_by_id(&self, id: u64) -> Option<&CtrlNode> {
-        self.nodes.get(id.checked_sub(1)? as usize)
+        self.nodes.get(usize::try_from(id.checked_sub(1)?).ok()?)
     }
 
     /// Stops every ctrl node (Raft and endpoint, cleanly); krane keeps
@@ -309,7 +317,8 @@ impl Fleet {
     pub async fn stop_node(&mut self, id: u64) {
         let Some(slot) = id
             .checked_sub(1)
-            .and_then(|index| self.nodes.get_mut(index as usize))
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| self.nodes.get_mut(index))
         else {
             return;
         };
@@ -322,7 +331,8 @@ impl Fleet {
     pub async fn start_node(&mut self, id: u64) -> Result<()> {
         let Some(slot) = id
             .checked_sub(1)
-            .and_then(|index| self.nodes.get_mut(index as usize))
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| self.nodes.get_mut(index))
         else {
             bail!("this fleet has no ctrl node {id}");
         };
@@ -393,6 +403,7 @@ pub struct CtrlNode {
 }
 
 impl CtrlNode {
+    /// Whether the node is running now.
     pub fn is_running(&self) -> bool {
         self.running.is_some()
     }

@@ -13,6 +13,8 @@
 //! benchmarks compared with peers whose members are processes. [`requests`]
 //! builds the operator requests benchmarks and tests send.
 
+#![forbid(unsafe_code)]
+
 pub mod cluster;
 pub mod fleet;
 pub mod kit;

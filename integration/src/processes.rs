@@ -28,7 +28,9 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Running node processes; killed if dropped without [`ProcessCluster::shutdown`].
 pub struct ProcessCluster {
+    /// Data, configs and certificates of every node; removed on drop.
     pub dir: tempfile::TempDir,
+    /// Node `i + 1`'s config at index `i`.
     pub configs: Vec<NodeConfig>,
     /// Names every node.
     pub operator: OperatorConfig,
@@ -84,7 +86,8 @@ impl ProcessCluster {
 
     /// An operator config for node `id` alone.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
-        let addr = self.configs[id.saturating_sub(1) as usize].listen_addr;
+        let addr =
+            self.configs[usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX)].listen_addr;
         OperatorConfig {
             endpoints: vec![addr],
             ..self.operator.clone()

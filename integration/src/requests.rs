@@ -33,11 +33,13 @@ pub fn deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> Depl
 pub struct DeploymentBuilder(CreateDeployment);
 
 impl DeploymentBuilder {
+    /// The image to run.
     pub fn image(mut self, image: &str) -> Self {
         self.0.image = image.into();
         self
     }
 
+    /// Replicas per region.
     pub fn replicas(mut self, replicas: u32) -> Self {
         self.0.replicas = replicas;
         self
@@ -58,6 +60,7 @@ impl DeploymentBuilder {
         self
     }
 
+    /// The environment the deployment belongs to.
     pub fn environment(mut self, environment_id: impl Into<String>) -> Self {
         self.0.environment_id = environment_id.into();
         self
@@ -69,6 +72,7 @@ impl DeploymentBuilder {
         self
     }
 
+    /// The request.
     pub fn build(self) -> CreateDeployment {
         self.0
     }

@@ -5,9 +5,13 @@ use std::time::Duration;
 /// Percentiles of a set of samples.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
+    /// How many samples.
     pub count: usize,
+    /// Median, in microseconds.
     pub p50_us: u64,
+    /// 99th percentile, in microseconds.
     pub p99_us: u64,
+    /// Largest sample, in microseconds.
     pub max_us: u64,
 }
 
@@ -19,8 +23,10 @@ impl Summary {
         }
         samples.sort();
         let at = |q: f64| {
+            // `q` is in 0..=1, so the index is at most `len - 1`.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
-            samples[index].as_micros() as u64
+            u64::try_from(samples[index].as_micros()).unwrap_or(u64::MAX)
         };
         Some(Summary {
             count: samples.len(),

@@ -46,7 +46,7 @@ const RETRY_LINE: &str = "status report failed; kept for a retry";
 fn create(n: usize) -> CreateDeployment {
     integration::requests::deployment([REGION])
         .owner("ws_1", "proj_1", &format!("env_{n}"))
-        .replicas(REPLICAS as u32)
+        .replicas(u32::try_from(REPLICAS).expect("REPLICAS fits u32"))
         .build()
 }
 

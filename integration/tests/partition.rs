@@ -185,7 +185,7 @@ async fn scenario() {
     let majority_client = Client::new(&config::OperatorConfig {
         endpoints: majority
             .iter()
-            .map(|id| cluster.configs[*id as usize - 1].listen_addr)
+            .map(|id| cluster.configs[usize::try_from(*id - 1).expect("node id")].listen_addr)
             .collect(),
         ..cluster.operator.clone()
     })

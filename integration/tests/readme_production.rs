@@ -170,7 +170,7 @@ async fn prepare(site: &Site) -> PathBuf {
         config.insert("node_id".into(), (id as i64).into());
         config.insert(
             "listen_addr".into(),
-            README_NODE_ADDRS[id as usize - 1].into(),
+            README_NODE_ADDRS[usize::try_from(id - 1).expect("node id")].into(),
         );
         let tls = config["tls"].as_table().expect("[tls]").clone();
         let mut tls = tls;
@@ -189,7 +189,7 @@ async fn prepare(site: &Site) -> PathBuf {
                     ("node_id".to_string(), (peer as i64).into()),
                     (
                         "addr".to_string(),
-                        README_NODE_ADDRS[peer as usize - 1].into(),
+                        README_NODE_ADDRS[usize::try_from(peer - 1).expect("node id")].into(),
                     ),
                 ]))
             })

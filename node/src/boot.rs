@@ -30,13 +30,18 @@ use transport::closing::Closed;
 
 /// File names under the data directory.
 pub const RAFT_LOG_FILE: &str = "raft-log.redb";
+/// The replicated state (redb) under the data directory.
 pub const STATE_FILE: &str = "state.redb";
+/// The directory of Raft snapshots under the data directory.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 
 /// A started node.
 pub struct RunningNode {
+    /// What the request handlers share (Raft, store, limits, clock).
     pub state: Arc<NodeState>,
+    /// The QUIC endpoint the node listens and dials on.
     pub endpoint: quinn::Endpoint,
+    /// The address the endpoint is bound to (the real port if 0 was asked).
     pub local_addr: SocketAddr,
     /// Dropped to stop the node's background tasks (the leader jobs).
     stop_background: tokio::sync::watch::Sender<()>,
@@ -99,21 +104,30 @@ impl RunningNode {
 /// fault.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The data directory could not be created.
     #[error("cannot create the data directory {} (data_dir): {source}", path.display())]
     DataDir {
+        /// The directory (`data_dir`).
         path: PathBuf,
+        /// Why creating it failed.
         #[source]
         source: std::io::Error,
     },
+    /// The Raft log file could not be opened.
     #[error("cannot open the Raft log {}: {source}", path.display())]
     RaftLog {
+        /// The log file.
         path: PathBuf,
+        /// Why opening it failed.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The state file could not be opened.
     #[error("cannot open the state file {}: {source}", path.display())]
     StateFile {
+        /// The state file.
         path: PathBuf,
+        /// Why opening it failed.
         #[source]
         source: storage::StorageError,
     },
@@ -122,9 +136,13 @@ pub enum StartError {
         path.display(),
         snapshot_dir.display()
     )]
+    /// The Raft state machine could not be built over the state file.
     StateMachine {
+        /// The state file.
         path: PathBuf,
+        /// The snapshot directory.
         snapshot_dir: PathBuf,
+        /// openraft's storage error.
         #[source]
         source: openraft::StorageError<NodeId>,
     },
@@ -134,41 +152,67 @@ pub enum StartError {
         paths.cert.display(),
         paths.key.display()
     )]
+    /// The node's TLS files could not be loaded.
     Tls {
+        /// The CA, certificate and key files tried.
         paths: transport::tls::TlsPaths,
+        /// Why loading them failed.
         #[source]
         source: transport::TransportError,
     },
+    /// The QUIC endpoint could not be opened on the listen address.
     #[error("cannot listen on {addr} (listen_addr): {source}")]
     Listen {
+        /// The configured `listen_addr`.
         addr: SocketAddr,
+        /// Why it failed.
         #[source]
         source: transport::TransportError,
     },
+    /// The bound endpoint could not report its address.
     #[error("cannot read the address the endpoint for {addr} is bound to: {source}")]
     LocalAddr {
+        /// The configured `listen_addr`.
         addr: SocketAddr,
+        /// Why the query failed.
         #[source]
         source: std::io::Error,
     },
+    /// The `[raft]` settings do not make a valid openraft config.
     #[error("invalid [raft] settings: {0}")]
     RaftSettings(#[source] openraft::ConfigError),
+    /// The thread Raft runs on could not be spawned.
     #[error("cannot start the Raft thread of node {node_id}: {source}")]
     RaftThread {
+        /// This node's id.
         node_id: NodeId,
+        /// Why spawning failed.
         #[source]
         source: std::io::Error,
     },
+    /// The Raft thread stopped before Raft started.
     #[error("the Raft thread of node {node_id} stopped while Raft was starting")]
-    RaftThreadStopped { node_id: NodeId },
+    RaftThreadStopped {
+        /// This node's id.
+        node_id: NodeId,
+    },
+    /// Raft itself failed to start.
     #[error("cannot start Raft on node {node_id}: {source}")]
     Raft {
+        /// This node's id.
         node_id: NodeId,
+        /// openraft's fatal error.
         #[source]
         source: openraft::error::Fatal<NodeId>,
     },
+    /// A single-node cluster could not be initialised.
     #[error("cannot initialise the single-node cluster of node {node_id} (no peers): {reason}")]
-    Initialize { node_id: NodeId, reason: String },
+    Initialize {
+        /// This node's id.
+        node_id: NodeId,
+        /// Why openraft refused.
+        reason: String,
+    },
 }
 
 /// Bound on waiting for connections to close when a node shuts down.

@@ -13,14 +13,19 @@ use wire::hello::Protocol;
 use wire::operator::{OperatorRequest, OperatorResponse};
 use wire::{ErrorCode, Pk, WireError};
 
+/// Why an operator call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// Connecting, TLS or framing failed.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The node answered with an error.
     #[error("{0}")]
     Server(WireError),
+    /// The node closed the stream without answering.
     #[error("the node closed the stream without an answer")]
     NoAnswer,
+    /// Every configured node failed; each one's failure, joined.
     #[error("no node answered: {0}")]
     AllFailed(String),
 }
@@ -39,6 +44,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client of the nodes in `config`, with its TLS identity loaded; connects lazily.
     pub fn new(config: &OperatorConfig) -> Result<Self, ClientError> {
         transport::tls::install_crypto_provider();
         let paths = transport::tls::TlsPaths {

@@ -23,6 +23,8 @@
 //! Beside them, for the CLI: [`client`], the operator client, and
 //! [`wait`], waiting for a deployment to become ready (`deploy --wait`).
 
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod boot;
 pub mod client;

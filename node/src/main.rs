@@ -1,6 +1,8 @@
 //! The `ctrl` binary: serve a node, make certificates, and operate the
 //! cluster (deploy, get, list, stop, watch).
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 use clap::Parser;

@@ -33,6 +33,7 @@ impl RaftRuntime {
         })
     }
 
+    /// The runtime's handle, to spawn tasks on the Raft thread.
     pub fn handle(&self) -> &tokio::runtime::Handle {
         &self.handle
     }

@@ -26,20 +26,30 @@ pub const POLL_INTERVAL_MS: u64 = 100;
 /// The deployment did not become ready.
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
+    /// The call to the cluster failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The node answered with something other than a deployment.
     #[error("unexpected answer to a deployment read: {0}")]
     Unexpected(String),
+    /// The deployment failed or was stopped.
     #[error("{deployment_id} is {status}: {shortfall}")]
     Ended {
+        /// The deployment waited for.
         deployment_id: String,
+        /// Its final status.
         status: &'static str,
+        /// What was missing (regions short of replicas, failing pods).
         shortfall: String,
     },
+    /// The deployment was not ready in time.
     #[error("{deployment_id} not ready after {timeout_s} s: {shortfall}")]
     Timeout {
+        /// The deployment waited for.
         deployment_id: String,
+        /// How long the wait was, in seconds.
         timeout_s: u64,
+        /// What was still missing.
         shortfall: String,
     },
 }

@@ -68,7 +68,7 @@ fn init_status_and_replicated_deploys() {
             let mut toml = format!(
                 "node_id = {id}\ndata_dir = {data:?}\nlisten_addr = \"{addr}\"\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
                 data = dir.path().join(format!("data-{id}")),
-                addr = addrs[id as usize - 1],
+                addr = addrs[usize::try_from(id - 1).expect("node id")],
                 ca = certs.join("ca.pem"),
                 cert = certs.join(format!("node-{id}.pem")),
                 key = certs.join(format!("node-{id}.key")),

@@ -44,7 +44,7 @@ async fn an_oversized_frame_closes_the_stream_and_the_node_serves_on() {
     let (mut send, recv) = connection.open_bi().await.unwrap();
     let hello = wire::frame::encode(&Hello::new(Protocol::Operator), FRAME_BYTES_MAX).unwrap();
     send.write_all(&hello).await.unwrap();
-    let huge = (FRAME_BYTES_MAX as u32 + 1).to_le_bytes();
+    let huge = (u32::try_from(FRAME_BYTES_MAX).expect("fits the prefix") + 1).to_le_bytes();
     assert_eq!(huge.len(), LEN_PREFIX_BYTES);
     send.write_all(&huge).await.unwrap();
     let mut stream = transport::stream::FramedStream::new(send, recv, FRAME_BYTES_MAX);

@@ -179,7 +179,7 @@ fn leader_killed_under_write_load_loses_no_acknowledged_write() {
         "{}",
         serde_json::json!({
             "figure": "leader_kill_to_first_write_ms",
-            "value": failover.as_millis() as u64,
+            "value": u64::try_from(failover.as_millis()).unwrap_or(u64::MAX),
             "acknowledged": acked.len(),
             "failed_calls": failed.load(Ordering::Relaxed),
             "writers": WRITERS,

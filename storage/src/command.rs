@@ -24,6 +24,7 @@ pub struct Command {
     /// Leader time when the command was proposed; every timestamp apply
     /// writes comes from here.
     pub now_ms: UnixMs,
+    /// The mutations, applied in order; each succeeds or fails alone.
     pub mutations: Vec<Mutation>,
 }
 
@@ -40,7 +41,9 @@ pub enum Mutation {
     /// change row. A duplicate id, no region, or a repeated region is
     /// `BadRequest`.
     CreateDeployment {
+        /// The deployment row, filled in by the leader.
         deployment: Deployment,
+        /// Namespace every topology's Kubernetes objects go in.
         k8s_namespace: String,
     },
     /// `Stopped`: the deployment becomes stopped and every topology gets
@@ -49,19 +52,26 @@ pub enum Mutation {
     /// Either way one change row per region. Setting the state the
     /// deployment already has is a successful no-op.
     SetDesiredState {
+        /// The deployment to change.
         deployment_id: String,
+        /// The state to set.
         desired_state: DesiredState,
     },
     /// Replaces the instances of (deployment, region), then re-checks
     /// readiness. Never writes change rows.
     ReportInstances {
+        /// The deployment reported on.
         deployment_id: String,
+        /// The reporting agent's region.
         region: String,
+        /// Every pod of the deployment in the region.
         instances: Vec<Instance>,
     },
     /// Removes the instances of (deployment, region). No change rows.
     ReportDeploymentDeleted {
+        /// The deployment whose objects are gone.
         deployment_id: String,
+        /// The reporting agent's region.
         region: String,
     },
     /// Creates or replaces a sentinel; apply assigns its version (a new pk)
@@ -72,13 +82,20 @@ pub enum Mutation {
     /// Creates or replaces a policy; new pk, change row.
     UpsertCiliumNetworkPolicy(CiliumNetworkPolicy),
     /// Removes a policy and writes a change row, streamed as a delete.
-    DeleteCiliumNetworkPolicy { id: String, region: String },
+    DeleteCiliumNetworkPolicy {
+        /// The policy's id.
+        id: String,
+        /// The region it was applied in.
+        region: String,
+    },
     /// Deletes the oldest change rows (in pk order) while their
     /// `created_at_ms < created_before_ms`, at most `rows_max` (itself at
     /// most [`COMPACT_ROWS_MAX`]), and raises the floor to the highest pk
     /// deleted.
     Compact {
+        /// Rows created at or after this time (leader's clock) are kept.
         created_before_ms: UnixMs,
+        /// Most rows to delete in this mutation.
         rows_max: u32,
     },
 }
@@ -88,20 +105,30 @@ pub enum Mutation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
     /// [`Mutation::CreateDeployment`].
-    DeploymentCreated { deployment_id: String },
+    DeploymentCreated {
+        /// Id of the new deployment.
+        deployment_id: String,
+    },
     /// [`Mutation::SetDesiredState`]: the deployment as it now is.
     Deployment(Deployment),
     /// Every other mutation but compaction.
     Recorded,
     /// [`Mutation::Compact`].
-    Compacted { rows_deleted: u64, floor_pk: Pk },
+    Compacted {
+        /// How many change rows were deleted.
+        rows_deleted: u64,
+        /// The compaction floor now: every pk up to it may be gone.
+        floor_pk: Pk,
+    },
     /// A guarded workflow transition whose record no longer has the guard
     /// it was decided against (another step, another revision, or no
     /// record): nothing was written. A deterministic no-op, so a deposed
     /// leader's late proposal, or the same transition twice, changes
     /// nothing. See [`crate::apply::workflow`].
     GuardFailed {
+        /// The guard the transition was decided against.
         expected: Guard,
+        /// The record's guard now, `None` if there is no record.
         found: Option<Guard>,
     },
 }

@@ -17,7 +17,9 @@ pub enum StorageError {
     /// The database file could not be opened or created.
     #[error("cannot open the state database {location}: {source}")]
     Open {
+        /// The database file's path.
         location: String,
+        /// Why redb could not open it.
         #[source]
         source: redb::DatabaseError,
     },
@@ -27,8 +29,11 @@ pub enum StorageError {
          version {expected}"
     )]
     SchemaMismatch {
+        /// The database file's path.
         location: String,
+        /// The schema version stored in the file.
         found: u32,
+        /// The schema version this build reads ([`crate::SCHEMA_VERSION`]).
         expected: u32,
     },
     /// A redb call failed; `op` says what storage was doing, `table` where.
@@ -37,8 +42,11 @@ pub enum StorageError {
         table.map(|t| format!(" (table {t})")).unwrap_or_default()
     )]
     Redb {
+        /// What storage was doing (e.g. `begin write`).
         op: &'static str,
+        /// The table involved, if any.
         table: Option<&'static str>,
+        /// redb's error.
         #[source]
         source: redb::Error,
     },
@@ -46,24 +54,37 @@ pub enum StorageError {
     /// invariant of the schema.
     #[error("corrupt row in table {table} at key {key}: {reason}")]
     Corrupt {
+        /// The table holding the row.
         table: &'static str,
+        /// The row's key, as text.
         key: String,
+        /// What is wrong with it.
         reason: String,
     },
     /// A value could not be encoded.
     #[error("cannot encode {what}: {source}")]
     Encode {
+        /// What was being encoded (e.g. `change row`).
         what: &'static str,
+        /// postcard's error.
         #[source]
         source: postcard::Error,
     },
     /// Snapshot bytes that are not a valid snapshot of this schema.
     #[error("invalid snapshot: {reason}")]
-    InvalidSnapshot { reason: String },
+    InvalidSnapshot {
+        /// What is wrong with the bytes.
+        reason: String,
+    },
     /// A caller passed arguments that make no sense (a programmer error on
     /// the caller's side, reported rather than panicking).
     #[error("invalid argument to {op}: {reason}")]
-    InvalidArgument { op: &'static str, reason: String },
+    InvalidArgument {
+        /// The operation called.
+        op: &'static str,
+        /// What is wrong with its arguments.
+        reason: String,
+    },
 }
 
 impl StorageError {

@@ -40,6 +40,8 @@
 //! Raft log re-applies them, which is sound because the applied index is
 //! committed with the state it describes.
 
+#![forbid(unsafe_code)]
+
 pub mod apply;
 pub mod command;
 pub mod error;
@@ -298,7 +300,8 @@ mod tests {
 
         fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
             let written = self.written.lock().unwrap();
-            let start = offset as usize;
+            let start =
+                usize::try_from(offset).map_err(|_| io::Error::other("offset past usize"))?;
             let source = written
                 .get(start..start + out.len())
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past end"))?;
@@ -307,7 +310,10 @@ mod tests {
         }
 
         fn set_len(&self, len: u64) -> io::Result<()> {
-            self.written.lock().unwrap().resize(len as usize, 0);
+            self.written.lock().unwrap().resize(
+                usize::try_from(len).map_err(|_| io::Error::other("length past usize"))?,
+                0,
+            );
             Ok(())
         }
 
@@ -319,7 +325,8 @@ mod tests {
 
         fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
             let mut written = self.written.lock().unwrap();
-            let start = offset as usize;
+            let start =
+                usize::try_from(offset).map_err(|_| io::Error::other("offset past usize"))?;
             let target = written
                 .get_mut(start..start + data.len())
                 .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "write past end"))?;

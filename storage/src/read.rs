@@ -261,6 +261,7 @@ impl ReadView {
         })
     }
 
+    /// The deployment `id`, if it exists.
     pub fn deployment(&self, id: &str) -> Result<Option<Deployment>> {
         load(&self.deployments, name::DEPLOYMENTS, id)
     }
@@ -300,6 +301,7 @@ impl ReadView {
         Ok(out)
     }
 
+    /// The topology of a deployment in a region, if it exists.
     pub fn topology(
         &self,
         deployment_id: &str,
@@ -312,10 +314,12 @@ impl ReadView {
         )
     }
 
+    /// The sentinel `id` of `region`, if it exists.
     pub fn sentinel(&self, id: &str, region: &str) -> Result<Option<Sentinel>> {
         load(&self.sentinels, name::SENTINELS, (region, id))
     }
 
+    /// The status krane last reported for a sentinel in a region, if any.
     pub fn sentinel_status(
         &self,
         sentinel_id: &str,
@@ -328,6 +332,7 @@ impl ReadView {
         )
     }
 
+    /// The cilium policy `id` of `region`, if it exists.
     pub fn policy(&self, id: &str, region: &str) -> Result<Option<CiliumNetworkPolicy>> {
         load(&self.policies, name::CILIUM_NETWORK_POLICIES, (region, id))
     }

@@ -3,7 +3,7 @@
 //! transaction after full validation.
 //!
 //! Format: `MAGIC` (8 bytes) | schema version (`u32` LE) | FNV-1a checksum of
-//! the body (`u64` LE) | body (postcard [`SnapshotBody`]). Rows are stored
+//! the body (`u64` LE) | body (postcard `SnapshotBody`). Rows are stored
 //! typed, and import derives every table key from its row, so a key cannot
 //! disagree with its value; each list must be strictly ascending in its
 //! table's key order, which makes the bytes of a given state unique.

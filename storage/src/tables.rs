@@ -34,14 +34,23 @@ pub type RegionChangeKey = (&'static str, u64);
 
 /// Table names, for error messages and the state hash.
 pub mod name {
+    /// Deployments by id.
     pub const DEPLOYMENTS: &str = "deployments";
+    /// Topologies by (region, deployment id).
     pub const DEPLOYMENT_TOPOLOGY: &str = "deployment_topology";
+    /// Sentinels by (region, id).
     pub const SENTINELS: &str = "sentinels";
+    /// Reported sentinel statuses by (region, sentinel id).
     pub const SENTINEL_STATUS: &str = "sentinel_status";
+    /// Cilium policies by (region, id).
     pub const CILIUM_NETWORK_POLICIES: &str = "cilium_network_policies";
+    /// Reported instances by (deployment id, region, pod name).
     pub const INSTANCES: &str = "instances";
+    /// The change log by pk.
     pub const CHANGES: &str = "changes";
+    /// The change log's per-region index by (region, pk).
     pub const REGION_CHANGES: &str = "region_changes";
+    /// Schema version, last pk, compaction floor and Raft metadata.
     pub const METADATA: &str = "metadata";
 }
 
@@ -87,8 +96,11 @@ pub mod meta {
 /// its state (that is looked up when the row is streamed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeRow {
+    /// Which kind of resource changed.
     pub resource_type: ResourceType,
+    /// Its id (the deployment id for a topology).
     pub resource_id: String,
+    /// Its region.
     pub region: String,
     /// The `now_ms` of the command that wrote the row (leader time).
     pub created_at_ms: UnixMs,

@@ -136,7 +136,11 @@ fn populated(store: &Store) {
             mutations,
         };
         let result = store
-            .apply(&[Some(&command)], &raft_meta(i as u8 + 1), true)
+            .apply(
+                &[Some(&command)],
+                &raft_meta(u8::try_from(i + 1).expect("few commands")),
+                true,
+            )
             .expect("apply");
         let accepted: Vec<&MutationResult> = result.outcomes[0].iter().collect();
         assert!(accepted.iter().all(|r| r.is_ok()), "{accepted:?}");

@@ -49,7 +49,9 @@ const SECS_PER_DAY: u64 = 86_400;
 /// The certificate and key files of one identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertBundle {
+    /// The PEM certificate file.
     pub cert: PathBuf,
+    /// The PEM private key file.
     pub key: PathBuf,
 }
 
@@ -75,13 +77,18 @@ impl CertBundle {
 /// What [`init_dir`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GeneratedCerts {
+    /// The cluster CA.
     pub ca: CertBundle,
+    /// One certificate per ctrl node, by node id.
     pub nodes: Vec<(u64, CertBundle)>,
+    /// The operator's client certificate.
     pub operator: CertBundle,
+    /// One certificate per krane agent, by region.
     pub agents: Vec<(String, CertBundle)>,
 }
 
 impl GeneratedCerts {
+    /// The bundle of node `node_id`, if one was written.
     pub fn node(&self, node_id: u64) -> Option<&CertBundle> {
         self.nodes
             .iter()
@@ -89,6 +96,7 @@ impl GeneratedCerts {
             .map(|(_, b)| b)
     }
 
+    /// The bundle of the agent of `region`, if one was written.
     pub fn agent(&self, region: &str) -> Option<&CertBundle> {
         self.agents
             .iter()

@@ -17,6 +17,7 @@ pub struct Tracked<T> {
 }
 
 impl<T> Tracked<T> {
+    /// Tracks `value`; [`Tracked::closed`] handles resolve when it is dropped.
     pub fn new(value: T) -> Tracked<T> {
         let (dropped, _) = watch::channel(());
         Tracked { value, dropped }
@@ -41,6 +42,7 @@ impl<T> Deref for Tracked<T> {
 pub struct Closed(watch::Receiver<()>);
 
 impl Closed {
+    /// Returns once the tracked value has been dropped.
     pub async fn wait(mut self) {
         // Nothing is ever sent: the only way out is the sender's drop.
         while self.0.changed().await.is_ok() {}

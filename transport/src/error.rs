@@ -12,49 +12,97 @@ use wire::{ErrorCode, WireError};
 /// Generating, loading or reading a certificate failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
+    /// A CA already exists where one would be written.
     #[error(
         "a CA already exists at {}; refusing to replace it (that would invalidate every \
          certificate it issued); add certificates with the existing CA instead \
          (issue_node / issue_agent, `ctrl certs add-agent`)",
         path.display()
     )]
-    CaExists { path: PathBuf },
+    CaExists {
+        /// Where the existing CA certificate is.
+        path: PathBuf,
+    },
+    /// A file to be written exists already.
     #[error("{} already exists; remove it first to issue it again", path.display())]
-    FileExists { path: PathBuf },
+    FileExists {
+        /// The file that exists.
+        path: PathBuf,
+    },
+    /// A file could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// A file could not be written.
     #[error("cannot write {}: {source}", path.display())]
     Write {
+        /// The file.
         path: PathBuf,
+        /// Why writing failed.
         source: std::io::Error,
     },
+    /// A PEM file is larger than any this cluster writes.
     #[error("{} is larger than {max_bytes} bytes; not a PEM file of this cluster", path.display())]
-    FileTooLarge { path: PathBuf, max_bytes: u64 },
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The largest PEM file accepted, in bytes.
+        max_bytes: u64,
+    },
+    /// A PEM file does not hold what it should.
     #[error("{}: {reason}", path.display())]
-    Pem { path: PathBuf, reason: String },
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with its contents.
+        reason: String,
+    },
+    /// The CA certificate or key is unusable.
     #[error("{}: {reason}", path.display())]
-    Ca { path: PathBuf, reason: String },
+    Ca {
+        /// The CA file.
+        path: PathBuf,
+        /// Why it cannot sign.
+        reason: String,
+    },
+    /// A caller-supplied value (id, region, validity) is invalid; says which.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// rcgen failed to build or sign a certificate.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
+    /// A DER certificate does not parse as X.509.
     #[error("certificate does not parse: {0}")]
     Parse(String),
+    /// The certificate has no `ctrl://` URI SAN naming its role.
     #[error("certificate carries no ctrl:// identity URI")]
     NoIdentity,
+    /// The certificate has more than one `ctrl://` URI SAN.
     #[error("certificate carries {count} ctrl:// identity URIs; exactly one is allowed")]
-    AmbiguousIdentity { count: usize },
+    AmbiguousIdentity {
+        /// How many `ctrl://` URIs it carries.
+        count: usize,
+    },
+    /// The `ctrl://` URI does not name a valid role.
     #[error("bad identity URI {uri:?}: {reason}")]
-    BadIdentity { uri: String, reason: String },
+    BadIdentity {
+        /// The URI as found.
+        uri: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Why one address of [`crate::endpoint::connect_any`] failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectFailure {
+    /// The address tried.
     pub addr: SocketAddr,
+    /// Why connecting to it failed.
     pub reason: String,
 }
 
@@ -67,25 +115,39 @@ impl fmt::Display for ConnectFailure {
 /// Anything on the network path failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
+    /// Loading or checking a certificate failed.
     #[error(transparent)]
     Cert(#[from] CertError),
+    /// rustls or quinn refused the TLS configuration.
     #[error("TLS configuration: {0}")]
     TlsConfig(String),
+    /// The peer's TLS handshake carried no certificate.
     #[error("the peer presented no certificate")]
     NoPeerCertificate,
+    /// The peer's certificate has no usable identity.
     #[error("the peer's certificate names no valid identity: {0}")]
     PeerIdentity(CertError),
+    /// The local UDP socket could not be opened.
     #[error("cannot open a QUIC endpoint on {addr}: {source}")]
     Bind {
+        /// The address to bind.
         addr: SocketAddr,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// No address of the list could be connected to.
     #[error("{}", connect_message(failures))]
-    Connect { failures: Vec<ConnectFailure> },
+    Connect {
+        /// Each address tried, with why it failed.
+        failures: Vec<ConnectFailure>,
+    },
+    /// The QUIC connection failed or was closed.
     #[error("connection: {0}")]
     Connection(#[from] quinn::ConnectionError),
+    /// A stream was used after it was closed.
     #[error("stream: {0}")]
     ClosedStream(#[from] quinn::ClosedStream),
+    /// Framing (encode, limit, decode, I/O) failed.
     #[error(transparent)]
     Frame(#[from] FrameError),
     /// The stream's hello was refused (wrong magic, version or protocol), or

@@ -22,11 +22,17 @@ pub const URI_BYTES_MAX: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Identity {
     /// A ctrl node.
-    Node { node_id: u64 },
+    Node {
+        /// The node's Raft id.
+        node_id: u64,
+    },
     /// An operator (the `ctrl` CLI).
     Operator,
     /// A krane agent; it may watch and report for its region alone.
-    Agent { region: String },
+    Agent {
+        /// The region it serves.
+        region: String,
+    },
 }
 
 impl Identity {

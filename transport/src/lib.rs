@@ -23,6 +23,8 @@
 //! Errors are [`TransportError`] (anything on the network path) and
 //! [`CertError`] (generating, loading or reading certificates).
 
+#![forbid(unsafe_code)]
+
 pub mod certs;
 pub mod closing;
 pub mod endpoint;

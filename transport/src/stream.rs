@@ -30,6 +30,7 @@ pub struct FramedStream {
 }
 
 impl FramedStream {
+    /// Wraps a QUIC stream pair; frames over `frame_bytes_max` are refused both ways.
     pub fn new(send: SendStream, recv: RecvStream, frame_bytes_max: usize) -> FramedStream {
         FramedStream {
             send,
@@ -38,6 +39,7 @@ impl FramedStream {
         }
     }
 
+    /// The largest frame payload this stream sends or accepts, in bytes.
     pub fn frame_bytes_max(&self) -> usize {
         self.frame_bytes_max
     }
@@ -98,7 +100,9 @@ pub async fn open_call(
 /// been sent on it.
 #[derive(Debug)]
 pub struct AcceptError {
+    /// The stream, to answer on.
     pub stream: FramedStream,
+    /// Why the hello was refused.
     pub error: WireError,
 }
 

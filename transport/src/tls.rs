@@ -42,8 +42,11 @@ pub const ALPNS_MAX: usize = 8;
 /// certificate (chain) and its private key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsPaths {
+    /// The cluster CA certificate (PEM).
     pub ca_cert: PathBuf,
+    /// This side's certificate chain (PEM).
     pub cert: PathBuf,
+    /// This side's private key (PEM).
     pub key: PathBuf,
 }
 
@@ -54,6 +57,7 @@ pub struct PemFiles {
     pub ca_certs: Vec<CertificateDer<'static>>,
     /// This side's certificate first, then any intermediates.
     pub cert_chain: Vec<CertificateDer<'static>>,
+    /// This side's private key.
     pub key: PrivateKeyDer<'static>,
     /// Where they came from, for error messages.
     pub paths: TlsPaths,

@@ -32,22 +32,33 @@ pub enum AgentRequest {
     ReportDeploymentStatus(DeploymentReport),
     /// Observed state of a sentinel.
     ReportSentinelStatus(SentinelStatus),
+    /// The topology of a deployment in a region, `None` if gone.
     GetDesiredDeployment {
+        /// The deployment's id.
         deployment_id: String,
+        /// The asking agent's region.
         region: String,
     },
+    /// A sentinel's desired state in a region, `None` if gone.
     GetDesiredSentinel {
+        /// The sentinel's id.
         sentinel_id: String,
+        /// The asking agent's region.
         region: String,
     },
+    /// A cilium policy's desired state in a region, `None` if gone.
     GetDesiredPolicy {
+        /// The policy's id.
         policy_id: String,
+        /// The asking agent's region.
         region: String,
     },
 }
 
+/// Opens a watch stream of one region's desired state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchRequest {
+    /// The region to watch (the agent's own).
     pub region: String,
     /// The last pk the agent applied; 0 asks for a full sync.
     pub cursor: Pk,
@@ -59,18 +70,24 @@ pub enum DeploymentReport {
     /// The complete set of instances (pods) of the deployment in the region;
     /// it replaces what was reported before.
     Instances {
+        /// The deployment observed.
         deployment_id: String,
+        /// The reporting agent's region.
         region: String,
+        /// Every pod of the deployment in the region.
         instances: Vec<Instance>,
     },
     /// The deployment's objects are gone from the region.
     Deleted {
+        /// The deployment whose objects are gone.
         deployment_id: String,
+        /// The reporting agent's region.
         region: String,
     },
 }
 
 impl DeploymentReport {
+    /// The deployment the report is about.
     pub fn deployment_id(&self) -> &str {
         match self {
             DeploymentReport::Instances { deployment_id, .. }
@@ -78,6 +95,7 @@ impl DeploymentReport {
         }
     }
 
+    /// The region the report comes from.
     pub fn region(&self) -> &str {
         match self {
             DeploymentReport::Instances { region, .. }
@@ -91,9 +109,13 @@ impl DeploymentReport {
 pub enum AgentResponse {
     /// A report was durably recorded.
     Ack,
+    /// Answer to `GetDesiredDeployment`: `None` if it is not desired.
     DesiredDeployment(Option<DeploymentTopology>),
+    /// Answer to `GetDesiredSentinel`: `None` if it is not desired.
     DesiredSentinel(Option<Sentinel>),
+    /// Answer to `GetDesiredPolicy`: `None` if it is not desired.
     DesiredPolicy(Option<CiliumNetworkPolicy>),
+    /// The call failed; the error says why.
     Error(WireError),
 }
 
@@ -109,6 +131,7 @@ pub enum ResourceChange {
 }
 
 impl ResourceChange {
+    /// The key of the resource changed.
     pub fn key(&self) -> ResourceKey {
         match self {
             ResourceChange::Apply(resource) => resource.key(),
@@ -124,19 +147,36 @@ impl ResourceChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WatchEvent {
     /// A full sync of the region begins, read from the snapshot at `cursor`.
-    SyncStart { cursor: Pk },
+    SyncStart {
+        /// The snapshot's last change pk.
+        cursor: Pk,
+    },
     /// One live resource of the region, part of the full sync.
     SyncItem(Resource),
     /// The full sync is complete: everything not sent is not desired. The
     /// agent may garbage-collect, then store `cursor`.
-    SyncEnd { cursor: Pk },
+    SyncEnd {
+        /// The cursor the full sync brings the agent to.
+        cursor: Pk,
+    },
     /// A change row of the region (`version` is its pk) and the resource's
     /// state at the time it was read.
-    Change { version: Pk, change: ResourceChange },
+    Change {
+        /// The change row's pk.
+        version: Pk,
+        /// The resource's state, or its deletion.
+        change: ResourceChange,
+    },
     /// Nothing for this region up to `cursor`; the agent may store it.
-    Progress { cursor: Pk },
+    Progress {
+        /// The pk the agent may store as its cursor.
+        cursor: Pk,
+    },
     /// The cursor is below the compaction floor: reconnect with cursor 0.
-    ResyncRequired { floor: Pk },
+    ResyncRequired {
+        /// The compaction floor: change rows up to it are gone.
+        floor: Pk,
+    },
     /// The stream ends with an error.
     Error(WireError),
 }

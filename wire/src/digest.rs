@@ -2,16 +2,19 @@
 //! std's `DefaultHasher`), good enough to tell replicas, snapshots or two
 //! reads of one resource apart. Not a cryptographic hash.
 
+/// A running FNV-1a (64-bit) hash.
 pub struct Fnv1a(u64);
 
 impl Fnv1a {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
 
+    /// An empty hash (the FNV offset basis).
     pub fn new() -> Self {
         Fnv1a(Self::OFFSET_BASIS)
     }
 
+    /// Mixes `bytes` into the hash.
     pub fn write(&mut self, bytes: &[u8]) {
         for byte in bytes {
             self.0 ^= u64::from(*byte);
@@ -25,6 +28,7 @@ impl Fnv1a {
         self.write(bytes);
     }
 
+    /// The hash of everything written so far.
     pub fn finish(&self) -> u64 {
         self.0
     }

@@ -29,6 +29,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The snake_case name sent in messages and shown to users.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::BadRequest => "bad_request",
@@ -48,11 +49,14 @@ impl ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{}: {message}", code.as_str())]
 pub struct WireError {
+    /// The kind of failure, for the caller to act on.
     pub code: ErrorCode,
+    /// Human-readable detail naming what was wrong.
     pub message: String,
 }
 
 impl WireError {
+    /// An error of kind `code` with detail `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         WireError {
             code,

@@ -23,17 +23,29 @@ pub const LEN_PREFIX_BYTES: usize = 4;
 /// stream does not hold on to its largest frame.
 pub const RETAINED_BYTES_MAX: usize = 64 * 1024;
 
+/// Why a frame could not be encoded, read or decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
+    /// A payload longer than the limit.
     #[error("frame of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]
-    TooLarge { len_bytes: usize, max_bytes: usize },
+    TooLarge {
+        /// The payload length the prefix announced or the message needs.
+        len_bytes: usize,
+        /// The limit in force.
+        max_bytes: usize,
+    },
+    /// The stream ended before the frame was complete.
     #[error("stream ended inside a frame ({got_bytes} of {expected_bytes} bytes received)")]
     Truncated {
+        /// Bytes the frame needs (prefix included).
         expected_bytes: usize,
+        /// Bytes received before the end.
         got_bytes: usize,
     },
+    /// The payload is not a valid encoding of the expected message.
     #[error("frame payload does not decode: {0}")]
     Decode(postcard::Error),
+    /// The message cannot be encoded (postcard refused it).
     #[error("message does not encode: {0}")]
     Encode(postcard::Error),
     /// Reading or writing the stream failed (raised by the async driver,
@@ -119,6 +131,7 @@ impl FrameDecoder {
         self.max_bytes = max_bytes;
     }
 
+    /// Appends bytes read from the stream to the input buffer.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }

@@ -14,22 +14,30 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Guards against a peer that is not speaking this protocol at all.
 pub const MAGIC: [u8; 4] = *b"CTRL";
 
+/// Which protocol a stream speaks (each has its own ALPN too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Protocol {
+    /// krane watching and reporting ([`crate::agent`]).
     Agent,
+    /// An operator tool's calls ([`crate::operator`]).
     Operator,
+    /// Raft messages between ctrl nodes.
     Raft,
 }
 
 /// The first frame a client sends on a stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
+    /// Always [`MAGIC`].
     pub magic: [u8; 4],
+    /// The sender's [`PROTOCOL_VERSION`]; must equal the receiver's.
     pub version: u32,
+    /// The protocol the rest of the stream speaks.
     pub protocol: Protocol,
 }
 
 impl Hello {
+    /// The hello of this build for `protocol`.
     pub fn new(protocol: Protocol) -> Self {
         Hello {
             magic: MAGIC,

@@ -26,6 +26,8 @@
 //! [`hello::PROTOCOL_VERSION`]. `tests/golden.rs` pins the bytes of every
 //! type under the current version and fails on a change made without one.
 
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod digest;
 pub mod error;

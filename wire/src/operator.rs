@@ -31,19 +31,28 @@ pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
 
+/// A call of the operator protocol: one per stream, answered by one [`OperatorResponse`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorRequest {
+    /// Create a deployment and its topologies; answered by `Created`.
     CreateDeployment(CreateDeployment),
+    /// Read one deployment with its instances; answered by `Deployment`.
     GetDeployment {
+        /// The deployment's id.
         id: String,
     },
     /// Deployments ordered by id, starting after `after`.
     ListDeployments {
+        /// Exclusive lower bound on the id; `None` starts at the first.
         after: Option<String>,
+        /// Most deployments to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
+    /// Set a deployment running or stopped; answered by `Updated`.
     SetDesiredState {
+        /// The deployment's id.
         id: String,
+        /// The state to set.
         desired_state: DesiredState,
     },
     /// Initialise a fresh cluster with the members of the receiving node's
@@ -55,13 +64,18 @@ pub enum OperatorRequest {
     /// up, within `wait_ms` (at most [`CLUSTER_WAIT_MS_MAX`]). Sent to any
     /// node; a follower hands it to the leader.
     AddNode {
+        /// Raft id of the node to add (not 0, not already a member).
         node_id: u64,
+        /// The node's `host:port`, where peers reach it.
         addr: String,
+        /// How long to wait for catch-up and promotion, in milliseconds.
         wait_ms: u64,
     },
     /// Remove a voter or a learner from the cluster, within `wait_ms`.
     RemoveNode {
+        /// Raft id of the node to remove.
         node_id: u64,
+        /// How long to wait for the change to commit, in milliseconds.
         wait_ms: u64,
     },
     /// The receiving node's Raft log: last, snapshot and purged indexes.
@@ -69,7 +83,9 @@ pub enum OperatorRequest {
     /// The receiving node's state hash, once its applied index is at least
     /// `min_applied_index` (waiting at most `wait_ms`).
     StateHash {
+        /// The applied index to wait for before hashing.
         min_applied_index: u64,
+        /// How long to wait for that index, in milliseconds.
         wait_ms: u64,
     },
     /// Create the sentinel of (environment, region), or update the one it
@@ -77,15 +93,20 @@ pub enum OperatorRequest {
     ApplySentinel(ApplySentinel),
     /// Set a sentinel's desired state to stopped: krane removes its objects.
     StopSentinel {
+        /// The sentinel's id.
         id: String,
     },
+    /// Read one sentinel with its last status; answered by `Sentinel`.
     GetSentinel {
+        /// The sentinel's id.
         id: String,
     },
     /// Create the policy named `name` of (environment, region), or replace
     /// its document.
     ApplyPolicy(ApplyPolicy),
+    /// Delete a cilium policy: krane removes its object.
     DeletePolicy {
+        /// The policy's id.
         id: String,
     },
     /// The deployment (as `GetDeployment` answers it) once its view differs
@@ -93,8 +114,11 @@ pub enum OperatorRequest {
     /// is after `wait_ms` (1 to [`DEPLOYMENT_WAIT_MS_MAX`]): a long poll,
     /// so `ctrl deploy --wait` follows a rollout as it happens.
     WaitDeployment {
+        /// The deployment's id.
         id: String,
+        /// Digest of the view the caller already has (0 for none).
         seen: u64,
+        /// Longest wait for a change, in milliseconds.
         wait_ms: u64,
     },
 }
@@ -102,7 +126,9 @@ pub enum OperatorRequest {
 /// The cluster's membership after a change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Membership {
+    /// Raft ids of the voting members.
     pub voters: Vec<u64>,
+    /// Raft ids of the non-voting learners.
     pub learners: Vec<u64>,
     /// Voters and learners: (node id, address).
     pub nodes: Vec<(u64, String)>,
@@ -111,6 +137,7 @@ pub struct Membership {
 /// One node's Raft log positions, as `ctrl cluster status` shows them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogStatus {
+    /// Index of the last entry in the log, `None` when empty.
     pub last_log_index: Option<u64>,
     /// The last index the current snapshot covers.
     pub snapshot_index: Option<u64>,
@@ -122,22 +149,32 @@ pub struct LogStatus {
 /// read of its state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateHash {
+    /// Raft id of the node that answered.
     pub node_id: u64,
+    /// The log index the hashed state reflects.
     pub applied_index: u64,
+    /// The last change-log pk in the hashed state.
     pub last_change_pk: u64,
+    /// Hash of every state table; equal on nodes at the same applied index.
     pub hash: u64,
 }
 
 /// One node's view of the cluster, as `ctrl cluster status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
+    /// Raft id of the node that answered.
     pub node_id: u64,
+    /// The node's own listen address.
     pub addr: String,
     /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
     pub role: String,
+    /// The Raft term the node is in.
     pub term: u64,
+    /// The leader it knows of, if any.
     pub leader_id: Option<u64>,
+    /// Index of the last entry in its log.
     pub last_log_index: Option<u64>,
+    /// Index of the last entry its state machine applied.
     pub applied_index: Option<u64>,
     /// The last change-log pk this node applied.
     pub last_change_pk: u64,
@@ -145,16 +182,26 @@ pub struct NodeStatus {
     pub members: Vec<(u64, String)>,
 }
 
+/// Creates a deployment: one image rolled out to every named region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateDeployment {
+    /// Owning workspace (tenant), non-empty.
     pub workspace_id: String,
+    /// Owning project inside the workspace, non-empty.
     pub project_id: String,
+    /// Environment the deployment belongs to, non-empty.
     pub environment_id: String,
+    /// Container image reference, without whitespace.
     pub image: String,
+    /// CPU per replica, in thousandths of a core (at least 1).
     pub cpu_millicores: u32,
+    /// Memory per replica, in MiB (at least 1).
     pub memory_mib: u32,
+    /// Replicas per region, 1 to [`REPLICAS_MAX`].
     pub replicas: u32,
+    /// Regions to roll out to: 1 to [`REGIONS_MAX`] distinct DNS labels.
     pub regions: Vec<String>,
+    /// Container environment variables (at most [`ENV_VARS_MAX`]).
     pub env_vars: BTreeMap<String, String>,
 }
 
@@ -222,15 +269,23 @@ impl CreateDeployment {
 /// Creates or updates the sentinel of one environment in one region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplySentinel {
+    /// Owning workspace (tenant).
     pub workspace_id: String,
+    /// Owning project inside the workspace.
     pub project_id: String,
+    /// The app whose traffic the sentinel fronts.
     pub app_id: String,
+    /// Environment the sentinel serves; with `region`, identifies it.
     pub environment_id: String,
+    /// Region to run it in (a lowercase DNS label).
     pub region: String,
+    /// Proxy container image reference, without whitespace.
     pub image: String,
     /// `None`: keep the current value (a default for a new sentinel).
     pub replicas: Option<u32>,
+    /// CPU per replica, in thousandths of a core; `None` keeps the current value.
     pub cpu_millicores: Option<u32>,
+    /// Memory per replica, in MiB; `None` keeps the current value.
     pub memory_mib: Option<u32>,
 }
 
@@ -269,11 +324,15 @@ impl ApplySentinel {
 /// region; (region, environment, namespace, name) identifies it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyPolicy {
+    /// Owning workspace (tenant).
     pub workspace_id: String,
+    /// Environment the policy applies to.
     pub environment_id: String,
+    /// Region to apply it in (a lowercase DNS label).
     pub region: String,
     /// The Kubernetes object's name and namespace.
     pub name: String,
+    /// Kubernetes namespace of the object (a DNS label).
     pub namespace: String,
     /// The policy document (the object's `spec`), JSON text. The node
     /// checks that it is a JSON object.
@@ -350,14 +409,18 @@ pub fn validate_region(region: &str) -> Result<(), WireError> {
 /// A sentinel with the status krane last reported for it, if any.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SentinelView {
+    /// The sentinel's desired state.
     pub sentinel: Sentinel,
+    /// What krane last observed, `None` before its first report.
     pub status: Option<SentinelStatus>,
 }
 
 /// A deployment with the instances agents reported for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeploymentView {
+    /// The deployment as stored.
     pub deployment: Deployment,
+    /// Its pods in every region, as krane last reported them.
     pub instances: Vec<Instance>,
 }
 
@@ -376,43 +439,61 @@ impl DeploymentView {
     }
 }
 
+/// The answer to one [`OperatorRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorResponse {
+    /// A deployment was created.
     Created {
+        /// Id of the new deployment.
         deployment_id: String,
     },
+    /// One deployment with its instances.
     Deployment(DeploymentView),
+    /// A page of deployments, ordered by id.
     Deployments {
+        /// The deployments of this page.
         items: Vec<Deployment>,
         /// Pass as `after` to read the next page; `None` at the end.
         next_after: Option<String>,
     },
+    /// The deployment after its desired state changed.
     Updated(Deployment),
     /// The cluster was initialised with these members.
     Initialized {
+        /// Voters as (node id, address).
         members: Vec<(u64, String)>,
     },
+    /// The answering node's view of the cluster.
     NodeStatus(NodeStatus),
     /// A membership change was committed.
     MembershipChanged(Membership),
+    /// The answering node's state hash.
     StateHash(StateHash),
+    /// The answering node's log positions.
     LogStatus(LogStatus),
     /// A sentinel was created or updated.
     SentinelApplied {
+        /// Id of the sentinel.
         sentinel_id: String,
     },
     /// A sentinel was set to stopped.
     SentinelStopped {
+        /// Id of the sentinel.
         sentinel_id: String,
     },
+    /// One sentinel with its last status.
     Sentinel(SentinelView),
     /// A cilium policy was created or replaced.
     PolicyApplied {
+        /// Id of the policy.
         policy_id: String,
     },
+    /// A cilium policy was deleted.
     PolicyDeleted {
+        /// Id of the deleted policy.
         policy_id: String,
     },
+    /// The call failed; the error says why.
     Error(WireError),
 }
 

@@ -17,12 +17,21 @@ pub enum WatchStart {
     /// Cursor 0: stream every live resource from one snapshot.
     FullSync,
     /// Stream the region's change rows with pk > `after`.
-    Incremental { after: Pk },
+    Incremental {
+        /// The client's cursor: stream rows after it.
+        after: Pk,
+    },
     /// The rows after the cursor were compacted away.
-    ResyncRequired { floor: Pk },
+    ResyncRequired {
+        /// The compaction floor, above the cursor.
+        floor: Pk,
+    },
     /// The cursor is ahead of what this node has applied (a lagging
     /// follower): wait, bounded, for the node to catch up.
-    WaitForCatchUp { cursor: Pk },
+    WaitForCatchUp {
+        /// The client's cursor, above this node's applied pk.
+        cursor: Pk,
+    },
 }
 
 /// Decides how to serve `cursor` given the compaction `floor` (every change
@@ -71,6 +80,7 @@ pub struct WatchServer {
 }
 
 impl WatchServer {
+    /// A session before its first event.
     pub fn new() -> Self {
         WatchServer {
             phase: Phase::Opened,
@@ -85,6 +95,7 @@ impl WatchServer {
         }
     }
 
+    /// Begins a full sync from the snapshot at `cursor`; only as the first event.
     pub fn sync_start(&mut self, cursor: Pk) -> Result<WatchEvent, SessionError> {
         if self.phase != Phase::Opened {
             return Err(SessionError("sync-start after the stream began".into()));
@@ -93,6 +104,7 @@ impl WatchServer {
         Ok(WatchEvent::SyncStart { cursor })
     }
 
+    /// One resource of the full sync; refused if newer than the snapshot.
     pub fn sync_item(&mut self, resource: Resource) -> Result<WatchEvent, SessionError> {
         match self.phase {
             Phase::Syncing { cursor } if resource.version() <= cursor => {
@@ -106,6 +118,7 @@ impl WatchServer {
         }
     }
 
+    /// Ends the full sync; the client's cursor becomes the snapshot's.
     pub fn sync_end(&mut self) -> Result<WatchEvent, SessionError> {
         match self.phase {
             Phase::Syncing { cursor } => {
@@ -125,6 +138,7 @@ impl WatchServer {
         Ok(())
     }
 
+    /// A change row newer than the last one sent; an older one is refused.
     pub fn change(
         &mut self,
         version: Pk,
@@ -153,11 +167,13 @@ impl WatchServer {
         }
     }
 
+    /// Ends the stream: the cursor is below the compaction `floor`.
     pub fn resync_required(&mut self, floor: Pk) -> WatchEvent {
         self.phase = Phase::Closed;
         WatchEvent::ResyncRequired { floor }
     }
 
+    /// Ends the stream with `error`.
     pub fn error(&mut self, error: WireError) -> WatchEvent {
         self.phase = Phase::Closed;
         WatchEvent::Error(error)
@@ -174,19 +190,36 @@ impl Default for WatchServer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientAction {
     /// A full sync begins: start collecting the desired set.
-    BeginFullSync { cursor: Pk },
+    BeginFullSync {
+        /// The snapshot's last change pk.
+        cursor: Pk,
+    },
     /// Apply this resource as part of the full sync.
     ApplySynced(Resource),
     /// The full sync ended: garbage-collect what was not mentioned, then
     /// call [`WatchClient::applied`] with `cursor`.
-    FinishFullSync { cursor: Pk },
+    FinishFullSync {
+        /// The cursor to store once garbage collection is done.
+        cursor: Pk,
+    },
     /// Apply (or delete) one resource, then call [`WatchClient::applied`]
     /// with `version`.
-    Apply { version: Pk, change: ResourceChange },
+    Apply {
+        /// The change row's pk.
+        version: Pk,
+        /// The resource's state, or its deletion.
+        change: ResourceChange,
+    },
     /// Nothing to apply up to `cursor`; the cursor already moved.
-    Progress { cursor: Pk },
+    Progress {
+        /// The cursor now stored.
+        cursor: Pk,
+    },
     /// The cursor is compacted away: reset to 0 and reconnect.
-    Resync { floor: Pk },
+    Resync {
+        /// The compaction floor the cursor fell below.
+        floor: Pk,
+    },
     /// The server ended the stream with an error.
     Failed(WireError),
 }

@@ -34,7 +34,9 @@ use strategies::*;
 const DEFAULT_SECONDS: u64 = 3;
 /// Frame limit of the fuzzed decoders: small, so forged prefixes near it
 /// are cheap.
-const FUZZ_FRAME_BYTES_MAX: usize = 64 * 1024;
+const FUZZ_FRAME_BYTES_MAX: usize = FUZZ_FRAME_BYTES_MAX_U32 as usize;
+/// [`FUZZ_FRAME_BYTES_MAX`] as a length prefix (`u32`).
+const FUZZ_FRAME_BYTES_MAX_U32: u32 = 64 * 1024;
 /// Messages per generated stream.
 const STREAM_MESSAGES_MAX: usize = 8;
 /// Mutations per stream.
@@ -55,7 +57,7 @@ fn seed() -> u64 {
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
+                .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         })
 }
 
@@ -109,8 +111,8 @@ fn mutate(bytes: &mut Vec<u8>, rng: &mut StdRng) {
                 // A forged length prefix: near, at, or over the limit.
                 let at = rng.random_range(0..=len);
                 let forged = match rng.random_range(0..3u8) {
-                    0 => FUZZ_FRAME_BYTES_MAX as u32,
-                    1 => FUZZ_FRAME_BYTES_MAX as u32 + 1,
+                    0 => FUZZ_FRAME_BYTES_MAX_U32,
+                    1 => FUZZ_FRAME_BYTES_MAX_U32 + 1,
                     _ => rng.random(),
                 };
                 bytes.splice(at..at, forged.to_be_bytes());
@@ -190,8 +192,8 @@ fn decoders_survive_mutated_streams() {
 
 fn seed_bytes(seed: u64) -> [u8; 32] {
     let mut out = [0u8; 32];
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&(seed.rotate_left(i as u32 * 13) ^ i as u64).to_le_bytes());
+    for (i, chunk) in (0u32..).zip(out.chunks_mut(8)) {
+        chunk.copy_from_slice(&(seed.rotate_left(i * 13) ^ u64::from(i)).to_le_bytes());
     }
     out
 }

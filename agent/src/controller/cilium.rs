@@ -16,9 +16,13 @@ use crate::k8s::{
     Namespaces, Outcome, POLICY_ID_LABEL, WORKSPACE_ID_LABEL, label_value,
 };
 
+/// API group of the Cilium custom resource.
 pub const GROUP: &str = "cilium.io";
+/// API version of the Cilium custom resource.
 pub const VERSION: &str = "v2";
+/// Kind of the Cilium custom resource.
 pub const KIND: &str = "CiliumNetworkPolicy";
+/// Plural resource name, as in the API path.
 pub const PLURAL: &str = "ciliumnetworkpolicies";
 
 /// The API resource of `cilium.io/v2` `CiliumNetworkPolicy`.

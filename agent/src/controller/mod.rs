@@ -28,13 +28,20 @@ pub enum Notice {
     /// A deployment's objects were applied in `namespace`; its pods have
     /// these sizes.
     DeploymentApplied {
+        /// The deployment applied.
         deployment_id: String,
+        /// The namespace its objects are in.
         namespace: String,
+        /// CPU per pod, in thousandths of a core.
         cpu_millicores: u32,
+        /// Memory per pod, in MiB.
         memory_mib: u32,
     },
     /// A deployment's objects were deleted (or never existed).
-    DeploymentDeleted { deployment_id: String },
+    DeploymentDeleted {
+        /// The deployment deleted.
+        deployment_id: String,
+    },
 }
 
 /// Converges the cluster towards one resource, or removes it.
@@ -69,6 +76,7 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// A controller writing through `client`; objects without a namespace of their own go to `default_namespace`, and what it did is sent on `notices`.
     pub fn new(client: Client, default_namespace: &str, notices: mpsc::Sender<Notice>) -> Self {
         Controller {
             client,

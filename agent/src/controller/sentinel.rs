@@ -34,16 +34,20 @@ pub const CONTAINER_NAME: &str = "sentinel";
 pub const COMPONENT: &str = "sentinel";
 /// The port sentinels serve on, and the Service's port.
 pub const PORT: i32 = 8040;
+/// Name of the sentinel's container port and Service port.
 pub const PORT_NAME: &str = "http";
 /// The path both probes read.
 pub const HEALTH_PATH: &str = "/_unkey/internal/health";
+/// A new pod counts as available after being ready this long, in seconds.
 pub const MIN_READY_SECONDS: i32 = 5;
 /// The PodDisruptionBudget keeps at least this many pods.
 pub const MIN_AVAILABLE: i32 = 1;
+/// Node label that pods are spread across (one zone per replica where possible).
 pub const ZONE_TOPOLOGY_KEY: &str = "topology.kubernetes.io/zone";
 /// The taint of the nodes reserved for sentinels, which their pods
 /// tolerate.
 pub const NODE_CLASS_KEY: &str = "node-class";
+/// Value of the [`NODE_CLASS_KEY`] taint.
 pub const NODE_CLASS_VALUE: &str = "sentinel";
 
 /// Whether the sentinel wants objects at all (running with replicas).

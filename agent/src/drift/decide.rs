@@ -20,14 +20,20 @@ use crate::k8s::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 /// The kinds of objects krane writes and watches for drift.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
+    /// `apps/v1` StatefulSet of a deployment.
     StatefulSet,
+    /// `v1` Service (headless, of a deployment or a sentinel).
     Service,
+    /// `apps/v1` Deployment of a sentinel.
     Deployment,
+    /// `policy/v1` PodDisruptionBudget of a sentinel.
     PodDisruptionBudget,
+    /// `cilium.io/v2` CiliumNetworkPolicy.
     CiliumNetworkPolicy,
 }
 
 impl Kind {
+    /// Every kind, in declaration order.
     pub const ALL: [Kind; 5] = [
         Kind::StatefulSet,
         Kind::Service,
@@ -36,6 +42,7 @@ impl Kind {
         Kind::CiliumNetworkPolicy,
     ];
 
+    /// The Kubernetes kind name (`StatefulSet`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::StatefulSet => "StatefulSet",
@@ -50,8 +57,11 @@ impl Kind {
 /// One object in the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {
+    /// The object's kind.
     pub kind: Kind,
+    /// Its namespace.
     pub namespace: String,
+    /// Its name.
     pub name: String,
 }
 
@@ -63,7 +73,10 @@ pub enum Verdict {
     /// The object is gone.
     Missing,
     /// Someone changed a field krane sets (the first one found).
-    Changed { path: String },
+    Changed {
+        /// Dotted path of the changed field (e.g. `spec.replicas`).
+        path: String,
+    },
     /// It lost the managed-by label: never touched.
     Foreign,
 }

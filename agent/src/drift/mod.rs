@@ -87,6 +87,7 @@ pub struct Repairer<R> {
 }
 
 impl<R: Reconciler> Repairer<R> {
+    /// A repairer reading objects through `client` and the last-applied resources from `state`.
     pub fn new(
         client: Client,
         state: Arc<LocalState>,

@@ -38,10 +38,12 @@ pub struct RepairQueue {
 }
 
 impl RepairQueue {
+    /// Objects waiting for a repair check.
     pub fn len(&self) -> usize {
         self.due_ms.len()
     }
 
+    /// Whether no object is waiting.
     pub fn is_empty(&self) -> bool {
         self.due_ms.is_empty()
     }

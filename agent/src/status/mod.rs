@@ -49,6 +49,7 @@ use tracker::{Sizes, Tracker};
 
 /// Bounds of the wait before retrying reports ctrl did not take.
 pub const REPORT_RETRY_MIN_MS: u64 = 1_000;
+/// Longest wait before retrying reports, in milliseconds.
 pub const REPORT_RETRY_MAX_MS: u64 = 5_000;
 /// Capacity of the controller → reporter notice queue.
 pub const NOTICE_QUEUE_MAX: usize = 1_024;
@@ -63,7 +64,9 @@ pub fn system_clock() -> Clock {
     Arc::new(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as UnixMs)
+            .map_or(0, |d| {
+                UnixMs::try_from(d.as_millis()).unwrap_or(UnixMs::MAX)
+            })
     })
 }
 
@@ -75,6 +78,7 @@ type PodEvents =
 
 /// What the reporter starts from.
 pub struct ReporterSetup {
+    /// The region reported for.
     pub region: String,
     /// Holds the outbox of reports not yet acknowledged.
     pub state: Arc<LocalState>,
@@ -87,6 +91,7 @@ pub struct ReporterSetup {
     /// Time from the first unreported change to the report, gathering the
     /// changes that follow (the config's `report_delay_ms`).
     pub delay: Duration,
+    /// Time of the reports.
     pub clock: Clock,
     /// Jitters the retry backoff.
     pub rng: StdRng,
@@ -114,6 +119,7 @@ pub struct Reporter {
 }
 
 impl Reporter {
+    /// A reporter over `setup`, reading pods through `client` and reporting to `ctrl`.
     pub fn new(
         client: Client,
         ctrl: Arc<CtrlClient>,

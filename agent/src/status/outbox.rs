@@ -40,6 +40,7 @@ impl Breaker {
             .map(|until| Duration::from_millis(until - now_ms))
     }
 
+    /// Records a successful call: the breaker closes.
     pub fn success(&mut self) {
         self.failures = 0;
         self.open_until_ms = None;
@@ -65,6 +66,7 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// An outbox stored in `state`.
     pub fn new(state: Arc<LocalState>) -> Outbox {
         Outbox {
             state,

@@ -15,11 +15,15 @@ pub const FAILED_WAITING_REASONS: [&str; 3] =
 /// The part of a pod an instance report needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
+    /// The deployment the pod belongs to (from its label).
     pub deployment_id: String,
+    /// The pod's name.
     pub pod_name: String,
     /// `status.podIP`, empty until the pod has one.
     pub address: String,
+    /// Pending, running or failed, from the pod's phase and conditions.
     pub status: InstanceStatus,
+    /// Why it is not running, when a container says (e.g. `ImagePullBackOff`).
     pub reason: Option<String>,
 }
 
@@ -89,7 +93,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// A pod of `deployment` from JSON, as the API server sends it.
-    pub fn pod(deployment: &str, name: &str, status: serde_json::Value) -> Pod {
+    pub(crate) fn pod(deployment: &str, name: &str, status: serde_json::Value) -> Pod {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -106,7 +110,7 @@ pub(crate) mod tests {
         .unwrap()
     }
 
-    pub fn running(deployment: &str, name: &str, ip: &str) -> Pod {
+    pub(crate) fn running(deployment: &str, name: &str, ip: &str) -> Pod {
         pod(
             deployment,
             name,
@@ -121,7 +125,7 @@ pub(crate) mod tests {
         )
     }
 
-    pub fn waiting(deployment: &str, name: &str, reason: &str) -> Pod {
+    pub(crate) fn waiting(deployment: &str, name: &str, reason: &str) -> Pod {
         pod(
             deployment,
             name,

@@ -128,6 +128,7 @@ pub struct SentinelTracker {
 }
 
 impl SentinelTracker {
+    /// A tracker of the sentinels of `region`.
     pub fn new(region: &str) -> SentinelTracker {
         SentinelTracker {
             region: region.to_string(),

@@ -18,13 +18,16 @@ use crate::controller::Notice;
 /// Cpu and memory of a deployment's instances, from its topology.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sizes {
+    /// CPU per pod, in thousandths of a core.
     pub cpu_millicores: u32,
+    /// Memory per pod, in MiB.
     pub memory_mib: u32,
 }
 
 /// Pods of one namespace, by name.
 type NamespacePods = BTreeMap<String, PodInfo>;
 
+/// The pods krane knows of per deployment, and which deployments need a report.
 #[derive(Debug)]
 pub struct Tracker {
     region: String,
@@ -44,6 +47,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// An empty tracker for `region`.
     pub fn new(region: &str) -> Tracker {
         Tracker {
             region: region.to_string(),
@@ -73,6 +77,7 @@ impl Tracker {
         self.sizes.insert(deployment_id.to_string(), sizes);
     }
 
+    /// Takes a notice from the controller: sizes of an applied deployment, or its deletion.
     pub fn on_notice(&mut self, notice: Notice) {
         match notice {
             Notice::DeploymentApplied {

@@ -29,7 +29,9 @@ pub struct Watermark {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("pk {pk} is not after the last pk {last} of the watermark")]
 pub struct OutOfOrder {
+    /// The pk offered.
     pub pk: Pk,
+    /// The last pk seen.
     pub last: Pk,
 }
 
@@ -59,6 +61,7 @@ impl Watermark {
         self.entries.len()
     }
 
+    /// Whether no pk is in flight.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -115,8 +118,11 @@ impl Watermark {
 /// (its cursor is stored at the end of the sync).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Queued<T> {
+    /// The resource changed.
     pub key: ResourceKey,
+    /// The change's pk; `None` for a full-sync item.
     pub pk: Option<Pk>,
+    /// What to apply.
     pub item: T,
 }
 
@@ -144,10 +150,12 @@ impl<T> Scheduler<T> {
         self.waiting.len() + self.running.len()
     }
 
+    /// Whether nothing waits or runs.
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty() && self.running.is_empty()
     }
 
+    /// Changes running now.
     pub fn running(&self) -> usize {
         self.running.len()
     }

@@ -37,20 +37,30 @@ pub const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-publ
 /// One HTTP request, parsed just enough.
 #[derive(Debug)]
 pub struct Request<'a> {
+    /// The HTTP method (`GET`, `PATCH`, ...).
     pub method: &'a str,
+    /// The path, without the query.
     pub path: &'a str,
+    /// The query parameters.
     pub query: Query,
+    /// The `Content-Type` header, empty if absent.
     pub content_type: &'a str,
+    /// The `Accept` header, empty if absent.
     pub accept: &'a str,
+    /// The `User-Agent` header, for the audit log.
     pub user_agent: &'a str,
+    /// The request body.
     pub body: &'a [u8],
 }
 
 /// What to answer.
 #[derive(Debug)]
 pub enum Outcome {
+    /// A JSON body with this HTTP status code.
     Json(u16, Value),
+    /// A plain-text body with this HTTP status code.
     Text(u16, String),
+    /// A watch stream to serve.
     Watch(Box<WatchSpec>),
 }
 

@@ -17,6 +17,7 @@ pub struct Access {
     pub group: String,
     /// `pods`, `pods/status`, `statefulsets/scale`…
     pub resource: String,
+    /// The Kubernetes verb (`get`, `list`, `watch`, `patch`, ...).
     pub verb: &'static str,
 }
 

@@ -265,7 +265,7 @@ impl Controller {
             .iter()
             .partition(|p| label(p, "pod-template-hash") == Some(hash.as_str()));
         let new_count = new.len() as i64;
-        for extra in new.iter().skip(replicas.max(0) as usize) {
+        for extra in new.iter().skip(count_of(replicas)) {
             delete_pod(store, &ns, meta::name_of(extra));
         }
         for _ in new_count..replicas {
@@ -277,7 +277,7 @@ impl Controller {
             self.create_pod(store, &ns, pod, wall);
         }
         let ready_new = new.iter().filter(|p| pod_ready(p)).count() as i64;
-        let keep_old = (replicas - ready_new).max(0) as usize;
+        let keep_old = count_of(replicas - ready_new);
         // Drop the old pods that are not ready first.
         let mut old = old;
         old.sort_by_key(|p| pod_ready(p));
@@ -702,9 +702,15 @@ fn statefulset_status(sts: &Value, pods: &[&Value]) -> Value {
     })
 }
 
+/// A replica count from the API (an `i64`) as a `usize`: negative counts are
+/// 0, counts past `usize::MAX` saturate.
+fn count_of(replicas: i64) -> usize {
+    usize::try_from(replicas.max(0)).unwrap_or(usize::MAX)
+}
+
 fn deployment_status(deploy: &Value, pods: &[&Value], wall: &str) -> Value {
     let hash = template_hash(deploy);
-    let replicas = replicas(deploy) as usize;
+    let replicas = count_of(replicas(deploy));
     let ready = pods.iter().filter(|p| pod_ready(p)).count();
     let updated = pods
         .iter()
@@ -924,7 +930,7 @@ mod tests {
             .range(&STATEFUL_SETS, None)
             .filter(|(_, o)| o["status"]["readyReplicas"].as_i64() == Some(replicas))
             .count();
-        ready == count && pods(store).len() == count * replicas as usize
+        ready == count && pods(store).len() == count * count_of(replicas)
     }
 
     #[test]

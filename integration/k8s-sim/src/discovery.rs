@@ -12,8 +12,10 @@ use super::resources::{self, ResourceDef, SUBRESOURCE_VERBS, VERBS};
 
 /// The Kubernetes version the simulator claims to be.
 pub const VERSION_MAJOR: &str = "1";
+/// The minor version claimed.
 pub const VERSION_MINOR: &str = "32";
 
+/// The body of `GET /version`.
 pub fn version() -> Value {
     json!({
         "major": VERSION_MAJOR,

@@ -24,7 +24,10 @@ pub const FIELD_DEPTH_MAX: usize = 32;
 pub enum Scope {
     /// The main resource: everything but `status` when the kind has a
     /// status subresource.
-    Main { has_status: bool },
+    Main {
+        /// Whether the kind has a status subresource.
+        has_status: bool,
+    },
     /// The `/status` subresource: `status` alone.
     Status,
 }
@@ -120,12 +123,17 @@ pub fn remove_path(v: &mut Value, path: &[String]) {
 /// One `managedFields` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagerEntry {
+    /// The field manager's name.
     pub manager: String,
     /// `Apply` or `Update`.
     pub operation: String,
+    /// The API version the fields are in (`apps/v1`).
     pub api_version: String,
+    /// When the entry last changed (RFC 3339).
     pub time: String,
+    /// The subresource written (`status`), `None` for the main resource.
     pub subresource: Option<String>,
+    /// The fields this manager owns.
     pub fields: FieldSet,
 }
 
@@ -293,7 +301,9 @@ pub fn record_update(
 /// The result of planning an apply: conflicts, or the new entries and the
 /// paths to remove from the live object first.
 pub struct ApplyPlan {
+    /// The `managedFields` entries after the apply.
     pub entries: Vec<ManagerEntry>,
+    /// Fields the applier owned alone and dropped: removed from the object.
     pub remove: Vec<Path>,
 }
 

@@ -56,6 +56,8 @@
 //!   against schemas beyond names, kinds and JSON shape;
 //! - the controller's own simplifications are listed in [`controller`].
 
+#![forbid(unsafe_code)]
+
 pub mod api;
 pub mod audit;
 pub mod controller;
@@ -210,6 +212,7 @@ impl View<'_> {
         self.list(&resources::PODS, Some(namespace), label_selector)
     }
 
+    /// The current resource version of the store.
     pub fn resource_version(&self) -> u64 {
         self.0.resource_version()
     }
@@ -242,7 +245,7 @@ impl Simulator {
         let addr = listener.local_addr()?;
         let seed = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0)
             ^ u64::from(std::process::id()) << 32
             ^ u64::from(addr.port());
@@ -278,6 +281,7 @@ impl Simulator {
         })
     }
 
+    /// The address the simulator listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -437,7 +441,9 @@ preferences: {{}}
 /// [`Simulator::wait_until`] gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitTimeout {
+    /// The resource version when the wait gave up.
     pub resource_version: u64,
+    /// How long it waited.
     pub timeout: Duration,
 }
 

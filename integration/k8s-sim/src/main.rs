@@ -6,6 +6,8 @@
 //!
 //! Serves until interrupted (Ctrl-C or SIGTERM).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};

@@ -98,7 +98,10 @@ pub fn safe_string(mut x: u64, len: usize) -> String {
         if x < SAFE_ALPHABET.len() as u64 {
             x = mix64(x);
         }
-        out.push(SAFE_ALPHABET[(x % SAFE_ALPHABET.len() as u64) as usize] as char);
+        // The remainder is below the alphabet's length (27): it fits `usize`.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (x % SAFE_ALPHABET.len() as u64) as usize;
+        out.push(SAFE_ALPHABET[digit] as char);
         x /= SAFE_ALPHABET.len() as u64;
     }
     out

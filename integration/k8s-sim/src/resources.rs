@@ -8,12 +8,17 @@
 pub struct ResourceDef {
     /// API group, `""` for the core (legacy) group.
     pub group: &'static str,
+    /// API version (`v1`).
     pub version: &'static str,
     /// Lower-case plural, the path segment (`statefulsets`).
     pub plural: &'static str,
+    /// Lower-case singular (`statefulset`).
     pub singular: &'static str,
+    /// The kind (`StatefulSet`).
     pub kind: &'static str,
+    /// Whether objects live in a namespace.
     pub namespaced: bool,
+    /// Short names kubectl accepts (`sts`).
     pub short_names: &'static [&'static str],
     /// Has a `/status` subresource: the main resource ignores `.status`
     /// writes and `/status` writes only `.status`.
@@ -87,15 +92,22 @@ const fn core(
     }
 }
 
+/// `v1` namespaces.
 pub static NAMESPACES: ResourceDef =
     core("namespaces", "namespace", "Namespace", false, &["ns"], true);
+/// `v1` pods.
 pub static PODS: ResourceDef = core("pods", "pod", "Pod", true, &["po"], true);
+/// `v1` services.
 pub static SERVICES: ResourceDef = core("services", "service", "Service", true, &["svc"], true);
+/// `v1` configmaps.
 pub static CONFIG_MAPS: ResourceDef =
     core("configmaps", "configmap", "ConfigMap", true, &["cm"], false);
+/// `v1` secrets.
 pub static SECRETS: ResourceDef = core("secrets", "secret", "Secret", true, &[], false);
+/// `v1` events.
 pub static EVENTS: ResourceDef = core("events", "event", "Event", true, &["ev"], false);
 
+/// `apps/v1` statefulsets.
 pub static STATEFUL_SETS: ResourceDef = ResourceDef {
     group: "apps",
     version: "v1",
@@ -108,6 +120,7 @@ pub static STATEFUL_SETS: ResourceDef = ResourceDef {
     has_scale: true,
 };
 
+/// `apps/v1` deployments.
 pub static DEPLOYMENTS: ResourceDef = ResourceDef {
     group: "apps",
     version: "v1",
@@ -134,6 +147,7 @@ pub static REPLICA_SETS: ResourceDef = ResourceDef {
     has_scale: true,
 };
 
+/// `policy/v1` poddisruptionbudgets.
 pub static POD_DISRUPTION_BUDGETS: ResourceDef = ResourceDef {
     group: "policy",
     version: "v1",
@@ -146,6 +160,7 @@ pub static POD_DISRUPTION_BUDGETS: ResourceDef = ResourceDef {
     has_scale: false,
 };
 
+/// `cilium.io/v2` ciliumnetworkpolicies.
 pub static CILIUM_NETWORK_POLICIES: ResourceDef = ResourceDef {
     group: "cilium.io",
     version: "v2",

@@ -11,7 +11,9 @@ pub const URI_BYTES_MAX: usize = 8192;
 /// A subresource the simulator serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sub {
+    /// `/status`: the object's `status` alone.
     Status,
+    /// `/scale`: the object's replica count as a `Scale`.
     Scale,
     /// `pods/NAME/log`: a fixed line (simulated containers write nothing).
     Log,
@@ -21,11 +23,14 @@ pub enum Sub {
 /// subresource of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectPath {
+    /// The collection.
     pub res: &'static ResourceDef,
     /// `None`: cluster-scoped, or a namespaced collection across all
     /// namespaces.
     pub namespace: Option<String>,
+    /// `None`: the whole collection.
     pub name: Option<String>,
+    /// The subresource, if any.
     pub sub: Option<Sub>,
     /// Reached through the legacy `/watch/` path prefix.
     pub watch_prefix: bool,
@@ -34,6 +39,7 @@ pub struct ObjectPath {
 /// Every path the simulator answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// `/version`.
     Version,
     /// `/api`: the core group's versions.
     CoreVersions,
@@ -43,7 +49,9 @@ pub enum Route {
     Group(String),
     /// `/api/v1` or `/apis/GROUP/VERSION`: the resource list.
     Resources {
+        /// The API group, `""` for the core group.
         group: String,
+        /// The group's version.
         version: String,
     },
     /// `/healthz`, `/livez`, `/readyz`.
@@ -53,6 +61,7 @@ pub enum Route {
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`: the rest
     /// of the path.
     OpenApiDocument(String),
+    /// A collection, an object or a subresource.
     Objects(ObjectPath),
 }
 
@@ -168,6 +177,7 @@ impl Query {
         Query(map)
     }
 
+    /// The value of query parameter `key`, if given.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
     }

@@ -15,17 +15,24 @@ pub const SELECTOR_BYTES_MAX: usize = 4096;
 /// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
+    /// `key=value` (or `==`).
     Equals(String, String),
+    /// `key!=value`: also true when the label is absent.
     NotEquals(String, String),
+    /// `key`: the label is present.
     Exists(String),
+    /// `!key`: the label is absent.
     NotExists(String),
+    /// `key in (a,b)`.
     In(String, Vec<String>),
+    /// `key notin (a,b)`: also true when the label is absent.
     NotIn(String, Vec<String>),
 }
 
 /// A conjunction of label requirements; empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelSelector {
+    /// All must hold.
     pub requirements: Vec<Requirement>,
 }
 
@@ -67,6 +74,7 @@ impl LabelSelector {
         })
     }
 
+    /// Whether it has no requirement (matches everything).
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
@@ -200,6 +208,7 @@ pub struct FieldSelector {
 }
 
 impl FieldSelector {
+    /// Parses `a=b,c!=d` (field paths such as `metadata.name`); the error names what is wrong.
     pub fn parse(input: &str) -> Result<FieldSelector, String> {
         if input.len() > SELECTOR_BYTES_MAX {
             return Err(format!("selector longer than {SELECTOR_BYTES_MAX} bytes"));
@@ -222,6 +231,7 @@ impl FieldSelector {
         Ok(FieldSelector { requirements })
     }
 
+    /// Whether `object` satisfies every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         self.requirements.iter().all(|(path, value, equal)| {
             let mut at = Some(object);

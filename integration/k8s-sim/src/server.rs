@@ -27,7 +27,7 @@ use super::status::ApiError;
 use super::{Shared, watch};
 
 /// Most connections served at once; more wait in the listen backlog.
-pub const CONNECTIONS_MAX: usize = 1024;
+pub(crate) const CONNECTIONS_MAX: usize = 1024;
 
 /// Pause after a failed accept (e.g. out of file descriptors).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);

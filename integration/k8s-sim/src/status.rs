@@ -9,9 +9,13 @@ use super::resources::ResourceDef;
 /// optional `details` (resource name, kind, causes).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
+    /// The HTTP status code.
     pub code: u16,
+    /// The `Status` reason (`NotFound`, `AlreadyExists`, ...).
     pub reason: &'static str,
+    /// Human-readable message, worded as the API server words it.
     pub message: String,
+    /// The `details` object, when the API server sends one.
     pub details: Option<Value>,
 }
 
@@ -30,6 +34,7 @@ impl ApiError {
         self
     }
 
+    /// 404: object `name` of `res` does not exist.
     pub fn not_found(res: &ResourceDef, name: &str) -> ApiError {
         ApiError::new(
             404,
@@ -39,6 +44,7 @@ impl ApiError {
         .with_details(res, name)
     }
 
+    /// 409: object `name` of `res` exists already.
     pub fn already_exists(res: &ResourceDef, name: &str) -> ApiError {
         ApiError::new(
             409,
@@ -121,6 +127,7 @@ impl ApiError {
         )
     }
 
+    /// 404: no route serves `path`.
     pub fn path_not_found(path: &str) -> ApiError {
         ApiError::new(
             404,
@@ -129,6 +136,7 @@ impl ApiError {
         )
     }
 
+    /// 403: the request on `name` is refused for `why`.
     pub fn forbidden(res: &ResourceDef, name: &str, why: &str) -> ApiError {
         ApiError::new(
             403,
@@ -138,6 +146,7 @@ impl ApiError {
         .with_details(res, name)
     }
 
+    /// 405: `method` is not served on `path`.
     pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
         ApiError::new(
             405,
@@ -148,6 +157,7 @@ impl ApiError {
         )
     }
 
+    /// 415: the body's `content_type` is not accepted.
     pub fn unsupported_media_type(content_type: &str) -> ApiError {
         ApiError::new(
             415,
@@ -158,6 +168,7 @@ impl ApiError {
         )
     }
 
+    /// 413: the body is larger than `limit_bytes`.
     pub fn too_large(limit_bytes: usize) -> ApiError {
         ApiError::new(
             413,

@@ -30,13 +30,16 @@ pub const EVENT_HISTORY_LEN_DEFAULT: usize = 4096;
 /// Where an object lives.
 #[derive(Debug, Clone)]
 pub struct Key {
+    /// The collection.
     pub res: &'static ResourceDef,
     /// `""` for cluster-scoped objects.
     pub namespace: String,
+    /// The object's name.
     pub name: String,
 }
 
 impl Key {
+    /// The key of `namespace`/`name` in `res`.
     pub fn new(res: &'static ResourceDef, namespace: &str, name: &str) -> Key {
         let namespace = if res.namespaced { namespace } else { "" };
         Key {
@@ -74,12 +77,16 @@ impl Ord for Key {
 /// The type of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// The object was created.
     Added,
+    /// The object was changed.
     Modified,
+    /// The object was deleted.
     Deleted,
 }
 
 impl EventType {
+    /// The name in watch events (`ADDED`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::Added => "ADDED",
@@ -92,8 +99,11 @@ impl EventType {
 /// One recorded change.
 #[derive(Debug, Clone)]
 pub struct Event {
+    /// The resource version of the change.
     pub rv: u64,
+    /// What happened.
     pub kind: EventType,
+    /// The collection of the object.
     pub res: &'static ResourceDef,
     /// The object after the change (for a delete: its last state, carrying
     /// the deletion's resourceVersion).
@@ -166,6 +176,7 @@ impl Store {
         self.compacted_rv
     }
 
+    /// The object at `key`, if it exists.
     pub fn get(&self, key: &Key) -> Option<&Value> {
         self.objects.get(key)
     }

@@ -46,13 +46,19 @@ pub enum WatchStart {
 /// What one watch selects.
 #[derive(Debug, Clone)]
 pub struct WatchSpec {
+    /// The collection watched.
     pub res: &'static ResourceDef,
     /// `None`: every namespace (or a cluster-scoped kind).
     pub namespace: Option<String>,
+    /// Only objects whose labels match.
     pub labels: LabelSelector,
+    /// Only objects whose fields match.
     pub fields: FieldSelector,
+    /// Where the event stream starts.
     pub start: WatchStart,
+    /// Whether to send `BOOKMARK` events.
     pub bookmarks: bool,
+    /// When the server ends the watch (`timeoutSeconds`).
     pub timeout: Duration,
     /// Send each object as a one-row `Table` (`kubectl get -w`).
     pub table: bool,

@@ -9,6 +9,8 @@
 //! `DIR/kube/REGION.kubeconfig`, prints how to point `ctrl` and `kubectl` at
 //! them, and runs until SIGINT or SIGTERM, then stops everything it started.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use anyhow::Result;

@@ -8,6 +8,7 @@ use super::process::Cli;
 
 /// Names the kubectl to run instead of [`KUBECTL_DEFAULT`].
 pub const KUBECTL_ENV: &str = "KUBECTL";
+/// The kubectl run when `KUBECTL` is unset (Debian's `kubernetes-client`).
 pub const KUBECTL_DEFAULT: &str = "/usr/bin/kubectl";
 
 /// `kubectl --kubeconfig KUBECONFIG --cache-dir KUBECONFIG.cache`: its

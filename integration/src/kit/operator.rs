@@ -45,6 +45,7 @@ impl Operator {
         Ok(Client::new(config)?.into())
     }
 
+    /// The operator client, for calls the kit does not wrap.
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -65,6 +66,7 @@ impl Operator {
         self.set_desired_state(id, DesiredState::Stopped).await
     }
 
+    /// Stops or starts deployment `id` and returns it as it now is.
     pub async fn set_desired_state(
         &self,
         id: &str,

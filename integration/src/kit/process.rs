@@ -30,6 +30,7 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// A run of `program` with the default timeout, no arguments yet.
     pub fn new(program: impl Into<PathBuf>) -> Cli {
         Cli {
             program: program.into(),
@@ -47,11 +48,13 @@ impl Cli {
         self
     }
 
+    /// Sets an environment variable of the run.
     pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Cli {
         self.env.push((key.into(), value.into()));
         self
     }
 
+    /// Runs the program in `dir`.
     pub fn current_dir(mut self, dir: &Path) -> Cli {
         self.dir = Some(dir.to_path_buf());
         self

@@ -10,7 +10,7 @@
 //!
 //! `replica::NodeState` implements both; the unit tests implement them over
 //! an in-memory [`storage::Store`] that applies proposals at once
-//! ([`testing`]), with a fixed clock.
+//! (`testing`), with a fixed clock.
 //!
 //! - [`deployments`]: create (defaults, a minted id), read, list, stop and
 //!   start, and the long-poll wait of `WaitDeployment`.

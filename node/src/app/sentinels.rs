@@ -14,7 +14,9 @@ use crate::clock::{Clock, prefixed_id};
 
 /// Size of a new sentinel when the request leaves it open.
 pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
+/// CPU per replica of a new sentinel when the request leaves it open, in millicores.
 pub const SENTINEL_CPU_MILLICORES_DEFAULT: u32 = 500;
+/// Memory per replica of a new sentinel when the request leaves it open, in MiB.
 pub const SENTINEL_MEMORY_MIB_DEFAULT: u32 = 512;
 /// Most sentinels or policies of one region read to find the one an
 /// apply updates (one sentinel per environment and region).

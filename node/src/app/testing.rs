@@ -17,10 +17,10 @@ use super::{Propose, ReadState, internal};
 use crate::clock::Clock;
 
 /// The time of [`FixedClock`] and of [`MemoryNode`]'s clock.
-pub const NOW_MS: u64 = 7;
+pub(crate) const NOW_MS: u64 = 7;
 
 /// Always [`NOW_MS`], and randomness 0.
-pub struct FixedClock;
+pub(crate) struct FixedClock;
 
 impl Clock for FixedClock {
     fn now_ms(&self) -> u64 {
@@ -33,7 +33,7 @@ impl Clock for FixedClock {
 
 /// Always [`NOW_MS`]; randomness counts up from 1.
 #[derive(Default)]
-pub struct CountingClock {
+pub(crate) struct CountingClock {
     random: AtomicU64,
 }
 
@@ -47,7 +47,7 @@ impl Clock for CountingClock {
 }
 
 /// An in-memory store behind both seams.
-pub struct MemoryNode {
+pub(crate) struct MemoryNode {
     store: Store,
     clock: CountingClock,
     /// The number of applies so far: the applied mark.
@@ -56,7 +56,7 @@ pub struct MemoryNode {
 }
 
 impl MemoryNode {
-    pub fn new() -> MemoryNode {
+    pub(crate) fn new() -> MemoryNode {
         MemoryNode {
             store: Store::in_memory().expect("an in-memory store"),
             clock: CountingClock::default(),
@@ -65,16 +65,16 @@ impl MemoryNode {
         }
     }
 
-    pub fn clock(&self) -> &dyn Clock {
+    pub(crate) fn clock(&self) -> &dyn Clock {
         &self.clock
     }
 
-    pub fn now_ms(&self) -> u64 {
+    pub(crate) fn now_ms(&self) -> u64 {
         NOW_MS
     }
 
     /// Commands proposed so far.
-    pub fn proposals(&self) -> usize {
+    pub(crate) fn proposals(&self) -> usize {
         self.proposals.load(Ordering::Relaxed)
     }
 }
@@ -117,7 +117,7 @@ impl ReadState for MemoryNode {
 }
 
 /// A valid create of one small replica per region.
-pub fn create_request(regions: &[&str]) -> CreateDeployment {
+pub(crate) fn create_request(regions: &[&str]) -> CreateDeployment {
     CreateDeployment {
         workspace_id: "ws".into(),
         project_id: "proj".into(),

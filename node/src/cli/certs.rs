@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
-pub enum CertsCommand {
+pub(crate) enum CertsCommand {
     /// Create a CA and certificates for the given nodes and regions.
     Init {
         #[arg(long)]
@@ -51,7 +51,7 @@ pub enum CertsCommand {
     },
 }
 
-pub fn run(command: CertsCommand) -> Result<()> {
+pub(super) fn run(command: CertsCommand) -> Result<()> {
     match command {
         CertsCommand::Init {
             dir,

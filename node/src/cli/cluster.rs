@@ -15,7 +15,7 @@ use wire::operator::{
 use super::Output;
 
 #[derive(Debug, Subcommand)]
-pub enum ClusterCommand {
+pub(crate) enum ClusterCommand {
     /// Initialise a fresh cluster: the first reachable endpoint's node
     /// makes itself and the peers of its config the members.
     Init,
@@ -49,9 +49,9 @@ pub enum ClusterCommand {
 }
 
 /// Default wait of `add-node` and `remove-node`.
-pub const DEFAULT_MEMBERSHIP_WAIT_MS: u64 = 60_000;
+pub(super) const DEFAULT_MEMBERSHIP_WAIT_MS: u64 = 60_000;
 /// Parses a `--wait-ms` value: 1 to the protocol's maximum.
-pub fn wait_ms(text: &str) -> Result<u64, String> {
+pub(super) fn wait_ms(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
         Ok(ms) if (1..=CLUSTER_WAIT_MS_MAX).contains(&ms) => Ok(ms),
         _ => Err(format!("expected 1 to {CLUSTER_WAIT_MS_MAX} ms")),
@@ -59,7 +59,7 @@ pub fn wait_ms(text: &str) -> Result<u64, String> {
 }
 
 /// Time allowed beyond a call's own wait for its answer to arrive.
-pub const ANSWER_SLACK_MS: u64 = 2_000;
+pub(super) const ANSWER_SLACK_MS: u64 = 2_000;
 
 /// One row of `ctrl cluster status`: a node's own status, or why it could
 /// not be asked.
@@ -75,7 +75,7 @@ struct Row {
     error: Option<String>,
 }
 
-pub async fn run(config: &OperatorConfig, command: ClusterCommand) -> Result<()> {
+pub(super) async fn run(config: &OperatorConfig, command: ClusterCommand) -> Result<()> {
     match command {
         ClusterCommand::Init => {
             let client = Client::new(config)?;

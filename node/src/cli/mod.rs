@@ -20,7 +20,7 @@ use config::{ConfigFile, LogFormat, NodeConfig, OperatorConfig};
     version,
     about = "Deployment control plane node and operator CLI"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Config file: for `serve` the node config; for the other commands the
     /// operator config (endpoints and certificates), also read from the
     /// CTRL_CONFIG environment variable.
@@ -38,7 +38,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a node. Without --config: a single node on 127.0.0.1:7400 with
     /// data and fresh dev certificates under ./ctrl-data.
     Serve(serve::ServeArgs),
@@ -78,13 +78,13 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+pub(crate) enum Output {
     #[default]
     Text,
     Json,
 }
 
-pub fn init_tracing(verbose: u8, format: LogFormat) {
+pub(crate) fn init_tracing(verbose: u8, format: LogFormat) {
     let default = match verbose {
         0 => "warn,ctrl=info,node=info",
         1 => "info",
@@ -104,7 +104,7 @@ pub fn init_tracing(verbose: u8, format: LogFormat) {
 /// The log format: `--log-format`, else for `serve --config FILE` the
 /// file's `log_format` (a file that does not load is reported by `serve`
 /// itself), else text.
-pub fn log_format(cli: &Cli) -> LogFormat {
+pub(crate) fn log_format(cli: &Cli) -> LogFormat {
     if let Some(format) = cli.log_format {
         return format;
     }
@@ -116,7 +116,7 @@ pub fn log_format(cli: &Cli) -> LogFormat {
     }
 }
 
-pub async fn run(cli: Cli) -> Result<()> {
+pub(crate) async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(cli.config, args).await,
         Command::Certs(command) => certs::run(command),

@@ -12,7 +12,7 @@ use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, Operator
 use super::Output;
 
 #[derive(Debug, Args)]
-pub struct DeployArgs {
+pub(crate) struct DeployArgs {
     #[arg(long)]
     pub image: String,
     /// Regions to deploy to, comma separated.
@@ -50,7 +50,7 @@ fn parse_env_var(text: &str) -> Result<(String, String), String> {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GetCommand {
+pub(crate) enum GetCommand {
     /// One deployment and its instances.
     Deployment {
         id: String,
@@ -66,7 +66,7 @@ pub enum GetCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ListCommand {
+pub(crate) enum ListCommand {
     /// Every deployment, ordered by id.
     Deployments {
         #[arg(short, long, value_enum, default_value_t)]
@@ -75,14 +75,14 @@ pub enum ListCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct StopArgs {
+pub(crate) struct StopArgs {
     pub id: String,
 }
 
 /// Page size the CLI lists with.
 const LIST_PAGE: u32 = 500;
 
-pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
+pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
     let client = Client::new(config)?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
     let request = OperatorRequest::CreateDeployment(CreateDeployment {
@@ -115,7 +115,7 @@ pub async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
     }
 }
 
-pub async fn get(config: &OperatorConfig, command: GetCommand) -> Result<()> {
+pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<()> {
     let (id, output) = match command {
         GetCommand::Deployment { id, output } => (id, output),
         GetCommand::Sentinel { id, output } => {
@@ -135,7 +135,7 @@ pub async fn get(config: &OperatorConfig, command: GetCommand) -> Result<()> {
     }
 }
 
-pub async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
+pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
     let ListCommand::Deployments { output } = command;
     let client = Client::new(config)?;
     let mut after = None;
@@ -171,7 +171,11 @@ pub async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
     Ok(())
 }
 
-pub async fn set_state(config: &OperatorConfig, args: StopArgs, running: bool) -> Result<()> {
+pub(super) async fn set_state(
+    config: &OperatorConfig,
+    args: StopArgs,
+    running: bool,
+) -> Result<()> {
     let client = Client::new(config)?;
     let desired_state = if running {
         DesiredState::Running

@@ -9,7 +9,7 @@ use node::client::Client;
 use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse};
 
 #[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
+pub(crate) enum PolicyCommand {
     /// Create a CiliumNetworkPolicy for an environment in a region, or
     /// replace the document of the one with that name; prints its id.
     Apply(ApplyArgs),
@@ -18,7 +18,7 @@ pub enum PolicyCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     #[arg(long)]
     pub environment: String,
     #[arg(long)]
@@ -37,7 +37,7 @@ pub struct ApplyArgs {
     pub workspace: String,
 }
 
-pub async fn run(config: &OperatorConfig, command: PolicyCommand) -> Result<()> {
+pub(super) async fn run(config: &OperatorConfig, command: PolicyCommand) -> Result<()> {
     let client = Client::new(config)?;
     match command {
         PolicyCommand::Apply(args) => {

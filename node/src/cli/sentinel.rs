@@ -9,7 +9,7 @@ use wire::operator::{ApplySentinel, OperatorRequest, OperatorResponse, SentinelV
 use super::Output;
 
 #[derive(Debug, Subcommand)]
-pub enum SentinelCommand {
+pub(crate) enum SentinelCommand {
     /// Create the sentinel of an environment in a region, or update the
     /// one it has (options left out keep their value); prints its id.
     Apply(ApplyArgs),
@@ -18,7 +18,7 @@ pub enum SentinelCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     #[arg(long)]
     pub environment: String,
     #[arg(long)]
@@ -42,7 +42,7 @@ pub struct ApplyArgs {
     pub app: String,
 }
 
-pub async fn run(config: &OperatorConfig, command: SentinelCommand) -> Result<()> {
+pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Result<()> {
     let client = Client::new(config)?;
     match command {
         SentinelCommand::Apply(args) => {
@@ -75,7 +75,7 @@ pub async fn run(config: &OperatorConfig, command: SentinelCommand) -> Result<()
 }
 
 /// `ctrl get sentinel ID`: the sentinel and its reported status.
-pub async fn get(config: &OperatorConfig, id: String, output: Output) -> Result<()> {
+pub(super) async fn get(config: &OperatorConfig, id: String, output: Output) -> Result<()> {
     let client = Client::new(config)?;
     match client.call(&OperatorRequest::GetSentinel { id }).await? {
         OperatorResponse::Sentinel(view) => {

@@ -14,19 +14,19 @@ use config::{ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
 use tracing::error;
 
 /// Where the embedded default keeps everything.
-pub const DEFAULT_DATA_DIR: &str = "ctrl-data";
+pub(super) const DEFAULT_DATA_DIR: &str = "ctrl-data";
 /// Regions the embedded default issues agent certificates for.
-pub const DEFAULT_REGIONS: [&str; 2] = ["us-east", "eu-west"];
+pub(super) const DEFAULT_REGIONS: [&str; 2] = ["us-east", "eu-west"];
 
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Data directory of the embedded default.
     #[arg(long, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
 }
 
 /// Runs the node of `node_config`, or the embedded default without one.
-pub async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
+pub(super) async fn run(node_config: Option<PathBuf>, args: ServeArgs) -> Result<()> {
     let config = match &node_config {
         Some(path) => NodeConfig::load(path)?,
         None => embedded_default(&args.data_dir)?,

@@ -20,7 +20,7 @@ use wire::session::{ClientAction, WatchClient};
 use super::Output;
 
 #[derive(Debug, Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     #[arg(long)]
     pub region: String,
     /// Start after this pk; 0 asks for a full sync first.
@@ -40,7 +40,7 @@ pub struct WatchArgs {
     pub key: Option<PathBuf>,
 }
 
-pub async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
+pub(super) async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
     let client = node::client::Client::new(&as_agent(config, &args)?)?;
     let mut stream = client.watch(&args.region, args.cursor).await?;
     let mut session = WatchClient::new(args.cursor);

@@ -49,6 +49,7 @@ impl LeaderJob {
         }
     }
 
+    /// The job's name, for logs.
     pub fn name(&self) -> &'static str {
         self.name
     }

@@ -41,7 +41,7 @@ const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 /// Version of the log file's format (tables, keys, encodings), stored
-/// under [`KEY_SCHEMA_VERSION`] as a little-endian `u32`.
+/// under `KEY_SCHEMA_VERSION` as a little-endian `u32`.
 pub const LOG_SCHEMA_VERSION: u32 = 1;
 
 /// The version of a file written before the version was recorded: its
@@ -89,10 +89,18 @@ pub enum LogStoreError {
         "the file has Raft log schema version {found}, but this build reads only version \
          {expected}"
     )]
-    SchemaMismatch { found: u32, expected: u32 },
+    SchemaMismatch {
+        /// The version in the file.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
     /// The stored version is not a `u32`.
     #[error("the file's Raft log schema version is {len} bytes long instead of 4")]
-    CorruptSchemaVersion { len: usize },
+    CorruptSchemaVersion {
+        /// The stored value's length, in bytes.
+        len: usize,
+    },
     /// The writer thread could not be started.
     #[error("cannot start the Raft log writer thread: {0}")]
     Thread(#[source] std::io::Error),

@@ -14,15 +14,19 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 use wire::WireError;
 
+/// A ctrl node's Raft id (never 0).
 pub type NodeId = u64;
 
 /// The outcome of every mutation of one applied command, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandResponse {
+    /// One outcome per mutation of the command, in order.
     pub outcomes: Vec<Result<storage::Outcome, WireError>>,
 }
 
 openraft::declare_raft_types!(
+    /// The types ctrl plugs into openraft: commands of `storage`, their
+    /// outcomes, and snapshots held in memory.
     pub TypeConfig:
         D = storage::Command,
         R = CommandResponse,
@@ -33,4 +37,5 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// The Raft of a ctrl node.
 pub type Raft = openraft::Raft<TypeConfig>;

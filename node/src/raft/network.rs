@@ -42,15 +42,20 @@ pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// A Raft RPC, node to node.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum RaftRequest {
+    /// Replicate log entries (or heartbeat).
     AppendEntries(AppendEntriesRequest<TypeConfig>),
+    /// Ask for a vote.
     Vote(VoteRequest<NodeId>),
+    /// Send one chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// A write a follower forwards to the leader on a client's behalf.
     ClientWrite(storage::Command),
     /// A membership change a follower forwards to the leader, with the
     /// operator's wait.
     ChangeMembership {
+        /// The change asked for.
         change: MembershipChange,
+        /// How long the leader may wait for it to commit, in milliseconds.
         wait_ms: u64,
     },
     /// Whether the peer answers on the Raft protocol and whether it
@@ -62,16 +67,27 @@ pub enum RaftRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MembershipChange {
     /// Add `node_id` at `addr` as a learner, then promote it to voter.
-    Add { node_id: NodeId, addr: String },
+    Add {
+        /// The new member's Raft id.
+        node_id: NodeId,
+        /// Where it listens (`ip:port`).
+        addr: String,
+    },
     /// Remove `node_id`, voter or learner.
-    Remove { node_id: NodeId },
+    Remove {
+        /// The member's Raft id.
+        node_id: NodeId,
+    },
 }
 
 /// The answer to a [`RaftRequest`], with the remote Raft's own error.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum RaftResponse {
+    /// The answer to `AppendEntries`.
     AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// The answer to `Vote`.
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// The answer to `InstallSnapshot`.
     InstallSnapshot(
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
@@ -88,6 +104,7 @@ pub enum RaftResponse {
 /// What a peer says of itself when probed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeAnswer {
+    /// The peer's Raft id.
     pub node_id: NodeId,
     /// Whether it already belongs to an initialised cluster.
     pub initialized: bool,
@@ -494,7 +511,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 /// than before.
 fn fewer_entries(entries: usize, bytes: usize, frame_bytes_max: usize) -> u64 {
     let fitting = (entries as u128 * frame_bytes_max as u128 * 3 / 4) / bytes.max(1) as u128;
-    fitting.clamp(1, entries.saturating_sub(1).max(1) as u128) as u64
+    u64::try_from(fitting.clamp(1, entries.saturating_sub(1).max(1) as u128)).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

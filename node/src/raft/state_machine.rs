@@ -67,6 +67,7 @@ struct SnapshotFile {
     data: Vec<u8>,
 }
 
+/// openraft's state machine over the redb store, with snapshots on disk.
 pub struct StateMachine {
     store: SharedStore,
     applied_pk: watch::Sender<Pk>,
@@ -100,6 +101,7 @@ impl StateMachine {
         self.applied_pk.subscribe()
     }
 
+    /// The store the state machine applies to.
     pub fn store(&self) -> SharedStore {
         self.store.clone()
     }

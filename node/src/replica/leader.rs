@@ -22,7 +22,9 @@ pub enum Turn<T> {
     /// No answer: `leader` (if one was known) is gone, stepped down or
     /// unreachable, for the reason given.
     Retry {
+        /// The leader last tried, if one was known.
         leader: Option<NodeId>,
+        /// What went wrong, for the log and the final error.
         problem: String,
     },
 }

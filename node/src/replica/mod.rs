@@ -1,6 +1,6 @@
 //! This node as a Raft replica: the handles every request needs
 //! ([`NodeState`]) and the calls that go through Raft — writes proposed
-//! here or forwarded to the leader ([`write`], group-committed by
+//! here or forwarded to the leader ([`write`](mod@write), group-committed by
 //! [`write::batch`], retried across elections by [`leader`]), membership
 //! changes ([`membership`]), cluster initialisation and status
 //! ([`cluster`]), and replica checks ([`state_hash`]). No sockets: the
@@ -34,11 +34,17 @@ use crate::runtime::RaftRuntime;
 /// Limits and intervals the node enforces, from the node config.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// Largest frame payload on any stream, in bytes.
     pub frame_bytes_max: usize,
+    /// How long a watch waits for this node to catch up to the client's cursor, in milliseconds.
     pub watch_catch_up_wait_ms: u64,
+    /// How often an idle watch sends a progress bookmark, in milliseconds.
     pub progress_interval_ms: u64,
+    /// Resources read per page of a full sync.
     pub sync_page_resources: usize,
+    /// Longest time one request may take, in milliseconds.
     pub request_timeout_ms: u64,
+    /// Most concurrent watch streams.
     pub watch_streams_max: usize,
     /// How long one watch event may wait for room in the agent's window.
     pub slow_consumer_timeout_ms: u64,
@@ -46,15 +52,21 @@ pub struct Limits {
 
 /// Everything a request handler needs.
 pub struct NodeState {
+    /// This node's Raft id.
     pub node_id: u64,
+    /// This node's Raft.
     pub raft: Raft,
     /// The cluster this node's config describes: itself and its peers.
     pub configured_members: BTreeMap<u64, BasicNode>,
     /// Dials peers: Raft RPCs and writes forwarded to the leader.
     pub network: Network,
+    /// The replicated state, for reads.
     pub store: SharedStore,
+    /// The last change pk applied on this node.
     pub applied_pk: watch::Receiver<Pk>,
+    /// Limits and intervals from the config.
     pub limits: Limits,
+    /// Where time and ids come from.
     pub clock: Arc<dyn Clock>,
     /// Bounds the number of concurrent watch streams.
     pub watch_permits: Arc<tokio::sync::Semaphore>,

@@ -71,6 +71,7 @@ impl Serialize for Refusal {
     }
 }
 
+/// Serves one agent stream: hello, authorization, then the request.
 pub async fn serve_stream(
     state: &NodeState,
     identity: &Identity,

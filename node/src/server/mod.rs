@@ -21,16 +21,22 @@ use crate::replica::NodeState;
 /// Why serving one stream stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The stream or its framing failed.
     #[error(transparent)]
     Transport(#[from] transport::TransportError),
+    /// Reading the state failed.
     #[error(transparent)]
     Storage(#[from] storage::StorageError),
+    /// The watch session broke its own protocol (a bug).
     #[error(transparent)]
     Session(#[from] wire::session::SessionError),
     /// The peer left a watch event unread for longer than
     /// `slow_consumer_timeout_ms` (its flow-control window stayed full).
     #[error("the agent read nothing for {timeout_ms} ms; the watch is reset (slow consumer)")]
-    SlowConsumer { timeout_ms: u64 },
+    SlowConsumer {
+        /// The configured `slow_consumer_timeout_ms`.
+        timeout_ms: u64,
+    },
 }
 
 impl ServeError {

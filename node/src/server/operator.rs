@@ -39,6 +39,7 @@ impl Protocol for Operator {
     }
 }
 
+/// Serves one operator stream: hello, authorization, then the call.
 pub async fn serve_stream(
     state: &NodeState,
     identity: &Identity,

@@ -38,6 +38,7 @@ impl Protocol for RaftProtocol {
     }
 }
 
+/// Serves one Raft stream from a peer node: hello, authorization, then the RPC.
 pub async fn serve_stream(
     state: &NodeState,
     identity: &Identity,

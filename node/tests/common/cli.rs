@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// Bound on one command run (`ctrl deploy --wait` included).
-pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs `command` to its end (stdin closed, stdout and stderr captured),
 /// bounded by [`CLI_TIMEOUT`].
@@ -16,12 +16,12 @@ pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 /// # Panics
 /// When the command cannot start, or runs past the timeout (it is killed
 /// first).
-pub fn output(command: &mut Command) -> Output {
+pub(crate) fn output(command: &mut Command) -> Output {
     output_within(command, CLI_TIMEOUT)
 }
 
 /// [`output`], bounded by `timeout`.
-pub fn output_within(command: &mut Command, timeout: Duration) -> Output {
+pub(crate) fn output_within(command: &mut Command, timeout: Duration) -> Output {
     let what = format!("{command:?}");
     command
         .stdin(Stdio::null())

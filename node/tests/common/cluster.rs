@@ -15,15 +15,15 @@ use super::{NodeProcess, Watcher, ctrl_bin, free_udp_addr, start_node};
 
 /// Bound on the cluster agreeing on a leader, on replicated positions, or
 /// on a log purge.
-pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bound on any single expected watch event.
-pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between two reads of the cluster status (there is no status
 /// stream to wait on).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Nodes `1..=n` configured as peers of each other, plus any added later.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub dir: tempfile::TempDir,
     pub certs: PathBuf,
     pub addrs: BTreeMap<u64, SocketAddr>,
@@ -34,7 +34,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// Certificates and configs for nodes `1..=n`; nothing started.
-    pub fn new(n: u64, extra_toml: &str) -> Cluster {
+    pub(crate) fn new(n: u64, extra_toml: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         let ids: Vec<String> = (1..=n).map(|id| id.to_string()).collect();
@@ -64,7 +64,7 @@ impl Cluster {
 
     /// A certificate (`ctrl certs add-node`), an address and a config for
     /// one more node, whose peers are all the others; not started.
-    pub fn prepare_node(&mut self, id: u64) -> SocketAddr {
+    pub(crate) fn prepare_node(&mut self, id: u64) -> SocketAddr {
         let out = super::cli::output(
             Command::new(ctrl_bin())
                 .args(["certs", "add-node", "--id", &id.to_string(), "--dir"])
@@ -105,20 +105,20 @@ impl Cluster {
     }
 
     /// Starts `ctrl serve` for node `id` and waits until it serves.
-    pub fn start(&mut self, id: u64) {
+    pub(crate) fn start(&mut self, id: u64) {
         let process = start_node(&self.node_config(id));
         self.nodes.insert(id, process);
     }
 
     /// SIGKILLs node `id`.
-    pub fn kill(&mut self, id: u64) {
+    pub(crate) fn kill(&mut self, id: u64) {
         if let Some(process) = self.nodes.remove(&id) {
             process.kill9();
         }
     }
 
     /// An operator config whose endpoints are the given nodes, in order.
-    pub fn operator(&self, ids: &[u64]) -> PathBuf {
+    pub(crate) fn operator(&self, ids: &[u64]) -> PathBuf {
         let names: Vec<String> = ids.iter().map(u64::to_string).collect();
         let path = self
             .dir
@@ -144,7 +144,7 @@ impl Cluster {
 
     /// Runs `ctrl ARGS` with `operator` as its config, bounded by
     /// [`super::cli::CLI_TIMEOUT`].
-    pub fn ctrl(&self, operator: &Path, args: &[&str]) -> Output {
+    pub(crate) fn ctrl(&self, operator: &Path, args: &[&str]) -> Output {
         super::cli::output(
             Command::new(ctrl_bin())
                 .args(args)
@@ -153,7 +153,7 @@ impl Cluster {
     }
 
     /// Runs `ctrl ARGS`, asserts success, returns its stdout.
-    pub fn ctrl_ok(&self, operator: &Path, args: &[&str]) -> String {
+    pub(crate) fn ctrl_ok(&self, operator: &Path, args: &[&str]) -> String {
         let out = self.ctrl(operator, args);
         assert!(
             out.status.success(),
@@ -165,7 +165,7 @@ impl Cluster {
     }
 
     /// Runs `ctrl ARGS`, asserts failure, returns its stderr.
-    pub fn ctrl_fails(&self, operator: &Path, args: &[&str]) -> String {
+    pub(crate) fn ctrl_fails(&self, operator: &Path, args: &[&str]) -> String {
         let out = self.ctrl(operator, args);
         assert!(
             !out.status.success(),
@@ -176,13 +176,17 @@ impl Cluster {
     }
 
     /// `ctrl cluster status -o json` against `operator`'s endpoints.
-    pub fn status(&self, operator: &Path) -> Vec<Value> {
+    pub(crate) fn status(&self, operator: &Path) -> Vec<Value> {
         let out = self.ctrl_ok(operator, &["cluster", "status", "-o", "json"]);
         serde_json::from_str(&out).expect("status JSON")
     }
 
     /// Re-reads the status until `done` holds, bounded by SETTLE_TIMEOUT.
-    pub fn status_until(&self, operator: &Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub(crate) fn status_until(
+        &self,
+        operator: &Path,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let rows = self.status(operator);
@@ -199,7 +203,7 @@ impl Cluster {
 
     /// Waits until the given nodes agree on one leader and have applied the
     /// same index and pk; returns the leader's id.
-    pub fn settled(&self, ids: &[u64]) -> u64 {
+    pub(crate) fn settled(&self, ids: &[u64]) -> u64 {
         let rows = self.status_until(&self.operator(ids), |rows| {
             let leaders: Vec<&Value> = rows.iter().filter(|r| r["role"] == "leader").collect();
             leaders.len() == 1
@@ -214,7 +218,7 @@ impl Cluster {
     }
 
     /// `ctrl deploy` of one replica in `regions` through `operator`.
-    pub fn deploy(&self, operator: &Path, regions: &str) -> String {
+    pub(crate) fn deploy(&self, operator: &Path, regions: &str) -> String {
         let out = self.ctrl_ok(
             operator,
             &["deploy", "--image", "nginx:1.27", "--regions", regions],
@@ -223,7 +227,7 @@ impl Cluster {
     }
 
     /// `ctrl cluster check -o json`, asserted to pass.
-    pub fn check(&self, operator: &Path) -> Value {
+    pub(crate) fn check(&self, operator: &Path) -> Value {
         let out = self.ctrl(operator, &["cluster", "check", "-o", "json"]);
         let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
@@ -240,7 +244,7 @@ impl Cluster {
     }
 
     /// A watch of `region` from `cursor` on node `id` alone.
-    pub fn watch(&self, id: u64, region: &str, cursor: u64) -> Watcher {
+    pub(crate) fn watch(&self, id: u64, region: &str, cursor: u64) -> Watcher {
         let operator = self.operator(&[id]);
         super::spawn_watch(&operator, region, cursor)
     }
@@ -248,7 +252,7 @@ impl Cluster {
     /// What node `id` serves a watch of `region` from `cursor`: a full sync
     /// (cursor 0) up to its end, else the changes up to and including pk
     /// `last`. Progress bookmarks are left out (they depend on timing).
-    pub fn served(&self, id: u64, region: &str, cursor: u64, last: u64) -> Vec<Value> {
+    pub(crate) fn served(&self, id: u64, region: &str, cursor: u64, last: u64) -> Vec<Value> {
         let watcher = self.watch(id, region, cursor);
         let mut events = Vec::new();
         loop {
@@ -274,7 +278,7 @@ impl Cluster {
 }
 
 /// The node id of the one row whose role is leader.
-pub fn leader_of(rows: &[Value]) -> u64 {
+pub(crate) fn leader_of(rows: &[Value]) -> u64 {
     rows.iter()
         .find(|r| r["role"] == "leader")
         .and_then(|r| r["node_id"].as_u64())
@@ -282,7 +286,7 @@ pub fn leader_of(rows: &[Value]) -> u64 {
 }
 
 /// The row of node `id`.
-pub fn row_of(rows: &[Value], id: u64) -> &Value {
+pub(crate) fn row_of(rows: &[Value], id: u64) -> &Value {
     rows.iter()
         .find(|r| r["node_id"].as_u64() == Some(id))
         .unwrap_or_else(|| panic!("no row for node {id} in {rows:#?}"))

@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-pub mod cli;
-pub mod cluster;
+pub(crate) mod cli;
+pub(crate) mod cluster;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, UdpSocket};
@@ -15,26 +15,26 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// Bound on waiting for a node to report that it serves.
-pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-pub fn ctrl_bin() -> &'static str {
+pub(crate) fn ctrl_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ctrl")
 }
 
 /// A free UDP port on loopback (bound, then released).
-pub fn free_udp_addr() -> SocketAddr {
+pub(crate) fn free_udp_addr() -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
     socket.local_addr().expect("local addr")
 }
 
 /// A test cluster directory: certificates, a node config, an operator config.
-pub struct Site {
+pub(crate) struct Site {
     pub dir: tempfile::TempDir,
     pub addr: SocketAddr,
 }
 
 impl Site {
-    pub fn new() -> Site {
+    pub(crate) fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         let out = cli::output(
@@ -63,35 +63,35 @@ impl Site {
         site
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn data_dir(&self) -> PathBuf {
+    pub(crate) fn data_dir(&self) -> PathBuf {
         self.path().join("data")
     }
 
-    pub fn node_config(&self) -> PathBuf {
+    pub(crate) fn node_config(&self) -> PathBuf {
         self.path().join("node.toml")
     }
 
-    pub fn operator_config(&self) -> PathBuf {
+    pub(crate) fn operator_config(&self) -> PathBuf {
         self.path().join("operator.toml")
     }
 
     /// Starts `ctrl serve` and waits until it says it serves.
-    pub fn start(&self) -> NodeProcess {
+    pub(crate) fn start(&self) -> NodeProcess {
         start_node(&self.node_config())
     }
 
     /// Runs a CLI command against this site with the operator config.
-    pub fn ctrl(&self, args: &[&str]) -> Output {
+    pub(crate) fn ctrl(&self, args: &[&str]) -> Output {
         self.ctrl_with(&self.operator_config(), args)
     }
 
     /// Runs a CLI command with `operator_config`, bounded by
     /// [`cli::CLI_TIMEOUT`].
-    pub fn ctrl_with(&self, operator_config: &Path, args: &[&str]) -> Output {
+    pub(crate) fn ctrl_with(&self, operator_config: &Path, args: &[&str]) -> Output {
         cli::output(
             Command::new(ctrl_bin())
                 .args(args)
@@ -100,7 +100,7 @@ impl Site {
     }
 
     /// `ctrl deploy`, returning the deployment id.
-    pub fn deploy(&self, regions: &str, replicas: u32) -> String {
+    pub(crate) fn deploy(&self, regions: &str, replicas: u32) -> String {
         let out = self.ctrl(&[
             "deploy",
             "--image",
@@ -119,14 +119,14 @@ impl Site {
     }
 
     /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
-    pub fn watch(&self, region: &str, cursor: u64) -> Watcher {
+    pub(crate) fn watch(&self, region: &str, cursor: u64) -> Watcher {
         spawn_watch(&self.operator_config(), region, cursor)
     }
 }
 
 /// Starts `ctrl watch -o json` with `operator` as its config, its stdout
 /// piped, lines on a channel.
-pub fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
+pub(crate) fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
     let mut child = Command::new(ctrl_bin())
         .args([
             "watch",
@@ -147,13 +147,13 @@ pub fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
 }
 
 /// Starts `ctrl serve --config PATH` and waits until it says it serves.
-pub fn start_node(config: &Path) -> NodeProcess {
+pub(crate) fn start_node(config: &Path) -> NodeProcess {
     spawn_serving(config, Stdio::inherit()).0
 }
 
 /// [`start_node`] with the node's stderr (its log) piped: its lines on a
 /// channel, which ends once the process closes stderr (it exited).
-pub fn start_node_logged(config: &Path) -> (NodeProcess, mpsc::Receiver<String>) {
+pub(crate) fn start_node_logged(config: &Path) -> (NodeProcess, mpsc::Receiver<String>) {
     let (node, log) = spawn_serving(config, Stdio::piped());
     (node, log.expect("stderr piped"))
 }
@@ -195,7 +195,7 @@ fn spawn_line_reader(output: impl Read + Send + 'static) -> mpsc::Receiver<Strin
     rx
 }
 
-pub fn node_toml(data_dir: &Path, addr: SocketAddr, certs: &Path) -> String {
+pub(crate) fn node_toml(data_dir: &Path, addr: SocketAddr, certs: &Path) -> String {
     format!(
         "node_id = 1\ndata_dir = {data:?}\nlisten_addr = \"{addr}\"\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
         data = data_dir,
@@ -205,7 +205,7 @@ pub fn node_toml(data_dir: &Path, addr: SocketAddr, certs: &Path) -> String {
     )
 }
 
-pub fn operator_toml(addr: SocketAddr, certs: &Path, name: &str) -> String {
+pub(crate) fn operator_toml(addr: SocketAddr, certs: &Path, name: &str) -> String {
     format!(
         "endpoints = [\"{addr}\"]\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
         ca = certs.join("ca.pem"),
@@ -215,13 +215,13 @@ pub fn operator_toml(addr: SocketAddr, certs: &Path, name: &str) -> String {
 }
 
 /// A running `ctrl serve`; killed when dropped.
-pub struct NodeProcess {
+pub(crate) struct NodeProcess {
     pub child: Child,
 }
 
 impl NodeProcess {
     /// SIGKILL: no chance to flush or close anything.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -235,14 +235,14 @@ impl Drop for NodeProcess {
 }
 
 /// A running `ctrl watch`.
-pub struct Watcher {
+pub(crate) struct Watcher {
     pub child: Child,
     pub lines: mpsc::Receiver<String>,
 }
 
 impl Watcher {
     /// The next event as JSON, waiting at most `timeout`.
-    pub fn next(&self, timeout: Duration) -> serde_json::Value {
+    pub(crate) fn next(&self, timeout: Duration) -> serde_json::Value {
         let line = self
             .lines
             .recv_timeout(timeout)
@@ -251,7 +251,7 @@ impl Watcher {
     }
 
     /// Asserts nothing arrives within `wait`.
-    pub fn assert_quiet(&self, wait: Duration) {
+    pub(crate) fn assert_quiet(&self, wait: Duration) {
         if let Ok(line) = self.lines.recv_timeout(wait) {
             panic!("unexpected watch event {line}");
         }

@@ -60,6 +60,7 @@ pub fn guard_refusal(expected: &Guard, found: Option<Guard>) -> Option<Outcome> 
 /// The readiness wait's record as its decision sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Readiness<'a> {
+    /// The deployment (its status is the readiness wait's step).
     pub deployment: &'a Deployment,
     /// The pk of the last change of the deployment's desired state.
     pub revision: Pk,
@@ -86,8 +87,11 @@ impl Readiness<'_> {
 /// moves to status `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadinessTransition {
+    /// The deployment to move.
     pub deployment_id: String,
+    /// The step and revision the decision was made at.
     pub expected: Guard,
+    /// The status to move to.
     pub to: DeploymentStatus,
 }
 

@@ -11,6 +11,11 @@
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
+// The workspace denies `unsafe_code`; this module is the one exception: the
+// counting allocator below must implement the `unsafe` trait `GlobalAlloc`
+// (each method forwards unchanged to `System`), so that tests can prove a
+// code path allocates nothing.
+#![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -31,7 +36,7 @@ use super::strategies::*;
 /// Counts heap allocations per thread, so a test can prove that a code path
 /// allocates nothing. Tests run on separate threads, so the counts of one
 /// test do not leak into another.
-pub struct CountingAlloc;
+pub(crate) struct CountingAlloc;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
@@ -43,7 +48,7 @@ fn count_allocation() {
 }
 
 /// Allocations made so far on this thread.
-pub fn allocations() -> u64 {
+pub(crate) fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
@@ -78,15 +83,15 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 
 // ------------------------------------------------------------ helpers
 
-pub fn config() -> ProptestConfig {
+pub(crate) fn config() -> ProptestConfig {
     ProptestConfig::with_cases(256)
 }
 
-pub fn prefix(len: usize) -> [u8; LEN_PREFIX_BYTES] {
+pub(crate) fn prefix(len: usize) -> [u8; LEN_PREFIX_BYTES] {
     u32::try_from(len).unwrap().to_le_bytes()
 }
 
-pub fn encoded<T: Serialize>(msg: &T) -> Vec<u8> {
+pub(crate) fn encoded<T: Serialize>(msg: &T) -> Vec<u8> {
     frame::encode(msg, FRAME_BYTES_MAX).expect("test messages are small")
 }
 
@@ -94,7 +99,7 @@ pub fn encoded<T: Serialize>(msg: &T) -> Vec<u8> {
 /// decoder and its async driver both know, so the two can be compared
 /// exactly.
 #[derive(Debug, PartialEq)]
-pub enum Outcome<T> {
+pub(crate) enum Outcome<T> {
     Msg(T),
     End,
     TooLarge {
@@ -109,7 +114,7 @@ pub enum Outcome<T> {
 }
 
 impl<T> Outcome<T> {
-    pub fn from_error(err: FrameError) -> Result<Self, TestCaseError> {
+    pub(crate) fn from_error(err: FrameError) -> Result<Self, TestCaseError> {
         match err {
             FrameError::TooLarge {
                 len_bytes,
@@ -141,7 +146,7 @@ impl<T> Outcome<T> {
 
 /// Any message that comes out of hostile bytes is still a well-formed
 /// value: it re-encodes and decodes to itself.
-pub fn check_decoded<T>(msg: &T) -> Result<(), TestCaseError>
+pub(crate) fn check_decoded<T>(msg: &T) -> Result<(), TestCaseError>
 where
     T: Serialize + DeserializeOwned + PartialEq + Debug,
 {
@@ -153,7 +158,7 @@ where
 
 /// Feeds `bytes` to a `FrameDecoder` in chunks, pulling every frame after
 /// every push, and calls `finish()` at the end.
-pub fn via_decoder<T>(
+pub(crate) fn via_decoder<T>(
     bytes: &[u8],
     sizes: &[usize],
     max: usize,
@@ -190,7 +195,10 @@ where
 /// Every cut of the stream `lead ++ last` inside `last`'s frame, with what
 /// reading it must give: the `lead` messages, then a clean end (cut between
 /// frames) or `Truncated` with the byte counts of the cut frame.
-pub fn truncations<T: Serialize + Clone>(lead: &[T], last: &T) -> Vec<(Vec<u8>, Vec<Outcome<T>>)> {
+pub(crate) fn truncations<T: Serialize + Clone>(
+    lead: &[T],
+    last: &T,
+) -> Vec<(Vec<u8>, Vec<Outcome<T>>)> {
     let mut stream = Vec::new();
     for msg in lead {
         stream.extend(encoded(msg));
@@ -221,7 +229,7 @@ pub fn truncations<T: Serialize + Clone>(lead: &[T], last: &T) -> Vec<(Vec<u8>, 
 
 /// `msg`'s payload followed by `extra`, and that payload framed with a
 /// prefix covering it all.
-pub fn with_trailing_bytes<T: Serialize>(msg: &T, extra: &[u8]) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn with_trailing_bytes<T: Serialize>(msg: &T, extra: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let mut payload = encoded(msg).split_off(LEN_PREFIX_BYTES);
     payload.extend(extra);
     let mut bytes = prefix(payload.len()).to_vec();
@@ -230,7 +238,7 @@ pub fn with_trailing_bytes<T: Serialize>(msg: &T, extra: &[u8]) -> (Vec<u8>, Vec
 }
 
 /// `payload` framed.
-pub fn framed(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn framed(payload: &[u8]) -> Vec<u8> {
     let mut bytes = prefix(payload.len()).to_vec();
     bytes.extend(payload);
     bytes
@@ -239,7 +247,7 @@ pub fn framed(payload: &[u8]) -> Vec<u8> {
 // ------------------------------------------------------------ strategies
 
 /// Valid frames of any message type, to be read as some other type.
-pub fn foreign_frame() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn foreign_frame() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         hello().prop_map(|m| encoded(&m)),
         agent_request().prop_map(|m| encoded(&m)),
@@ -254,7 +262,7 @@ pub fn foreign_frame() -> impl Strategy<Value = Vec<u8>> {
 /// always huge), a small prefix with a payload of random length (which may
 /// not match it), a consistent prefix around random bytes, and valid frames
 /// of a random message type.
-pub fn garbage() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn garbage() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![
         vec(any::<u8>(), 0..64),
         (0usize..64, vec(any::<u8>(), 0..64)).prop_map(|(len, payload)| {
@@ -269,28 +277,26 @@ pub fn garbage() -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// A frame limit: the default, or small enough that garbage trips it.
-pub fn max_bytes() -> impl Strategy<Value = usize> {
+pub(crate) fn max_bytes() -> impl Strategy<Value = usize> {
     prop_oneof![Just(FRAME_BYTES_MAX), 0usize..128]
 }
 
 /// A limit and a payload length over it: a small limit, or the default.
-pub fn oversized() -> impl Strategy<Value = (usize, usize)> {
+pub(crate) fn oversized() -> impl Strategy<Value = (usize, usize)> {
+    let default_max = u32::try_from(FRAME_BYTES_MAX).expect("FRAME_BYTES_MAX fits the u32 prefix");
     prop_oneof![
         (0u32..64).prop_flat_map(|max| (Just(max), (max + 1)..=u32::MAX)),
-        (
-            Just(FRAME_BYTES_MAX as u32),
-            (FRAME_BYTES_MAX as u32 + 1)..=u32::MAX
-        ),
+        (Just(default_max), (default_max + 1)..=u32::MAX),
     ]
     .prop_map(|(max, len)| (max as usize, len as usize))
 }
 
 /// Random `(position, non-zero xor mask)` flips.
-pub fn flips() -> impl Strategy<Value = Vec<(Index, u8)>> {
+pub(crate) fn flips() -> impl Strategy<Value = Vec<(Index, u8)>> {
     vec((any::<Index>(), 1u8..=255), 1..4)
 }
 
-pub fn apply_flips(bytes: &mut [u8], flips: &[(Index, u8)]) {
+pub(crate) fn apply_flips(bytes: &mut [u8], flips: &[(Index, u8)]) {
     if bytes.is_empty() {
         return;
     }
@@ -301,7 +307,7 @@ pub fn apply_flips(bytes: &mut [u8], flips: &[(Index, u8)]) {
 }
 
 /// A payload whose enum variant index is past the last variant.
-pub fn unknown_variant(variants: u32) -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn unknown_variant(variants: u32) -> impl Strategy<Value = Vec<u8>> {
     (variants..=u32::MAX, vec(any::<u8>(), 0..32)).prop_map(|(index, tail)| {
         // Postcard writes a variant index as a varint u32, like a u32.
         let mut payload = postcard::to_stdvec(&index).unwrap();
@@ -311,7 +317,7 @@ pub fn unknown_variant(variants: u32) -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// A hello payload whose protocol is not one of the known ones.
-pub fn unknown_hello_protocol() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn unknown_hello_protocol() -> impl Strategy<Value = Vec<u8>> {
     (any::<[u8; 4]>(), any::<u32>(), 3u32..=u32::MAX).prop_map(|(magic, version, index)| {
         let mut payload = postcard::to_stdvec(&(magic, version)).unwrap();
         payload.extend(postcard::to_stdvec(&index).unwrap());

@@ -28,21 +28,21 @@ use wire::{ErrorCode, WireError};
 
 /// A short string of arbitrary (non-newline) Unicode scalar values,
 /// including the empty string and multi-byte characters.
-pub fn short_string() -> impl Strategy<Value = String> {
+pub(crate) fn short_string() -> impl Strategy<Value = String> {
     ".{0,6}"
 }
 
-pub fn env_vars() -> impl Strategy<Value = BTreeMap<String, String>> {
+pub(crate) fn env_vars() -> impl Strategy<Value = BTreeMap<String, String>> {
     btree_map(short_string(), short_string(), 0..3)
 }
 
-pub fn regions() -> impl Strategy<Value = Vec<String>> {
+pub(crate) fn regions() -> impl Strategy<Value = Vec<String>> {
     vec(short_string(), 0..3)
 }
 
 // ---------------------------------------------------------------- enums
 
-pub fn resource_type() -> impl Strategy<Value = ResourceType> {
+pub(crate) fn resource_type() -> impl Strategy<Value = ResourceType> {
     prop_oneof![
         Just(ResourceType::DeploymentTopology),
         Just(ResourceType::Sentinel),
@@ -50,11 +50,11 @@ pub fn resource_type() -> impl Strategy<Value = ResourceType> {
     ]
 }
 
-pub fn desired_state() -> impl Strategy<Value = DesiredState> {
+pub(crate) fn desired_state() -> impl Strategy<Value = DesiredState> {
     prop_oneof![Just(DesiredState::Running), Just(DesiredState::Stopped)]
 }
 
-pub fn deployment_status() -> impl Strategy<Value = DeploymentStatus> {
+pub(crate) fn deployment_status() -> impl Strategy<Value = DeploymentStatus> {
     prop_oneof![
         Just(DeploymentStatus::Deploying),
         Just(DeploymentStatus::Ready),
@@ -63,7 +63,7 @@ pub fn deployment_status() -> impl Strategy<Value = DeploymentStatus> {
     ]
 }
 
-pub fn health() -> impl Strategy<Value = Health> {
+pub(crate) fn health() -> impl Strategy<Value = Health> {
     prop_oneof![
         Just(Health::Unknown),
         Just(Health::Healthy),
@@ -72,7 +72,7 @@ pub fn health() -> impl Strategy<Value = Health> {
     ]
 }
 
-pub fn instance_status() -> impl Strategy<Value = InstanceStatus> {
+pub(crate) fn instance_status() -> impl Strategy<Value = InstanceStatus> {
     prop_oneof![
         Just(InstanceStatus::Pending),
         Just(InstanceStatus::Running),
@@ -80,7 +80,7 @@ pub fn instance_status() -> impl Strategy<Value = InstanceStatus> {
     ]
 }
 
-pub fn error_code() -> impl Strategy<Value = ErrorCode> {
+pub(crate) fn error_code() -> impl Strategy<Value = ErrorCode> {
     prop_oneof![
         Just(ErrorCode::BadRequest),
         Just(ErrorCode::NotFound),
@@ -94,7 +94,7 @@ pub fn error_code() -> impl Strategy<Value = ErrorCode> {
     ]
 }
 
-pub fn protocol() -> impl Strategy<Value = Protocol> {
+pub(crate) fn protocol() -> impl Strategy<Value = Protocol> {
     prop_oneof![
         Just(Protocol::Agent),
         Just(Protocol::Operator),
@@ -264,7 +264,7 @@ prop_compose! {
     }
 }
 
-pub fn resource() -> impl Strategy<Value = Resource> {
+pub(crate) fn resource() -> impl Strategy<Value = Resource> {
     prop_oneof![
         deployment_topology().prop_map(Resource::DeploymentTopology),
         sentinel().prop_map(Resource::Sentinel),
@@ -332,7 +332,7 @@ prop_compose! {
     }
 }
 
-pub fn deployment_report() -> impl Strategy<Value = DeploymentReport> {
+pub(crate) fn deployment_report() -> impl Strategy<Value = DeploymentReport> {
     prop_oneof![
         (short_string(), short_string(), vec(instance(), 0..3)).prop_map(
             |(deployment_id, region, instances)| DeploymentReport::Instances {
@@ -350,7 +350,7 @@ pub fn deployment_report() -> impl Strategy<Value = DeploymentReport> {
     ]
 }
 
-pub fn agent_request() -> impl Strategy<Value = AgentRequest> {
+pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
     prop_oneof![
         watch_request().prop_map(AgentRequest::Watch),
         deployment_report().prop_map(AgentRequest::ReportDeploymentStatus),
@@ -372,7 +372,7 @@ pub fn agent_request() -> impl Strategy<Value = AgentRequest> {
     ]
 }
 
-pub fn agent_response() -> impl Strategy<Value = AgentResponse> {
+pub(crate) fn agent_response() -> impl Strategy<Value = AgentResponse> {
     prop_oneof![
         Just(AgentResponse::Ack),
         option::of(deployment_topology()).prop_map(AgentResponse::DesiredDeployment),
@@ -382,14 +382,14 @@ pub fn agent_response() -> impl Strategy<Value = AgentResponse> {
     ]
 }
 
-pub fn resource_change() -> impl Strategy<Value = ResourceChange> {
+pub(crate) fn resource_change() -> impl Strategy<Value = ResourceChange> {
     prop_oneof![
         resource().prop_map(ResourceChange::Apply),
         resource_key().prop_map(ResourceChange::Delete),
     ]
 }
 
-pub fn watch_event() -> impl Strategy<Value = WatchEvent> {
+pub(crate) fn watch_event() -> impl Strategy<Value = WatchEvent> {
     prop_oneof![
         any::<u64>().prop_map(|cursor| WatchEvent::SyncStart { cursor }),
         resource().prop_map(WatchEvent::SyncItem),
@@ -469,7 +469,7 @@ prop_compose! {
     }
 }
 
-pub fn operator_request() -> impl Strategy<Value = OperatorRequest> {
+pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
     prop_oneof![
         create_deployment().prop_map(OperatorRequest::CreateDeployment),
         short_string().prop_map(|id| OperatorRequest::GetDeployment { id }),
@@ -520,7 +520,7 @@ prop_compose! {
     }
 }
 
-pub fn operator_response() -> impl Strategy<Value = OperatorResponse> {
+pub(crate) fn operator_response() -> impl Strategy<Value = OperatorResponse> {
     prop_oneof![
         short_string().prop_map(|deployment_id| OperatorResponse::Created { deployment_id }),
         deployment_view().prop_map(OperatorResponse::Deployment),
@@ -540,7 +540,7 @@ pub fn operator_response() -> impl Strategy<Value = OperatorResponse> {
 
 // ---------------------------------------------------------------- hello
 
-pub fn hello() -> impl Strategy<Value = Hello> {
+pub(crate) fn hello() -> impl Strategy<Value = Hello> {
     prop_oneof![
         protocol().prop_map(Hello::new),
         (any::<[u8; 4]>(), any::<u32>(), protocol()).prop_map(|(magic, version, protocol)| {
@@ -562,7 +562,7 @@ pub fn hello() -> impl Strategy<Value = Hello> {
 
 /// Sizes in which to split a byte stream: mostly tiny (so prefixes and
 /// payloads are split everywhere), sometimes everything at once.
-pub fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
+pub(crate) fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
     vec(
         prop_oneof![4 => 1usize..8, 2 => 1usize..64, 1 => Just(usize::MAX)],
         1..8,
@@ -571,7 +571,7 @@ pub fn chunk_sizes() -> impl Strategy<Value = Vec<usize>> {
 
 /// Splits `bytes` into consecutive chunks of the given sizes, cycling
 /// through them; every chunk is non-empty and the chunks cover `bytes`.
-pub fn split<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
+pub(crate) fn split<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
     assert!(!sizes.is_empty() && sizes.iter().all(|&s| s > 0));
     let mut out = Vec::new();
     let mut rest = bytes;

@@ -29,9 +29,9 @@ const ELECTION_TIMEOUT: Duration = Duration::from_secs(20);
 /// writes are done.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most writes per second accepted for `--rate`.
-pub const RATE_MAX: f64 = 100_000.0;
+pub(crate) const RATE_MAX: f64 = 100_000.0;
 
-pub async fn change_to_agent(count: usize, rate: f64) -> Result<()> {
+pub(crate) async fn change_to_agent(count: usize, rate: f64) -> Result<()> {
     ensure!(
         rate > 0.0 && rate <= RATE_MAX,
         "--rate must be in (0, {RATE_MAX}]"

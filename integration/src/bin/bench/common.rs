@@ -9,23 +9,23 @@ use wire::model::Resource;
 use wire::operator::{OperatorRequest, OperatorResponse};
 
 /// The region every scenario deploys to and watches.
-pub const REGION: &str = "us-east";
+pub(crate) const REGION: &str = "us-east";
 /// Events a full sync holds besides its items (`SyncStart`, changes that
 /// follow it, progress), at most.
 const SYNC_FRAMING_EVENTS: usize = 16;
 
 /// An agent client of [`REGION`] for node `id` of `cluster`.
-pub fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> {
+pub(crate) fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> {
     Ok(Client::new(&as_agent(&cluster.operator_of(id), REGION))?)
 }
 
 /// A deployment of one replica in [`REGION`].
-pub fn create_request() -> OperatorRequest {
+pub(crate) fn create_request() -> OperatorRequest {
     integration::requests::create_deployment([REGION])
 }
 
 /// Creates a deployment in [`REGION`]; returns its id.
-pub async fn deploy(client: &Client) -> Result<String> {
+pub(crate) async fn deploy(client: &Client) -> Result<String> {
     match client.call(&create_request()).await? {
         OperatorResponse::Created { deployment_id } => Ok(deployment_id),
         other => bail!("unexpected answer to create: {other:?}"),
@@ -33,7 +33,7 @@ pub async fn deploy(client: &Client) -> Result<String> {
 }
 
 /// Reads a full sync of at most `items` resources up to its `SyncEnd`.
-pub async fn skip_sync(watch: &mut WatchStream, items: usize) -> Result<()> {
+pub(crate) async fn skip_sync(watch: &mut WatchStream, items: usize) -> Result<()> {
     for _ in 0..items.saturating_add(SYNC_FRAMING_EVENTS) {
         match watch.next().await? {
             Some(WatchEvent::SyncEnd { .. }) => return Ok(()),
@@ -46,7 +46,7 @@ pub async fn skip_sync(watch: &mut WatchStream, items: usize) -> Result<()> {
 }
 
 /// The deployment id of a topology change event.
-pub fn changed_deployment(event: &WatchEvent) -> Option<&str> {
+pub(crate) fn changed_deployment(event: &WatchEvent) -> Option<&str> {
     match event {
         WatchEvent::Change {
             change: ResourceChange::Apply(Resource::DeploymentTopology(t)),
@@ -57,7 +57,7 @@ pub fn changed_deployment(event: &WatchEvent) -> Option<&str> {
 }
 
 /// This process's resident set size in KiB (`VmRSS` of /proc/self/status).
-pub fn vm_rss_kib() -> Result<u64> {
+pub(crate) fn vm_rss_kib() -> Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let line = status
         .lines()
@@ -76,7 +76,7 @@ const PROC_TICKS_PER_S: f64 = 100.0;
 
 /// CPU time (user + system) used so far by process `pid`, or by this
 /// process, in seconds (fields 14 and 15 of /proc/PID/stat).
-pub fn cpu_seconds(pid: Option<u32>) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: Option<u32>) -> Result<f64> {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_string(),
@@ -102,7 +102,7 @@ pub fn cpu_seconds(pid: Option<u32>) -> Result<f64> {
 }
 
 /// Prints one figure with a single value as a JSON line.
-pub fn print_value(
+pub(crate) fn print_value(
     scenario: &str,
     figure: &str,
     value: serde_json::Value,
@@ -120,6 +120,6 @@ pub fn print_value(
 }
 
 /// A rate per second, rounded.
-pub fn per_s(count: usize, elapsed: std::time::Duration) -> f64 {
+pub(crate) fn per_s(count: usize, elapsed: std::time::Duration) -> f64 {
     (count as f64 / elapsed.as_secs_f64().max(f64::EPSILON)).round()
 }

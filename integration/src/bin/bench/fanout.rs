@@ -38,10 +38,10 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// Slowest deploys listed with their time.
 const SLOWEST_SHOWN: usize = 8;
 /// Most watch streams one run opens.
-pub const WATCHERS_MAX: usize = 100_000;
+pub(crate) const WATCHERS_MAX: usize = 100_000;
 /// Most streams per QUIC connection (the node's bidirectional stream
 /// limit per connection is 1,024).
-pub const STREAMS_PER_CONNECTION_MAX: usize = 1_000;
+pub(crate) const STREAMS_PER_CONNECTION_MAX: usize = 1_000;
 
 /// What a watcher task tells the scenario.
 enum Signal {
@@ -49,7 +49,7 @@ enum Signal {
     Event(Instant),
 }
 
-pub async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> Result<()> {
+pub(crate) async fn fan_out(watchers: usize, rounds: usize, per_connection: usize) -> Result<()> {
     ensure!(
         (1..=WATCHERS_MAX).contains(&watchers),
         "--watchers must be in 1..={WATCHERS_MAX}"

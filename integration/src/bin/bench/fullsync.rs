@@ -28,7 +28,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// Events a full sync may carry beyond its items (start, end, changes).
 const SYNC_EXTRA_EVENTS_MAX: usize = 1_024;
 
-pub async fn full_sync(resources: usize, reps: usize) -> Result<()> {
+pub(crate) async fn full_sync(resources: usize, reps: usize) -> Result<()> {
     let node = TestNode::start().await?;
     let rss_empty = vm_rss_kib()?;
     let load = load(&node, resources).await?;

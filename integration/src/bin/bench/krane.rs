@@ -55,7 +55,7 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Result<Fleet> {
     Fleet::start(config).await
 }
 
-pub async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
+pub(crate) async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let fleet = fleet(&dir, &REGIONS).await?;
     let client = fleet.client()?;
@@ -105,7 +105,7 @@ pub async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
     fleet.shutdown().await
 }
 
-pub async fn restart(count: usize, resources: usize) -> Result<()> {
+pub(crate) async fn restart(count: usize, resources: usize) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let mut fleet = fleet(&dir, &REGIONS[..1]).await?;
     let client = fleet.client()?;
@@ -124,7 +124,7 @@ pub async fn restart(count: usize, resources: usize) -> Result<()> {
             "scenario": "krane-restart",
             "figure": "initial_apply_ms",
             "resources": resources,
-            "value": filled.elapsed().as_millis() as u64,
+            "value": u64::try_from(filled.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     );
     let mut to_watching = Vec::with_capacity(count);
@@ -170,7 +170,7 @@ pub async fn restart(count: usize, resources: usize) -> Result<()> {
             "scenario": "krane-restart",
             "figure": "full_sync_unchanged",
             "resources": resources,
-            "duration_ms": elapsed.as_millis() as u64,
+            "duration_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
             "kubernetes_writes": region.sim.write_requests() - writes_before,
             "full_syncs": status.full_syncs,
         })

@@ -19,6 +19,8 @@
 //!   (one change to many watch streams; memory per idle stream),
 //!   [`throughput`] (changes/s one watcher keeps up with).
 
+#![forbid(unsafe_code)]
+
 mod change;
 mod common;
 mod fanout;

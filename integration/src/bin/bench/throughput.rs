@@ -30,9 +30,9 @@ const ELECTION_TIMEOUT: Duration = Duration::from_secs(20);
 /// writers stop.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Most concurrent writers.
-pub const WRITERS_MAX: usize = 4_096;
+pub(crate) const WRITERS_MAX: usize = 4_096;
 
-pub async fn watch_throughput(writers: usize, seconds: u64) -> Result<()> {
+pub(crate) async fn watch_throughput(writers: usize, seconds: u64) -> Result<()> {
     if !(1..=WRITERS_MAX).contains(&writers) {
         bail!("--writers must be in 1..={WRITERS_MAX}");
     }

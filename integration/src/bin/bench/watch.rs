@@ -15,7 +15,7 @@ use crate::print_summary;
 /// Bound on waiting for one watch event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn deploy_to_watch(count: usize) -> Result<()> {
+pub(crate) async fn deploy_to_watch(count: usize) -> Result<()> {
     let node = TestNode::start().await?;
     let client = node.client()?;
     // Only an agent of the region may watch it.

@@ -25,7 +25,7 @@ use crate::print_summary;
 /// Connections the writers share unless told otherwise: etcd's peer
 /// benchmark runs its writers in two client processes with one gRPC
 /// channel (one TCP connection) each.
-pub const CONNECTIONS_DEFAULT: usize = 2;
+pub(crate) const CONNECTIONS_DEFAULT: usize = 2;
 
 /// Writes before measuring, per writer (connections, caches, allocator).
 const WARMUP_WRITES_PER_WRITER: usize = 5;
@@ -34,7 +34,7 @@ const FSYNC_SAMPLES: usize = 500;
 /// Size of each fdatasync sample's write.
 const FSYNC_WRITE_BYTES: usize = 4096;
 
-pub async fn replicated_writes(
+pub(crate) async fn replicated_writes(
     writer_counts: &[usize],
     seconds: u64,
     nodes: u64,

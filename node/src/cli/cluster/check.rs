@@ -21,12 +21,12 @@ use crate::cli::Output;
 
 /// Rounds of asking every member before giving up on them agreeing on an
 /// applied index (writes keep moving it).
-pub const CHECK_ROUNDS_MAX: u32 = 5;
+pub(super) const CHECK_ROUNDS_MAX: u32 = 5;
 /// Default bound on each node reaching the checked index.
-pub const DEFAULT_CHECK_WAIT_MS: u64 = 10_000;
+pub(super) const DEFAULT_CHECK_WAIT_MS: u64 = 10_000;
 
 #[derive(Debug, Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     #[arg(short, long, value_enum, default_value_t)]
     output: Output,
     /// How long each node may take to reach the checked applied index.
@@ -61,7 +61,7 @@ struct Report {
     unanswered: Vec<u64>,
 }
 
-pub async fn run(config: &OperatorConfig, args: CheckArgs) -> Result<()> {
+pub(super) async fn run(config: &OperatorConfig, args: CheckArgs) -> Result<()> {
     let leader = leader_status(config).await?;
     let mut target = leader.applied_index.unwrap_or(0);
     let mut rounds = 0;

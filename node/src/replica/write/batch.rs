@@ -15,7 +15,7 @@
 //! `now_ms` is taken when it is proposed, on the node proposing it.
 //!
 //! Which writes go together and how outcomes are split back are plain
-//! functions ([`Gather`], [`split_outcomes`]), tested without Raft.
+//! functions (`Gather`, [`split_outcomes`]), tested without Raft.
 
 use std::sync::Arc;
 
@@ -47,8 +47,10 @@ pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
 /// Why a write got no outcome from the batcher.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BatchError {
+    /// Raft did not commit the batch.
     #[error(transparent)]
     Raft(Box<WriteError>),
+    /// The batcher stopped (the node is shutting down).
     #[error("the node is shutting down")]
     Closed,
     /// Apply answers every mutation; anything else is a bug, and no writer
