@@ -516,7 +516,159 @@ fn fewer_entries(entries: usize, bytes: usize, frame_bytes_max: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::fewer_entries;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
+    use wire::golden::Goldens;
+    use wire::golden::fixtures::{self, NOW_MS};
+
+    use super::*;
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(7, 2), index)
+    }
+
+    fn vote() -> Vote<NodeId> {
+        Vote::new_committed(7, 2)
+    }
+
+    fn membership() -> Membership<NodeId, BasicNode> {
+        let nodes: BTreeMap<NodeId, BasicNode> = [1, 2, 3]
+            .into_iter()
+            .map(|id| (id, BasicNode::new(format!("10.0.0.{id}:7400"))))
+            .collect();
+        Membership::new(vec![BTreeSet::from([1, 2, 3])], nodes)
+    }
+
+    fn command() -> storage::Command {
+        storage::Command {
+            now_ms: NOW_MS,
+            mutations: vec![storage::Mutation::UpsertSentinel(fixtures::sentinel())],
+        }
+    }
+
+    /// One case per request variant, every field set.
+    fn requests() -> Vec<(&'static str, RaftRequest)> {
+        vec![
+            (
+                "AppendEntries",
+                RaftRequest::AppendEntries(AppendEntriesRequest {
+                    vote: vote(),
+                    prev_log_id: Some(log_id(9)),
+                    entries: vec![openraft::Entry {
+                        log_id: log_id(10),
+                        payload: openraft::EntryPayload::Normal(command()),
+                    }],
+                    leader_commit: Some(log_id(9)),
+                }),
+            ),
+            (
+                "Vote",
+                RaftRequest::Vote(VoteRequest::new(vote(), Some(log_id(10)))),
+            ),
+            (
+                "InstallSnapshot",
+                RaftRequest::InstallSnapshot(InstallSnapshotRequest {
+                    vote: vote(),
+                    meta: SnapshotMeta {
+                        last_log_id: Some(log_id(10)),
+                        last_membership: StoredMembership::new(Some(log_id(3)), membership()),
+                        snapshot_id: "snap-7-10".into(),
+                    },
+                    offset: 262_144,
+                    data: vec![1, 2, 3],
+                    done: true,
+                }),
+            ),
+            ("ClientWrite", RaftRequest::ClientWrite(command())),
+            (
+                "ChangeMembership",
+                RaftRequest::ChangeMembership {
+                    change: MembershipChange::Add {
+                        node_id: 4,
+                        addr: "10.0.0.14:7400".into(),
+                    },
+                    wait_ms: 60_000,
+                },
+            ),
+            (
+                "ChangeMembership.Remove",
+                RaftRequest::ChangeMembership {
+                    change: MembershipChange::Remove { node_id: 2 },
+                    wait_ms: 60_000,
+                },
+            ),
+            ("Probe", RaftRequest::Probe),
+        ]
+    }
+
+    /// One case per response variant (the answers, not openraft's errors).
+    fn responses() -> Vec<(&'static str, RaftResponse)> {
+        vec![
+            (
+                "AppendEntries",
+                RaftResponse::AppendEntries(Ok(AppendEntriesResponse::Success)),
+            ),
+            (
+                "Vote",
+                RaftResponse::Vote(Ok(VoteResponse::new(vote(), Some(log_id(10)), true))),
+            ),
+            (
+                "InstallSnapshot",
+                RaftResponse::InstallSnapshot(Ok(InstallSnapshotResponse { vote: vote() })),
+            ),
+            (
+                "ClientWrite",
+                RaftResponse::ClientWrite(Ok(CommandResponse {
+                    outcomes: vec![Ok(storage::Outcome::Recorded), Err(fixtures::wire_error())],
+                })),
+            ),
+            (
+                "ChangeMembership",
+                RaftResponse::ChangeMembership(Ok(fixtures::membership())),
+            ),
+            ("Refused", RaftResponse::Refused(fixtures::wire_error())),
+            (
+                "Probe",
+                RaftResponse::Probe(ProbeAnswer {
+                    node_id: 3,
+                    initialized: true,
+                }),
+            ),
+        ]
+    }
+
+    fn encoded<T: Serialize>(cases: Vec<(&'static str, T)>) -> Vec<(String, Vec<u8>)> {
+        cases
+            .into_iter()
+            .map(|(name, value)| {
+                let bytes = postcard::to_allocvec(&value).expect("encode");
+                (name.to_string(), bytes)
+            })
+            .collect()
+    }
+
+    /// The node-to-node protocol (`ctrl-raft/1`, opened by a hello under
+    /// `PROTOCOL_VERSION`) pinned by golden bytes like the other protocols.
+    #[test]
+    fn raft_rpc_formats_match_their_goldens() {
+        let mut g = Goldens::new(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/raft_rpc"),
+            "PROTOCOL_VERSION",
+            wire::hello::PROTOCOL_VERSION,
+        );
+        g.check_bytes(
+            "RaftRequest",
+            "a Raft RPC between nodes",
+            encoded(requests()),
+        );
+        g.check_bytes(
+            "RaftResponse",
+            "the answer to a Raft RPC",
+            encoded(responses()),
+        );
+        g.assert_all();
+    }
 
     #[test]
     fn an_oversized_run_of_entries_is_cut_to_fit() {
