@@ -24,7 +24,8 @@ pub fn init_check(
     members: &BTreeMap<u64, BasicNode>,
     probes: &BTreeMap<u64, Result<ProbeAnswer, String>>,
 ) -> Result<(), String> {
-    let mut answered = members.len() - probes.len();
+    // This node is a member and answers; the probes are of the others.
+    let mut answered = members.len().saturating_sub(probes.len());
     let mut silent = Vec::new();
     for (id, probe) in probes {
         let addr = members.get(id).map(|n| n.addr.as_str()).unwrap_or("?");

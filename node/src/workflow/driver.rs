@@ -7,11 +7,14 @@
 //! round reads everything again, a new leader resumes every open record in
 //! its first round, and nothing is lost between deciding and waiting.
 //!
-//! It never spins: a round whose proposals all failed their guards (a
-//! record that moved on since it was read) waits for a further apply; a
-//! wake time already past with nothing to propose waits at least
-//! [`ROUND_WAIT_MIN_MS`]; with nothing to wait for it still looks again
-//! after [`IDLE_WAIT_MS`].
+//! The applied mark is taken before the view is read, so an apply that
+//! lands while a round decides wakes the next wait at once: no wake-up is
+//! lost between reading and waiting. A round whose proposals changed
+//! nothing (their guards failed because a record moved on, or they were
+//! not committed) looks again after [`ROUND_WAIT_MIN_MS`], so it retries
+//! soon without spinning; a wake time already past with nothing to
+//! propose also waits at least that long; with nothing to wait for it
+//! still looks again after [`IDLE_WAIT_MS`].
 
 use std::time::Duration;
 
@@ -34,6 +37,9 @@ pub const ROUND_WAIT_MIN_MS: u64 = 10;
 pub enum RoundResult {
     /// A proposal changed the state: the next round starts at once.
     Progressed,
+    /// Proposals were made but changed nothing (refused guards, or not
+    /// committed): look again after [`ROUND_WAIT_MIN_MS`].
+    Retry,
     /// Wait for the next apply, at most this long.
     Wait(Duration),
 }
@@ -46,13 +52,15 @@ pub async fn drive<N: Propose + ReadState>(
     clock: &dyn Clock,
 ) {
     loop {
+        // Taken before the round reads its view: an apply the view missed
+        // ends the wait at once.
         let mark = node.applied_mark();
         match round(workflows, node, clock).await {
             RoundResult::Progressed => {}
+            RoundResult::Retry => {
+                tokio::time::sleep(Duration::from_millis(ROUND_WAIT_MIN_MS)).await;
+            }
             RoundResult::Wait(wait) => {
-                // After a round whose proposals were all refused, its own
-                // apply is no reason to look again.
-                let mark = mark.max(node.applied_mark());
                 node.applied_past(mark, wait).await;
             }
         }
@@ -73,8 +81,12 @@ pub async fn round<N: Propose + ReadState>(
             return RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS));
         }
     };
-    if !decision.proposals.is_empty() && propose(node, decision.proposals).await {
-        return RoundResult::Progressed;
+    if !decision.proposals.is_empty() {
+        return if propose(node, decision.proposals).await {
+            RoundResult::Progressed
+        } else {
+            RoundResult::Retry
+        };
     }
     let wait_ms = match decision.wake_at_ms {
         Some(at_ms) => at_ms
@@ -257,6 +269,32 @@ mod tests {
             result,
             RoundResult::Wait(Duration::from_millis(ROUND_WAIT_MIN_MS))
         );
+    }
+
+    #[tokio::test]
+    async fn proposals_that_change_nothing_are_retried_soon() {
+        /// Proposes stopping a deployment that does not exist (rejected).
+        struct Hopeless;
+        impl Workflow for Hopeless {
+            type Record = ();
+            fn name(&self) -> &'static str {
+                "hopeless"
+            }
+            fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
+                Ok(vec![()])
+            }
+            fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
+                Ok(Decision::propose(vec![Mutation::SetDesiredState {
+                    deployment_id: "dep_missing".into(),
+                    desired_state: DesiredState::Stopped,
+                }]))
+            }
+        }
+        let node = MemoryNode::new();
+        let flows: Vec<Box<dyn Round>> = vec![Box::new(Hopeless)];
+        let result = round(&flows, &node, &HandClock::default()).await;
+        assert_eq!(result, RoundResult::Retry);
+        assert_eq!(node.proposals(), 1);
     }
 
     #[tokio::test(start_paused = true)]
