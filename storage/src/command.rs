@@ -6,9 +6,12 @@
 //! every replica computes the same state, the same pks and the same outcomes.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use wire::WireError;
+
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DesiredState, Instance, Pk, Sentinel, SentinelStatus, UnixMs,
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Instance, Pk, Sentinel,
+    SentinelStatus, UnixMs,
 };
 
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
@@ -36,26 +39,32 @@ pub struct Command {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mutation {
-    /// Writes the deployment row (as filled by the leader: id, status,
-    /// timestamps) and one topology per region, each with a new pk and a
-    /// change row. A duplicate id, no region, or a repeated region is
-    /// `BadRequest`.
+    /// Writes the deployment row (as filled by the leader: id, `pending`,
+    /// its workflow record, timestamps), creates its environment on the
+    /// first deploy to it, and makes it the environment's latest attempt
+    /// (an older deploy in flight is superseded by the workflow). Writes
+    /// nothing for agents: the workflow's `Start` does. A duplicate id, no
+    /// region, or a repeated region is `BadRequest`.
     CreateDeployment {
         /// The deployment row, filled in by the leader.
         deployment: Deployment,
-        /// Namespace every topology's Kubernetes objects go in.
-        k8s_namespace: String,
     },
-    /// `Stopped`: the deployment becomes stopped and every topology gets
-    /// `desired_state = Stopped`, `replicas = 0`. `Running`: replicas are
-    /// restored from the deployment and its status becomes `Deploying`.
-    /// Either way one change row per region. Setting the state the
-    /// deployment already has is a successful no-op.
+    /// Sets a deployment's desired state, now (`at_ms` `None` or past) or
+    /// at `at_ms` (a newer schedule replaces an older one). `Running`
+    /// starts a deployment that is not running (the workflow runs again,
+    /// without making it live); `Standby`/`Archived` (and `Stopped`, read
+    /// as `Standby`) stop its topologies. Stopping or archiving the live
+    /// deployment is refused unless `force` (it then stops being live).
+    /// Setting the state the deployment already has is a successful no-op.
     SetDesiredState {
         /// The deployment to change.
         deployment_id: String,
         /// The state to set.
         desired_state: DesiredState,
+        /// When to set it (leader's clock); `None`: now.
+        at_ms: Option<UnixMs>,
+        /// Allow stopping or archiving the live deployment.
+        force: bool,
     },
     /// Replaces the instances of (deployment, region), then re-checks
     /// readiness. Never writes change rows.
@@ -91,13 +100,110 @@ pub enum Mutation {
     /// Deletes the oldest change rows (in pk order) while their
     /// `created_at_ms < created_before_ms`, at most `rows_max` (itself at
     /// most [`COMPACT_ROWS_MAX`]), and raises the floor to the highest pk
-    /// deleted.
+    /// deleted; and, by the same rule and bound, the oldest journal
+    /// entries.
     Compact {
         /// Rows created at or after this time (leader's clock) are kept.
         created_before_ms: UnixMs,
         /// Most rows to delete in this mutation.
         rows_max: u32,
     },
+    /// A guarded step of the deploy workflow, decided by the leader's
+    /// driver: made only if the deployment still has the guard it was
+    /// decided against, else [`Outcome::GuardFailed`] and nothing written.
+    Deploy(DeployTransition),
+    /// An operator cancels a deploy in flight: it becomes `cancelled` and
+    /// is cleaned up (topologies stopped, instances and policies removed);
+    /// the environment's live deployment is not touched. Anything not in
+    /// flight is refused.
+    CancelDeployment {
+        /// The deployment to cancel.
+        deployment_id: String,
+    },
+    /// Makes an earlier deployment of an environment live again: `to`, or
+    /// the most recent formerly-live one that can run. A deployment that
+    /// runs and is ready goes straight to `finalizing`; one in standby is
+    /// started and must reach ready first. Refused when the target is
+    /// already live, failed, cancelled, superseded, archived, or of
+    /// another environment.
+    Rollback {
+        /// The environment to roll back.
+        environment_id: String,
+        /// The deployment to make live; `None`: the previous live one.
+        to: Option<String>,
+    },
+}
+
+/// A step of the deploy workflow for one deployment, with the guard it was
+/// decided against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeployTransition {
+    /// The deployment to move.
+    pub deployment_id: String,
+    /// Its status (by name) and workflow revision when this was decided.
+    pub expected: Guard,
+    /// What to do.
+    pub action: DeployAction,
+}
+
+/// What a [`DeployTransition`] does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeployAction {
+    /// `pending → deploying`: writes the topology of every target region
+    /// (in `k8s_namespace`), ensures the environment's sentinel in each
+    /// (find-or-create by environment and region, in this apply: the
+    /// sentinels given are used only where the environment has none), and
+    /// writes the deployment's policies.
+    Start {
+        /// Namespace of the deployment's Kubernetes objects.
+        k8s_namespace: String,
+        /// The sentinel to create in each region that has none for the
+        /// environment.
+        sentinels: Vec<Sentinel>,
+        /// The deployment's network policies, one per region.
+        policies: Vec<CiliumNetworkPolicy>,
+    },
+    /// Records what the workflow observed without changing the step:
+    /// progress (more instances running: the deadline moves to
+    /// `deadline_at_ms`) and the regions whose every instance failed.
+    Observe {
+        /// Running instances over all regions.
+        observed_running: u32,
+        /// The progress deadline from now on.
+        deadline_at_ms: UnixMs,
+        /// Regions whose every instance failed, since when.
+        failing_since_ms: BTreeMap<String, UnixMs>,
+    },
+    /// Moves to the next step (`deploying → network → finalizing`).
+    Advance {
+        /// The step to move to.
+        to: DeploymentStatus,
+        /// Why, for the journal.
+        reason: String,
+    },
+    /// `finalizing → ready`: the deployment becomes its environment's live
+    /// one (if it was deployed to be); the one it replaces gets a standby
+    /// scheduled at `standby_replaced_at_ms`.
+    Finalize {
+        /// When the replaced live deployment goes to standby.
+        standby_replaced_at_ms: UnixMs,
+    },
+    /// The deploy failed: `failed`, cleaned up; the reason is kept.
+    Fail {
+        /// Why, naming each unready region and its pods' states.
+        reason: String,
+    },
+    /// A newer deploy to the environment replaced this one in flight:
+    /// `superseded`, cleaned up.
+    Supersede {
+        /// The deployment that replaced it.
+        by: String,
+    },
+    /// The scheduled desired-state change is due: set it.
+    ApplySchedule,
+    /// The desired state is standby or archived and no instance is left:
+    /// `stopped`.
+    MarkStopped,
 }
 
 /// What a successful mutation produced.
@@ -138,12 +244,22 @@ pub enum Outcome {
 /// has exactly this guard (compare-and-set); see [`crate::apply::workflow`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Guard {
-    /// The step, by its stable name (for a deployment readiness wait, the
-    /// deployment's status: `deploying`, `ready`, …).
+    /// The step, by its stable name (for the deploy workflow, the
+    /// deployment's status: `pending`, `deploying`, …).
     pub step: String,
     /// Changes whenever the record is rewritten other than by its own
     /// steps, so a step reached again later is told apart from the first.
     pub revision: u64,
+}
+
+/// Who asked for a mutation: the operator request's id and the caller's
+/// certificate identity, recorded in the journal of what it caused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The operator request's id.
+    pub request_id: String,
+    /// The caller's certificate identity.
+    pub actor: String,
 }
 
 /// The outcome of one mutation: a deterministic domain result.

@@ -188,6 +188,12 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::CHANGES)?;
     txn.open_table(tables::REGION_CHANGES)
         .ctx_table(op, name::REGION_CHANGES)?;
+    txn.open_table(tables::ENVIRONMENTS)
+        .ctx_table(op, name::ENVIRONMENTS)?;
+    txn.open_table(tables::JOURNAL)
+        .ctx_table(op, name::JOURNAL)?;
+    txn.open_table(tables::OPEN_DEPLOYMENTS)
+        .ctx_table(op, name::OPEN_DEPLOYMENTS)?;
     Ok(())
 }
 
@@ -205,7 +211,7 @@ mod tests {
         let path = dir.path().join("state.redb");
         let (hash, raft, answers) = {
             let store = Store::open(&path).unwrap();
-            apply_one(&store, 1, vec![create("d1", &["eu", "us"], 1)]);
+            apply_one(&store, 1, create("d1", &["eu", "us"], 1));
             apply_one(
                 &store,
                 2,
@@ -339,7 +345,7 @@ mod tests {
         (1..=6u64)
             .map(|i| Command {
                 now_ms: i,
-                mutations: vec![
+                mutations: mutations![
                     create(&format!("d{i}"), &["eu", "us"], 1),
                     Mutation::UpsertCiliumNetworkPolicy(policy("p", "eu")),
                 ],

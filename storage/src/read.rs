@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use wire::agent::ResourceChange;
 use wire::digest::Fnv1a;
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Resource, ResourceKey,
-    ResourceType, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
+    Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 
 use crate::command::RaftMeta;
@@ -39,9 +39,13 @@ pub struct ReadView {
     pub(crate) instances: ReadOnlyTable<InstanceKey, Bytes>,
     pub(crate) changes: ReadOnlyTable<u64, Bytes>,
     pub(crate) region_changes: ReadOnlyTable<RegionChangeKey, ()>,
+    pub(crate) environments: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) journal: ReadOnlyTable<u64, Bytes>,
+    pub(crate) open_deployments: ReadOnlyTable<&'static str, ()>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
+    journal_seq: u64,
     raft_meta: Option<RaftMeta>,
     // Dropped after the tables.
     _txn: ReadTransaction,
@@ -75,6 +79,7 @@ impl ReadView {
         };
         let last_pk = meta_u64(meta::LAST_PK)?;
         let floor_pk = meta_u64(meta::FLOOR_PK)?;
+        let journal_seq = meta_u64(meta::JOURNAL_SEQ)?;
         let raft_meta = match (
             load_raw(&metadata, meta::RAFT_APPLIED)?,
             load_raw(&metadata, meta::RAFT_MEMBERSHIP)?,
@@ -117,9 +122,19 @@ impl ReadView {
             region_changes: txn
                 .open_table(tables::REGION_CHANGES)
                 .ctx_table(OP, name::REGION_CHANGES)?,
+            environments: txn
+                .open_table(tables::ENVIRONMENTS)
+                .ctx_table(OP, name::ENVIRONMENTS)?,
+            journal: txn
+                .open_table(tables::JOURNAL)
+                .ctx_table(OP, name::JOURNAL)?,
+            open_deployments: txn
+                .open_table(tables::OPEN_DEPLOYMENTS)
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS)?,
             schema_version,
             last_pk,
             floor_pk,
+            journal_seq,
             raft_meta,
             _txn: txn,
         })
@@ -284,6 +299,68 @@ impl ReadView {
         Ok(out)
     }
 
+    /// The sequence number of the newest journal entry (0: none yet).
+    pub fn journal_seq(&self) -> u64 {
+        self.journal_seq
+    }
+
+    /// The environment `id`, if anything was ever deployed to it.
+    pub fn environment(&self, id: &str) -> Result<Option<Environment>> {
+        load(&self.environments, name::ENVIRONMENTS, id)
+    }
+
+    /// The deployments whose deploy workflow is open, by id, at most
+    /// `limit` (in flight, waiting for a scheduled change, or for their
+    /// instances to go).
+    pub fn open_deployments(&self, limit: usize) -> Result<Vec<Deployment>> {
+        let mut out = Vec::new();
+        let range = self
+            .open_deployments
+            .iter()
+            .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+        for entry in range.take(limit) {
+            let (key, _) = entry.ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+            let id = key.value();
+            let deployment = self.deployment(id)?.ok_or_else(|| {
+                StorageError::corrupt(
+                    name::OPEN_DEPLOYMENTS,
+                    &id,
+                    "an open deployment that does not exist",
+                )
+            })?;
+            out.push(deployment);
+        }
+        Ok(out)
+    }
+
+    /// Journal entries after sequence number `after`, oldest first, that
+    /// `keep` accepts, at most `limit`; scans at most `scan_max` entries
+    /// (a filter that matches little cannot make one read unbounded).
+    pub fn journal(
+        &self,
+        after: u64,
+        limit: usize,
+        scan_max: usize,
+        keep: impl Fn(&JournalEntry) -> bool,
+    ) -> Result<Vec<JournalEntry>> {
+        let mut out = Vec::new();
+        let range = self
+            .journal
+            .range(after.saturating_add(1)..)
+            .ctx_table(OP, name::JOURNAL)?;
+        for entry in range.take(scan_max) {
+            let (key, value) = entry.ctx_table(OP, name::JOURNAL)?;
+            let row: JournalEntry = decode(name::JOURNAL, &key.value(), value.value())?;
+            if keep(&row) {
+                out.push(row);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Every reported instance of a deployment, by region then pod name.
     pub fn instances(&self, deployment_id: &str) -> Result<Vec<Instance>> {
         let mut out = Vec::new();
@@ -400,10 +477,14 @@ impl ReadView {
         hash_table(&mut hash, name::INSTANCES, &self.instances)?;
         hash_table(&mut hash, name::CHANGES, &self.changes)?;
         hash_table(&mut hash, name::REGION_CHANGES, &self.region_changes)?;
+        hash_table(&mut hash, name::ENVIRONMENTS, &self.environments)?;
+        hash_table(&mut hash, name::JOURNAL, &self.journal)?;
+        hash_table(&mut hash, name::OPEN_DEPLOYMENTS, &self.open_deployments)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());
         hash.write(&self.floor_pk.to_le_bytes());
+        hash.write(&self.journal_seq.to_le_bytes());
         Ok(hash.finish())
     }
 }
@@ -491,7 +572,7 @@ mod tests {
         apply_one(
             &store,
             1,
-            vec![
+            mutations![
                 Mutation::UpsertCiliumNetworkPolicy(policy("p2", "eu")),
                 Mutation::UpsertCiliumNetworkPolicy(policy("p1", "eu")),
                 Mutation::UpsertSentinel(sentinel("s1", "eu")),
@@ -549,7 +630,7 @@ mod tests {
     #[test]
     fn changes_after_edges() {
         let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu", "eu-west", "e"], 1)]);
+        apply_one(&store, 1, create("d1", &["eu", "eu-west", "e"], 1));
         let view = store.read().unwrap();
         assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
         assert_eq!(view.changes_after("eu", 0, 0).unwrap(), vec![]);
@@ -564,7 +645,7 @@ mod tests {
         apply_one(
             &store,
             1,
-            vec![
+            mutations![
                 create("d1", &["eu"], 1),
                 create("d10", &["eu"], 1),
                 create("d2", &["eu"], 1),
@@ -600,10 +681,10 @@ mod tests {
     #[test]
     fn the_view_is_a_consistent_cut() {
         let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu"], 1)]);
+        apply_one(&store, 1, create("d1", &["eu"], 1));
         let view = store.read().unwrap();
         let hash = view.state_hash().unwrap();
-        apply_one(&store, 2, vec![create("d2", &["eu"], 1)]);
+        apply_one(&store, 2, create("d2", &["eu"], 1));
         assert_eq!(view.last_pk(), 1);
         assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
         assert!(view.deployment("d2").unwrap().is_none());

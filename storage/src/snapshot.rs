@@ -14,7 +14,8 @@ use redb::{Durability, ReadOnlyTable, ReadableTable, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
+    Sentinel, SentinelStatus,
 };
 
 use crate::Store;
@@ -47,6 +48,9 @@ struct SnapshotBody {
     instances: Vec<Instance>,
     changes: Vec<(Pk, ChangeRow)>,
     region_changes: Vec<(String, Pk)>,
+    environments: Vec<Environment>,
+    journal: Vec<JournalEntry>,
+    journal_seq: u64,
 }
 
 impl Store {
@@ -89,6 +93,11 @@ impl Store {
             })?,
             changes: change_rows(&view)?,
             region_changes: region_change_rows(&view)?,
+            environments: rows(&view.environments, name::ENVIRONMENTS, |e: &Environment| {
+                e.id.as_str()
+            })?,
+            journal: rows(&view.journal, name::JOURNAL, |j: &JournalEntry| j.seq)?,
+            journal_seq: view.journal_seq(),
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -248,6 +257,16 @@ fn validate(body: &SnapshotBody) -> Result<()> {
         )));
     }
     strictly_ascending(name::DEPLOYMENTS, body.deployments.iter().map(|d| &d.id))?;
+    strictly_ascending(name::ENVIRONMENTS, body.environments.iter().map(|e| &e.id))?;
+    strictly_ascending(name::JOURNAL, body.journal.iter().map(|j| j.seq))?;
+    if let Some(last) = body.journal.last()
+        && last.seq > body.journal_seq
+    {
+        return Err(invalid(format!(
+            "journal entry {} is above the journal's sequence number {}",
+            last.seq, body.journal_seq
+        )));
+    }
     strictly_ascending(
         name::DEPLOYMENT_TOPOLOGY,
         body.topologies
@@ -372,6 +391,12 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::CHANGES)?;
     txn.delete_table(tables::REGION_CHANGES)
         .ctx_table(OP, name::REGION_CHANGES)?;
+    txn.delete_table(tables::ENVIRONMENTS)
+        .ctx_table(OP, name::ENVIRONMENTS)?;
+    txn.delete_table(tables::JOURNAL)
+        .ctx_table(OP, name::JOURNAL)?;
+    txn.delete_table(tables::OPEN_DEPLOYMENTS)
+        .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
     txn.delete_table(tables::METADATA)
         .ctx_table(OP, name::METADATA)?;
     Ok(())
@@ -383,6 +408,24 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.deployments
             .insert(d.id.as_str(), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::DEPLOYMENTS)?;
+        // The index is derived, not carried.
+        if crate::apply::workflow::workflow_open(d) {
+            t.open_deployments
+                .insert(d.id.as_str(), ())
+                .ctx_table(OP_IMPORT, name::OPEN_DEPLOYMENTS)?;
+        }
+    }
+    for e in &body.environments {
+        let bytes = encode("an environment", e)?;
+        t.environments
+            .insert(e.id.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::ENVIRONMENTS)?;
+    }
+    for j in &body.journal {
+        let bytes = encode("a journal entry", j)?;
+        t.journal
+            .insert(j.seq, bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::JOURNAL)?;
     }
     for x in &body.topologies {
         let bytes = encode("a deployment topology", x)?;
@@ -443,6 +486,7 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         .ctx_table(OP_IMPORT, name::METADATA)?;
     t.put_meta_u64(meta::LAST_PK, body.last_pk)?;
     t.put_meta_u64(meta::FLOOR_PK, body.floor_pk)?;
+    t.put_meta_u64(meta::JOURNAL_SEQ, body.journal_seq)?;
     if let Some(raft) = &body.raft_meta {
         t.put_raft_meta(raft)?;
     }
@@ -466,7 +510,7 @@ mod tests {
         apply_one(
             &store,
             10,
-            vec![
+            mutations![
                 create("d1", &["eu", "us"], 1),
                 create("d2", &["eu-west"], 2),
                 Mutation::UpsertSentinel(sentinel("s1", "eu")),
@@ -488,10 +532,7 @@ mod tests {
                     id: "p1".into(),
                     region: "ap".into(),
                 },
-                Mutation::SetDesiredState {
-                    deployment_id: "d2".into(),
-                    desired_state: DesiredState::Stopped,
-                },
+                set_state("d2", DesiredState::Stopped),
             ],
         );
         apply_one(
@@ -541,7 +582,7 @@ mod tests {
     #[test]
     fn import_replaces_everything() {
         let source = Store::in_memory().unwrap();
-        apply_one(&source, 5, vec![create("other", &["us"], 1)]);
+        apply_one(&source, 5, create("other", &["us"], 1));
         let (bytes, _) = source.export_snapshot().unwrap();
 
         let target = populated();
@@ -604,6 +645,9 @@ mod tests {
             policies: vec![],
             instances: vec![],
             changes: vec![],
+            environments: vec![],
+            journal: vec![],
+            journal_seq: 0,
             region_changes: vec![],
         };
         let row = |region: &str| ChangeRow {

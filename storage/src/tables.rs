@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -52,6 +52,12 @@ pub mod name {
     pub const REGION_CHANGES: &str = "region_changes";
     /// Schema version, last pk, compaction floor and Raft metadata.
     pub const METADATA: &str = "metadata";
+    /// Environments by id.
+    pub const ENVIRONMENTS: &str = "environments";
+    /// The workflow journal by sequence number.
+    pub const JOURNAL: &str = "journal";
+    /// Ids of the deployments the deploy workflow still acts on.
+    pub const OPEN_DEPLOYMENTS: &str = "open_deployments";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -74,6 +80,15 @@ pub const CHANGES: TableDefinition<u64, Bytes> = TableDefinition::new(name::CHAN
 /// `(region, pk)` → `()`: every change row, indexed by region.
 pub const REGION_CHANGES: TableDefinition<RegionChangeKey, ()> =
     TableDefinition::new(name::REGION_CHANGES);
+/// `id` → [`wire::model::Environment`].
+pub const ENVIRONMENTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::ENVIRONMENTS);
+/// `seq` → [`wire::model::JournalEntry`]: every workflow transition.
+pub const JOURNAL: TableDefinition<u64, Bytes> = TableDefinition::new(name::JOURNAL);
+/// `deployment_id` → `()`: the deployments whose workflow is open (in
+/// flight, waiting for a scheduled change, or for its instances to go).
+/// Derived from [`DEPLOYMENTS`] by apply, rebuilt by snapshot import.
+pub const OPEN_DEPLOYMENTS: TableDefinition<&str, ()> =
+    TableDefinition::new(name::OPEN_DEPLOYMENTS);
 /// Metadata key (see [`meta`]) → bytes.
 pub const METADATA: TableDefinition<&str, Bytes> = TableDefinition::new(name::METADATA);
 
@@ -90,6 +105,8 @@ pub mod meta {
     pub const RAFT_APPLIED: &str = "raft_applied";
     /// Opaque bytes from the caller: the last applied Raft membership.
     pub const RAFT_MEMBERSHIP: &str = "raft_membership";
+    /// `u64` little-endian: the sequence number of the newest journal entry.
+    pub const JOURNAL_SEQ: &str = "journal_seq";
 }
 
 /// One row of the change log: a pointer to the resource that changed, never

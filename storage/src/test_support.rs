@@ -22,17 +22,41 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
         regions: regions.iter().map(|r| r.to_string()).collect(),
         env_vars: BTreeMap::from([("K".to_string(), "V".to_string())]),
         desired_state: DesiredState::Running,
-        status: DeploymentStatus::Deploying,
+        status: DeploymentStatus::Pending,
         created_at_ms: 1,
         updated_at_ms: 1,
+        workflow: crate::apply::workflow::new_workflow(60_000, 10_000, 0, true),
     }
 }
 
-pub(crate) fn create(id: &str, regions: &[&str], replicas: u32) -> Mutation {
+/// Creates a deployment (pending: nothing for agents yet).
+pub(crate) fn submit(id: &str, regions: &[&str], replicas: u32) -> Mutation {
     Mutation::CreateDeployment {
         deployment: deployment(id, regions, replicas),
-        k8s_namespace: "apps".into(),
     }
+}
+
+/// The deploy workflow's start of a deployment just submitted: its
+/// topologies in namespace `apps`, no sentinel, no policy.
+pub(crate) fn start(id: &str) -> Mutation {
+    Mutation::Deploy(crate::command::DeployTransition {
+        deployment_id: id.to_string(),
+        expected: crate::Guard {
+            step: "pending".into(),
+            revision: 1,
+        },
+        action: crate::command::DeployAction::Start {
+            k8s_namespace: "apps".into(),
+            sentinels: Vec::new(),
+            policies: Vec::new(),
+        },
+    })
+}
+
+/// A deployment created and started: one topology per region, as the
+/// workflow's first two steps write them.
+pub(crate) fn create(id: &str, regions: &[&str], replicas: u32) -> Vec<Mutation> {
+    vec![submit(id, regions, replicas), start(id)]
 }
 
 pub(crate) fn policy(id: &str, region: &str) -> CiliumNetworkPolicy {
@@ -145,3 +169,41 @@ pub(crate) fn all_changes(store: &Store) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// A deployment's desired state set now, with force (the tests of apply
+/// are not about the live deployment).
+pub(crate) fn set_state(id: &str, desired_state: DesiredState) -> Mutation {
+    Mutation::SetDesiredState {
+        deployment_id: id.to_string(),
+        desired_state,
+        at_ms: None,
+        force: true,
+    }
+}
+
+/// One mutation or several, for [`mutations!`].
+pub(crate) trait IntoMutations {
+    fn into_mutations(self) -> Vec<Mutation>;
+}
+
+impl IntoMutations for Mutation {
+    fn into_mutations(self) -> Vec<Mutation> {
+        vec![self]
+    }
+}
+
+impl IntoMutations for Vec<Mutation> {
+    fn into_mutations(self) -> Vec<Mutation> {
+        self
+    }
+}
+
+/// A list of mutations from mutations and lists of them (`create` is two).
+macro_rules! mutations {
+    ($($m:expr),* $(,)?) => {{
+        let mut all: Vec<$crate::Mutation> = Vec::new();
+        $( all.extend($crate::test_support::IntoMutations::into_mutations($m)); )*
+        all
+    }};
+}
+pub(crate) use mutations;

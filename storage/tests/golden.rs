@@ -12,13 +12,16 @@
 //! version (see `wire::golden`).
 
 use redb::{ReadableDatabase, ReadableTable, Value};
+use std::collections::BTreeMap;
 use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, name};
+
+use storage::command::{DeployAction, DeployTransition};
 use storage::{
     ChangeRow, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
-use wire::model::{DesiredState, ResourceType};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, ResourceType};
 
 fn goldens() -> Goldens {
     Goldens::new(
@@ -37,15 +40,73 @@ fn change_row() -> ChangeRow {
     }
 }
 
-fn mutations() -> Vec<Mutation> {
-    vec![
-        Mutation::CreateDeployment {
-            deployment: fixtures::deployment(),
+/// The fixture deployment as it is created: pending.
+fn pending_deployment() -> Deployment {
+    let mut deployment = fixtures::deployment();
+    deployment.status = DeploymentStatus::Pending;
+    deployment
+}
+
+/// The workflow's start of the fixture deployment, decided at `revision`.
+fn start(revision: u64) -> Mutation {
+    Mutation::Deploy(DeployTransition {
+        deployment_id: "dep_01hx3k9".into(),
+        expected: Guard {
+            step: "pending".into(),
+            revision,
+        },
+        action: DeployAction::Start {
             k8s_namespace: "shop".into(),
+            sentinels: vec![fixtures::sentinel()],
+            policies: vec![fixtures::policy()],
+        },
+    })
+}
+
+/// Every variant of [`DeployAction`], each in a transition.
+fn deploy_transitions() -> Vec<Mutation> {
+    let transition = |action| {
+        Mutation::Deploy(DeployTransition {
+            deployment_id: "dep_01hx3k9".into(),
+            expected: guard(),
+            action,
+        })
+    };
+    vec![
+        start(7),
+        transition(DeployAction::Observe {
+            observed_running: 5,
+            deadline_at_ms: NOW_MS + 900_000,
+            failing_since_ms: BTreeMap::from([("us-east".to_string(), NOW_MS + 15)]),
+        }),
+        transition(DeployAction::Advance {
+            to: DeploymentStatus::Network,
+            reason: "every region runs its replicas".into(),
+        }),
+        transition(DeployAction::Finalize {
+            standby_replaced_at_ms: NOW_MS + 600_000,
+        }),
+        transition(DeployAction::Fail {
+            reason: "progress deadline passed; eu-west: 0/3 running".into(),
+        }),
+        transition(DeployAction::Supersede {
+            by: "dep_01hx3kb".into(),
+        }),
+        transition(DeployAction::ApplySchedule),
+        transition(DeployAction::MarkStopped),
+    ]
+}
+
+fn mutations() -> Vec<Mutation> {
+    let mut all = vec![
+        Mutation::CreateDeployment {
+            deployment: pending_deployment(),
         },
         Mutation::SetDesiredState {
             deployment_id: "dep_01hx3k9".into(),
-            desired_state: DesiredState::Stopped,
+            desired_state: DesiredState::Standby,
+            at_ms: Some(NOW_MS + 1_800_000),
+            force: true,
         },
         Mutation::ReportInstances {
             deployment_id: "dep_01hx3k9".into(),
@@ -67,7 +128,18 @@ fn mutations() -> Vec<Mutation> {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
         },
-    ]
+    ];
+    all.extend(deploy_transitions());
+    all.extend([
+        Mutation::CancelDeployment {
+            deployment_id: "dep_01hx3kb".into(),
+        },
+        Mutation::Rollback {
+            environment_id: "env_prod".into(),
+            to: Some("dep_01hx3k8".into()),
+        },
+    ]);
+    all
 }
 
 fn guard() -> Guard {
@@ -111,20 +183,16 @@ fn populated(store: &Store) {
     let commands = [
         vec![
             Mutation::CreateDeployment {
-                deployment: fixtures::deployment(),
-                k8s_namespace: "shop".into(),
+                deployment: pending_deployment(),
             },
-            Mutation::UpsertSentinel(fixtures::sentinel()),
+            start(fixtures::deploy_workflow().revision),
             Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
         ],
-        vec![
-            Mutation::ReportInstances {
-                deployment_id: "dep_01hx3k9".into(),
-                region: "eu-west".into(),
-                instances: vec![fixtures::instance()],
-            },
-            Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
-        ],
+        vec![Mutation::ReportInstances {
+            deployment_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+            instances: vec![fixtures::instance()],
+        }],
         vec![Mutation::Compact {
             created_before_ms: NOW_MS + 1,
             rows_max: 2,
@@ -165,6 +233,8 @@ fn state_formats_match_their_goldens() {
     g.check("tables.cilium_network_policies", &[fixtures::policy()]);
     g.check("tables.instances", &[fixtures::instance()]);
     g.check("tables.changes", &[change_row()]);
+    g.check("tables.environments", &[fixtures::environment()]);
+    g.check("tables.journal", &[fixtures::journal_entry()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -176,6 +246,8 @@ fn state_formats_match_their_goldens() {
             key::<InstanceKey>("instance_key", &("dep_01hx3k9", "eu-west", "dep-01hx3k9-0")),
             key::<u64>("change_pk", &70_000),
             key::<RegionChangeKey>("region_change_key", &("eu-west", 70_000)),
+            key::<&str>("environment_id", &"env_prod"),
+            key::<u64>("journal_seq", &4_000),
         ],
     );
     g.check_bytes(
@@ -191,6 +263,9 @@ fn state_formats_match_their_goldens() {
             name::CHANGES,
             name::REGION_CHANGES,
             name::METADATA,
+            name::ENVIRONMENTS,
+            name::JOURNAL,
+            name::OPEN_DEPLOYMENTS,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

@@ -26,6 +26,10 @@ pub enum ErrorCode {
     ProtocolViolation,
     /// The server failed; the message says why.
     Internal,
+    /// The request is well formed but the state of what it names does not
+    /// allow it (a rollback to a failed deployment, stopping the live one
+    /// without force); the message says what is in the way.
+    FailedPrecondition,
 }
 
 impl ErrorCode {
@@ -41,6 +45,7 @@ impl ErrorCode {
             ErrorCode::BadFrame => "bad_frame",
             ErrorCode::ProtocolViolation => "protocol_violation",
             ErrorCode::Internal => "internal",
+            ErrorCode::FailedPrecondition => "failed_precondition",
         }
     }
 }

@@ -32,6 +32,16 @@ pub fn sentinel(sentinel_id: &str) -> String {
     prefixed("snt", sentinel_id)
 }
 
+/// The id of a deployment's network policy (one per region): the
+/// deployment's Kubernetes name with a `-net` suffix, kept a DNS label.
+pub fn deployment_policy(deployment_id: &str) -> String {
+    let mut name = deployment(deployment_id);
+    name.truncate(DNS_LABEL_BYTES_MAX - "-net".len());
+    let mut name = name.trim_end_matches('-').to_string();
+    name.push_str("-net");
+    name
+}
+
 fn prefixed(prefix: &str, id: &str) -> String {
     let mut out = format!("{prefix}-");
     // Ids minted by ctrl already carry the prefix (`dep_…`).

@@ -53,39 +53,83 @@ pub struct ResourceKey {
     pub region: String,
 }
 
-/// Whether a resource should run.
+/// Whether a resource should run. Topologies, sentinels and policies are
+/// `Running` or `Stopped` (what krane acts on); a deployment is `Running`,
+/// `Standby` or `Archived` (the operator's intent; its topologies are
+/// `Stopped` unless it is `Running`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DesiredState {
     /// Keep the workload running at its replica count.
     Running,
     /// Scale the workload to zero and keep it so.
     Stopped,
+    /// A deployment kept for a rollback, with nothing running.
+    Standby,
+    /// A deployment that may never run again (a rollback to it is refused).
+    Archived,
 }
 
 impl DesiredState {
-    /// The lowercase name shown to operators (`running`, `stopped`).
+    /// The lowercase name shown to operators (`running`, `stopped`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             DesiredState::Running => "running",
             DesiredState::Stopped => "stopped",
+            DesiredState::Standby => "standby",
+            DesiredState::Archived => "archived",
         }
+    }
+
+    /// Whether the workload runs (anything else is scaled to zero).
+    pub fn runs(self) -> bool {
+        self == DesiredState::Running
     }
 }
 
-/// Lifecycle of a deployment as the operator sees it.
+/// Where a deployment is in the deploy workflow:
+/// `pending → deploying → network → finalizing → ready`, or one of the
+/// ends `failed`, `cancelled`, `superseded`, `stopped`. There is no build
+/// step: images are prebuilt (air-gapped sites pull from their own
+/// registry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeploymentStatus {
-    /// Created; topologies written, agents converging.
+    /// Topologies, sentinels and policies written; waiting for the
+    /// deployment's instances to run in its regions.
     Deploying,
-    /// Every region has at least `replicas` running instances.
+    /// Running in its regions and, if it was deployed to be live, the
+    /// environment's live deployment.
     Ready,
-    /// The deploy failed; the reason is kept on the deployment.
+    /// The deploy failed (deadline, fail-fast); the reason is kept.
     Failed,
-    /// Stopped by the operator.
+    /// Its desired state is standby or archived and its instances are gone.
     Stopped,
+    /// Accepted; nothing written for agents yet.
+    Pending,
+    /// Waiting for the environment's sentinel to be healthy in every
+    /// target region.
+    Network,
+    /// Becoming the environment's live deployment.
+    Finalizing,
+    /// Cancelled by an operator while in flight.
+    Cancelled,
+    /// A newer deploy to its environment replaced it while in flight.
+    Superseded,
 }
 
 impl DeploymentStatus {
+    /// Every status, in declaration order.
+    pub const ALL: [DeploymentStatus; 9] = [
+        DeploymentStatus::Deploying,
+        DeploymentStatus::Ready,
+        DeploymentStatus::Failed,
+        DeploymentStatus::Stopped,
+        DeploymentStatus::Pending,
+        DeploymentStatus::Network,
+        DeploymentStatus::Finalizing,
+        DeploymentStatus::Cancelled,
+        DeploymentStatus::Superseded,
+    ];
+
     /// The lowercase name shown to operators (`deploying`, `ready`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -93,8 +137,165 @@ impl DeploymentStatus {
             DeploymentStatus::Ready => "ready",
             DeploymentStatus::Failed => "failed",
             DeploymentStatus::Stopped => "stopped",
+            DeploymentStatus::Pending => "pending",
+            DeploymentStatus::Network => "network",
+            DeploymentStatus::Finalizing => "finalizing",
+            DeploymentStatus::Cancelled => "cancelled",
+            DeploymentStatus::Superseded => "superseded",
         }
     }
+
+    /// A step of the deploy in flight (the workflow still acts on it).
+    pub fn in_flight(self) -> bool {
+        matches!(
+            self,
+            DeploymentStatus::Pending
+                | DeploymentStatus::Deploying
+                | DeploymentStatus::Network
+                | DeploymentStatus::Finalizing
+        )
+    }
+
+    /// An end the deploy cannot leave but by an operator's rollback or
+    /// start (`failed`, `cancelled`, `superseded`).
+    pub fn unsuccessful(self) -> bool {
+        matches!(
+            self,
+            DeploymentStatus::Failed | DeploymentStatus::Cancelled | DeploymentStatus::Superseded
+        )
+    }
+}
+
+/// One step of a deploy as it happened: when it started and ended, and why
+/// it failed if it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// The step (a status of the deploy workflow).
+    pub step: DeploymentStatus,
+    /// When the step started (leader's clock).
+    pub started_at_ms: UnixMs,
+    /// When it ended; `None` while it runs.
+    pub ended_at_ms: Option<UnixMs>,
+    /// Why the deploy failed in this step, if it did.
+    pub error: Option<String>,
+}
+
+/// A desired-state change scheduled for later (`ctrl stop ID --after 30m`,
+/// or the standby of a replaced live deployment after its grace period).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduledChange {
+    /// The desired state to set.
+    pub desired_state: DesiredState,
+    /// When to set it (leader's clock).
+    pub at_ms: UnixMs,
+}
+
+/// The deploy workflow's record, kept on its deployment: the revision its
+/// guarded transitions compare, the step records, the progress deadline,
+/// and what the workflow has observed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeployWorkflow {
+    /// Raised by every write of the deployment: a transition decided at
+    /// another revision is refused by apply.
+    pub revision: u64,
+    /// One record per step started, oldest first (a deployment run again
+    /// by a rollback or a start appends new ones; at most
+    /// [`STEP_RECORDS_MAX`] are kept, the oldest dropped).
+    pub steps: Vec<StepRecord>,
+    /// How long the deploy may go without progress, in milliseconds.
+    pub progress_deadline_ms: u64,
+    /// When the deploy fails unless it progresses or becomes ready
+    /// (absolute, leader's clock; pushed forward by progress).
+    pub deadline_at_ms: UnixMs,
+    /// How long a region whose every instance failed may stay so before
+    /// the deploy fails without waiting for the deadline, in milliseconds.
+    pub fail_fast_ms: u64,
+    /// Regions that must run every replica for the deploy to be ready.
+    pub min_ready_regions: u32,
+    /// Running instances over all regions when progress was last recorded.
+    pub observed_running: u32,
+    /// Regions whose every instance has failed, with since when.
+    pub failing_since_ms: BTreeMap<String, UnixMs>,
+    /// Whether the deploy makes the deployment its environment's live one
+    /// when it finishes (a deploy or a rollback; not a plain start).
+    pub make_live: bool,
+    /// Why the deploy ended the way it did (failure, cancellation,
+    /// supersession), for operators.
+    pub reason: Option<String>,
+    /// A desired-state change waiting for its time.
+    pub scheduled: Option<ScheduledChange>,
+}
+
+/// Most step records one deployment keeps.
+pub const STEP_RECORDS_MAX: usize = 64;
+
+/// An environment: its live deployment (at most one) and the deployments
+/// that were live before it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Environment {
+    /// The environment's id (as deployments name it).
+    pub id: String,
+    /// Owning workspace.
+    pub workspace_id: String,
+    /// Owning project.
+    pub project_id: String,
+    /// The deployment serving the environment, if any.
+    pub live_deployment_id: Option<String>,
+    /// Deployments that were live before, most recent last (at most
+    /// [`FORMERLY_LIVE_MAX`]): where a rollback goes by default.
+    pub formerly_live: Vec<String>,
+    /// The deployment the latest deploy or rollback wants live: an older
+    /// deploy still in flight is superseded by it.
+    pub latest_attempt: Option<String>,
+    /// When the environment was first deployed to (leader's clock).
+    pub created_at_ms: UnixMs,
+    /// When it last changed (leader's clock).
+    pub updated_at_ms: UnixMs,
+}
+
+/// Most formerly-live deployments an environment remembers.
+pub const FORMERLY_LIVE_MAX: usize = 32;
+
+/// Who made a workflow transition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Actor {
+    /// The workflow itself, driven by the leader.
+    Workflow,
+    /// An operator, by the identity of its certificate.
+    Operator(String),
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Actor::Workflow => f.write_str("workflow"),
+            Actor::Operator(identity) => f.write_str(identity),
+        }
+    }
+}
+
+/// One workflow transition, appended to the journal by the apply that
+/// made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The entry's place in the journal (gap-free, from 1).
+    pub seq: u64,
+    /// When the transition was applied (leader's clock).
+    pub at_ms: UnixMs,
+    /// The deployment that moved.
+    pub deployment_id: String,
+    /// Its environment.
+    pub environment_id: String,
+    /// The status it left (`None` for its creation).
+    pub from: Option<DeploymentStatus>,
+    /// The status it reached.
+    pub to: DeploymentStatus,
+    /// Why, in words.
+    pub reason: String,
+    /// The operator request that caused it, if one did.
+    pub request_id: Option<String>,
+    /// Who made it.
+    pub actor: Actor,
 }
 
 /// A deployment: one image rolled out to a set of regions.
@@ -128,6 +329,8 @@ pub struct Deployment {
     pub created_at_ms: UnixMs,
     /// When it last changed (leader's clock).
     pub updated_at_ms: UnixMs,
+    /// The deploy workflow's record.
+    pub workflow: DeployWorkflow,
 }
 
 /// The desired state of one deployment in one region: what krane turns into

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
-use crate::model::{Deployment, DesiredState, Instance, Sentinel, SentinelStatus};
+use crate::model::{
+    Deployment, DesiredState, Environment, Instance, JournalEntry, Sentinel, SentinelStatus,
+};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";
@@ -30,6 +32,12 @@ pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
 pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
+/// Shortest progress deadline a deploy may ask for.
+pub const PROGRESS_DEADLINE_MS_MIN: u64 = 1_000;
+/// Longest progress deadline a deploy may ask for.
+pub const PROGRESS_DEADLINE_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// Furthest ahead a desired-state change may be scheduled.
+pub const SCHEDULE_AFTER_MS_MAX: u64 = 90 * 24 * 60 * 60 * 1_000;
 
 /// A call of the operator protocol: one per stream, answered by one [`OperatorResponse`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,12 +56,19 @@ pub enum OperatorRequest {
         /// Most deployments to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
-    /// Set a deployment running or stopped; answered by `Updated`.
+    /// Set a deployment's desired state (running, standby, archived), now
+    /// or after `after_ms`; answered by `Updated`. Stopping or archiving
+    /// the environment's live deployment needs `force`.
     SetDesiredState {
         /// The deployment's id.
         id: String,
         /// The state to set.
         desired_state: DesiredState,
+        /// Set it this long from now (at most [`SCHEDULE_AFTER_MS_MAX`]);
+        /// `None`: now.
+        after_ms: Option<u64>,
+        /// Allow stopping or archiving the live deployment.
+        force: bool,
     },
     /// Initialise a fresh cluster with the members of the receiving node's
     /// config (itself and its peers).
@@ -120,6 +135,36 @@ pub enum OperatorRequest {
         seen: u64,
         /// Longest wait for a change, in milliseconds.
         wait_ms: u64,
+    },
+    /// Cancel a deploy in flight; answered by `Updated`.
+    CancelDeployment {
+        /// The deployment's id.
+        id: String,
+    },
+    /// Make an earlier deployment of an environment live again; answered
+    /// by `Updated` (the deployment rolled back to).
+    Rollback {
+        /// The environment.
+        environment_id: String,
+        /// The deployment to make live; `None`: the previous live one.
+        to: Option<String>,
+    },
+    /// Read an environment (its live deployment); answered by `Environment`.
+    GetEnvironment {
+        /// The environment's id.
+        id: String,
+    },
+    /// Journal entries after `after`, oldest first, of one environment or
+    /// deployment if named; answered by `History`.
+    History {
+        /// Only this environment's entries.
+        environment_id: Option<String>,
+        /// Only this deployment's entries.
+        deployment_id: Option<String>,
+        /// Exclusive lower bound on the sequence number (0: from the first).
+        after: u64,
+        /// Most entries to return (at most [`LIST_PAGE_MAX`]).
+        limit: u32,
     },
 }
 
@@ -203,6 +248,13 @@ pub struct CreateDeployment {
     pub regions: Vec<String>,
     /// Container environment variables (at most [`ENV_VARS_MAX`]).
     pub env_vars: BTreeMap<String, String>,
+    /// How long the deploy may go without progress before it fails
+    /// ([`PROGRESS_DEADLINE_MS_MIN`] to [`PROGRESS_DEADLINE_MS_MAX`]);
+    /// `None`: the cluster's default.
+    pub progress_deadline_ms: Option<u64>,
+    /// Regions that must run every replica for the deploy to be ready
+    /// (1 to the number of regions); `None`: every region.
+    pub min_ready_regions: Option<u32>,
 }
 
 impl CreateDeployment {
@@ -261,6 +313,21 @@ impl CreateDeployment {
                     "env var {key} is longer than {ENV_VALUE_BYTES_MAX} bytes"
                 ));
             }
+        }
+        if let Some(ms) = self.progress_deadline_ms
+            && !(PROGRESS_DEADLINE_MS_MIN..=PROGRESS_DEADLINE_MS_MAX).contains(&ms)
+        {
+            return bad(format!(
+                "progress_deadline_ms must be between {PROGRESS_DEADLINE_MS_MIN} and {PROGRESS_DEADLINE_MS_MAX}"
+            ));
+        }
+        if let Some(n) = self.min_ready_regions
+            && (n == 0 || n as usize > self.regions.len())
+        {
+            return bad(format!(
+                "min_ready_regions must be between 1 and the {} regions named",
+                self.regions.len()
+            ));
         }
         Ok(())
     }
@@ -495,6 +562,15 @@ pub enum OperatorResponse {
     },
     /// The call failed; the error says why.
     Error(WireError),
+    /// One environment.
+    Environment(Environment),
+    /// A page of the journal.
+    History {
+        /// The entries, oldest first.
+        entries: Vec<JournalEntry>,
+        /// Pass as `after` to read on; `None` at the end.
+        next_after: Option<u64>,
+    },
 }
 
 #[cfg(test)]

@@ -32,6 +32,12 @@ fn wire_formats_match_their_goldens() {
     g.check("model.InstanceStatus", &instance_statuses());
     g.check("model.Instance", &[instance()]);
     g.check("model.SentinelStatus", &[sentinel_status()]);
+    g.check("model.StepRecord", &[step_record()]);
+    g.check("model.ScheduledChange", &[scheduled_change()]);
+    g.check("model.DeployWorkflow", &[deploy_workflow()]);
+    g.check("model.Environment", &[environment()]);
+    g.check("model.Actor", &actors());
+    g.check("model.JournalEntry", &[journal_entry()]);
 
     // errors and the handshake
     g.check("error.ErrorCode", &error_codes());

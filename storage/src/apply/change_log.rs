@@ -87,6 +87,9 @@ impl Applier<'_> {
         if let Some((pk, _)) = doomed.last() {
             self.floor_pk = self.floor_pk.max(*pk);
         }
+        // The journal ages out by the same rule and bound (it grows far
+        // slower than the change log: a few entries per deploy).
+        self.compact_journal(created_before_ms, rows_max)?;
         Ok(Ok(Outcome::Compacted {
             rows_deleted: doomed.len() as u64,
             floor_pk: self.floor_pk,

@@ -1,27 +1,25 @@
 //! Deployments and their topologies: a deployment row, and per region a
 //! topology (what krane turns into a Service and a StatefulSet) with its own
-//! change row. Creating writes one topology per region; setting the desired
-//! state rewrites every topology (stopped: zero replicas) and puts the
-//! deployment back to deploying when it runs again.
+//! change row. Creating writes the row only (`pending`); the deploy's start
+//! writes one topology per region, with the environment's sentinels and the
+//! deployment's policies; its cleanup stops them; the desired state stops
+//! or starts them, now or at a scheduled time.
 
-use wire::model::{Deployment, DeploymentStatus, DeploymentTopology, DesiredState, ResourceType};
+use wire::WireError;
+use wire::model::{
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
+    ResourceType, ScheduledChange, Sentinel,
+};
 
-use super::{Applier, OP, bad_request, not_found};
+use redb::ReadableTable;
+
+use super::{Applier, OP, bad_request, conflict, not_found};
 use crate::command::{MutationResult, Outcome};
-use crate::error::{RedbContext, Result, StorageError};
+use crate::error::{RedbContext, Result};
 use crate::read::load;
-use crate::tables::{encode, name};
+use crate::tables::{decode, encode, name};
 
 impl Applier<'_> {
-    pub(super) fn put_deployment(&mut self, deployment: &Deployment) -> Result<()> {
-        let bytes = encode("a deployment", deployment)?;
-        self.t
-            .deployments
-            .insert(deployment.id.as_str(), bytes.as_slice())
-            .ctx_table(OP, name::DEPLOYMENTS)?;
-        Ok(())
-    }
-
     pub(super) fn put_topology(&mut self, topology: &DeploymentTopology) -> Result<()> {
         let bytes = encode("a deployment topology", topology)?;
         self.t
@@ -38,32 +36,15 @@ impl Applier<'_> {
         load(&self.t.deployments, name::DEPLOYMENTS, id)
     }
 
-    /// The topology a deployment's region list promises; its absence breaks
-    /// an invariant of apply.
-    pub(super) fn expected_topology(
-        &self,
-        deployment_id: &str,
-        region: &str,
-    ) -> Result<DeploymentTopology> {
+    fn topology(&self, deployment_id: &str, region: &str) -> Result<Option<DeploymentTopology>> {
         load(
             &self.t.topology,
             name::DEPLOYMENT_TOPOLOGY,
             (region, deployment_id),
-        )?
-        .ok_or_else(|| {
-            StorageError::corrupt(
-                name::DEPLOYMENT_TOPOLOGY,
-                &(region, deployment_id),
-                "the deployment lists this region but has no topology in it",
-            )
-        })
+        )
     }
 
-    pub(super) fn create_deployment(
-        &mut self,
-        deployment: &Deployment,
-        k8s_namespace: &str,
-    ) -> Result<MutationResult> {
+    pub(super) fn create_deployment(&mut self, deployment: &Deployment) -> Result<MutationResult> {
         let id = deployment.id.as_str();
         if id.is_empty() {
             return Ok(bad_request("a deployment needs an id"));
@@ -86,14 +67,72 @@ impl Applier<'_> {
         if self.deployment(id)?.is_some() {
             return Ok(bad_request(format!("deployment {id:?} already exists")));
         }
+        if deployment.status != DeploymentStatus::Pending {
+            return Ok(bad_request(format!(
+                "deployment {id:?} must be created pending, not {}",
+                deployment.status.as_str()
+            )));
+        }
+        let mut row = deployment.clone();
+        row.created_at_ms = self.now_ms;
+        row.updated_at_ms = self.now_ms;
+        row.workflow.steps = vec![wire::model::StepRecord {
+            step: DeploymentStatus::Pending,
+            started_at_ms: self.now_ms,
+            ended_at_ms: None,
+            error: None,
+        }];
+        if row.workflow.make_live {
+            self.attempt(&row)?;
+        }
+        self.put_deployment(&row)?;
+        self.journal(&row, None, DeploymentStatus::Pending, "deploy requested")?;
+        Ok(Ok(Outcome::DeploymentCreated {
+            deployment_id: id.to_string(),
+        }))
+    }
 
-        self.put_deployment(deployment)?;
-        let replicas = match deployment.desired_state {
-            DesiredState::Running => deployment.replicas,
-            DesiredState::Stopped => 0,
+    /// The deploy's start: the topology of every region (created, or set
+    /// running again), the environment's sentinel in each region that has
+    /// none (find-or-create, here in apply, so two deploys cannot make
+    /// two), and the deployment's policies. A `BadRequest` before anything
+    /// is written if a sentinel or policy names another region or
+    /// environment.
+    pub(super) fn start_deploy(
+        &mut self,
+        deployment: &Deployment,
+        k8s_namespace: &str,
+        sentinels: &[Sentinel],
+        policies: &[CiliumNetworkPolicy],
+    ) -> Result<Result<(), WireError>> {
+        let id = deployment.id.as_str();
+        let foreign = |region: &str, environment_id: &str| {
+            !deployment.regions.iter().any(|r| r == region)
+                || environment_id != deployment.environment_id
         };
+        if let Some(s) = sentinels
+            .iter()
+            .find(|s| foreign(&s.region, &s.environment_id))
+        {
+            return Ok(Err(WireError::new(
+                wire::ErrorCode::BadRequest,
+                format!("sentinel {:?} is not of deployment {id:?}", s.id),
+            )));
+        }
+        if let Some(p) = policies
+            .iter()
+            .find(|p| foreign(&p.region, &p.environment_id))
+        {
+            return Ok(Err(WireError::new(
+                wire::ErrorCode::BadRequest,
+                format!("policy {:?} is not of deployment {id:?}", p.id),
+            )));
+        }
         for region in &deployment.regions {
             let version = self.record_change(ResourceType::DeploymentTopology, id, region)?;
+            let created_at_ms = self
+                .topology(id, region)?
+                .map_or(self.now_ms, |t| t.created_at_ms);
             self.put_topology(&DeploymentTopology {
                 deployment_id: id.to_string(),
                 workspace_id: deployment.workspace_id.clone(),
@@ -105,54 +144,196 @@ impl Applier<'_> {
                 image: deployment.image.clone(),
                 cpu_millicores: deployment.cpu_millicores,
                 memory_mib: deployment.memory_mib,
-                replicas,
+                replicas: deployment.replicas,
                 env_vars: deployment.env_vars.clone(),
-                desired_state: deployment.desired_state,
+                desired_state: DesiredState::Running,
                 version,
-                created_at_ms: self.now_ms,
+                created_at_ms,
                 updated_at_ms: self.now_ms,
             })?;
+            if self
+                .environment_sentinel(&deployment.environment_id, region)?
+                .is_none()
+                && let Some(sentinel) = sentinels.iter().find(|s| &s.region == region)
+            {
+                if let Err(e) = self.upsert_sentinel(sentinel)? {
+                    return Ok(Err(e));
+                }
+            }
         }
-        Ok(Ok(Outcome::DeploymentCreated {
-            deployment_id: id.to_string(),
-        }))
+        for policy in policies {
+            if let Err(e) = self.upsert_policy(policy)? {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
     }
 
+    /// The sentinel of `environment_id` in `region`, if it has one.
+    pub(super) fn environment_sentinel(
+        &self,
+        environment_id: &str,
+        region: &str,
+    ) -> Result<Option<Sentinel>> {
+        let range = self
+            .t
+            .sentinels
+            .range((region, "")..)
+            .ctx_table(OP, name::SENTINELS)?;
+        for entry in range {
+            let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
+            if key.value().0 != region {
+                break;
+            }
+            let sentinel: Sentinel = decode(name::SENTINELS, &key.value(), value.value())?;
+            if sentinel.environment_id == environment_id {
+                return Ok(Some(sentinel));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stops every topology of `deployment` that exists (krane removes the
+    /// objects; the rows stay for inspection), removes its instances and
+    /// its policies.
+    pub(super) fn clean_up(&mut self, deployment: &Deployment) -> Result<()> {
+        self.stop_topologies(deployment)?;
+        for region in &deployment.regions {
+            self.remove_instances(&deployment.id, region)?;
+            let policy_id = wire::k8s_name::deployment_policy(&deployment.id);
+            // Absent when the deploy never started: nothing to delete.
+            let _ = self.delete_policy(&policy_id, region)?;
+        }
+        Ok(())
+    }
+
+    /// Sets every existing topology of `deployment` stopped (zero replicas),
+    /// one change row each; a topology already stopped is left alone.
+    fn stop_topologies(&mut self, deployment: &Deployment) -> Result<()> {
+        for region in &deployment.regions {
+            let Some(mut topology) = self.topology(&deployment.id, region)? else {
+                continue;
+            };
+            if topology.desired_state == DesiredState::Stopped {
+                continue;
+            }
+            topology.version =
+                self.record_change(ResourceType::DeploymentTopology, &deployment.id, region)?;
+            topology.desired_state = DesiredState::Stopped;
+            topology.replicas = 0;
+            topology.updated_at_ms = self.now_ms;
+            self.put_topology(&topology)?;
+        }
+        Ok(())
+    }
+
+    /// An operator's desired state, now or scheduled.
     pub(super) fn set_desired_state(
         &mut self,
         deployment_id: &str,
         desired_state: DesiredState,
+        at_ms: Option<u64>,
+        force: bool,
     ) -> Result<MutationResult> {
         let Some(mut deployment) = self.deployment(deployment_id)? else {
             return Ok(not_found(format!("no deployment {deployment_id:?}")));
         };
-        if deployment.desired_state == desired_state {
-            return Ok(Ok(Outcome::Deployment(deployment)));
-        }
-        let mut topologies = Vec::with_capacity(deployment.regions.len());
-        for region in &deployment.regions {
-            topologies.push(self.expected_topology(deployment_id, region)?);
-        }
-
-        let (status, replicas) = match desired_state {
-            DesiredState::Stopped => (DeploymentStatus::Stopped, 0),
-            DesiredState::Running => (DeploymentStatus::Deploying, deployment.replicas),
+        // Deployments are standby where topologies are stopped.
+        let desired_state = match desired_state {
+            DesiredState::Stopped => DesiredState::Standby,
+            other => other,
         };
-        deployment.desired_state = desired_state;
-        deployment.status = status;
-        deployment.updated_at_ms = self.now_ms;
-        self.put_deployment(&deployment)?;
-        for mut topology in topologies {
-            topology.version = self.record_change(
-                ResourceType::DeploymentTopology,
-                deployment_id,
-                &topology.region,
-            )?;
-            topology.desired_state = desired_state;
-            topology.replicas = replicas;
-            topology.updated_at_ms = self.now_ms;
-            self.put_topology(&topology)?;
+        if !desired_state.runs() && !force && self.is_live(&deployment)? {
+            return Ok(conflict(format!(
+                "deployment {deployment_id:?} is its environment's live deployment: \
+                 {} it with force, or roll back or deploy another first",
+                match desired_state {
+                    DesiredState::Archived => "archive",
+                    _ => "stop",
+                }
+            )));
         }
+        if deployment.desired_state == DesiredState::Archived && desired_state.runs() {
+            return Ok(conflict(format!(
+                "deployment {deployment_id:?} is archived and cannot run again"
+            )));
+        }
+        match at_ms {
+            Some(at_ms) if at_ms > self.now_ms => {
+                // A newer schedule replaces an older one.
+                deployment.workflow.scheduled = Some(ScheduledChange {
+                    desired_state,
+                    at_ms,
+                });
+            }
+            _ => {
+                deployment.workflow.scheduled = None;
+                if desired_state.runs() {
+                    self.start_again(&mut deployment)?;
+                } else {
+                    self.stop_running(&mut deployment, desired_state, force)?;
+                }
+            }
+        }
+        self.save_deployment(&mut deployment)?;
+        Ok(Ok(Outcome::Deployment(deployment)))
+    }
+
+    /// Runs a deployment that does not (standby, or ended unsuccessfully)
+    /// again: `pending`, with its deploy record reset; it is not made live
+    /// unless `make_live` was set by the caller. A running one is left.
+    pub(super) fn start_again(&mut self, deployment: &mut Deployment) -> Result<()> {
+        let ended =
+            deployment.status.unsuccessful() || deployment.status == DeploymentStatus::Stopped;
+        if deployment.desired_state.runs() && !ended {
+            return Ok(());
+        }
+        deployment.desired_state = DesiredState::Running;
+        deployment.workflow.reason = None;
+        deployment.workflow.observed_running = 0;
+        deployment.workflow.failing_since_ms.clear();
+        if deployment.status.in_flight() {
+            // Still winding down from a stop that never finished: the
+            // workflow picks it up where it is.
+            return Ok(());
+        }
+        self.change_status(deployment, DeploymentStatus::Pending, "started again", None)
+    }
+
+    /// Sets a deployment's desired state to one that does not run: stops
+    /// its topologies; a deploy in flight is cancelled; the live one stops
+    /// being live (only reached with force). The status becomes `stopped`
+    /// once no instance is left (the workflow's `MarkStopped`).
+    pub(super) fn stop_running(
+        &mut self,
+        deployment: &mut Deployment,
+        desired_state: DesiredState,
+        force: bool,
+    ) -> Result<()> {
+        if force && self.is_live(deployment)? {
+            self.unset_live(deployment)?;
+        }
+        deployment.desired_state = desired_state;
+        if deployment.status.in_flight() {
+            let reason = format!("set {}", desired_state.as_str());
+            return self.end_unsuccessfully(deployment, DeploymentStatus::Cancelled, &reason);
+        }
+        self.stop_topologies(deployment)
+    }
+
+    /// An operator's cancel of a deploy in flight.
+    pub(super) fn cancel_deployment(&mut self, deployment_id: &str) -> Result<MutationResult> {
+        let Some(mut deployment) = self.deployment(deployment_id)? else {
+            return Ok(not_found(format!("no deployment {deployment_id:?}")));
+        };
+        if !deployment.status.in_flight() {
+            return Ok(conflict(format!(
+                "deployment {deployment_id:?} is {}: only a deploy in flight can be cancelled",
+                deployment.status.as_str()
+            )));
+        }
+        self.end_unsuccessfully(&mut deployment, DeploymentStatus::Cancelled, "cancelled")?;
+        self.save_deployment(&mut deployment)?;
         Ok(Ok(Outcome::Deployment(deployment)))
     }
 }
@@ -163,17 +344,20 @@ mod tests {
     use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceType};
 
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Outcome, Store};
 
     #[test]
     fn create_writes_one_topology_and_change_row_per_region() {
         let store = Store::in_memory().unwrap();
-        let out = apply_one(&store, 100, vec![create("d1", &["eu", "us"], 3)]);
+        let out = apply_one(&store, 100, create("d1", &["eu", "us"], 3));
         assert_eq!(
             out,
-            vec![Ok(Outcome::DeploymentCreated {
-                deployment_id: "d1".into()
-            })]
+            vec![
+                Ok(Outcome::DeploymentCreated {
+                    deployment_id: "d1".into()
+                }),
+                Ok(Outcome::Recorded)
+            ]
         );
         let view = store.read().unwrap();
         assert_eq!(view.last_pk(), 2);
@@ -194,17 +378,16 @@ mod tests {
     #[test]
     fn stop_writes_one_change_per_region_with_zero_replicas() {
         let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu", "us", "ap"], 2)]);
-        let stop = Mutation::SetDesiredState {
-            deployment_id: "d1".into(),
-            desired_state: DesiredState::Stopped,
-        };
+        apply_one(&store, 1, create("d1", &["eu", "us", "ap"], 2));
+        let stop = set_state("d1", DesiredState::Stopped);
         let out = apply_one(&store, 2, vec![stop.clone()]);
         let Ok(Outcome::Deployment(d)) = &out[0] else {
             panic!("{out:?}")
         };
-        assert_eq!(d.desired_state, DesiredState::Stopped);
-        assert_eq!(d.status, DeploymentStatus::Stopped);
+        // A deployment is standby where its topologies are stopped; a
+        // deploy in flight that is stopped is cancelled.
+        assert_eq!(d.desired_state, DesiredState::Standby);
+        assert_eq!(d.status, DeploymentStatus::Cancelled);
         assert_eq!(d.updated_at_ms, 2);
         let view = store.read().unwrap();
         assert_eq!(view.last_pk(), 6);
@@ -227,19 +410,27 @@ mod tests {
         assert!(matches!(again[0], Ok(Outcome::Deployment(_))));
         assert_eq!(store.read().unwrap().last_pk(), 6);
 
-        // Running again restores replicas and deploys.
-        let out = apply_one(
-            &store,
-            4,
-            vec![Mutation::SetDesiredState {
-                deployment_id: "d1".into(),
-                desired_state: DesiredState::Running,
-            }],
-        );
+        // Running again makes it pending; the workflow's start restores
+        // the replicas.
+        let out = apply_one(&store, 4, vec![set_state("d1", DesiredState::Running)]);
         let Ok(Outcome::Deployment(d)) = &out[0] else {
             panic!("{out:?}")
         };
-        assert_eq!(d.status, DeploymentStatus::Deploying);
+        assert_eq!(d.status, DeploymentStatus::Pending);
+        assert_eq!(store.read().unwrap().last_pk(), 6);
+        let start = crate::Mutation::Deploy(crate::command::DeployTransition {
+            deployment_id: "d1".into(),
+            expected: crate::apply::workflow::deploy_guard(d),
+            action: crate::command::DeployAction::Start {
+                k8s_namespace: "apps".into(),
+                sentinels: Vec::new(),
+                policies: Vec::new(),
+            },
+        });
+        assert_eq!(
+            apply_one(&store, 5, vec![start]),
+            vec![Ok(Outcome::Recorded)]
+        );
         let view = store.read().unwrap();
         assert_eq!(view.last_pk(), 9);
         let t = view.topology("d1", "us").unwrap().unwrap();

@@ -1,8 +1,8 @@
 //! Instance reports: krane reports the pods of a deployment in its region
 //! (the whole set, which replaces the stored one) or that the deployment's
 //! objects are gone there. Reports write no change rows (they are observed
-//! state, not desired state); each one re-checks the readiness wait's wait
-//! ([`super::workflow`]).
+//! state, not desired state); the deploy workflow's driver reads them
+//! (`node::workflow`).
 
 use redb::ReadableTable;
 use wire::model::{Deployment, Instance, InstanceStatus};
@@ -82,10 +82,9 @@ impl Applier<'_> {
         region: &str,
         instances: &[Instance],
     ) -> Result<MutationResult> {
-        let deployment = match self.reported_deployment(deployment_id, region)? {
-            Ok(deployment) => deployment,
-            Err(e) => return Ok(Err(e)),
-        };
+        if let Err(e) = self.reported_deployment(deployment_id, region)? {
+            return Ok(Err(e));
+        }
         if instances.len() > REPORT_INSTANCES_MAX {
             return Ok(bad_request(format!(
                 "a report may carry at most {REPORT_INSTANCES_MAX} instances, not {}",
@@ -124,7 +123,6 @@ impl Applier<'_> {
                 )
                 .ctx_table(OP, name::INSTANCES)?;
         }
-        self.recheck_readiness(&deployment)?;
         Ok(Ok(Outcome::Recorded))
     }
 

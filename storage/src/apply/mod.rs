@@ -13,7 +13,8 @@
 //! module of their own, as methods of the one `Applier` of the batch:
 //!
 //! - `deployment`: deployments and their per-region topologies (create,
-//!   desired state).
+//!   desired state, the deploy's start and cleanup).
+//! - `environment`: environments, their live deployment, rollback.
 //! - `instances`: instance reports of a deployment's regions.
 //! - `sentinel`: sentinels and their reported status.
 //! - `cilium`: cilium network policies.
@@ -21,8 +22,8 @@
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
 //! - [`workflow`]: durable workflow records and their guarded
-//!   (compare-and-set) transitions; the deployment readiness wait (deploying →
-//!   ready) is the first.
+//!   (compare-and-set) transitions: the deploy workflow's steps, its step
+//!   records and its journal.
 //! - `write_tables`: every table opened for writing (shared with snapshot
 //!   import).
 //!
@@ -36,6 +37,7 @@
 mod change_log;
 mod cilium;
 mod deployment;
+mod environment;
 mod instances;
 mod meta;
 mod sentinel;
@@ -50,7 +52,9 @@ use wire::model::{Pk, UnixMs};
 use wire::{ErrorCode, WireError};
 
 use crate::Store;
-use crate::command::{ApplyEntry, ApplyResult, Command, Mutation, MutationResult, RaftMeta};
+use crate::command::{
+    ApplyEntry, ApplyResult, Caller, Command, Mutation, MutationResult, RaftMeta,
+};
 use crate::error::{RedbContext, Result};
 
 pub(crate) use write_tables::WriteTables;
@@ -105,8 +109,12 @@ struct Applier<'t> {
     t: WriteTables<'t>,
     last_pk: Pk,
     floor_pk: Pk,
+    /// The sequence number of the newest journal entry.
+    journal_seq: u64,
     /// `now_ms` of the command being applied.
     now_ms: UnixMs,
+    /// Who asked for the mutation being applied, when an operator did.
+    caller: Option<Caller>,
 }
 
 impl Applier<'_> {
@@ -121,14 +129,13 @@ impl Applier<'_> {
 
     fn mutation(&mut self, mutation: &Mutation) -> Result<MutationResult> {
         match mutation {
-            Mutation::CreateDeployment {
-                deployment,
-                k8s_namespace,
-            } => self.create_deployment(deployment, k8s_namespace),
+            Mutation::CreateDeployment { deployment } => self.create_deployment(deployment),
             Mutation::SetDesiredState {
                 deployment_id,
                 desired_state,
-            } => self.set_desired_state(deployment_id, *desired_state),
+                at_ms,
+                force,
+            } => self.set_desired_state(deployment_id, *desired_state, *at_ms, *force),
             Mutation::ReportInstances {
                 deployment_id,
                 region,
@@ -146,6 +153,11 @@ impl Applier<'_> {
                 created_before_ms,
                 rows_max,
             } => self.compact(*created_before_ms, *rows_max),
+            Mutation::Deploy(transition) => self.deploy_transition(transition),
+            Mutation::CancelDeployment { deployment_id } => self.cancel_deployment(deployment_id),
+            Mutation::Rollback { environment_id, to } => {
+                self.rollback(environment_id, to.as_deref())
+            }
         }
     }
 }
@@ -156,4 +168,10 @@ fn bad_request(message: impl Into<String>) -> MutationResult {
 
 fn not_found(message: impl Into<String>) -> MutationResult {
     Err(WireError::new(ErrorCode::NotFound, message))
+}
+
+/// A request that conflicts with the record's state (a rollback to a
+/// failed deployment, a cancel of a finished one).
+fn conflict(message: impl Into<String>) -> MutationResult {
+    Err(WireError::new(ErrorCode::FailedPrecondition, message))
 }

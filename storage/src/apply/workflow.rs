@@ -5,42 +5,33 @@
 //! The shape every workflow follows:
 //!
 //! - **Record.** The workflow's state is a row of the state machine; its
-//!   [`Guard`] is the step it is at and a revision.
+//!   [`Guard`] is the step it is at and a revision raised by every write.
 //! - **Decide.** A pure function of the record and a view of the state
 //!   (and, for deadlines, a time passed in) returns the transition to make,
-//!   carrying the guard it was decided against — no I/O, no clock.
+//!   carrying the guard it was decided against — no I/O, no clock. The
+//!   leader's driver (`node::workflow`) decides and proposes.
 //! - **Guarded apply.** Apply re-reads the record and makes the transition
 //!   only if the record still has that guard; otherwise the outcome is
 //!   [`Outcome::GuardFailed`] and nothing is written. So a transition
 //!   decided on stale state (a deposed leader's late proposal, or the same
 //!   transition twice) is a deterministic no-op on every replica.
 //!
-//! And the invariants they keep: every step's effect is one Raft write
-//! (applied in one transaction, with its change rows); time enters apply
-//! only through the command (`now_ms`); a wait is a condition re-checked
-//! at apply when a relevant report lands, so no wake-up can be lost between
-//! writing a step and starting to wait.
-//!
-//! The first workflow is the deployment **readiness**: a deployment that
-//! should run is `deploying` until every region reports at least
-//! `replicas` running instances, then `ready`. Its record is the deployment
-//! row; its step, the deployment's status; its revision, the pk of the last
-//! change of its desired state (the highest version of its topologies), so a
-//! deployment stopped and run again is `deploying` at a new revision. Its
-//! wait is re-checked by apply each time instances of the deployment are
-//! reported (`apply::instances`); the transition is decided and applied
-//! in that same apply, so its guard holds there. A transition decided
-//! outside apply (by a leader's driver, which the next workflows bring,
-//! proposed as a mutation carrying it) is to take the same guarded path,
-//! `apply_readiness_transition`; the tests drive it with stale transitions.
+//! The deploy workflow's record is the deployment row: its status is the
+//! step, [`DeployWorkflow::revision`] the revision. Every status change
+//! closes the running [`StepRecord`], opens the next one, and appends a
+//! [`JournalEntry`] — in the same apply, so the step records and the
+//! journal hold each transition exactly once. Every write of a deployment
+//! also keeps the open-deployments index (what the driver reads) in step.
 
-use std::collections::BTreeMap;
+use redb::ReadableTable;
+use wire::model::{
+    Actor, DeployWorkflow, Deployment, DeploymentStatus, JournalEntry, STEP_RECORDS_MAX, StepRecord,
+};
 
-use wire::model::{Deployment, DeploymentStatus, DesiredState, Pk};
-
-use super::Applier;
-use crate::command::Outcome;
-use crate::error::Result;
+use super::{Applier, OP, conflict, not_found};
+use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
+use crate::error::{RedbContext, Result};
+use crate::tables::{encode, name};
 
 pub use crate::command::Guard;
 
@@ -57,365 +48,341 @@ pub fn guard_refusal(expected: &Guard, found: Option<Guard>) -> Option<Outcome> 
     }
 }
 
-/// The readiness wait's record as its decision sees it.
-#[derive(Debug, Clone, Copy)]
-pub struct Readiness<'a> {
-    /// The deployment (its status is the readiness wait's step).
-    pub deployment: &'a Deployment,
-    /// The pk of the last change of the deployment's desired state.
-    pub revision: Pk,
-}
-
-impl Readiness<'_> {
-    /// The readiness wait's step and revision.
-    pub fn guard(&self) -> Guard {
-        Guard {
-            step: self.deployment.status.as_str().to_string(),
-            revision: self.revision,
-        }
-    }
-
-    /// Whether the readiness wait waits for instances (only then is there
-    /// anything to decide).
-    pub fn waiting(deployment: &Deployment) -> bool {
-        deployment.status == DeploymentStatus::Deploying
-            && deployment.desired_state == DesiredState::Running
+/// The deploy workflow's guard of a deployment: its status and revision.
+pub fn deploy_guard(deployment: &Deployment) -> Guard {
+    Guard {
+        step: deployment.status.as_str().to_string(),
+        revision: deployment.workflow.revision,
     }
 }
 
-/// A readiness transition: deployment `deployment_id`, decided at `expected`,
-/// moves to status `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadinessTransition {
-    /// The deployment to move.
-    pub deployment_id: String,
-    /// The step and revision the decision was made at.
-    pub expected: Guard,
-    /// The status to move to.
-    pub to: DeploymentStatus,
-}
-
-/// Running instances of a deployment, per region.
-pub type RunningPerRegion = BTreeMap<String, u64>;
-
-/// The readiness wait's decision (pure): a waiting deployment becomes `ready`
-/// once every one of its regions runs at least `replicas` instances.
-pub fn decide_readiness(
-    readiness: Readiness<'_>,
-    running: &RunningPerRegion,
-) -> Option<ReadinessTransition> {
-    let deployment = readiness.deployment;
-    if !Readiness::waiting(deployment) {
-        return None;
-    }
-    let replicas = u64::from(deployment.replicas);
-    let ready = deployment
-        .regions
-        .iter()
-        .all(|region| running.get(region).copied().unwrap_or(0) >= replicas);
-    ready.then(|| ReadinessTransition {
-        deployment_id: deployment.id.clone(),
-        expected: readiness.guard(),
-        to: DeploymentStatus::Ready,
-    })
+/// Whether the deploy workflow still acts on `deployment`: a step in
+/// flight, a scheduled change, or a desired state that does not run while
+/// the status does not say stopped yet.
+pub fn workflow_open(deployment: &Deployment) -> bool {
+    let status = deployment.status;
+    status.in_flight()
+        || deployment.workflow.scheduled.is_some()
+        || (!deployment.desired_state.runs()
+            && status != DeploymentStatus::Stopped
+            && !status.unsuccessful())
 }
 
 impl Applier<'_> {
-    /// The readiness wait's revision: the highest version of the deployment's
-    /// topologies (every desired-state write rewrites them all).
-    fn readiness_revision(&self, deployment: &Deployment) -> Result<Pk> {
-        let mut revision = 0;
-        for region in &deployment.regions {
-            revision = revision.max(self.expected_topology(&deployment.id, region)?.version);
-        }
-        Ok(revision)
-    }
-
-    /// Re-checks the readiness wait's wait after instances of `deployment` were
-    /// reported (the row as this apply read it), and makes the transition
-    /// it decides.
-    pub(super) fn recheck_readiness(&mut self, deployment: &Deployment) -> Result<()> {
-        if !Readiness::waiting(deployment) {
-            return Ok(());
-        }
-        let mut running = RunningPerRegion::new();
-        for region in &deployment.regions {
-            let (_, count) = self.instances_of(&deployment.id, region)?;
-            running.insert(region.clone(), count);
-        }
-        let readiness = Readiness {
-            deployment,
-            revision: self.readiness_revision(deployment)?,
-        };
-        if let Some(transition) = decide_readiness(readiness, &running) {
-            let outcome = self.apply_readiness_transition(&transition)?;
-            // Decided against the row this same transaction holds.
-            debug_assert_eq!(outcome, Outcome::Recorded);
+    /// Writes a deployment as it is (its revision untouched) and keeps the
+    /// open-deployments index in step.
+    pub(super) fn put_deployment(&mut self, deployment: &Deployment) -> Result<()> {
+        let bytes = encode("a deployment", deployment)?;
+        let id = deployment.id.as_str();
+        self.t
+            .deployments
+            .insert(id, bytes.as_slice())
+            .ctx_table(OP, name::DEPLOYMENTS)?;
+        if workflow_open(deployment) {
+            self.t
+                .open_deployments
+                .insert(id, ())
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+        } else {
+            self.t
+                .open_deployments
+                .remove(id)
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
         }
         Ok(())
     }
 
-    /// Makes a readiness wait transition if the deployment still has the guard it
-    /// was decided against; otherwise writes nothing and answers
-    /// [`Outcome::GuardFailed`].
-    pub(super) fn apply_readiness_transition(
+    /// Writes a changed deployment: a new revision, stamped now.
+    pub(super) fn save_deployment(&mut self, deployment: &mut Deployment) -> Result<()> {
+        deployment.workflow.revision += 1;
+        deployment.updated_at_ms = self.now_ms;
+        self.put_deployment(deployment)
+    }
+
+    /// Who the journal names for what is being applied: the operator who
+    /// asked, or the workflow.
+    fn actor(&self) -> (Option<String>, Actor) {
+        match &self.caller {
+            Some(caller) => (
+                Some(caller.request_id.clone()),
+                Actor::Operator(caller.actor.clone()),
+            ),
+            None => (None, Actor::Workflow),
+        }
+    }
+
+    /// Appends a journal entry for `deployment` moving `from → to`.
+    pub(super) fn journal(
         &mut self,
-        transition: &ReadinessTransition,
-    ) -> Result<Outcome> {
-        let found = match self.deployment(&transition.deployment_id)? {
-            Some(deployment) => {
-                let revision = self.readiness_revision(&deployment)?;
-                let guard = Readiness {
-                    deployment: &deployment,
-                    revision,
-                }
-                .guard();
-                Some((deployment, guard))
-            }
-            None => None,
+        deployment: &Deployment,
+        from: Option<DeploymentStatus>,
+        to: DeploymentStatus,
+        reason: &str,
+    ) -> Result<()> {
+        let (request_id, actor) = self.actor();
+        self.journal_seq += 1;
+        let entry = JournalEntry {
+            seq: self.journal_seq,
+            at_ms: self.now_ms,
+            deployment_id: deployment.id.clone(),
+            environment_id: deployment.environment_id.clone(),
+            from,
+            to,
+            reason: reason.to_string(),
+            request_id,
+            actor,
         };
-        let found_guard = found.as_ref().map(|(_, guard)| guard.clone());
+        let bytes = encode("a journal entry", &entry)?;
+        self.t
+            .journal
+            .insert(entry.seq, bytes.as_slice())
+            .ctx_table(OP, name::JOURNAL)?;
+        Ok(())
+    }
+
+    /// Moves `deployment` to status `to` (in memory; the caller saves it):
+    /// ends the running step record (with `error` if the deploy failed in
+    /// it), starts the next one if `to` is a step in flight, and journals
+    /// the transition.
+    pub(super) fn change_status(
+        &mut self,
+        deployment: &mut Deployment,
+        to: DeploymentStatus,
+        reason: &str,
+        error: Option<&str>,
+    ) -> Result<()> {
+        let from = deployment.status;
+        let now_ms = self.now_ms;
+        let steps = &mut deployment.workflow.steps;
+        if let Some(last) = steps.last_mut()
+            && last.ended_at_ms.is_none()
+        {
+            last.ended_at_ms = Some(now_ms);
+            last.error = error.map(str::to_string);
+        }
+        if to.in_flight() {
+            steps.push(StepRecord {
+                step: to,
+                started_at_ms: now_ms,
+                ended_at_ms: None,
+                error: None,
+            });
+            let excess = steps.len().saturating_sub(STEP_RECORDS_MAX);
+            steps.drain(..excess);
+        }
+        deployment.status = to;
+        self.journal(deployment, Some(from), to, reason)
+    }
+
+    /// Applies a guarded deploy transition.
+    pub(super) fn deploy_transition(
+        &mut self,
+        transition: &DeployTransition,
+    ) -> Result<MutationResult> {
+        let found = self.deployment(&transition.deployment_id)?;
+        let found_guard = found.as_ref().map(deploy_guard);
         if let Some(refusal) = guard_refusal(&transition.expected, found_guard) {
-            return Ok(refusal);
+            return Ok(Ok(refusal));
         }
-        // The guard held, so the record exists.
-        if let Some((mut deployment, _)) = found {
-            deployment.status = transition.to;
-            deployment.updated_at_ms = self.now_ms;
-            self.put_deployment(&deployment)?;
+        let Some(mut deployment) = found else {
+            // The guard held, so the record exists.
+            return Ok(not_found(format!(
+                "no deployment {:?}",
+                transition.deployment_id
+            )));
+        };
+        match &transition.action {
+            DeployAction::Start {
+                k8s_namespace,
+                sentinels,
+                policies,
+            } => {
+                if deployment.status != DeploymentStatus::Pending {
+                    return Ok(conflict(format!(
+                        "deployment {:?} is {}, not pending",
+                        deployment.id,
+                        deployment.status.as_str()
+                    )));
+                }
+                if let Err(e) =
+                    self.start_deploy(&deployment, k8s_namespace, sentinels, policies)?
+                {
+                    return Ok(Err(e));
+                }
+                let workflow = &mut deployment.workflow;
+                workflow.deadline_at_ms = self.now_ms.saturating_add(workflow.progress_deadline_ms);
+                workflow.observed_running = 0;
+                workflow.failing_since_ms.clear();
+                self.change_status(
+                    &mut deployment,
+                    DeploymentStatus::Deploying,
+                    "topologies, sentinels and policies written",
+                    None,
+                )?;
+            }
+            DeployAction::Observe {
+                observed_running,
+                deadline_at_ms,
+                failing_since_ms,
+            } => {
+                let workflow = &mut deployment.workflow;
+                workflow.observed_running = *observed_running;
+                workflow.deadline_at_ms = *deadline_at_ms;
+                workflow.failing_since_ms = failing_since_ms.clone();
+            }
+            DeployAction::Advance { to, reason } => {
+                let allowed = matches!(
+                    (deployment.status, to),
+                    (DeploymentStatus::Deploying, DeploymentStatus::Network)
+                        | (DeploymentStatus::Network, DeploymentStatus::Finalizing)
+                );
+                if !allowed {
+                    return Ok(conflict(format!(
+                        "deployment {:?} cannot go from {} to {}",
+                        deployment.id,
+                        deployment.status.as_str(),
+                        to.as_str()
+                    )));
+                }
+                self.change_status(&mut deployment, *to, reason, None)?;
+            }
+            DeployAction::Finalize {
+                standby_replaced_at_ms,
+            } => {
+                if deployment.status != DeploymentStatus::Finalizing {
+                    return Ok(conflict(format!(
+                        "deployment {:?} is {}, not finalizing",
+                        deployment.id,
+                        deployment.status.as_str()
+                    )));
+                }
+                let reason = if deployment.workflow.make_live {
+                    self.make_live(&deployment, *standby_replaced_at_ms)?;
+                    "ready and live"
+                } else {
+                    "ready"
+                };
+                deployment.workflow.make_live = false;
+                deployment.workflow.scheduled = None;
+                self.change_status(&mut deployment, DeploymentStatus::Ready, reason, None)?;
+            }
+            DeployAction::Fail { reason } => {
+                if !deployment.status.in_flight() {
+                    return Ok(conflict(format!(
+                        "deployment {:?} is {}, not in flight",
+                        deployment.id,
+                        deployment.status.as_str()
+                    )));
+                }
+                self.end_unsuccessfully(&mut deployment, DeploymentStatus::Failed, reason)?;
+            }
+            DeployAction::Supersede { by } => {
+                if !deployment.status.in_flight() {
+                    return Ok(conflict(format!(
+                        "deployment {:?} is {}, not in flight",
+                        deployment.id,
+                        deployment.status.as_str()
+                    )));
+                }
+                let reason = format!("superseded by {by}");
+                self.end_unsuccessfully(&mut deployment, DeploymentStatus::Superseded, &reason)?;
+            }
+            DeployAction::ApplySchedule => {
+                let Some(scheduled) = deployment.workflow.scheduled else {
+                    return Ok(conflict(format!(
+                        "deployment {:?} has no scheduled change",
+                        deployment.id
+                    )));
+                };
+                if scheduled.at_ms > self.now_ms {
+                    return Ok(conflict(format!(
+                        "the change of deployment {:?} is scheduled at {}, not before",
+                        deployment.id, scheduled.at_ms
+                    )));
+                }
+                deployment.workflow.scheduled = None;
+                // A schedule made with force may take the live deployment.
+                self.stop_running(&mut deployment, scheduled.desired_state, true)?;
+            }
+            DeployAction::MarkStopped => {
+                if deployment.desired_state.runs() || !self.no_instances(&deployment)? {
+                    return Ok(conflict(format!(
+                        "deployment {:?} still runs or has instances",
+                        deployment.id
+                    )));
+                }
+                let reason = format!("{} and no instance left", deployment.desired_state.as_str());
+                self.change_status(&mut deployment, DeploymentStatus::Stopped, &reason, None)?;
+            }
         }
-        Ok(Outcome::Recorded)
+        self.save_deployment(&mut deployment)?;
+        Ok(Ok(Outcome::Recorded))
+    }
+
+    /// Ends a deploy in flight as `to` (failed, cancelled, superseded):
+    /// records why, cleans up. The environment's live deployment is not
+    /// touched.
+    pub(super) fn end_unsuccessfully(
+        &mut self,
+        deployment: &mut Deployment,
+        to: DeploymentStatus,
+        reason: &str,
+    ) -> Result<()> {
+        self.clean_up(deployment)?;
+        deployment.workflow.reason = Some(reason.to_string());
+        deployment.workflow.make_live = false;
+        deployment.workflow.failing_since_ms.clear();
+        let error = (to == DeploymentStatus::Failed).then_some(reason);
+        self.change_status(deployment, to, reason, error)
+    }
+
+    /// Whether no instance of `deployment` is reported in any region.
+    pub(super) fn no_instances(&self, deployment: &Deployment) -> Result<bool> {
+        for region in &deployment.regions {
+            if !self.instances_of(&deployment.id, region)?.0.is_empty() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Compaction of the journal: deletes the oldest entries written before
+    /// `created_before_ms`, at most `rows_max`; how many went.
+    pub(super) fn compact_journal(&mut self, created_before_ms: u64, rows_max: u32) -> Result<u64> {
+        let mut doomed = Vec::new();
+        for entry in self.t.journal.iter().ctx_table(OP, name::JOURNAL)? {
+            if doomed.len() >= rows_max as usize {
+                break;
+            }
+            let (key, value) = entry.ctx_table(OP, name::JOURNAL)?;
+            let row: JournalEntry =
+                crate::tables::decode(name::JOURNAL, &key.value(), value.value())?;
+            if row.at_ms >= created_before_ms {
+                break;
+            }
+            doomed.push(key.value());
+        }
+        for seq in &doomed {
+            self.t.journal.remove(seq).ctx_table(OP, name::JOURNAL)?;
+        }
+        Ok(doomed.len() as u64)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use wire::model::{DeploymentStatus, DesiredState};
-
-    use super::*;
-    use crate::Store;
-    use crate::apply::WriteTables;
-    use crate::command::Mutation;
-    use crate::test_support::*;
-
-    /// Runs `f` on an applier of one batch at `now_ms`, and commits it.
-    fn with_applier<T>(
-        store: &Store,
-        now_ms: u64,
-        f: impl FnOnce(&mut Applier<'_>) -> Result<T>,
-    ) -> T {
-        let txn = store.db.begin_write().unwrap();
-        let out = {
-            let mut applier = Applier::new(WriteTables::open(&txn, "test").unwrap()).unwrap();
-            applier.now_ms = now_ms;
-            let out = f(&mut applier).unwrap();
-            applier.finish(&raft_meta(now_ms)).unwrap();
-            out
-        };
-        txn.commit().unwrap();
-        out
-    }
-
-    fn guard(step: &str, revision: u64) -> Guard {
-        Guard {
-            step: step.into(),
-            revision,
-        }
-    }
-
-    fn set_state(id: &str, desired_state: DesiredState) -> Mutation {
-        Mutation::SetDesiredState {
-            deployment_id: id.into(),
-            desired_state,
-        }
-    }
-
-    #[test]
-    fn a_guard_holds_only_for_the_same_step_and_revision() {
-        let expected = guard("deploying", 3);
-        assert_eq!(guard_refusal(&expected, Some(guard("deploying", 3))), None);
-        for found in [Some(guard("ready", 3)), Some(guard("deploying", 4)), None] {
-            assert_eq!(
-                guard_refusal(&expected, found.clone()),
-                Some(Outcome::GuardFailed {
-                    expected: expected.clone(),
-                    found
-                })
-            );
-        }
-    }
-
-    #[test]
-    fn readiness_decides_ready_once_every_region_runs_its_replicas() {
-        let mut d = deployment("d1", &["eu", "us"], 2);
-        let running = |eu, us| RunningPerRegion::from([("eu".into(), eu), ("us".into(), us)]);
-        fn readiness(deployment: &Deployment) -> Readiness<'_> {
-            Readiness {
-                deployment,
-                revision: 7,
-            }
-        }
-        assert_eq!(decide_readiness(readiness(&d), &running(2, 1)), None);
-        assert_eq!(
-            decide_readiness(readiness(&d), &RunningPerRegion::from([("eu".into(), 5)])),
-            None
-        );
-        assert_eq!(
-            decide_readiness(readiness(&d), &running(2, 3)),
-            Some(ReadinessTransition {
-                deployment_id: "d1".into(),
-                expected: guard("deploying", 7),
-                to: DeploymentStatus::Ready,
-            })
-        );
-        // Only a deployment that should run and is deploying waits.
-        d.desired_state = DesiredState::Stopped;
-        assert_eq!(decide_readiness(readiness(&d), &running(2, 2)), None);
-        d.desired_state = DesiredState::Running;
-        d.status = DeploymentStatus::Ready;
-        assert_eq!(decide_readiness(readiness(&d), &running(2, 2)), None);
-    }
-
-    #[test]
-    fn a_stale_readiness_transition_changes_nothing() {
-        let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu", "us"], 1)]);
-        let ready = |store: &Store| {
-            let d = store.read().unwrap().deployment("d1").unwrap().unwrap();
-            RunningPerRegion::from_iter(d.regions.iter().map(|r| (r.clone(), 1)))
-        };
-        // Decided at (deploying, revision 2): the create wrote pks 1 and 2.
-        let stale = with_applier(&store, 2, |a| {
-            let d = a.deployment("d1")?.unwrap();
-            let revision = a.readiness_revision(&d)?;
-            Ok(decide_readiness(
-                Readiness {
-                    deployment: &d,
-                    revision,
-                },
-                &ready(&store),
-            ))
-        })
-        .expect("ready");
-        assert_eq!(stale.expected, guard("deploying", 2));
-
-        // Stopped and run again: deploying once more, at a new revision.
-        apply_one(&store, 3, vec![set_state("d1", DesiredState::Stopped)]);
-        apply_one(&store, 4, vec![set_state("d1", DesiredState::Running)]);
-        let last_pk = store.read().unwrap().last_pk();
-        let outcome = with_applier(&store, 5, |a| a.apply_readiness_transition(&stale));
-        assert_eq!(
-            outcome,
-            Outcome::GuardFailed {
-                expected: guard("deploying", 2),
-                found: Some(guard("deploying", 6)),
-            }
-        );
-        let view = store.read().unwrap();
-        let d = view.deployment("d1").unwrap().unwrap();
-        assert_eq!(
-            (d.status, d.updated_at_ms),
-            (DeploymentStatus::Deploying, 4)
-        );
-        assert_eq!(view.last_pk(), last_pk);
-        drop(view);
-
-        // The transition decided now applies once; the same one again is refused.
-        let fresh = ReadinessTransition {
-            expected: guard("deploying", 6),
-            ..stale.clone()
-        };
-        let outcome = with_applier(&store, 6, |a| a.apply_readiness_transition(&fresh));
-        assert_eq!(outcome, Outcome::Recorded);
-        let d = store.read().unwrap().deployment("d1").unwrap().unwrap();
-        assert_eq!((d.status, d.updated_at_ms), (DeploymentStatus::Ready, 6));
-        let outcome = with_applier(&store, 7, |a| a.apply_readiness_transition(&fresh));
-        assert_eq!(
-            outcome,
-            Outcome::GuardFailed {
-                expected: guard("deploying", 6),
-                found: Some(guard("ready", 6)),
-            }
-        );
-
-        // No record: refused as well.
-        let gone = ReadinessTransition {
-            deployment_id: "nope".into(),
-            ..fresh
-        };
-        let outcome = with_applier(&store, 8, |a| a.apply_readiness_transition(&gone));
-        assert_eq!(
-            outcome,
-            Outcome::GuardFailed {
-                expected: guard("deploying", 6),
-                found: None,
-            }
-        );
-    }
-
-    #[test]
-    fn readiness_needs_every_region_at_full_replicas() {
-        let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu", "us"], 2)]);
-        let report = |region: &str, instances| Mutation::ReportInstances {
-            deployment_id: "d1".into(),
-            region: region.into(),
-            instances,
-        };
-        let status = |store: &Store| store.read().unwrap().deployment("d1").unwrap().unwrap();
-
-        apply_one(&store, 2, vec![report("eu", running("d1", "eu", 2))]);
-        assert_eq!(status(&store).status, DeploymentStatus::Deploying);
-        let mut us = running("d1", "us", 1);
-        us.push(instance("d1", "us", "pod-9", false));
-        apply_one(&store, 3, vec![report("us", us)]);
-        assert_eq!(status(&store).status, DeploymentStatus::Deploying);
-        assert_eq!(store.read().unwrap().instances("d1").unwrap().len(), 4);
-
-        let out = apply_one(&store, 4, vec![report("us", running("d1", "us", 2))]);
-        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
-        let d = status(&store);
-        assert_eq!((d.status, d.updated_at_ms), (DeploymentStatus::Ready, 4));
-        // Reports never write change rows.
-        assert_eq!(store.read().unwrap().last_pk(), 2);
-        // The report replaced the set (pod-9 is gone).
-        assert_eq!(store.read().unwrap().instances("d1").unwrap().len(), 4);
-
-        let out = apply_one(
-            &store,
-            5,
-            vec![Mutation::ReportDeploymentDeleted {
-                deployment_id: "d1".into(),
-                region: "us".into(),
-            }],
-        );
-        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
-        let left = store.read().unwrap().instances("d1").unwrap();
-        assert!(left.iter().all(|i| i.region == "eu") && left.len() == 2);
-    }
-
-    #[test]
-    fn a_stopped_deployment_never_becomes_ready() {
-        let store = Store::in_memory().unwrap();
-        apply_one(&store, 1, vec![create("d1", &["eu"], 0)]);
-        apply_one(
-            &store,
-            2,
-            vec![Mutation::SetDesiredState {
-                deployment_id: "d1".into(),
-                desired_state: DesiredState::Stopped,
-            }],
-        );
-        apply_one(
-            &store,
-            3,
-            vec![Mutation::ReportInstances {
-                deployment_id: "d1".into(),
-                region: "eu".into(),
-                instances: vec![],
-            }],
-        );
-        let d = store.read().unwrap().deployment("d1").unwrap().unwrap();
-        assert_eq!(d.status, DeploymentStatus::Stopped);
+/// A fresh workflow record for a deploy: the deadline, fail-fast time and
+/// ready rule it runs with.
+pub fn new_workflow(
+    progress_deadline_ms: u64,
+    fail_fast_ms: u64,
+    min_ready_regions: u32,
+    make_live: bool,
+) -> DeployWorkflow {
+    DeployWorkflow {
+        revision: 1,
+        progress_deadline_ms,
+        fail_fast_ms,
+        min_ready_regions,
+        make_live,
+        ..DeployWorkflow::default()
     }
 }

@@ -18,6 +18,9 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) changes: Table<'t, u64, Bytes>,
     pub(crate) region_changes: Table<'t, RegionChangeKey, ()>,
     pub(crate) metadata: Table<'t, &'static str, Bytes>,
+    pub(crate) environments: Table<'t, &'static str, Bytes>,
+    pub(crate) journal: Table<'t, u64, Bytes>,
+    pub(crate) open_deployments: Table<'t, &'static str, ()>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -52,6 +55,15 @@ impl<'t> WriteTables<'t> {
             metadata: txn
                 .open_table(tables::METADATA)
                 .ctx_table(op, name::METADATA)?,
+            environments: txn
+                .open_table(tables::ENVIRONMENTS)
+                .ctx_table(op, name::ENVIRONMENTS)?,
+            journal: txn
+                .open_table(tables::JOURNAL)
+                .ctx_table(op, name::JOURNAL)?,
+            open_deployments: txn
+                .open_table(tables::OPEN_DEPLOYMENTS)
+                .ctx_table(op, name::OPEN_DEPLOYMENTS)?,
             op,
         })
     }

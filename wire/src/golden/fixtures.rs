@@ -16,8 +16,9 @@ use crate::agent::{
 use crate::error::{ErrorCode, WireError};
 use crate::hello::{Hello, Protocol};
 use crate::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
-    Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    Actor, CiliumNetworkPolicy, DeployWorkflow, Deployment, DeploymentStatus, DeploymentTopology,
+    DesiredState, Environment, Health, Instance, InstanceStatus, JournalEntry, Resource,
+    ResourceKey, ResourceType, ScheduledChange, Sentinel, SentinelStatus, StepRecord,
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
@@ -50,17 +51,94 @@ pub fn resource_key() -> ResourceKey {
 
 /// Every variant of [`DesiredState`], each with every field set.
 pub fn desired_states() -> Vec<DesiredState> {
-    vec![DesiredState::Running, DesiredState::Stopped]
+    vec![
+        DesiredState::Running,
+        DesiredState::Stopped,
+        DesiredState::Standby,
+        DesiredState::Archived,
+    ]
 }
 
 /// Every variant of [`DeploymentStatus`], each with every field set.
 pub fn deployment_statuses() -> Vec<DeploymentStatus> {
-    vec![
-        DeploymentStatus::Deploying,
-        DeploymentStatus::Ready,
-        DeploymentStatus::Failed,
-        DeploymentStatus::Stopped,
-    ]
+    DeploymentStatus::ALL.to_vec()
+}
+
+/// A fixture [`StepRecord`], every field set.
+pub fn step_record() -> StepRecord {
+    StepRecord {
+        step: DeploymentStatus::Network,
+        started_at_ms: NOW_MS + 10,
+        ended_at_ms: Some(NOW_MS + 20),
+        error: Some("sentinel unhealthy in eu-west".into()),
+    }
+}
+
+/// A fixture [`ScheduledChange`], every field set.
+pub fn scheduled_change() -> ScheduledChange {
+    ScheduledChange {
+        desired_state: DesiredState::Standby,
+        at_ms: NOW_MS + 600_000,
+    }
+}
+
+/// A fixture [`DeployWorkflow`], every field set.
+pub fn deploy_workflow() -> DeployWorkflow {
+    DeployWorkflow {
+        revision: 7,
+        steps: vec![
+            StepRecord {
+                step: DeploymentStatus::Pending,
+                started_at_ms: NOW_MS,
+                ended_at_ms: Some(NOW_MS + 10),
+                error: Some("region us-east is cordoned".into()),
+            },
+            step_record(),
+        ],
+        progress_deadline_ms: 900_000,
+        deadline_at_ms: NOW_MS + 900_010,
+        fail_fast_ms: 60_000,
+        min_ready_regions: 2,
+        observed_running: 5,
+        failing_since_ms: BTreeMap::from([("us-east".to_string(), NOW_MS + 15)]),
+        make_live: true,
+        reason: Some("progress deadline passed".into()),
+        scheduled: Some(scheduled_change()),
+    }
+}
+
+/// A fixture [`Environment`], every field set.
+pub fn environment() -> Environment {
+    Environment {
+        id: "env_prod".into(),
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        live_deployment_id: Some("dep_01hx3k9".into()),
+        formerly_live: vec!["dep_01hx3k7".into(), "dep_01hx3k8".into()],
+        latest_attempt: Some("dep_01hx3kb".into()),
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 3,
+    }
+}
+
+/// Every variant of [`Actor`], each with every field set.
+pub fn actors() -> Vec<Actor> {
+    vec![Actor::Workflow, Actor::Operator("operator:alice".into())]
+}
+
+/// A fixture [`JournalEntry`], every field set.
+pub fn journal_entry() -> JournalEntry {
+    JournalEntry {
+        seq: 4_000,
+        at_ms: NOW_MS + 30,
+        deployment_id: "dep_01hx3k9".into(),
+        environment_id: "env_prod".into(),
+        from: Some(DeploymentStatus::Network),
+        to: DeploymentStatus::Failed,
+        reason: "progress deadline passed; eu-west: 0/3 running".into(),
+        request_id: Some("req_7f3a".into()),
+        actor: Actor::Operator("operator:alice".into()),
+    }
 }
 
 /// Every variant of [`Health`], each with every field set.
@@ -99,6 +177,7 @@ pub fn deployment() -> Deployment {
         status: DeploymentStatus::Deploying,
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 1,
+        workflow: deploy_workflow(),
     }
 }
 
@@ -213,6 +292,7 @@ pub fn error_codes() -> Vec<ErrorCode> {
         ErrorCode::BadFrame,
         ErrorCode::ProtocolViolation,
         ErrorCode::Internal,
+        ErrorCode::FailedPrecondition,
     ]
 }
 
@@ -329,6 +409,8 @@ pub fn create_deployment() -> CreateDeployment {
         replicas: 3,
         regions: vec!["eu-west".into(), "us-east".into()],
         env_vars: env_vars(),
+        progress_deadline_ms: Some(900_000),
+        min_ready_regions: Some(1),
     }
 }
 
@@ -435,7 +517,9 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
         },
         OperatorRequest::SetDesiredState {
             id: "dep_01hx3k9".into(),
-            desired_state: DesiredState::Stopped,
+            desired_state: DesiredState::Standby,
+            after_ms: Some(1_800_000),
+            force: true,
         },
         OperatorRequest::InitCluster,
         OperatorRequest::NodeStatus,
@@ -468,6 +552,22 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             id: "dep_01hx3k9".into(),
             seen: 0x8422_2325_cbf2_9ce4,
             wait_ms: 60_000,
+        },
+        OperatorRequest::CancelDeployment {
+            id: "dep_01hx3kb".into(),
+        },
+        OperatorRequest::Rollback {
+            environment_id: "env_prod".into(),
+            to: Some("dep_01hx3k8".into()),
+        },
+        OperatorRequest::GetEnvironment {
+            id: "env_prod".into(),
+        },
+        OperatorRequest::History {
+            environment_id: Some("env_prod".into()),
+            deployment_id: Some("dep_01hx3k9".into()),
+            after: 3_999,
+            limit: 200,
         },
     ]
 }
@@ -505,5 +605,10 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             policy_id: "cnp_01hx".into(),
         },
         OperatorResponse::Error(wire_error()),
+        OperatorResponse::Environment(environment()),
+        OperatorResponse::History {
+            entries: vec![journal_entry()],
+            next_after: Some(4_000),
+        },
     ]
 }

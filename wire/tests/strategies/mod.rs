@@ -136,6 +136,8 @@ prop_compose! {
         status in deployment_status(),
         created_at_ms in any::<u64>(),
         updated_at_ms in any::<u64>(),
+        (revision, deadline_at_ms, make_live, reason) in
+            (any::<u64>(), any::<u64>(), any::<bool>(), proptest::option::of(short_string())),
     ) -> Deployment {
         Deployment {
             id,
@@ -152,6 +154,19 @@ prop_compose! {
             status,
             created_at_ms,
             updated_at_ms,
+            workflow: wire::model::DeployWorkflow {
+                revision,
+                steps: vec![wire::model::StepRecord {
+                    step: status,
+                    started_at_ms: created_at_ms,
+                    ended_at_ms: Some(updated_at_ms),
+                    error: reason.clone(),
+                }],
+                deadline_at_ms,
+                make_live,
+                reason,
+                ..wire::model::DeployWorkflow::default()
+            },
         }
     }
 }
@@ -426,6 +441,8 @@ prop_compose! {
             replicas,
             regions,
             env_vars,
+            progress_deadline_ms: None,
+            min_ready_regions: None,
         }
     }
 }
@@ -476,7 +493,12 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         (option::of(short_string()), any::<u32>())
             .prop_map(|(after, limit)| OperatorRequest::ListDeployments { after, limit }),
         (short_string(), desired_state()).prop_map(|(id, desired_state)| {
-            OperatorRequest::SetDesiredState { id, desired_state }
+            OperatorRequest::SetDesiredState {
+                id,
+                desired_state,
+                after_ms: None,
+                force: false,
+            }
         }),
         Just(OperatorRequest::InitCluster),
         Just(OperatorRequest::NodeStatus),
