@@ -48,5 +48,5 @@ pub use file::CONFIG_FILE_BYTES_MAX;
 pub use log::LogFormat;
 pub use node::{NodeConfig, PeerConfig};
 pub use operator::OperatorConfig;
-pub use settings::{CompactionSettings, NodeLimits, RaftSettings, WatchSettings};
+pub use settings::{CompactionSettings, DeploySettings, NodeLimits, RaftSettings, WatchSettings};
 pub use tls::TlsFiles;

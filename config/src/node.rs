@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::ConfigError;
 use crate::file::{ConfigFile, resolve, serialize_path};
 use crate::log::LogFormat;
-use crate::settings::{CompactionSettings, NodeLimits, RaftSettings, WatchSettings};
+use crate::settings::{
+    CompactionSettings, DeploySettings, NodeLimits, RaftSettings, WatchSettings,
+};
 use crate::tls::TlsFiles;
 use crate::validate::Check;
 
@@ -85,6 +87,9 @@ pub struct NodeConfig {
     /// Change-log compaction settings (`[compaction]`).
     #[serde(default)]
     pub compaction: CompactionSettings,
+    /// The deploy workflow's settings (`[deploy]`).
+    #[serde(default)]
+    pub deploy: DeploySettings,
     /// How the node writes its logs: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
@@ -123,6 +128,7 @@ impl NodeConfig {
             limits: NodeLimits::default(),
             watch: WatchSettings::default(),
             compaction: CompactionSettings::default(),
+            deploy: DeploySettings::default(),
             log_format: LogFormat::Text,
         }
     }
@@ -200,7 +206,8 @@ impl ConfigFile for NodeConfig {
         self.raft.check(&check)?;
         self.limits.check(&check)?;
         self.watch.check(&check)?;
-        self.compaction.check(&check)
+        self.compaction.check(&check)?;
+        self.deploy.check(&check)
     }
 
     /// Makes relative paths (`data_dir`, `[tls]`) relative to `base_dir`.

@@ -260,6 +260,60 @@ impl CompactionSettings {
     }
 }
 
+/// Default progress deadline of a deploy: 15 minutes.
+pub const DEFAULT_PROGRESS_DEADLINE_MS: u64 = 15 * 60 * 1_000;
+/// Default fail-fast time: a region whose every instance failed for a minute.
+pub const DEFAULT_FAIL_FAST_MS: u64 = 60 * 1_000;
+/// Default grace of a replaced live deployment before standby: 10 minutes.
+pub const DEFAULT_LIVE_GRACE_MS: u64 = 10 * 60 * 1_000;
+/// Default grace after a new leader takes over before a deadline may fire.
+pub const DEFAULT_LEADER_GRACE_MS: u64 = 10 * 1_000;
+
+/// `[deploy]`: the deploy workflow's times and the sentinel it creates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeploySettings {
+    /// Progress deadline of a deploy that names none.
+    pub progress_deadline_ms: u64,
+    /// How long a region whose every instance failed may stay so before
+    /// the deploy fails without waiting for the deadline.
+    pub fail_fast_ms: u64,
+    /// How long a replaced live deployment keeps running (an instant
+    /// rollback) before it goes to standby.
+    pub live_grace_ms: u64,
+    /// After a new leader takes over, no deadline fires before this has
+    /// passed (reports that could not commit during the election count).
+    pub leader_grace_ms: u64,
+    /// Image of the sentinels deploys create (a prebuilt image from the
+    /// site's own registry).
+    pub sentinel_image: String,
+}
+
+impl Default for DeploySettings {
+    fn default() -> DeploySettings {
+        DeploySettings {
+            progress_deadline_ms: DEFAULT_PROGRESS_DEADLINE_MS,
+            fail_fast_ms: DEFAULT_FAIL_FAST_MS,
+            live_grace_ms: DEFAULT_LIVE_GRACE_MS,
+            leader_grace_ms: DEFAULT_LEADER_GRACE_MS,
+            sentinel_image: "sentinel:1".into(),
+        }
+    }
+}
+
+impl DeploySettings {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.duration_ms("deploy.progress_deadline_ms", self.progress_deadline_ms)?;
+        check.duration_ms("deploy.fail_fast_ms", self.fail_fast_ms)?;
+        check.duration_ms("deploy.live_grace_ms", self.live_grace_ms)?;
+        check.duration_ms("deploy.leader_grace_ms", self.leader_grace_ms)?;
+        check.path_set(
+            "deploy.sentinel_image",
+            std::path::Path::new(&self.sentinel_image),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

@@ -383,6 +383,7 @@ pub async fn start_with_clock(
         applied_pk,
         watch_permits: Arc::new(tokio::sync::Semaphore::new(limits.watch_streams_max)),
         limits,
+        deploy: config.deploy.clone(),
         clock,
         raft_runtime,
     });

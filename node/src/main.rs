@@ -24,7 +24,10 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            match e.downcast_ref::<cli::Exit>() {
+                Some(exit) => std::process::ExitCode::from(exit.code),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

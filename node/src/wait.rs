@@ -88,15 +88,26 @@ pub async fn until_ready(
                     .for_each(|b| b.finish_with_message("ready"));
                 return Ok(view);
             }
-            DeploymentStatus::Failed | DeploymentStatus::Stopped => {
+            DeploymentStatus::Failed
+            | DeploymentStatus::Stopped
+            | DeploymentStatus::Cancelled
+            | DeploymentStatus::Superseded => {
                 region_bars.values().for_each(ProgressBar::abandon);
                 return Err(WaitError::Ended {
                     deployment_id: deployment_id.to_string(),
                     status: d.status.as_str(),
-                    shortfall: shortfall(&view),
+                    // The workflow's own reason names the regions and pods.
+                    shortfall: d
+                        .workflow
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| shortfall(&view)),
                 });
             }
-            DeploymentStatus::Deploying => {}
+            DeploymentStatus::Pending
+            | DeploymentStatus::Deploying
+            | DeploymentStatus::Network
+            | DeploymentStatus::Finalizing => {}
         }
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if remaining.is_zero() {

@@ -98,8 +98,7 @@ mod tests {
     use wire::model::{Instance, InstanceStatus};
 
     use super::*;
-    use crate::app::deployments;
-    use crate::app::testing::{MemoryNode, create_request};
+    use crate::app::testing::MemoryNode;
 
     fn instance(deployment_id: &str, region: &str, pod: &str) -> Instance {
         Instance {
@@ -126,9 +125,7 @@ mod tests {
     #[tokio::test]
     async fn a_report_is_recorded_and_a_lookup_reads_the_desired_state() {
         let node = MemoryNode::new();
-        let id = deployments::create(&node, node.clock(), create_request(&["us-east"]))
-            .await
-            .unwrap();
+        let id = crate::app::testing::deployed(&node, &["us-east"]).await;
         let ack = answer(
             &node,
             report(&id, "us-east", vec![instance(&id, "us-east", "web-0")]),

@@ -5,10 +5,14 @@
 
 use std::time::Duration;
 
+use config::DeploySettings;
+
 use storage::{Mutation, Outcome};
 use tokio::time::Instant;
-use wire::model::{Deployment, DeploymentStatus, DesiredState};
-use wire::operator::{CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
+use wire::operator::{
+    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
+};
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, check_wait, internal, propose_one, unexpected};
@@ -22,10 +26,20 @@ pub const DEPLOYMENT_NAMESPACE: &str = "krane";
 pub async fn create(
     state: &impl Propose,
     clock: &dyn Clock,
+    settings: &DeploySettings,
     create: CreateDeployment,
 ) -> Result<String, WireError> {
     create.validate()?;
     let now_ms = clock.now_ms();
+    let regions = u32::try_from(create.regions.len()).unwrap_or(u32::MAX);
+    let workflow = storage::apply::workflow::new_workflow(
+        create
+            .progress_deadline_ms
+            .unwrap_or(settings.progress_deadline_ms),
+        settings.fail_fast_ms,
+        create.min_ready_regions.unwrap_or(regions),
+        true,
+    );
     let deployment = Deployment {
         id: deployment_id(clock),
         workspace_id: create.workspace_id,
@@ -38,14 +52,12 @@ pub async fn create(
         regions: create.regions,
         env_vars: create.env_vars,
         desired_state: DesiredState::Running,
-        status: DeploymentStatus::Deploying,
+        status: DeploymentStatus::Pending,
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
+        workflow,
     };
-    let mutation = Mutation::CreateDeployment {
-        deployment,
-        k8s_namespace: DEPLOYMENT_NAMESPACE.to_string(),
-    };
+    let mutation = Mutation::CreateDeployment { deployment };
     match propose_one(state, mutation).await? {
         Outcome::DeploymentCreated { deployment_id } => Ok(deployment_id),
         other => Err(unexpected(other)),
@@ -118,20 +130,96 @@ pub fn list(
     Ok((items, next_after))
 }
 
-/// Stops or starts a deployment; returns it as it now is.
+/// Sets a deployment's desired state, now or `after_ms` from now; returns
+/// it as it now is.
 pub async fn set_desired_state(
     state: &impl Propose,
+    clock: &dyn Clock,
     deployment_id: String,
     desired_state: DesiredState,
+    after_ms: Option<u64>,
+    force: bool,
 ) -> Result<Deployment, WireError> {
+    if let Some(after_ms) = after_ms
+        && after_ms > SCHEDULE_AFTER_MS_MAX
+    {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("a change may be scheduled at most {SCHEDULE_AFTER_MS_MAX} ms ahead"),
+        ));
+    }
     let mutation = Mutation::SetDesiredState {
         deployment_id,
         desired_state,
+        at_ms: after_ms.map(|ms| clock.now_ms().saturating_add(ms)),
+        force,
     };
-    match propose_one(state, mutation).await? {
+    deployment_answer(propose_one(state, mutation).await?)
+}
+
+/// Cancels a deploy in flight; returns the deployment as it now is.
+pub async fn cancel(state: &impl Propose, deployment_id: String) -> Result<Deployment, WireError> {
+    deployment_answer(propose_one(state, Mutation::CancelDeployment { deployment_id }).await?)
+}
+
+/// Rolls an environment back to `to` (or its previous live deployment);
+/// returns the deployment rolled back to.
+pub async fn rollback(
+    state: &impl Propose,
+    environment_id: String,
+    to: Option<String>,
+) -> Result<Deployment, WireError> {
+    deployment_answer(propose_one(state, Mutation::Rollback { environment_id, to }).await?)
+}
+
+fn deployment_answer(outcome: Outcome) -> Result<Deployment, WireError> {
+    match outcome {
         Outcome::Deployment(deployment) => Ok(deployment),
         other => Err(unexpected(other)),
     }
+}
+
+/// An environment, by id.
+pub fn environment(state: &impl ReadState, id: &str) -> Result<Environment, WireError> {
+    state
+        .read()
+        .map_err(internal)?
+        .environment(id)
+        .map_err(internal)?
+        .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("no environment {id:?}")))
+}
+
+/// Most journal entries one history read scans.
+pub const HISTORY_SCAN_MAX: usize = 100_000;
+
+/// A page of the journal after `after`, of one environment or deployment
+/// if named, and where the next page starts.
+pub fn history(
+    state: &impl ReadState,
+    environment_id: Option<&str>,
+    deployment_id: Option<&str>,
+    after: u64,
+    limit: u32,
+) -> Result<(Vec<JournalEntry>, Option<u64>), WireError> {
+    if limit == 0 || limit > LIST_PAGE_MAX {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("limit must be between 1 and {LIST_PAGE_MAX}"),
+        ));
+    }
+    let view = state.read().map_err(internal)?;
+    let entries = view
+        .journal(after, limit as usize, HISTORY_SCAN_MAX, |entry| {
+            environment_id.is_none_or(|e| e == entry.environment_id)
+                && deployment_id.is_none_or(|d| d == entry.deployment_id)
+        })
+        .map_err(internal)?;
+    let next_after = if entries.len() == limit as usize {
+        entries.last().map(|e| e.seq)
+    } else {
+        None
+    };
+    Ok((entries, next_after))
 }
 
 #[cfg(test)]
@@ -142,9 +230,7 @@ mod tests {
     use crate::app::testing::{MemoryNode, create_request};
 
     async fn created(node: &MemoryNode, regions: &[&str]) -> String {
-        create(node, node.clock(), create_request(regions))
-            .await
-            .unwrap()
+        crate::app::testing::deployed(node, regions).await
     }
 
     fn running(id: &str, region: &str, pod: &str) -> Mutation {
@@ -190,7 +276,9 @@ mod tests {
         let node = MemoryNode::new();
         let mut request = create_request(&["us-east"]);
         request.replicas = 0;
-        let e = create(&node, node.clock(), request).await.unwrap_err();
+        let e = create(&node, node.clock(), &DeploySettings::default(), request)
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert_eq!(node.proposals(), 0);
     }
@@ -199,9 +287,16 @@ mod tests {
     async fn an_unknown_deployment_is_not_found() {
         let node = MemoryNode::new();
         assert_eq!(view(&node, "dep_x").unwrap_err().code, ErrorCode::NotFound);
-        let e = set_desired_state(&node, "dep_x".into(), DesiredState::Stopped)
-            .await
-            .unwrap_err();
+        let e = set_desired_state(
+            &node,
+            node.clock(),
+            "dep_x".into(),
+            DesiredState::Standby,
+            None,
+            false,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.code, ErrorCode::NotFound);
     }
 
@@ -209,15 +304,15 @@ mod tests {
     async fn stop_and_start_answer_the_deployment_as_it_now_is() {
         let node = MemoryNode::new();
         let id = created(&node, &["us-east"]).await;
-        let stopped = set_desired_state(&node, id.clone(), DesiredState::Stopped)
-            .await
-            .unwrap();
-        assert_eq!(stopped.desired_state, DesiredState::Stopped);
-        assert_eq!(stopped.status, DeploymentStatus::Stopped);
-        let started = set_desired_state(&node, id, DesiredState::Running)
-            .await
-            .unwrap();
-        assert_eq!(started.status, DeploymentStatus::Deploying);
+        let set = |desired_state| {
+            set_desired_state(&node, node.clock(), id.clone(), desired_state, None, false)
+        };
+        // Deploying, not yet live: a stop cancels it.
+        let stopped = set(DesiredState::Standby).await.unwrap();
+        assert_eq!(stopped.desired_state, DesiredState::Standby);
+        assert_eq!(stopped.status, DeploymentStatus::Cancelled);
+        let started = set(DesiredState::Running).await.unwrap();
+        assert_eq!(started.status, DeploymentStatus::Pending);
     }
 
     #[tokio::test]

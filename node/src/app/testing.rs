@@ -128,5 +128,22 @@ pub(crate) fn create_request(regions: &[&str]) -> CreateDeployment {
         replicas: 1,
         regions: regions.iter().map(|r| r.to_string()).collect(),
         env_vars: BTreeMap::new(),
+        progress_deadline_ms: None,
+        min_ready_regions: None,
     }
+}
+
+/// Creates a deployment of [`create_request`] and runs one round of the
+/// deploy workflow, which starts it (its topologies are written); its id.
+pub(crate) async fn deployed(node: &MemoryNode, regions: &[&str]) -> String {
+    let settings = config::DeploySettings::default();
+    let id =
+        crate::app::deployments::create(node, node.clock(), &settings, create_request(regions))
+            .await
+            .expect("create");
+    let workflows: Vec<Box<dyn crate::workflow::Round>> = vec![Box::new(
+        crate::workflow::deploy::DeployWorkflow::new(settings, 0),
+    )];
+    crate::workflow::driver::round(&workflows, node, node.clock()).await;
+    id
 }

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use config::{ConfigFile, LogFormat, NodeConfig, OperatorConfig};
+use wire::model::DesiredState;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,10 +54,20 @@ pub(crate) enum Command {
     /// List resources.
     #[command(subcommand)]
     List(ops::ListCommand),
-    /// Stop a deployment: its objects are removed from every region.
+    /// Put a deployment in standby (its objects are removed from every
+    /// region), now or `--after` a while; the live one needs `--force`.
     Stop(ops::StopArgs),
-    /// Start a stopped deployment again.
-    Start(ops::StopArgs),
+    /// Archive a deployment: standby for good, never rolled back to.
+    Archive(ops::StopArgs),
+    /// Start a deployment in standby again (it does not become live).
+    Start(ops::StartArgs),
+    /// Cancel a deploy in flight: it is cleaned up, the live deployment
+    /// is not touched.
+    Cancel(ops::StartArgs),
+    /// Make an earlier deployment of an environment live again.
+    Rollback(ops::RollbackArgs),
+    /// The journal of workflow transitions.
+    History(ops::HistoryArgs),
     /// Initialise the cluster and show its nodes.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -75,6 +86,15 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// An error that ends `ctrl` with its own exit code (see `ctrl deploy
+/// --help`).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct Exit {
+    pub code: u8,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -123,8 +143,16 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, args).await,
         Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,
         Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
-        Command::Stop(args) => ops::set_state(&operator_config(&cli.config)?, args, false).await,
-        Command::Start(args) => ops::set_state(&operator_config(&cli.config)?, args, true).await,
+        Command::Stop(args) => {
+            ops::stop(&operator_config(&cli.config)?, args, DesiredState::Standby).await
+        }
+        Command::Archive(args) => {
+            ops::stop(&operator_config(&cli.config)?, args, DesiredState::Archived).await
+        }
+        Command::Start(args) => ops::start(&operator_config(&cli.config)?, args).await,
+        Command::Cancel(args) => ops::cancel(&operator_config(&cli.config)?, args).await,
+        Command::Rollback(args) => ops::rollback(&operator_config(&cli.config)?, args).await,
+        Command::History(args) => ops::history(&operator_config(&cli.config)?, args).await,
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,

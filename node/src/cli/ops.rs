@@ -1,17 +1,36 @@
-//! The operator commands: deploy, get, list, stop and start.
+//! The operator commands: deploy, get, list, stop, archive, start, cancel,
+//! rollback and history.
 
 use std::collections::BTreeMap;
+
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
-use wire::model::{Deployment, DesiredState};
+use node::client::ClientError;
+use node::wait::WaitError;
+use wire::model::{Deployment, DesiredState, JournalEntry};
 use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
-use super::Output;
+use super::{Exit, Output};
+
+/// `ctrl deploy --wait`: the deployment is ready.
+pub(crate) const EXIT_READY: u8 = 0;
+/// The deployment failed, was cancelled or superseded.
+pub(crate) const EXIT_FAILED: u8 = 1;
+/// Still in progress when `--timeout-s` ran out.
+pub(crate) const EXIT_TIMEOUT: u8 = 2;
+/// The request was refused, or no node answered.
+pub(crate) const EXIT_REFUSED: u8 = 3;
 
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Exit codes: 0 the deployment is ready (or, without --wait, accepted); \
+1 it failed, was cancelled or superseded (the reason is printed); 2 still in progress \
+when --timeout-s ran out; 3 the request was refused or no node answered."
+)]
 pub(crate) struct DeployArgs {
     #[arg(long)]
     pub image: String,
@@ -34,7 +53,16 @@ pub(crate) struct DeployArgs {
     pub project: String,
     #[arg(long, default_value = "env_default")]
     pub environment: String,
-    /// Wait until every region runs its replicas, showing progress.
+    /// Fail the deploy when it makes no progress for this long (`15m`,
+    /// `90s`); the cluster's default when left out.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub progress_deadline: Option<Duration>,
+    /// Regions that must run every replica for the deploy to be ready
+    /// (default: all).
+    #[arg(long)]
+    pub min_ready_regions: Option<u32>,
+    /// Wait until the deploy is ready, showing its steps and each region's
+    /// running/desired pods.
     #[arg(long)]
     pub wait: bool,
     /// How long --wait waits before giving up.
@@ -67,8 +95,12 @@ pub(crate) enum GetCommand {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ListCommand {
-    /// Every deployment, ordered by id.
+    /// Every deployment, ordered by id; the live one of an environment is
+    /// marked.
     Deployments {
+        /// Only this environment's deployments.
+        #[arg(long)]
+        environment: Option<String>,
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
@@ -77,14 +109,55 @@ pub(crate) enum ListCommand {
 #[derive(Debug, Args)]
 pub(crate) struct StopArgs {
     pub id: String,
+    /// Do it this long from now (`30m`, `2h`) instead of now; a newer
+    /// schedule replaces an older one.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub after: Option<Duration>,
+    /// Allow stopping or archiving the environment's live deployment.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StartArgs {
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RollbackArgs {
+    /// The environment to roll back.
+    #[arg(long)]
+    pub environment: String,
+    /// The deployment to make live (default: the previous live one).
+    #[arg(long)]
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// Only this environment's transitions.
+    #[arg(long)]
+    pub environment: Option<String>,
+    /// Only this deployment's transitions.
+    #[arg(long)]
+    pub deployment: Option<String>,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
 }
 
 /// Page size the CLI lists with.
 const LIST_PAGE: u32 = 500;
 
 pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
-    let client = Client::new(config)?;
+    let refused = |e: &dyn std::fmt::Display| Exit {
+        code: EXIT_REFUSED,
+        message: e.to_string(),
+    };
+    let client = Client::new(config).map_err(|e| refused(&e))?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
+    let progress_deadline_ms = args
+        .progress_deadline
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let request = OperatorRequest::CreateDeployment(CreateDeployment {
         workspace_id: args.workspace,
         project_id: args.project,
@@ -95,23 +168,46 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         replicas: args.replicas,
         regions: args.regions,
         env_vars: args.env_vars.into_iter().collect::<BTreeMap<_, _>>(),
+        progress_deadline_ms,
+        min_ready_regions: args.min_ready_regions,
     });
-    match client.call(&request).await? {
-        OperatorResponse::Created { deployment_id } => {
-            println!("{deployment_id}");
-            if wait {
-                node::wait::until_ready(
-                    &client,
-                    &deployment_id,
-                    timeout_s,
-                    indicatif::ProgressDrawTarget::stderr(),
-                )
-                .await?;
-                eprintln!("{deployment_id} is ready");
-            }
+    let deployment_id = match client.call(&request).await {
+        Ok(OperatorResponse::Created { deployment_id }) => deployment_id,
+        Ok(other) => return Err(refused(&format!("unexpected answer: {other:?}")).into()),
+        Err(e) => return Err(refused(&e).into()),
+    };
+    println!("{deployment_id}");
+    if !wait {
+        return Ok(());
+    }
+    let waited = node::wait::until_ready(
+        &client,
+        &deployment_id,
+        timeout_s,
+        indicatif::ProgressDrawTarget::stderr(),
+    )
+    .await;
+    match waited {
+        Ok(_) => {
+            eprintln!("{deployment_id} is ready");
+            debug_assert_eq!(EXIT_READY, 0);
             Ok(())
         }
-        other => bail!("unexpected answer: {other:?}"),
+        Err(e) => {
+            let code = match &e {
+                WaitError::Ended { .. } => EXIT_FAILED,
+                WaitError::Timeout { .. } => EXIT_TIMEOUT,
+                WaitError::Client(ClientError::Server(_)) | WaitError::Unexpected(_) => {
+                    EXIT_REFUSED
+                }
+                WaitError::Client(_) => EXIT_REFUSED,
+            };
+            Err(Exit {
+                code,
+                message: e.to_string(),
+            }
+            .into())
+        }
     }
 }
 
@@ -136,7 +232,10 @@ pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<
 }
 
 pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
-    let ListCommand::Deployments { output } = command;
+    let ListCommand::Deployments {
+        environment,
+        output,
+    } = command;
     let client = Client::new(config)?;
     let mut after = None;
     let mut all = Vec::new();
@@ -156,52 +255,155 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
             other => bail!("unexpected answer: {other:?}"),
         }
     }
+    let live = match &environment {
+        Some(id) => {
+            all.retain(|d| &d.environment_id == id);
+            match client
+                .call(&OperatorRequest::GetEnvironment { id: id.clone() })
+                .await?
+            {
+                OperatorResponse::Environment(e) => e.live_deployment_id,
+                other => bail!("unexpected answer: {other:?}"),
+            }
+        }
+        None => None,
+    };
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
         Output::Text => {
             println!(
-                "{:<20} {:<10} {:<8} {:<9} IMAGE",
-                "ID", "STATUS", "DESIRED", "REPLICAS"
+                "{:<22} {:<11} {:<9} {:<9} {:<4} IMAGE",
+                "ID", "STATUS", "DESIRED", "REPLICAS", "LIVE"
             );
             for d in &all {
-                print_row(d);
+                print_row(d, live.as_deref() == Some(d.id.as_str()));
             }
         }
     }
     Ok(())
 }
 
-pub(super) async fn set_state(
+pub(super) async fn stop(
     config: &OperatorConfig,
     args: StopArgs,
-    running: bool,
+    desired_state: DesiredState,
 ) -> Result<()> {
-    let client = Client::new(config)?;
-    let desired_state = if running {
-        DesiredState::Running
-    } else {
-        DesiredState::Stopped
-    };
     let request = OperatorRequest::SetDesiredState {
         id: args.id,
         desired_state,
+        after_ms: args
+            .after
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        force: args.force,
     };
-    match client.call(&request).await? {
-        OperatorResponse::Updated(deployment) => {
-            println!("{} {}", deployment.id, deployment.status.as_str());
+    updated(config, &request).await
+}
+
+pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()> {
+    let request = OperatorRequest::SetDesiredState {
+        id: args.id,
+        desired_state: DesiredState::Running,
+        after_ms: None,
+        force: false,
+    };
+    updated(config, &request).await
+}
+
+pub(super) async fn cancel(config: &OperatorConfig, args: StartArgs) -> Result<()> {
+    updated(config, &OperatorRequest::CancelDeployment { id: args.id }).await
+}
+
+pub(super) async fn rollback(config: &OperatorConfig, args: RollbackArgs) -> Result<()> {
+    let request = OperatorRequest::Rollback {
+        environment_id: args.environment,
+        to: args.to,
+    };
+    updated(config, &request).await
+}
+
+/// Sends a request answered by `Updated` and prints the deployment's id,
+/// status and desired state (and a scheduled change).
+async fn updated(config: &OperatorConfig, request: &OperatorRequest) -> Result<()> {
+    let client = Client::new(config)?;
+    match client.call(request).await? {
+        OperatorResponse::Updated(d) => {
+            let scheduled = d
+                .workflow
+                .scheduled
+                .map(|s| format!(" ({} at {} ms)", s.desired_state.as_str(), s.at_ms))
+                .unwrap_or_default();
+            println!(
+                "{} {} {}{scheduled}",
+                d.id,
+                d.status.as_str(),
+                d.desired_state.as_str()
+            );
             Ok(())
         }
         other => bail!("unexpected answer: {other:?}"),
     }
 }
 
-fn print_row(d: &Deployment) {
+pub(super) async fn history(config: &OperatorConfig, args: HistoryArgs) -> Result<()> {
+    let client = Client::new(config)?;
+    let mut after = 0;
+    let mut all: Vec<JournalEntry> = Vec::new();
+    loop {
+        let request = OperatorRequest::History {
+            environment_id: args.environment.clone(),
+            deployment_id: args.deployment.clone(),
+            after,
+            limit: LIST_PAGE,
+        };
+        match client.call(&request).await? {
+            OperatorResponse::History {
+                entries,
+                next_after,
+            } => {
+                all.extend(entries);
+                match next_after {
+                    Some(next) => after = next,
+                    None => break,
+                }
+            }
+            other => bail!("unexpected answer: {other:?}"),
+        }
+    }
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
+        Output::Text => {
+            for e in &all {
+                let from = e.from.map_or("-", |s| s.as_str());
+                let request = e
+                    .request_id
+                    .as_deref()
+                    .map(|r| format!(" request {r}"))
+                    .unwrap_or_default();
+                println!(
+                    "{:>6} {} {} {} {} -> {} by {}{request}: {}",
+                    e.seq,
+                    e.at_ms,
+                    e.environment_id,
+                    e.deployment_id,
+                    from,
+                    e.to.as_str(),
+                    e.actor,
+                    e.reason
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_row(d: &Deployment, live: bool) {
     println!(
-        "{:<20} {:<10} {:<8} {:<9} {}",
+        "{:<22} {:<11} {:<9} {:<9} {:<4} {}",
         d.id,
         d.status.as_str(),
         d.desired_state.as_str(),
         format!("{}x{}", d.regions.len(), d.replicas),
+        if live { "*" } else { "" },
         d.image
     );
 }
@@ -209,9 +411,20 @@ fn print_row(d: &Deployment) {
 fn print_view(view: &DeploymentView) {
     let d = &view.deployment;
     println!("id:          {}", d.id);
+    println!("environment: {}", d.environment_id);
     println!("image:       {}", d.image);
     println!("status:      {}", d.status.as_str());
+    if let Some(reason) = &d.workflow.reason {
+        println!("reason:      {reason}");
+    }
     println!("desired:     {}", d.desired_state.as_str());
+    if let Some(s) = d.workflow.scheduled {
+        println!(
+            "scheduled:   {} at {} ms",
+            s.desired_state.as_str(),
+            s.at_ms
+        );
+    }
     println!("regions:     {}", d.regions.join(","));
     println!("replicas:    {} per region", d.replicas);
     println!(
@@ -225,5 +438,22 @@ fn print_view(view: &DeploymentView) {
             .filter(|i| &i.region == region && i.status == wire::model::InstanceStatus::Running)
             .count();
         println!("  {region}: {running}/{} running", d.replicas);
+    }
+    println!("steps:");
+    for step in &d.workflow.steps {
+        let took = match step.ended_at_ms {
+            Some(end) => format!("{} ms", end.saturating_sub(step.started_at_ms)),
+            None => "running".to_string(),
+        };
+        let error = step
+            .error
+            .as_deref()
+            .map(|e| format!(" error: {e}"))
+            .unwrap_or_default();
+        println!(
+            "  {:<11} started {} ms, {took}{error}",
+            step.step.as_str(),
+            step.started_at_ms
+        );
     }
 }

@@ -92,8 +92,7 @@ async fn round(state: &impl Propose, clock: &dyn Clock, settings: &CompactionSet
 mod tests {
     use super::*;
     use crate::app::ReadState;
-    use crate::app::deployments;
-    use crate::app::testing::{MemoryNode, NOW_MS, create_request};
+    use crate::app::testing::{MemoryNode, NOW_MS};
 
     fn settings(retention_ms: u64, batch_rows_max: usize) -> CompactionSettings {
         CompactionSettings {
@@ -128,6 +127,27 @@ mod tests {
         assert_eq!(rows_max(&settings(1, 0)), 1);
     }
 
+    /// Writes one change row (a policy of its own) in `us-east`.
+    async fn one_change_row(node: &MemoryNode) {
+        use crate::app::Propose;
+        let id = format!("cnp_{}", node.proposals());
+        let policy = wire::model::CiliumNetworkPolicy {
+            id: id.clone(),
+            workspace_id: "ws".into(),
+            environment_id: "env".into(),
+            region: "us-east".into(),
+            k8s_name: id,
+            k8s_namespace: "apps".into(),
+            policy_json: "{}".into(),
+            version: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        };
+        node.propose(vec![Mutation::UpsertCiliumNetworkPolicy(policy)])
+            .await
+            .expect("propose");
+    }
+
     /// A clock `ms` after the test node's writes.
     struct Later(u64);
 
@@ -144,9 +164,7 @@ mod tests {
     async fn a_round_steps_until_the_old_rows_are_gone() {
         let node = MemoryNode::new();
         for _ in 0..5 {
-            deployments::create(&node, node.clock(), create_request(&["us-east"]))
-                .await
-                .unwrap();
+            one_change_row(&node).await;
         }
         let writes = node.proposals();
         // Rows are 10 ms old; those older than 5 ms go, two per step.
@@ -157,9 +175,7 @@ mod tests {
         assert!(view.changes_after("us-east", 0, 10).unwrap().is_empty());
         drop(view);
         // Rows younger than the retention stay.
-        deployments::create(&node, node.clock(), create_request(&["us-east"]))
-            .await
-            .unwrap();
+        crate::app::testing::deployed(&node, &["us-east"]).await;
         let writes = node.proposals();
         round(&node, &Later(3), &settings(5, 2)).await;
         assert_eq!(node.proposals() - writes, 1, "one step, nothing deleted");

@@ -10,8 +10,11 @@
 //! still commit). Adding a job is one entry in [`leader_jobs`].
 //!
 //! - [`compaction`]: change-log compaction on a schedule.
+//! - [`workflows`]: the workflow driver (deploys, their deadlines and
+//!   schedules).
 
 pub mod compaction;
+pub mod workflows;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -63,7 +66,11 @@ pub fn leader_jobs(state: &Arc<NodeState>, config: &NodeConfig) -> Vec<LeaderJob
             compaction::run(state.clone(), state.clock.clone(), settings.clone())
         })
     };
-    vec![compaction]
+    let workflows = {
+        let state = state.clone();
+        LeaderJob::new("workflows", move || workflows::run(state.clone()))
+    };
+    vec![compaction, workflows]
 }
 
 /// Runs `jobs` on this node while it leads, as Raft's server metrics say,

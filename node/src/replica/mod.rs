@@ -66,6 +66,8 @@ pub struct NodeState {
     pub applied_pk: watch::Receiver<Pk>,
     /// Limits and intervals from the config.
     pub limits: Limits,
+    /// The deploy workflow's settings from the config.
+    pub deploy: config::DeploySettings,
     /// Where time and ids come from.
     pub clock: Arc<dyn Clock>,
     /// Bounds the number of concurrent watch streams.

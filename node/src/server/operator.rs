@@ -56,9 +56,11 @@ pub async fn serve_stream(
 async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse {
     let clock = state.clock.as_ref();
     let result = match request {
-        OperatorRequest::CreateDeployment(create) => deployments::create(state, clock, create)
-            .await
-            .map(|deployment_id| OperatorResponse::Created { deployment_id }),
+        OperatorRequest::CreateDeployment(create) => {
+            deployments::create(state, clock, &state.deploy, create)
+                .await
+                .map(|deployment_id| OperatorResponse::Created { deployment_id })
+        }
         OperatorRequest::GetDeployment { id } => {
             deployments::view(state, &id).map(OperatorResponse::Deployment)
         }
@@ -66,11 +68,41 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
             deployments::list(state, after.as_deref(), limit)
                 .map(|(items, next_after)| OperatorResponse::Deployments { items, next_after })
         }
-        OperatorRequest::SetDesiredState { id, desired_state } => {
-            deployments::set_desired_state(state, id, desired_state)
+        OperatorRequest::SetDesiredState {
+            id,
+            desired_state,
+            after_ms,
+            force,
+        } => deployments::set_desired_state(state, clock, id, desired_state, after_ms, force)
+            .await
+            .map(OperatorResponse::Updated),
+        OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
+            .await
+            .map(OperatorResponse::Updated),
+        OperatorRequest::Rollback { environment_id, to } => {
+            deployments::rollback(state, environment_id, to)
                 .await
                 .map(OperatorResponse::Updated)
         }
+        OperatorRequest::GetEnvironment { id } => {
+            deployments::environment(state, &id).map(OperatorResponse::Environment)
+        }
+        OperatorRequest::History {
+            environment_id,
+            deployment_id,
+            after,
+            limit,
+        } => deployments::history(
+            state,
+            environment_id.as_deref(),
+            deployment_id.as_deref(),
+            after,
+            limit,
+        )
+        .map(|(entries, next_after)| OperatorResponse::History {
+            entries,
+            next_after,
+        }),
         OperatorRequest::InitCluster => cluster::init(state).await,
         OperatorRequest::NodeStatus => Ok(OperatorResponse::NodeStatus(cluster::status(state))),
         OperatorRequest::AddNode {

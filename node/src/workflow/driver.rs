@@ -197,6 +197,8 @@ mod tests {
             Ok(Decision::propose(vec![Mutation::SetDesiredState {
                 deployment_id: deployment.id.clone(),
                 desired_state: DesiredState::Stopped,
+                at_ms: None,
+                force: true,
             }]))
         }
     }
@@ -206,9 +208,14 @@ mod tests {
     }
 
     async fn created(node: &MemoryNode) -> String {
-        deployments::create(node, node.clock(), create_request(&["us-east"]))
-            .await
-            .expect("create")
+        deployments::create(
+            node,
+            node.clock(),
+            &config::DeploySettings::default(),
+            create_request(&["us-east"]),
+        )
+        .await
+        .expect("create")
     }
 
     #[tokio::test]
@@ -233,7 +240,7 @@ mod tests {
         assert_eq!(round(&flows, &node, &clock).await, RoundResult::Progressed);
         let view = node.read().unwrap();
         let deployment = view.deployment(&id).unwrap().unwrap();
-        assert_eq!(deployment.desired_state, DesiredState::Stopped);
+        assert_eq!(deployment.desired_state, DesiredState::Standby);
         // The record is closed: the next round has nothing to do.
         let proposals = node.proposals();
         let result = round(&flows, &node, &clock).await;
@@ -287,6 +294,8 @@ mod tests {
                 Ok(Decision::propose(vec![Mutation::SetDesiredState {
                     deployment_id: "dep_missing".into(),
                     desired_state: DesiredState::Stopped,
+                    at_ms: None,
+                    force: false,
                 }]))
             }
         }

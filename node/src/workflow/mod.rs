@@ -21,6 +21,7 @@
 //! carries the guard (step, revision) it was decided against, so a deposed
 //! leader's late proposal, or the same one twice, changes nothing.
 
+pub mod deploy;
 pub mod driver;
 
 use storage::{Mutation, ReadView, StorageError};
