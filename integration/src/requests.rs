@@ -24,6 +24,8 @@ pub fn deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> Depl
         replicas: 1,
         regions: regions.into_iter().map(Into::into).collect(),
         env_vars: BTreeMap::new(),
+        progress_deadline_ms: None,
+        min_ready_regions: None,
     })
 }
 

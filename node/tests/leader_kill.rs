@@ -48,6 +48,8 @@ fn create(n: u64) -> OperatorRequest {
         replicas: 1,
         regions: vec!["us-east".into()],
         env_vars: BTreeMap::new(),
+        progress_deadline_ms: None,
+        min_ready_regions: None,
     })
 }
 

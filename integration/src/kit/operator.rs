@@ -61,12 +61,13 @@ impl Operator {
         }
     }
 
-    /// Sets deployment `id` to stopped.
+    /// Puts deployment `id` in standby now, live or not (with force).
     pub async fn stop(&self, id: &str) -> Result<Deployment> {
-        self.set_desired_state(id, DesiredState::Stopped).await
+        self.set_desired_state(id, DesiredState::Standby).await
     }
 
-    /// Stops or starts deployment `id` and returns it as it now is.
+    /// Sets the desired state of deployment `id` now (with force: the live
+    /// deployment too) and returns it as it now is.
     pub async fn set_desired_state(
         &self,
         id: &str,
@@ -75,6 +76,8 @@ impl Operator {
         let request = OperatorRequest::SetDesiredState {
             id: id.into(),
             desired_state,
+            after_ms: None,
+            force: true,
         };
         match self.call_named("set the desired state", request).await? {
             OperatorResponse::Updated(deployment) => Ok(deployment),

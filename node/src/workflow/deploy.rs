@@ -448,3 +448,342 @@ fn describe(deployment: &Deployment, regions: &BTreeMap<String, RegionCounts>) -
         parts.join("; ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use wire::model::{InstanceStatus, ScheduledChange};
+
+    use super::*;
+    use crate::app::testing::{MemoryNode, create_request};
+    use crate::app::{Propose, ReadState, deployments};
+    use crate::workflow::driver::{RoundResult, round};
+
+    const NOW: UnixMs = 1_000_000;
+
+    fn settings() -> DeploySettings {
+        DeploySettings {
+            progress_deadline_ms: 60_000,
+            fail_fast_ms: 5_000,
+            live_grace_ms: 600_000,
+            leader_grace_ms: 10_000,
+            sentinel_image: "sentinel:1".into(),
+        }
+    }
+
+    fn record(status: DeploymentStatus, regions: &[&str]) -> Deployment {
+        let mut d = storage_deployment(regions);
+        d.status = status;
+        d.workflow.deadline_at_ms = NOW + 60_000;
+        d
+    }
+
+    fn storage_deployment(regions: &[&str]) -> Deployment {
+        Deployment {
+            id: "dep_1".into(),
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            environment_id: "env_prod".into(),
+            image: "app:1".into(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            replicas: 2,
+            regions: regions.iter().map(|r| r.to_string()).collect(),
+            env_vars: BTreeMap::new(),
+            desired_state: DesiredState::Running,
+            status: DeploymentStatus::Pending,
+            created_at_ms: NOW,
+            updated_at_ms: NOW,
+            workflow: storage::apply::workflow::new_workflow(
+                60_000,
+                5_000,
+                u32::try_from(regions.len()).unwrap(),
+                true,
+            ),
+        }
+    }
+
+    fn pod(region: &str, n: u32, status: InstanceStatus) -> Instance {
+        Instance {
+            deployment_id: "dep_1".into(),
+            region: region.into(),
+            pod_name: format!("dep-1-{n}"),
+            address: String::new(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            status,
+            reason: (status == InstanceStatus::Failed).then(|| "ImagePullBackOff".into()),
+            updated_at_ms: NOW,
+        }
+    }
+
+    fn action(decision: &Decision) -> Option<&DeployAction> {
+        match decision.proposals.as_slice() {
+            [Mutation::Deploy(t)] => Some(&t.action),
+            [] => None,
+            other => panic!("unexpected proposals {other:?}"),
+        }
+    }
+
+    /// The decision for `d` at `now`, led since `leader_since`.
+    fn decide(d: &Deployment, observed: &Observed, leader_since: UnixMs, now: UnixMs) -> Decision {
+        decide_deploy(d, observed, &settings(), leader_since, now)
+    }
+
+    #[test]
+    fn a_pending_deploy_starts_with_a_sentinel_where_its_environment_has_none() {
+        let d = record(DeploymentStatus::Pending, &["eu", "us"]);
+        let decision = decide(&d, &Observed::default(), 0, NOW);
+        let Some(DeployAction::Start {
+            sentinels,
+            policies,
+            ..
+        }) = action(&decision)
+        else {
+            panic!("{decision:?}")
+        };
+        assert_eq!(sentinels.len(), 2);
+        // One sentinel per environment and region, 3 replicas in production.
+        assert!(
+            sentinels
+                .iter()
+                .all(|s| s.id == "snt_env_prod" && s.replicas == 3)
+        );
+        assert_eq!(policies.len(), 2);
+        let Mutation::Deploy(t) = &decision.proposals[0] else {
+            unreachable!()
+        };
+        assert_eq!(t.expected, deploy_guard(&d));
+    }
+
+    #[test]
+    fn deploying_advances_once_enough_regions_run_every_replica() {
+        let mut d = record(DeploymentStatus::Deploying, &["eu", "us"]);
+        let observed = Observed {
+            instances: vec![
+                pod("eu", 0, InstanceStatus::Running),
+                pod("eu", 1, InstanceStatus::Running),
+                pod("us", 0, InstanceStatus::Running),
+            ],
+            ..Observed::default()
+        };
+        d.workflow.observed_running = 3;
+        // Every region is the default: us runs one of two.
+        assert_eq!(action(&decide(&d, &observed, 0, NOW)), None);
+        // One region is enough when the deploy says so.
+        d.workflow.min_ready_regions = 1;
+        assert!(matches!(
+            action(&decide(&d, &observed, 0, NOW)),
+            Some(DeployAction::Advance {
+                to: DeploymentStatus::Network,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn progress_pushes_the_deadline_forward() {
+        let d = record(DeploymentStatus::Deploying, &["eu"]);
+        let observed = Observed {
+            instances: vec![pod("eu", 0, InstanceStatus::Running)],
+            ..Observed::default()
+        };
+        let later = NOW + 50_000;
+        assert_eq!(
+            action(&decide(&d, &observed, 0, later)),
+            Some(&DeployAction::Observe {
+                observed_running: 1,
+                deadline_at_ms: later + 60_000,
+                failing_since_ms: BTreeMap::new(),
+            })
+        );
+    }
+
+    #[test]
+    fn the_deadline_fails_the_deploy_naming_the_regions_but_not_before_the_leaders_grace() {
+        let d = record(DeploymentStatus::Deploying, &["eu"]);
+        let observed = Observed {
+            instances: vec![pod("eu", 0, InstanceStatus::Pending)],
+            ..Observed::default()
+        };
+        let deadline = d.workflow.deadline_at_ms;
+        // Before the deadline: wait until it.
+        let waiting = decide(&d, &observed, 0, deadline - 1);
+        assert_eq!(
+            (action(&waiting), waiting.wake_at_ms),
+            (None, Some(deadline))
+        );
+        // Past it, under a leader that took over just before: wait for the grace.
+        let new_leader = deadline - 1_000;
+        let graced = decide(&d, &observed, new_leader, deadline + 1);
+        assert_eq!(action(&graced), None);
+        assert_eq!(graced.wake_at_ms, Some(new_leader + 10_000));
+        // After the grace: failed, the reason names the region and its pods.
+        let failed = decide(&d, &observed, new_leader, new_leader + 10_000);
+        let Some(DeployAction::Fail { reason }) = action(&failed) else {
+            panic!("{failed:?}")
+        };
+        assert!(
+            reason.contains("eu: 0/2 running (dep-1-0 pending)"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_region_whose_every_instance_failed_fails_the_deploy_after_the_fail_fast_time() {
+        let mut d = record(DeploymentStatus::Deploying, &["eu", "us"]);
+        let observed = Observed {
+            instances: vec![
+                pod("eu", 0, InstanceStatus::Failed),
+                pod("eu", 1, InstanceStatus::Failed),
+                pod("us", 0, InstanceStatus::Running),
+            ],
+            ..Observed::default()
+        };
+        d.workflow.observed_running = 1;
+        // First seen failing: recorded, with the time.
+        assert_eq!(
+            action(&decide(&d, &observed, 0, NOW)),
+            Some(&DeployAction::Observe {
+                observed_running: 1,
+                deadline_at_ms: d.workflow.deadline_at_ms,
+                failing_since_ms: BTreeMap::from([("eu".to_string(), NOW)]),
+            })
+        );
+        d.workflow.failing_since_ms = BTreeMap::from([("eu".to_string(), NOW)]);
+        let waiting = decide(&d, &observed, 0, NOW + 4_999);
+        assert_eq!(
+            (action(&waiting), waiting.wake_at_ms),
+            (None, Some(NOW + 5_000))
+        );
+        let failed = decide(&d, &observed, 0, NOW + 5_000);
+        let Some(DeployAction::Fail { reason }) = action(&failed) else {
+            panic!("{failed:?}")
+        };
+        assert!(reason.contains("every instance in eu failed"), "{reason}");
+        assert!(reason.contains("ImagePullBackOff"), "{reason}");
+    }
+
+    #[test]
+    fn an_older_deploy_in_flight_is_superseded_by_the_environments_latest_attempt() {
+        let d = record(DeploymentStatus::Network, &["eu"]);
+        let environment = Environment {
+            id: "env_prod".into(),
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            live_deployment_id: None,
+            formerly_live: Vec::new(),
+            latest_attempt: Some("dep_2".into()),
+            created_at_ms: NOW,
+            updated_at_ms: NOW,
+        };
+        let observed = Observed {
+            environment: Some(environment),
+            ..Observed::default()
+        };
+        assert_eq!(
+            action(&decide(&d, &observed, 0, NOW)),
+            Some(&DeployAction::Supersede { by: "dep_2".into() })
+        );
+    }
+
+    #[test]
+    fn a_scheduled_change_waits_for_its_time() {
+        let mut d = record(DeploymentStatus::Ready, &["eu"]);
+        d.workflow.scheduled = Some(ScheduledChange {
+            desired_state: DesiredState::Standby,
+            at_ms: NOW + 100,
+        });
+        let waiting = decide(&d, &Observed::default(), 0, NOW);
+        assert_eq!(
+            (action(&waiting), waiting.wake_at_ms),
+            (None, Some(NOW + 100))
+        );
+        assert_eq!(
+            action(&decide(&d, &Observed::default(), 0, NOW + 100)),
+            Some(&DeployAction::ApplySchedule)
+        );
+    }
+
+    /// A whole deploy through the driver on an in-memory node: every step,
+    /// each journalled once, and the deployment live at the end.
+    #[tokio::test]
+    async fn a_deploy_goes_through_every_step_to_ready_and_live() {
+        let node = MemoryNode::new();
+        let id = deployments::create(&node, node.clock(), &settings(), create_request(&["eu"]))
+            .await
+            .unwrap();
+        let flows: Vec<Box<dyn crate::workflow::Round>> =
+            vec![Box::new(DeployWorkflow::new(settings(), 0))];
+        let step = || round(&flows, &node, node.clock());
+        assert_eq!(step().await, RoundResult::Progressed, "start");
+        // Nothing runs yet: the round waits.
+        assert!(matches!(step().await, RoundResult::Wait(_)));
+        let mut instance = pod("eu", 0, InstanceStatus::Running);
+        instance.deployment_id = id.clone();
+        node.propose(vec![Mutation::ReportInstances {
+            deployment_id: id.clone(),
+            region: "eu".into(),
+            instances: vec![instance],
+        }])
+        .await
+        .unwrap();
+        assert_eq!(step().await, RoundResult::Progressed, "progress");
+        assert_eq!(step().await, RoundResult::Progressed, "network");
+        let view = node.read().unwrap();
+        let sentinel = view
+            .region_sentinels("eu", 10)
+            .unwrap()
+            .pop()
+            .expect("the deploy created the environment's sentinel");
+        drop(view);
+        node.propose(vec![Mutation::ReportSentinelStatus(SentinelStatus {
+            sentinel_id: sentinel.id.clone(),
+            region: "eu".into(),
+            available_replicas: 1,
+            updated_replicas: 1,
+            ready_replicas: 1,
+            observed_generation: 1,
+            running_image: sentinel.image.clone(),
+            health: Health::Healthy,
+            updated_at_ms: NOW,
+        })])
+        .await
+        .unwrap();
+        assert_eq!(step().await, RoundResult::Progressed, "finalizing");
+        assert_eq!(step().await, RoundResult::Progressed, "ready");
+        let view = node.read().unwrap();
+        let d = view.deployment(&id).unwrap().unwrap();
+        assert_eq!(d.status, DeploymentStatus::Ready);
+        let steps: Vec<_> = d.workflow.steps.iter().map(|s| s.step).collect();
+        assert_eq!(
+            steps,
+            [
+                DeploymentStatus::Pending,
+                DeploymentStatus::Deploying,
+                DeploymentStatus::Network,
+                DeploymentStatus::Finalizing
+            ]
+        );
+        assert!(d.workflow.steps.iter().all(|s| s.ended_at_ms.is_some()));
+        let environment = view.environment("env").unwrap().unwrap();
+        assert_eq!(environment.live_deployment_id.as_deref(), Some(id.as_str()));
+        let journal = view.journal(0, 100, 100, |_| true).unwrap();
+        let moves: Vec<_> = journal.iter().map(|e| (e.from, e.to)).collect();
+        assert_eq!(
+            moves,
+            [
+                (None, DeploymentStatus::Pending),
+                (Some(DeploymentStatus::Pending), DeploymentStatus::Deploying),
+                (Some(DeploymentStatus::Deploying), DeploymentStatus::Network),
+                (
+                    Some(DeploymentStatus::Network),
+                    DeploymentStatus::Finalizing
+                ),
+                (Some(DeploymentStatus::Finalizing), DeploymentStatus::Ready),
+            ]
+        );
+        drop(view);
+        // Done: the record is closed, nothing more to propose.
+        assert!(matches!(step().await, RoundResult::Wait(_)));
+    }
+}
