@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
-use crate::model::{Deployment, DesiredState, Instance, Sentinel, SentinelStatus};
+use crate::model::{
+    Deployment, DesiredState, Instance, Pk, Region, Sentinel, SentinelStatus, UnixMs,
+};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";
@@ -30,6 +32,12 @@ pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
 pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
+/// Most regions a cluster knows; also the most one
+/// [`OperatorRequest::ListRegions`] answers.
+pub const REGION_COUNT_MAX: usize = 1_000;
+/// A region is stale when its last heartbeat is older than this many of
+/// its own heartbeat intervals.
+pub const HEARTBEAT_STALE_INTERVALS: u64 = 3;
 
 /// A call of the operator protocol: one per stream, answered by one [`OperatorResponse`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +129,22 @@ pub enum OperatorRequest {
         /// Longest wait for a change, in milliseconds.
         wait_ms: u64,
     },
+    /// Register a region (idempotent: an existing region is answered as
+    /// it is); answered by `Region`.
+    AddRegion {
+        /// The region's name, a lowercase DNS label.
+        name: String,
+    },
+    /// Cordon (`false`: new deployments may not name it) or uncordon a
+    /// region; answered by `Region`.
+    SetRegionSchedulable {
+        /// The region's name.
+        name: String,
+        /// Whether new deployments may name it.
+        schedulable: bool,
+    },
+    /// Every region with its agent's health; answered by `Regions`.
+    ListRegions,
 }
 
 /// The cluster's membership after a change.
@@ -439,6 +463,33 @@ impl DeploymentView {
     }
 }
 
+/// One region as `ctrl list regions` shows it: the stored region and
+/// what the answering node derived from it at [`RegionList::as_of_ms`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionView {
+    /// The region as stored.
+    pub region: Region,
+    /// Time since its last heartbeat, in milliseconds (`None`: never).
+    pub heartbeat_age_ms: Option<u64>,
+    /// The cluster's last change pk minus the agent's cursor (`None`:
+    /// no heartbeat yet).
+    pub lag: Option<u64>,
+    /// No heartbeat for more than [`HEARTBEAT_STALE_INTERVALS`] of its
+    /// interval, or none ever.
+    pub stale: bool,
+}
+
+/// Every region, in name order, as one node saw them at one time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionList {
+    /// The regions, by name.
+    pub regions: Vec<RegionView>,
+    /// The cluster's last change pk in the state read.
+    pub last_pk: Pk,
+    /// The answering node's time the ages and staleness are computed at.
+    pub as_of_ms: UnixMs,
+}
+
 /// The answer to one [`OperatorRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorResponse {
@@ -495,6 +546,10 @@ pub enum OperatorResponse {
     },
     /// The call failed; the error says why.
     Error(WireError),
+    /// A region as it now is (after `AddRegion`, `SetRegionSchedulable`).
+    Region(Region),
+    /// Every region (answer to `ListRegions`).
+    Regions(RegionList),
 }
 
 #[cfg(test)]

@@ -11,17 +11,20 @@
 use std::collections::BTreeMap;
 
 use crate::agent::{
-    AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent, WatchRequest,
+    AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, ResourceChange, WatchEvent,
+    WatchRequest,
 };
 use crate::error::{ErrorCode, WireError};
 use crate::hello::{Hello, Protocol};
 use crate::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
-    Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
+    FailedApply, Health, Heartbeat, Instance, InstanceStatus, Region, RegionSource, Resource,
+    ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeStatus, OperatorRequest, OperatorResponse, SentinelView, StateHash,
+    NodeStatus, OperatorRequest, OperatorResponse, RegionList, RegionView, SentinelView,
+    StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -201,6 +204,77 @@ pub fn sentinel_status() -> SentinelStatus {
     }
 }
 
+/// Every variant of [`RegionSource`], each with every field set.
+pub fn region_sources() -> Vec<RegionSource> {
+    vec![RegionSource::Operator, RegionSource::Heartbeat]
+}
+
+/// A fixture [`FailedApply`], every field set.
+pub fn failed_apply() -> FailedApply {
+    FailedApply {
+        key: ResourceKey {
+            resource_type: ResourceType::DeploymentTopology,
+            resource_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+        },
+        error: "admission webhook denied: größe".into(),
+    }
+}
+
+/// A fixture [`Heartbeat`], every field set.
+pub fn heartbeat() -> Heartbeat {
+    Heartbeat {
+        agent_version: "0.1.0".into(),
+        cursor: 70_000,
+        interval_ms: 30_000,
+        applied_resources: 300,
+        failed_applies: vec![failed_apply()],
+        at_ms: NOW_MS + 7,
+    }
+}
+
+/// A fixture [`Region`], every field set.
+pub fn region() -> Region {
+    Region {
+        name: "eu-west".into(),
+        schedulable: true,
+        registered_by: RegionSource::Heartbeat,
+        created_at_ms: NOW_MS + 8,
+        last_heartbeat: Some(heartbeat()),
+    }
+}
+
+/// A fixture [`HeartbeatReport`], every field set.
+pub fn heartbeat_report() -> HeartbeatReport {
+    HeartbeatReport {
+        region: "eu-west".into(),
+        agent_version: "0.1.0".into(),
+        cursor: 70_000,
+        interval_ms: 30_000,
+        applied_resources: 300,
+        failed_applies: vec![failed_apply()],
+    }
+}
+
+/// A fixture [`RegionView`], every field set.
+pub fn region_view() -> RegionView {
+    RegionView {
+        region: region(),
+        heartbeat_age_ms: Some(1_500),
+        lag: Some(3),
+        stale: true,
+    }
+}
+
+/// A fixture [`RegionList`], every field set.
+pub fn region_list() -> RegionList {
+    RegionList {
+        regions: vec![region_view()],
+        last_pk: 70_003,
+        as_of_ms: NOW_MS + 9,
+    }
+}
+
 /// Every variant of [`ErrorCode`], each with every field set.
 pub fn error_codes() -> Vec<ErrorCode> {
     vec![
@@ -276,6 +350,7 @@ pub fn agent_requests() -> Vec<AgentRequest> {
             policy_id: "cnp_01hx".into(),
             region: "eu-west".into(),
         },
+        AgentRequest::Heartbeat(heartbeat_report()),
     ]
 }
 
@@ -469,6 +544,14 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             seen: 0x8422_2325_cbf2_9ce4,
             wait_ms: 60_000,
         },
+        OperatorRequest::AddRegion {
+            name: "eu-west".into(),
+        },
+        OperatorRequest::SetRegionSchedulable {
+            name: "us-east".into(),
+            schedulable: false,
+        },
+        OperatorRequest::ListRegions,
     ]
 }
 
@@ -505,5 +588,7 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             policy_id: "cnp_01hx".into(),
         },
         OperatorResponse::Error(wire_error()),
+        OperatorResponse::Region(region()),
+        OperatorResponse::Regions(region_list()),
     ]
 }
