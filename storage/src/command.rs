@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use wire::WireError;
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DesiredState, Instance, Pk, Sentinel, SentinelStatus, UnixMs,
+    CiliumNetworkPolicy, Deployment, DesiredState, Heartbeat, Instance, Pk, Region, Sentinel,
+    SentinelStatus, UnixMs,
 };
 
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
@@ -38,8 +39,9 @@ pub struct Command {
 pub enum Mutation {
     /// Writes the deployment row (as filled by the leader: id, status,
     /// timestamps) and one topology per region, each with a new pk and a
-    /// change row. A duplicate id, no region, or a repeated region is
-    /// `BadRequest`.
+    /// change row. A duplicate id, no region, a repeated region, or a
+    /// region that is unknown or cordoned is `BadRequest` (the message
+    /// names the regions).
     CreateDeployment {
         /// The deployment row, filled in by the leader.
         deployment: Deployment,
@@ -98,6 +100,30 @@ pub enum Mutation {
         /// Most rows to delete in this mutation.
         rows_max: u32,
     },
+    /// Registers a region, schedulable (an operator's). Adding a known
+    /// region succeeds and changes nothing; answered by
+    /// [`Outcome::Region`]. No change row.
+    AddRegion {
+        /// The region's name, a lowercase DNS label.
+        name: String,
+    },
+    /// Cordons (`false`) or uncordons a region; an unknown region is
+    /// `NotFound`. Answered by [`Outcome::Region`]. No change row.
+    SetRegionSchedulable {
+        /// The region's name.
+        name: String,
+        /// Whether new deployments may name it.
+        schedulable: bool,
+    },
+    /// Records an agent's heartbeat as its region's last, with `at_ms`
+    /// set to the command's `now_ms`; the first one registers the region
+    /// (schedulable, registered by heartbeat). No change row.
+    RecordHeartbeat {
+        /// The agent's region.
+        region: String,
+        /// What the agent said (its `at_ms` is replaced).
+        heartbeat: Heartbeat,
+    },
 }
 
 /// What a successful mutation produced.
@@ -131,6 +157,9 @@ pub enum Outcome {
         /// The record's guard now, `None` if there is no record.
         found: Option<Guard>,
     },
+    /// [`Mutation::AddRegion`], [`Mutation::SetRegionSchedulable`]: the
+    /// region as it now is.
+    Region(Region),
 }
 
 /// What a workflow transition expects of its record: the step it is at and

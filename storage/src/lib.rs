@@ -188,6 +188,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::CHANGES)?;
     txn.open_table(tables::REGION_CHANGES)
         .ctx_table(op, name::REGION_CHANGES)?;
+    txn.open_table(tables::REGIONS)
+        .ctx_table(op, name::REGIONS)?;
     Ok(())
 }
 
@@ -205,6 +207,7 @@ mod tests {
         let path = dir.path().join("state.redb");
         let (hash, raft, answers) = {
             let store = Store::open(&path).unwrap();
+            register_regions(&store);
             apply_one(&store, 1, vec![create("d1", &["eu", "us"], 1)]);
             apply_one(
                 &store,

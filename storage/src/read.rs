@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use wire::agent::ResourceChange;
 use wire::digest::Fnv1a;
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Resource, ResourceKey,
-    ResourceType, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Region, Resource,
+    ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 
 use crate::command::RaftMeta;
@@ -39,6 +39,7 @@ pub struct ReadView {
     pub(crate) instances: ReadOnlyTable<InstanceKey, Bytes>,
     pub(crate) changes: ReadOnlyTable<u64, Bytes>,
     pub(crate) region_changes: ReadOnlyTable<RegionChangeKey, ()>,
+    pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -117,6 +118,9 @@ impl ReadView {
             region_changes: txn
                 .open_table(tables::REGION_CHANGES)
                 .ctx_table(OP, name::REGION_CHANGES)?,
+            regions: txn
+                .open_table(tables::REGIONS)
+                .ctx_table(OP, name::REGIONS)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -385,6 +389,23 @@ impl ReadView {
         Ok(None)
     }
 
+    /// The region `region_name`, if it is known.
+    pub fn region(&self, region_name: &str) -> Result<Option<Region>> {
+        load(&self.regions, name::REGIONS, region_name)
+    }
+
+    /// Every known region, in name order (at most
+    /// [`wire::operator::REGION_COUNT_MAX`], which apply enforces).
+    pub fn list_regions(&self) -> Result<Vec<Region>> {
+        let mut out = Vec::new();
+        let rows = self.regions.iter().ctx_table(OP, name::REGIONS)?;
+        for entry in rows.take(wire::operator::REGION_COUNT_MAX) {
+            let (key, value) = entry.ctx_table(OP, name::REGIONS)?;
+            out.push(decode(name::REGIONS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
     /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
     /// change log, its index, `last_pk`, `floor_pk` and the schema version,
     /// for comparing replicas at the same applied index. The Raft metadata is
@@ -400,6 +421,7 @@ impl ReadView {
         hash_table(&mut hash, name::INSTANCES, &self.instances)?;
         hash_table(&mut hash, name::CHANGES, &self.changes)?;
         hash_table(&mut hash, name::REGION_CHANGES, &self.region_changes)?;
+        hash_table(&mut hash, name::REGIONS, &self.regions)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());
@@ -483,11 +505,11 @@ pub(crate) fn scan_region<T: DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::test_support::*;
-    use crate::{Mutation, Store};
+    use crate::Mutation;
 
     #[test]
     fn full_sync_pages_by_type_then_id_within_one_region() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             1,
@@ -548,7 +570,7 @@ mod tests {
 
     #[test]
     fn changes_after_edges() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu", "eu-west", "e"], 1)]);
         let view = store.read().unwrap();
         assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
@@ -560,7 +582,7 @@ mod tests {
 
     #[test]
     fn lists_and_lookups() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             1,
@@ -599,7 +621,7 @@ mod tests {
 
     #[test]
     fn the_view_is_a_consistent_cut() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu"], 1)]);
         let view = store.read().unwrap();
         let hash = view.state_hash().unwrap();

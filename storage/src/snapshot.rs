@@ -14,7 +14,8 @@ use redb::{Durability, ReadOnlyTable, ReadableTable, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentTopology, Instance, Pk, Region, Sentinel,
+    SentinelStatus,
 };
 
 use crate::Store;
@@ -47,6 +48,7 @@ struct SnapshotBody {
     instances: Vec<Instance>,
     changes: Vec<(Pk, ChangeRow)>,
     region_changes: Vec<(String, Pk)>,
+    regions: Vec<Region>,
 }
 
 impl Store {
@@ -89,6 +91,7 @@ impl Store {
             })?,
             changes: change_rows(&view)?,
             region_changes: region_change_rows(&view)?,
+            regions: rows(&view.regions, name::REGIONS, |r: &Region| r.name.as_str())?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -279,6 +282,14 @@ fn validate(body: &SnapshotBody) -> Result<()> {
         name::REGION_CHANGES,
         body.region_changes.iter().map(|(r, pk)| (r, *pk)),
     )?;
+    strictly_ascending(name::REGIONS, body.regions.iter().map(|r| &r.name))?;
+    if body.regions.len() > wire::operator::REGION_COUNT_MAX {
+        return Err(invalid(format!(
+            "{} regions, more than the {} a cluster may know",
+            body.regions.len(),
+            wire::operator::REGION_COUNT_MAX
+        )));
+    }
 
     // The change log is `floor_pk + 1 ..= last_pk`, each row indexed once.
     if let (Some((first, _)), Some((last, _))) = (body.changes.first(), body.changes.last())
@@ -372,6 +383,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::CHANGES)?;
     txn.delete_table(tables::REGION_CHANGES)
         .ctx_table(OP, name::REGION_CHANGES)?;
+    txn.delete_table(tables::REGIONS)
+        .ctx_table(OP, name::REGIONS)?;
     txn.delete_table(tables::METADATA)
         .ctx_table(OP, name::METADATA)?;
     Ok(())
@@ -438,6 +451,12 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert((region.as_str(), *pk), ())
             .ctx_table(OP_IMPORT, name::REGION_CHANGES)?;
     }
+    for r in &body.regions {
+        let bytes = encode("a region", r)?;
+        t.regions
+            .insert(r.name.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::REGIONS)?;
+    }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
         .ctx_table(OP_IMPORT, name::METADATA)?;
@@ -462,7 +481,7 @@ mod tests {
 
     /// A store with a bit of everything, compaction included.
     fn populated() -> Store {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             10,
@@ -484,6 +503,10 @@ mod tests {
                     instances: running("d1", "eu", 2),
                 },
                 Mutation::ReportSentinelStatus(sentinel_status("s1", "eu")),
+                Mutation::SetRegionSchedulable {
+                    name: "ap".into(),
+                    schedulable: false,
+                },
                 Mutation::DeleteCiliumNetworkPolicy {
                     id: "p1".into(),
                     region: "ap".into(),
@@ -524,7 +547,7 @@ mod tests {
         let view = source.read().unwrap();
         assert_eq!((view.floor_pk(), view.last_pk()), (3, 8));
 
-        let target = Store::in_memory().unwrap();
+        let target = store();
         target.import_snapshot(&bytes).unwrap();
         let imported = target.read().unwrap();
         assert_eq!(imported.state_hash().unwrap(), view.state_hash().unwrap());
@@ -540,7 +563,7 @@ mod tests {
 
     #[test]
     fn import_replaces_everything() {
-        let source = Store::in_memory().unwrap();
+        let source = store();
         apply_one(&source, 5, vec![create("other", &["us"], 1)]);
         let (bytes, _) = source.export_snapshot().unwrap();
 
@@ -605,6 +628,7 @@ mod tests {
             instances: vec![],
             changes: vec![],
             region_changes: vec![],
+            regions: vec![],
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,
@@ -622,17 +646,28 @@ mod tests {
         orphan.instances = running("ghost", "eu", 1);
         let mut duplicate = empty(0, 0);
         duplicate.deployments = vec![deployment("d", &["eu"], 1), deployment("d", &["eu"], 1)];
+        let mut regions_unordered = empty(0, 0);
+        regions_unordered.regions = ["us", "eu"]
+            .map(|name| wire::model::Region {
+                name: name.into(),
+                schedulable: true,
+                registered_by: wire::model::RegionSource::Operator,
+                created_at_ms: 1,
+                last_heartbeat: None,
+            })
+            .to_vec();
         let mut future_version = empty(0, 0);
         future_version.policies = vec![policy("p", "eu")];
         future_version.policies[0].version = 1;
 
-        let store = Store::in_memory().unwrap();
+        let store = store();
         for (what, body) in [
             ("floor above last", empty(1, 2)),
             ("unindexed", unindexed),
             ("below floor", below_floor),
             ("orphan instance", orphan),
             ("duplicate", duplicate),
+            ("regions out of order", regions_unordered),
             ("future version", future_version),
         ] {
             let err = store.import_snapshot(&seal(&body).unwrap()).unwrap_err();
@@ -646,7 +681,7 @@ mod tests {
     proptest! {
         #[test]
         fn random_bytes_are_refused(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-            let store = Store::in_memory().unwrap();
+            let store = store();
             prop_assert!(store.import_snapshot(&bytes).is_err());
         }
 

@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -52,6 +52,8 @@ pub mod name {
     pub const REGION_CHANGES: &str = "region_changes";
     /// Schema version, last pk, compaction floor and Raft metadata.
     pub const METADATA: &str = "metadata";
+    /// Regions by name.
+    pub const REGIONS: &str = "regions";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -74,6 +76,8 @@ pub const CHANGES: TableDefinition<u64, Bytes> = TableDefinition::new(name::CHAN
 /// `(region, pk)` → `()`: every change row, indexed by region.
 pub const REGION_CHANGES: TableDefinition<RegionChangeKey, ()> =
     TableDefinition::new(name::REGION_CHANGES);
+/// `name` → [`wire::model::Region`].
+pub const REGIONS: TableDefinition<&str, Bytes> = TableDefinition::new(name::REGIONS);
 /// Metadata key (see [`meta`]) → bytes.
 pub const METADATA: TableDefinition<&str, Bytes> = TableDefinition::new(name::METADATA);
 

@@ -67,6 +67,17 @@ fn mutations() -> Vec<Mutation> {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
         },
+        Mutation::AddRegion {
+            name: "eu-west".into(),
+        },
+        Mutation::SetRegionSchedulable {
+            name: "us-east".into(),
+            schedulable: false,
+        },
+        Mutation::RecordHeartbeat {
+            region: "eu-west".into(),
+            heartbeat: fixtures::heartbeat(),
+        },
     ]
 }
 
@@ -95,6 +106,7 @@ fn outcomes() -> Vec<Outcome> {
                 revision: 301,
             }),
         },
+        Outcome::Region(fixtures::region()),
     ]
 }
 
@@ -110,6 +122,13 @@ fn raft_meta(index: u8) -> RaftMeta {
 fn populated(store: &Store) {
     let commands = [
         vec![
+            Mutation::AddRegion {
+                name: "us-east".into(),
+            },
+            Mutation::RecordHeartbeat {
+                region: "eu-west".into(),
+                heartbeat: fixtures::heartbeat(),
+            },
             Mutation::CreateDeployment {
                 deployment: fixtures::deployment(),
                 k8s_namespace: "shop".into(),
@@ -165,6 +184,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.cilium_network_policies", &[fixtures::policy()]);
     g.check("tables.instances", &[fixtures::instance()]);
     g.check("tables.changes", &[change_row()]);
+    g.check("tables.regions", &[fixtures::region()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -191,6 +211,7 @@ fn state_formats_match_their_goldens() {
             name::CHANGES,
             name::REGION_CHANGES,
             name::METADATA,
+            name::REGIONS,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

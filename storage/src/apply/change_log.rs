@@ -97,11 +97,11 @@ impl Applier<'_> {
 #[cfg(test)]
 mod tests {
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Mutation, Outcome};
 
     #[test]
     fn compaction_deletes_the_oldest_rows_and_raises_the_floor() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         for (i, region) in ["eu", "us", "eu", "us", "eu"].iter().enumerate() {
             let now = 10 * (i as u64 + 1); // 10, 20, 30, 40, 50
             apply_one(

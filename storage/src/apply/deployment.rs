@@ -86,6 +86,13 @@ impl Applier<'_> {
         if self.deployment(id)?.is_some() {
             return Ok(bad_request(format!("deployment {id:?} already exists")));
         }
+        let refused = self.unschedulable_regions(&deployment.regions)?;
+        if !refused.is_empty() {
+            return Ok(bad_request(format!(
+                "deployment {id:?} may not be scheduled: region {}",
+                refused.join(", region ")
+            )));
+        }
 
         self.put_deployment(deployment)?;
         let replicas = match deployment.desired_state {
@@ -163,11 +170,11 @@ mod tests {
     use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceType};
 
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Mutation, Outcome};
 
     #[test]
     fn create_writes_one_topology_and_change_row_per_region() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         let out = apply_one(&store, 100, vec![create("d1", &["eu", "us"], 3)]);
         assert_eq!(
             out,
@@ -193,7 +200,7 @@ mod tests {
 
     #[test]
     fn stop_writes_one_change_per_region_with_zero_replicas() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu", "us", "ap"], 2)]);
         let stop = Mutation::SetDesiredState {
             deployment_id: "d1".into(),

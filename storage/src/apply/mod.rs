@@ -17,6 +17,8 @@
 //! - `instances`: instance reports of a deployment's regions.
 //! - `sentinel`: sentinels and their reported status.
 //! - `cilium`: cilium network policies.
+//! - `region`: regions (add, cordon, heartbeats) and which regions a
+//!   deployment may name.
 //! - `change_log`: pk assignment, change and index rows, compaction.
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
@@ -38,6 +40,7 @@ mod cilium;
 mod deployment;
 mod instances;
 mod meta;
+mod region;
 mod sentinel;
 pub mod workflow;
 mod write_tables;
@@ -146,6 +149,13 @@ impl Applier<'_> {
                 created_before_ms,
                 rows_max,
             } => self.compact(*created_before_ms, *rows_max),
+            Mutation::AddRegion { name } => self.add_region(name),
+            Mutation::SetRegionSchedulable { name, schedulable } => {
+                self.set_region_schedulable(name, *schedulable)
+            }
+            Mutation::RecordHeartbeat { region, heartbeat } => {
+                self.record_heartbeat(region, heartbeat)
+            }
         }
     }
 }

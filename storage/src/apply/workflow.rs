@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_stale_readiness_transition_changes_nothing() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu", "us"], 1)]);
         let ready = |store: &Store| {
             let d = store.read().unwrap().deployment("d1").unwrap().unwrap();
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn readiness_needs_every_region_at_full_replicas() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu", "us"], 2)]);
         let report = |region: &str, instances| Mutation::ReportInstances {
             deployment_id: "d1".into(),
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn a_stopped_deployment_never_becomes_ready() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, vec![create("d1", &["eu"], 0)]);
         apply_one(
             &store,

@@ -17,6 +17,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) instances: Table<'t, InstanceKey, Bytes>,
     pub(crate) changes: Table<'t, u64, Bytes>,
     pub(crate) region_changes: Table<'t, RegionChangeKey, ()>,
+    pub(crate) regions: Table<'t, &'static str, Bytes>,
     pub(crate) metadata: Table<'t, &'static str, Bytes>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
@@ -49,6 +50,9 @@ impl<'t> WriteTables<'t> {
             region_changes: txn
                 .open_table(tables::REGION_CHANGES)
                 .ctx_table(op, name::REGION_CHANGES)?,
+            regions: txn
+                .open_table(tables::REGIONS)
+                .ctx_table(op, name::REGIONS)?,
             metadata: txn
                 .open_table(tables::METADATA)
                 .ctx_table(op, name::METADATA)?,
