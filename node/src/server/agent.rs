@@ -33,8 +33,10 @@ impl Protocol for Agent {
     /// report (an operator certificate included: `ctrl watch` presents the
     /// region's agent certificate). A watch must name a valid region.
     fn authorize(identity: &Identity, request: &AgentRequest) -> Result<(), WireError> {
-        if let AgentRequest::Watch(watch) = request {
-            wire::operator::validate_region(&watch.region)?;
+        match request {
+            AgentRequest::Watch(watch) => wire::operator::validate_region(&watch.region)?,
+            AgentRequest::Heartbeat(report) => wire::operator::validate_region(&report.region)?,
+            _ => {}
         }
         let region = region_of(request);
         match identity {
@@ -152,6 +154,7 @@ fn region_of(request: &AgentRequest) -> &str {
         AgentRequest::Watch(w) => &w.region,
         AgentRequest::ReportDeploymentStatus(report) => report.region(),
         AgentRequest::ReportSentinelStatus(status) => &status.region,
+        AgentRequest::Heartbeat(report) => &report.region,
         AgentRequest::GetDesiredDeployment { region, .. }
         | AgentRequest::GetDesiredSentinel { region, .. }
         | AgentRequest::GetDesiredPolicy { region, .. } => region,

@@ -1,5 +1,5 @@
 //! The operator protocol handler: only operator certificates may call it.
-//! Each request goes to its rule — deployments, sentinels and policies in
+//! Each request goes to its rule — deployments, regions, sentinels and policies in
 //! [`crate::app`]; cluster initialisation, status, membership changes and
 //! state hashes in [`crate::replica`] — and the answer back.
 
@@ -11,7 +11,7 @@ use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, policies, sentinels};
+use crate::app::{deployments, policies, regions, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -112,6 +112,15 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
                 .await
                 .map(OperatorResponse::Deployment)
         }
+        OperatorRequest::AddRegion { name } => {
+            regions::add(state, name).await.map(OperatorResponse::Region)
+        }
+        OperatorRequest::SetRegionSchedulable { name, schedulable } => {
+            regions::set_schedulable(state, name, schedulable)
+                .await
+                .map(OperatorResponse::Region)
+        }
+        OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
     };
     result.unwrap_or_else(OperatorResponse::Error)
 }
