@@ -4,6 +4,7 @@ mod certs;
 mod cluster;
 mod ops;
 mod policy;
+mod region;
 mod sentinel;
 mod serve;
 mod watch;
@@ -68,6 +69,9 @@ pub(crate) enum Command {
     /// Apply or delete cilium network policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Register, cordon or uncordon regions.
+    #[command(subcommand)]
+    Region(region::RegionCommand),
     /// Print a shell completion script: `ctrl completion bash >
     /// /etc/bash_completion.d/ctrl` (zsh: into a directory of `$fpath` as
     /// `_ctrl`; fish: `~/.config/fish/completions/ctrl.fish`).
@@ -129,6 +133,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
+        Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
         Command::Completion { shell } => {
             // Written to memory first: the generator panics on a write
             // error (a closed pipe), which must be an error instead.

@@ -72,6 +72,12 @@ pub(crate) enum ListCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Every region with its agent's last heartbeat, version, cursor, lag
+    /// behind the cluster and whether it is stale.
+    Regions {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -136,7 +142,10 @@ pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<
 }
 
 pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
-    let ListCommand::Deployments { output } = command;
+    let output = match command {
+        ListCommand::Deployments { output } => output,
+        ListCommand::Regions { output } => return super::region::list(config, output).await,
+    };
     let client = Client::new(config)?;
     let mut after = None;
     let mut all = Vec::new();
