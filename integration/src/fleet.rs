@@ -165,6 +165,18 @@ impl Fleet {
         };
         let operator_path = dir.join("operator.toml");
         write(&operator_path, &operator.to_toml_string())?;
+        // The operator registers the regions before any deploy, so no
+        // deploy races an agent's first heartbeat.
+        Operator::new(&operator)?
+            .add_regions(
+                config
+                    .regions
+                    .iter()
+                    .map(String::as_str)
+                    .chain(crate::requests::TEST_REGIONS),
+            )
+            .await
+            .context("registering the fleet's regions")?;
 
         let kube_dir = dir.join("kube");
         std::fs::create_dir_all(&kube_dir)

@@ -1,10 +1,21 @@
 //! Operator requests the benchmarks and tests send, built in one place:
 //! [`deployment`] starts a `CreateDeployment` with small defaults that a
-//! test changes only where it matters to it.
+//! test changes only where it matters to it; [`add_region`] registers a
+//! region ([`TEST_REGIONS`] are registered by every harness).
 
 use std::collections::BTreeMap;
 
 use wire::operator::{CreateDeployment, OperatorRequest};
+
+/// The regions the test harnesses (fleet, test and process clusters)
+/// register when they start, as an operator does before deploying: every
+/// region the tests and benchmarks deploy to.
+pub const TEST_REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+
+/// The request registering region `name` (idempotent).
+pub fn add_region(name: &str) -> OperatorRequest {
+    OperatorRequest::AddRegion { name: name.into() }
+}
 
 /// The image of [`deployment`] unless changed.
 pub const IMAGE: &str = "nginx:1.27";

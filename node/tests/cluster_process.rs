@@ -119,6 +119,12 @@ fn init_status_and_replicated_deploys() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already initialised"));
 
+    let added = ctrl(&operator, &["region", "add", "us-east"]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
     for _ in 0..5 {
         let out = ctrl(
             &operator,

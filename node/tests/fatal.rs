@@ -40,6 +40,7 @@ fn a_fatal_storage_error_stops_the_node_with_a_non_zero_exit() {
     std::fs::remove_dir_all(&snapshots).expect("the node made its snapshot directory");
     std::fs::write(&snapshots, "not a directory").unwrap();
 
+    site.add_regions("us-east");
     let mut written = 0;
     for _ in 0..WRITES_MAX {
         let out = site.ctrl(&[

@@ -504,8 +504,8 @@ pub(crate) fn scan_region<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::*;
     use crate::Mutation;
+    use crate::test_support::*;
 
     #[test]
     fn full_sync_pages_by_type_then_id_within_one_region() {

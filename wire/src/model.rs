@@ -453,12 +453,8 @@ pub fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
 impl Heartbeat {
     /// Checks the bounds of every field; the error names the field.
     pub fn validate(&self) -> Result<(), crate::WireError> {
-        let bad = |message: String| {
-            Err(crate::WireError::new(
-                crate::ErrorCode::BadRequest,
-                message,
-            ))
-        };
+        let bad =
+            |message: String| Err(crate::WireError::new(crate::ErrorCode::BadRequest, message));
         if self.agent_version.len() > AGENT_VERSION_BYTES_MAX {
             return bad(format!(
                 "agent_version is longer than {AGENT_VERSION_BYTES_MAX} bytes"
@@ -521,13 +517,23 @@ mod tests {
         good.validate().unwrap();
         let mut bad = good.clone();
         bad.agent_version = "v".repeat(AGENT_VERSION_BYTES_MAX + 1);
-        assert!(bad.validate().unwrap_err().message.contains("agent_version"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .message
+                .contains("agent_version")
+        );
         let mut bad = good.clone();
         bad.interval_ms = 0;
         assert!(bad.validate().unwrap_err().message.contains("interval_ms"));
         let mut bad = good.clone();
         bad.failed_applies = vec![FailedApply::new(key(), "x"); HEARTBEAT_FAILED_APPLIES_MAX + 1];
-        assert!(bad.validate().unwrap_err().message.contains("failed_applies"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .message
+                .contains("failed_applies")
+        );
         let mut bad = good;
         bad.failed_applies[0].error = "e".repeat(FAILED_APPLY_ERROR_BYTES_MAX + 1);
         assert!(bad.validate().unwrap_err().message.contains("snt_1"));

@@ -215,7 +215,9 @@ mod tests {
             unreachable!()
         };
         report.interval_ms = 0;
-        let e = answer(&node, AgentRequest::Heartbeat(report)).await.unwrap_err();
+        let e = answer(&node, AgentRequest::Heartbeat(report))
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert_eq!(node.proposals(), 0);
     }

@@ -216,8 +216,16 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
-        assert!(e.message.contains("\"eu-west\" is cordoned"), "{}", e.message);
-        assert!(e.message.contains("\"ap-south\" is unknown"), "{}", e.message);
+        assert!(
+            e.message.contains("\"eu-west\" is cordoned"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("\"ap-south\" is unknown"),
+            "{}",
+            e.message
+        );
         assert!(!e.message.contains("\"us-east\""), "{}", e.message);
         assert_eq!(node.proposals(), proposals);
     }

@@ -103,7 +103,10 @@ pub fn check_schedulable(view: &ReadView, regions: &[String]) -> Result<(), Wire
     } else {
         Err(WireError::new(
             ErrorCode::BadRequest,
-            format!("the deployment may not be scheduled: region {}", refused.join(", region ")),
+            format!(
+                "the deployment may not be scheduled: region {}",
+                refused.join(", region ")
+            ),
         ))
     }
 }
@@ -135,7 +138,9 @@ mod tests {
         let added = add(&node, "eu-west".into()).await.unwrap();
         assert_eq!(added.registered_by, RegionSource::Operator);
         assert_eq!(add(&node, "eu-west".into()).await.unwrap(), added);
-        let cordoned = set_schedulable(&node, "eu-west".into(), false).await.unwrap();
+        let cordoned = set_schedulable(&node, "eu-west".into(), false)
+            .await
+            .unwrap();
         assert!(!cordoned.schedulable);
         let e = set_schedulable(&node, "nowhere".into(), false)
             .await
@@ -163,7 +168,11 @@ mod tests {
         let fresh = list(&node, &FixedTimeClock(NOW_MS + 3_000)).unwrap();
         assert_eq!(fresh.last_pk, 2);
         assert_eq!(fresh.as_of_ms, NOW_MS + 3_000);
-        let names: Vec<&str> = fresh.regions.iter().map(|r| r.region.name.as_str()).collect();
+        let names: Vec<&str> = fresh
+            .regions
+            .iter()
+            .map(|r| r.region.name.as_str())
+            .collect();
         assert_eq!(names, ["ap", "eu-west", "us-east"]);
         let us = &fresh.regions[2];
         assert_eq!(us.region.registered_by, RegionSource::Heartbeat);
@@ -199,6 +208,9 @@ mod tests {
             }),
         };
         let view = region_view(region, 5, 50);
-        assert_eq!((view.heartbeat_age_ms, view.lag, view.stale), (Some(0), Some(0), false));
+        assert_eq!(
+            (view.heartbeat_age_ms, view.lag, view.stale),
+            (Some(0), Some(0), false)
+        );
     }
 }

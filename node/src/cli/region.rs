@@ -88,8 +88,13 @@ fn row(view: &RegionView) -> String {
     format!(
         "{:<20} {:<12} {:<15} {:<14} {:<10} {:<8} {}",
         region.name,
-        if region.schedulable { "yes" } else { "cordoned" },
-        view.heartbeat_age_ms.map_or_else(|| "never".to_string(), age),
+        if region.schedulable {
+            "yes"
+        } else {
+            "cordoned"
+        },
+        view.heartbeat_age_ms
+            .map_or_else(|| "never".to_string(), age),
         heartbeat.map_or_else(dash, |h| h.agent_version.clone()),
         heartbeat.map_or_else(dash, |h| h.cursor.to_string()),
         view.lag.map_or_else(dash, |lag| lag.to_string()),

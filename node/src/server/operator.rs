@@ -112,9 +112,9 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
                 .await
                 .map(OperatorResponse::Deployment)
         }
-        OperatorRequest::AddRegion { name } => {
-            regions::add(state, name).await.map(OperatorResponse::Region)
-        }
+        OperatorRequest::AddRegion { name } => regions::add(state, name)
+            .await
+            .map(OperatorResponse::Region),
         OperatorRequest::SetRegionSchedulable { name, schedulable } => {
             regions::set_schedulable(state, name, schedulable)
                 .await

@@ -167,7 +167,10 @@ mod tests {
         };
         assert!(first.schedulable);
         assert_eq!(first.registered_by, RegionSource::Operator);
-        assert_eq!((first.created_at_ms, first.last_heartbeat.clone()), (5, None));
+        assert_eq!(
+            (first.created_at_ms, first.last_heartbeat.clone()),
+            (5, None)
+        );
         let before = hash(&store);
         let again = apply_one(&store, 9, vec![add_region("eu")]);
         assert_eq!(again, vec![Ok(Outcome::Region(first.clone()))]);
@@ -184,12 +187,21 @@ mod tests {
             apply_one(&store, 10, vec![record("eu", 3)]),
             vec![Ok(Outcome::Recorded)]
         );
-        let region = store.read().unwrap().region("eu").unwrap().expect("registered");
+        let region = store
+            .read()
+            .unwrap()
+            .region("eu")
+            .unwrap()
+            .expect("registered");
         assert_eq!(region.registered_by, RegionSource::Heartbeat);
         assert!(region.schedulable);
         assert_eq!(region.created_at_ms, 10);
         let last = region.last_heartbeat.expect("a heartbeat");
-        assert_eq!((last.cursor, last.at_ms), (3, 10), "stamped with ctrl's time");
+        assert_eq!(
+            (last.cursor, last.at_ms),
+            (3, 10),
+            "stamped with ctrl's time"
+        );
         assert_eq!(last.failed_applies.len(), 1);
 
         apply_one(&store, 20, vec![record("eu", 8)]);
@@ -244,7 +256,15 @@ mod tests {
                 schedulable: true,
             }],
         );
-        assert!(store.read().unwrap().region("eu").unwrap().unwrap().schedulable);
+        assert!(
+            store
+                .read()
+                .unwrap()
+                .region("eu")
+                .unwrap()
+                .unwrap()
+                .schedulable
+        );
     }
 
     #[test]
@@ -284,7 +304,8 @@ mod tests {
         let error = out[0].as_ref().unwrap_err();
         assert_eq!(error.code, ErrorCode::BadRequest);
         assert!(
-            error.message.contains("\"us\" is cordoned") && error.message.contains("\"ap\" is unknown"),
+            error.message.contains("\"us\" is cordoned")
+                && error.message.contains("\"ap\" is unknown"),
             "{}",
             error.message
         );
@@ -308,6 +329,9 @@ mod tests {
             ],
         );
         let out = apply_one(&store, 4, vec![create("d1", &["eu", "us", "ap"], 1)]);
-        assert!(matches!(out[0], Ok(Outcome::DeploymentCreated { .. })), "{out:?}");
+        assert!(
+            matches!(out[0], Ok(Outcome::DeploymentCreated { .. })),
+            "{out:?}"
+        );
     }
 }

@@ -23,8 +23,7 @@ use crate::model::{
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeStatus, OperatorRequest, OperatorResponse, RegionList, RegionView, SentinelView,
-    StateHash,
+    NodeStatus, OperatorRequest, OperatorResponse, RegionList, RegionView, SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
