@@ -184,15 +184,17 @@ mod tests {
         }
     }
 
-    fn setup(
-        refuse: usize,
-    ) -> (
+    /// What the heartbeat tests start from: a state directory (kept
+    /// alive), the state, the failures, the recorder and what it received.
+    type Setup = (
         tempfile::TempDir,
         Arc<LocalState>,
         Arc<FailedApplies>,
         Arc<Recorder>,
         mpsc::UnboundedReceiver<(Instant, HeartbeatReport)>,
-    ) {
+    );
+
+    fn setup(refuse: usize) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let state = Arc::new(LocalState::open_in(dir.path()).unwrap());
         let (sent, received) = mpsc::unbounded_channel();
