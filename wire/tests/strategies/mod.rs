@@ -21,8 +21,8 @@ use wire::model::{
     Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorRequest,
-    OperatorResponse, SentinelView,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
+    OperatorRequest, OperatorResponse, RequestId, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -91,6 +91,7 @@ pub(crate) fn error_code() -> impl Strategy<Value = ErrorCode> {
         Just(ErrorCode::BadFrame),
         Just(ErrorCode::ProtocolViolation),
         Just(ErrorCode::Internal),
+        Just(ErrorCode::Conflict),
     ]
 }
 
@@ -486,6 +487,13 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         apply_policy().prop_map(OperatorRequest::ApplyPolicy),
         short_string().prop_map(|id| OperatorRequest::DeletePolicy { id }),
     ]
+}
+
+pub(crate) fn operator_call() -> impl Strategy<Value = OperatorCall> {
+    (option::of("[!-~]{1,16}"), operator_request()).prop_map(|(id, request)| OperatorCall {
+        request_id: id.map(|id| RequestId::parse(&id).expect("printable ASCII")),
+        request,
+    })
 }
 
 fn members() -> impl Strategy<Value = Vec<(u64, String)>> {
