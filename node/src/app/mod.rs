@@ -18,12 +18,16 @@
 //!   request merged over what exists), stop, read.
 //! - [`policies`]: apply (found by region, environment, namespace and
 //!   name), delete.
+//! - [`requests`]: the state-changing operator requests, and their
+//!   idempotence by request id (one proposal per id, wrapped in
+//!   `storage::Mutation::Request`).
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups and
 //!   status reports.
 
 pub mod agent;
 pub mod deployments;
 pub mod policies;
+pub mod requests;
 pub mod sentinels;
 #[cfg(test)]
 pub(crate) mod testing;
