@@ -21,7 +21,8 @@ use wire::model::{
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, decode, meta, name,
+    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, RequestRecord,
+    decode, meta, name,
 };
 
 const OP: &str = "read";
@@ -40,6 +41,8 @@ pub struct ReadView {
     pub(crate) changes: ReadOnlyTable<u64, Bytes>,
     pub(crate) region_changes: ReadOnlyTable<RegionChangeKey, ()>,
     pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) requests: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) requests_by_age: ReadOnlyTable<RequestAgeKey, ()>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -121,6 +124,12 @@ impl ReadView {
             regions: txn
                 .open_table(tables::REGIONS)
                 .ctx_table(OP, name::REGIONS)?,
+            requests: txn
+                .open_table(tables::REQUESTS)
+                .ctx_table(OP, name::REQUESTS)?,
+            requests_by_age: txn
+                .open_table(tables::REQUESTS_BY_AGE)
+                .ctx_table(OP, name::REQUESTS_BY_AGE)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -406,8 +415,19 @@ impl ReadView {
         Ok(out)
     }
 
+    /// The record of the operator request `request_id`, if it is kept.
+    pub fn request(&self, request_id: &str) -> Result<Option<RequestRecord>> {
+        load(&self.requests, name::REQUESTS, request_id)
+    }
+
+    /// How many request records are kept.
+    pub fn request_count(&self) -> Result<u64> {
+        self.requests.len().ctx_table(OP, name::REQUESTS)
+    }
+
     /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
-    /// change log, its index, `last_pk`, `floor_pk` and the schema version,
+    /// change log, its index, the request records and their index,
+    /// `last_pk`, `floor_pk` and the schema version,
     /// for comparing replicas at the same applied index. The Raft metadata is
     /// left out. It hashes redb's key encoding, so compare replicas running
     /// the same redb major version.
@@ -422,6 +442,8 @@ impl ReadView {
         hash_table(&mut hash, name::CHANGES, &self.changes)?;
         hash_table(&mut hash, name::REGION_CHANGES, &self.region_changes)?;
         hash_table(&mut hash, name::REGIONS, &self.regions)?;
+        hash_table(&mut hash, name::REQUESTS, &self.requests)?;
+        hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());

@@ -10,7 +10,7 @@
 
 use std::fmt::Debug;
 
-use redb::{Durability, ReadOnlyTable, ReadableTable, WriteTransaction};
+use redb::{Durability, ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
@@ -20,11 +20,12 @@ use wire::model::{
 
 use crate::Store;
 use crate::apply::WriteTables;
-use crate::command::RaftMeta;
+use crate::command::{REQUESTS_MAX, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::read::ReadView;
-use crate::tables::{self, ChangeRow, SCHEMA_VERSION, decode, encode, meta, name};
+use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
 use wire::digest::Fnv1a;
+use wire::operator::validate_request_id;
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"ctrlsnap";
@@ -49,6 +50,8 @@ struct SnapshotBody {
     changes: Vec<(Pk, ChangeRow)>,
     region_changes: Vec<(String, Pk)>,
     regions: Vec<Region>,
+    /// Request records by id; their age index is derived on import.
+    requests: Vec<(String, RequestRecord)>,
 }
 
 impl Store {
@@ -92,6 +95,7 @@ impl Store {
             changes: change_rows(&view)?,
             region_changes: region_change_rows(&view)?,
             regions: rows(&view.regions, name::REGIONS, |r: &Region| r.name.as_str())?,
+            requests: request_rows(&view)?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -290,6 +294,20 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             wire::operator::REGION_COUNT_MAX
         )));
     }
+    strictly_ascending(name::REQUESTS, body.requests.iter().map(|(id, _)| id))?;
+    if body.requests.len() as u64 > REQUESTS_MAX {
+        return Err(invalid(format!(
+            "{} request records, more than {REQUESTS_MAX}",
+            body.requests.len()
+        )));
+    }
+    if let Some((id, _)) = body
+        .requests
+        .iter()
+        .find(|(id, _)| validate_request_id(id).is_err())
+    {
+        return Err(invalid(format!("request record {id:?} has an invalid id")));
+    }
 
     // The change log is `floor_pk + 1 ..= last_pk`, each row indexed once.
     if let (Some((first, _)), Some((last, _))) = (body.changes.first(), body.changes.last())
@@ -364,6 +382,42 @@ fn validate(body: &SnapshotBody) -> Result<()> {
     Ok(())
 }
 
+/// Every request record by id, checking that the age index holds exactly
+/// one row per record (import derives it).
+fn request_rows(view: &ReadView) -> Result<Vec<(String, RequestRecord)>> {
+    let mut out = Vec::new();
+    for entry in view.requests.iter().ctx_table(OP_EXPORT, name::REQUESTS)? {
+        let (key, value) = entry.ctx_table(OP_EXPORT, name::REQUESTS)?;
+        let id = key.value().to_string();
+        let record: RequestRecord = decode(name::REQUESTS, &id, value.value())?;
+        let indexed = view
+            .requests_by_age
+            .get((record.created_at_ms, id.as_str()))
+            .ctx_table(OP_EXPORT, name::REQUESTS_BY_AGE)?
+            .is_some();
+        if !indexed {
+            return Err(StorageError::corrupt(
+                name::REQUESTS,
+                &id,
+                "a request record has no age index row",
+            ));
+        }
+        out.push((id, record));
+    }
+    let index_rows = view
+        .requests_by_age
+        .len()
+        .ctx_table(OP_EXPORT, name::REQUESTS_BY_AGE)?;
+    if index_rows != out.len() as u64 {
+        return Err(StorageError::corrupt(
+            name::REQUESTS_BY_AGE,
+            &index_rows,
+            format!("{index_rows} index rows for {} request records", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
 /// Empties every table (redb recreates them when opened again).
 fn clear(txn: &WriteTransaction) -> Result<()> {
     const OP: &str = "import snapshot: clear";
@@ -387,6 +441,10 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::REGIONS)?;
     txn.delete_table(tables::METADATA)
         .ctx_table(OP, name::METADATA)?;
+    txn.delete_table(tables::REQUESTS)
+        .ctx_table(OP, name::REQUESTS)?;
+    txn.delete_table(tables::REQUESTS_BY_AGE)
+        .ctx_table(OP, name::REQUESTS_BY_AGE)?;
     Ok(())
 }
 
@@ -457,6 +515,15 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert(r.name.as_str(), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::REGIONS)?;
     }
+    for (id, record) in &body.requests {
+        let bytes = encode("a request record", record)?;
+        t.requests
+            .insert(id.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::REQUESTS)?;
+        t.requests_by_age
+            .insert((record.created_at_ms, id.as_str()), ())
+            .ctx_table(OP_IMPORT, name::REQUESTS_BY_AGE)?;
+    }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
         .ctx_table(OP_IMPORT, name::METADATA)?;
@@ -523,6 +590,7 @@ mod tests {
             vec![Mutation::Compact {
                 created_before_ms: 15,
                 rows_max: 3,
+                requests_created_before_ms: 0,
             }],
         );
         store
@@ -629,6 +697,7 @@ mod tests {
             changes: vec![],
             region_changes: vec![],
             regions: vec![],
+            requests: vec![],
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,

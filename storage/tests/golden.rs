@@ -12,9 +12,10 @@
 //! version (see `wire::golden`).
 
 use redb::{ReadableDatabase, ReadableTable, Value};
-use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, name};
+use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 use storage::{
-    ChangeRow, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta, SCHEMA_VERSION, Store,
+    ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
+    RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
@@ -66,6 +67,7 @@ fn mutations() -> Vec<Mutation> {
         Mutation::Compact {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
+            requests_created_before_ms: NOW_MS - 86_400_000,
         },
         Mutation::AddRegion {
             name: "eu-west".into(),
@@ -78,7 +80,36 @@ fn mutations() -> Vec<Mutation> {
             region: "eu-west".into(),
             heartbeat: fixtures::heartbeat(),
         },
+        request(),
     ]
+}
+
+fn fingerprint() -> Fingerprint {
+    std::array::from_fn(|i| u8::try_from(i * 7 + 1).expect("below 256"))
+}
+
+/// An operator request with an id, wrapping a stop.
+fn request() -> Mutation {
+    Mutation::Request {
+        request_id: fixtures::request_id().as_str().to_string(),
+        fingerprint: fingerprint(),
+        actor: "operator".into(),
+        mutation: Box::new(Mutation::SetDesiredState {
+            deployment_id: "dep_01hx3k9".into(),
+            desired_state: DesiredState::Stopped,
+        }),
+    }
+}
+
+fn request_record() -> RequestRecord {
+    RequestRecord {
+        fingerprint: fingerprint(),
+        result: Ok(Outcome::DeploymentCreated {
+            deployment_id: "dep_01hx3k9".into(),
+        }),
+        created_at_ms: NOW_MS,
+        actor: "operator".into(),
+    }
 }
 
 fn guard() -> Guard {
@@ -98,6 +129,7 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::Compacted {
             rows_deleted: 10_000,
             floor_pk: 70_000,
+            requests_deleted: 300,
         },
         Outcome::GuardFailed {
             expected: guard(),
@@ -144,10 +176,14 @@ fn populated(store: &Store) {
             },
             Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
         ],
-        vec![Mutation::Compact {
-            created_before_ms: NOW_MS + 1,
-            rows_max: 2,
-        }],
+        vec![
+            request(),
+            Mutation::Compact {
+                created_before_ms: NOW_MS + 1,
+                rows_max: 2,
+                requests_created_before_ms: 0,
+            },
+        ],
     ];
     for (i, mutations) in commands.into_iter().enumerate() {
         let command = Command {
@@ -165,7 +201,8 @@ fn populated(store: &Store) {
         assert!(accepted.iter().all(|r| r.is_ok()), "{accepted:?}");
     }
     let view = store.read().expect("read");
-    assert_eq!((view.floor_pk(), view.last_pk()), (2, 4));
+    assert_eq!((view.floor_pk(), view.last_pk()), (2, 6));
+    assert_eq!(view.request_count().expect("count"), 1);
 }
 
 fn key<K: Value>(label: &str, value: &K::SelfType<'_>) -> (String, Vec<u8>) {
@@ -185,6 +222,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.instances", &[fixtures::instance()]);
     g.check("tables.changes", &[change_row()]);
     g.check("tables.regions", &[fixtures::region()]);
+    g.check("tables.requests", &[request_record()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -196,6 +234,11 @@ fn state_formats_match_their_goldens() {
             key::<InstanceKey>("instance_key", &("dep_01hx3k9", "eu-west", "dep-01hx3k9-0")),
             key::<u64>("change_pk", &70_000),
             key::<RegionChangeKey>("region_change_key", &("eu-west", 70_000)),
+            key::<&str>("request_id", &fixtures::request_id().as_str()),
+            key::<RequestAgeKey>(
+                "request_age_key",
+                &(NOW_MS, fixtures::request_id().as_str()),
+            ),
         ],
     );
     g.check_bytes(
@@ -212,6 +255,8 @@ fn state_formats_match_their_goldens() {
             name::REGION_CHANGES,
             name::METADATA,
             name::REGIONS,
+            name::REQUESTS,
+            name::REQUESTS_BY_AGE,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

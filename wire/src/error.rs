@@ -26,6 +26,9 @@ pub enum ErrorCode {
     ProtocolViolation,
     /// The server failed; the message says why.
     Internal,
+    /// The request conflicts with one already made: its request id was
+    /// used before for another request.
+    Conflict,
 }
 
 impl ErrorCode {
@@ -41,6 +44,7 @@ impl ErrorCode {
             ErrorCode::BadFrame => "bad_frame",
             ErrorCode::ProtocolViolation => "protocol_violation",
             ErrorCode::Internal => "internal",
+            ErrorCode::Conflict => "conflict",
         }
     }
 }

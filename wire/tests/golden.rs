@@ -54,6 +54,8 @@ fn wire_formats_match_their_goldens() {
 
     // the operator protocol
     g.check("operator.OperatorRequest", &operator_requests());
+    g.check("operator.RequestId", &[request_id()]);
+    g.check("operator.OperatorCall", &[operator_call()]);
     g.check("operator.Membership", &[membership()]);
     g.check("operator.LogStatus", &[log_status()]);
     g.check("operator.StateHash", &[state_hash()]);

@@ -23,11 +23,15 @@
 //!   deployment names only schedulable regions.
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
 //!   status reports and heartbeats.
+//! - [`requests`]: the state-changing operator requests, and their
+//!   idempotence by request id (one proposal per id, wrapped in
+//!   `storage::Mutation::Request`).
 
 pub mod agent;
 pub mod deployments;
 pub mod policies;
 pub mod regions;
+pub mod requests;
 pub mod sentinels;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -12,8 +12,9 @@ mod watch;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use config::{ConfigFile, LogFormat, NodeConfig, OperatorConfig};
+use wire::operator::RequestId;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -79,6 +80,29 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// `--request-id`, which every command that changes state takes.
+#[derive(Debug, Args)]
+pub(crate) struct RequestIdArg {
+    /// The request's id (1 to 128 printable ASCII characters, no spaces).
+    /// The node applies a request once per id: run again with the same id,
+    /// the command gets the first answer and changes nothing more (within
+    /// the nodes' `request_retention_ms`, 24 hours by default). Default: a
+    /// fresh random id, kept on every retry of this invocation.
+    #[arg(long, value_name = "ID", value_parser = parse_request_id)]
+    pub request_id: Option<RequestId>,
+}
+
+impl RequestIdArg {
+    /// The id given, or a fresh one for this invocation.
+    pub(crate) fn or_new(self) -> RequestId {
+        self.request_id.unwrap_or_else(node::client::new_request_id)
+    }
+}
+
+fn parse_request_id(text: &str) -> Result<RequestId, String> {
+    RequestId::parse(text).map_err(|e| e.message)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]

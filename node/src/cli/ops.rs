@@ -9,7 +9,7 @@ use node::client::Client;
 use wire::model::{Deployment, DesiredState};
 use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
-use super::Output;
+use super::{Output, RequestIdArg};
 
 #[derive(Debug, Args)]
 pub(crate) struct DeployArgs {
@@ -40,6 +40,8 @@ pub(crate) struct DeployArgs {
     /// How long --wait waits before giving up.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 fn parse_env_var(text: &str) -> Result<(String, String), String> {
@@ -83,6 +85,8 @@ pub(crate) enum ListCommand {
 #[derive(Debug, Args)]
 pub(crate) struct StopArgs {
     pub id: String,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 /// Page size the CLI lists with.
@@ -91,6 +95,7 @@ const LIST_PAGE: u32 = 500;
 pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<()> {
     let client = Client::new(config)?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
+    let request_id = args.request_id.or_new();
     let request = OperatorRequest::CreateDeployment(CreateDeployment {
         workspace_id: args.workspace,
         project_id: args.project,
@@ -102,7 +107,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         regions: args.regions,
         env_vars: args.env_vars.into_iter().collect::<BTreeMap<_, _>>(),
     });
-    match client.call(&request).await? {
+    match client.call_with_id(&request, Some(request_id)).await? {
         OperatorResponse::Created { deployment_id } => {
             println!("{deployment_id}");
             if wait {
@@ -195,7 +200,8 @@ pub(super) async fn set_state(
         id: args.id,
         desired_state,
     };
-    match client.call(&request).await? {
+    let request_id = args.request_id.or_new();
+    match client.call_with_id(&request, Some(request_id)).await? {
         OperatorResponse::Updated(deployment) => {
             println!("{} {}", deployment.id, deployment.status.as_str());
             Ok(())

@@ -1,7 +1,8 @@
 //! The change log: every write of desired state gets the next pk, a change
 //! row (a pointer to the resource, never its state) and a region index row;
 //! compaction deletes the oldest rows in bounded steps and raises the floor,
-//! so the live rows stay exactly `floor_pk + 1 ..= last_pk`.
+//! so the live rows stay exactly `floor_pk + 1 ..= last_pk`; the same step
+//! deletes the request records past their retention (`apply::requests`).
 
 use redb::ReadableTable;
 use wire::model::{Pk, ResourceType, UnixMs};
@@ -45,6 +46,7 @@ impl Applier<'_> {
         &mut self,
         created_before_ms: UnixMs,
         rows_max: u32,
+        requests_created_before_ms: UnixMs,
     ) -> Result<MutationResult> {
         if rows_max > COMPACT_ROWS_MAX {
             return Ok(bad_request(format!(
@@ -87,9 +89,11 @@ impl Applier<'_> {
         if let Some((pk, _)) = doomed.last() {
             self.floor_pk = self.floor_pk.max(*pk);
         }
+        let requests_deleted = self.expire_requests(requests_created_before_ms, rows_max)?;
         Ok(Ok(Outcome::Compacted {
             rows_deleted: doomed.len() as u64,
             floor_pk: self.floor_pk,
+            requests_deleted,
         }))
     }
 }
@@ -116,6 +120,7 @@ mod tests {
         let compact = |created_before_ms, rows_max| Mutation::Compact {
             created_before_ms,
             rows_max,
+            requests_created_before_ms: 0,
         };
         // Old enough: the first four; at most two per step.
         let out = apply_one(&store, 60, vec![compact(45, 2)]);
@@ -123,7 +128,8 @@ mod tests {
             out,
             vec![Ok(Outcome::Compacted {
                 rows_deleted: 2,
-                floor_pk: 2
+                floor_pk: 2,
+                requests_deleted: 0,
             })]
         );
         assert_eq!(
@@ -135,7 +141,8 @@ mod tests {
             out,
             vec![Ok(Outcome::Compacted {
                 rows_deleted: 2,
-                floor_pk: 4
+                floor_pk: 4,
+                requests_deleted: 0,
             })]
         );
         // Nothing left that is old enough: the floor stays.
@@ -145,11 +152,13 @@ mod tests {
             vec![
                 Ok(Outcome::Compacted {
                     rows_deleted: 0,
-                    floor_pk: 4
+                    floor_pk: 4,
+                    requests_deleted: 0,
                 }),
                 Ok(Outcome::Compacted {
                     rows_deleted: 0,
-                    floor_pk: 4
+                    floor_pk: 4,
+                    requests_deleted: 0,
                 })
             ]
         );

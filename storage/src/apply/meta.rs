@@ -13,7 +13,7 @@ use crate::tables::{self, meta};
 
 impl<'t> Applier<'t> {
     /// Starts a batch: reads the counters the batch continues from.
-    pub(super) fn new(t: WriteTables<'t>) -> Result<Self> {
+    pub(super) fn new(t: WriteTables<'t>, requests_max: u64) -> Result<Self> {
         let meta_u64 = |key: &'static str| -> Result<u64> {
             match load_raw(&t.metadata, key)? {
                 Some(bytes) => tables::decode_u64(key, &bytes),
@@ -27,6 +27,8 @@ impl<'t> Applier<'t> {
             last_pk,
             floor_pk,
             now_ms: 0,
+            caller: None,
+            requests_max,
         })
     }
 

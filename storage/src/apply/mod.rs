@@ -20,6 +20,8 @@
 //! - `region`: regions (add, cordon, heartbeats) and which regions a
 //!   deployment may name.
 //! - `change_log`: pk assignment, change and index rows, compaction.
+//! - `requests`: operator requests made with an id — the record of each
+//!   id's answer, replays, conflicts, eviction and retention.
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
 //! - [`workflow`]: durable workflow records and their guarded
@@ -41,6 +43,7 @@ mod deployment;
 mod instances;
 mod meta;
 mod region;
+mod requests;
 mod sentinel;
 pub mod workflow;
 mod write_tables;
@@ -53,7 +56,9 @@ use wire::model::{Pk, UnixMs};
 use wire::{ErrorCode, WireError};
 
 use crate::Store;
-use crate::command::{ApplyEntry, ApplyResult, Command, Mutation, MutationResult, RaftMeta};
+use crate::command::{
+    ApplyEntry, ApplyResult, Caller, Command, Mutation, MutationResult, RaftMeta,
+};
 use crate::error::{RedbContext, Result};
 
 pub(crate) use write_tables::WriteTables;
@@ -85,7 +90,7 @@ impl Store {
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
         let (outcomes, last_pk) = {
-            let mut applier = Applier::new(WriteTables::open(&txn, OP)?)?;
+            let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             let mut outcomes = Vec::with_capacity(entries.len());
             for entry in entries {
                 outcomes.push(match entry {
@@ -110,6 +115,12 @@ struct Applier<'t> {
     floor_pk: Pk,
     /// `now_ms` of the command being applied.
     now_ms: UnixMs,
+    /// Who asked for the mutation being applied, while the inner mutation
+    /// of a [`Mutation::Request`] applies (`None` otherwise): for apply
+    /// code that records who asked.
+    caller: Option<Caller>,
+    /// Most request records kept ([`crate::REQUESTS_MAX`]).
+    requests_max: u64,
 }
 
 impl Applier<'_> {
@@ -148,7 +159,8 @@ impl Applier<'_> {
             Mutation::Compact {
                 created_before_ms,
                 rows_max,
-            } => self.compact(*created_before_ms, *rows_max),
+                requests_created_before_ms,
+            } => self.compact(*created_before_ms, *rows_max, *requests_created_before_ms),
             Mutation::AddRegion { name } => self.add_region(name),
             Mutation::SetRegionSchedulable { name, schedulable } => {
                 self.set_region_schedulable(name, *schedulable)
@@ -156,12 +168,22 @@ impl Applier<'_> {
             Mutation::RecordHeartbeat { region, heartbeat } => {
                 self.record_heartbeat(region, heartbeat)
             }
+            Mutation::Request {
+                request_id,
+                fingerprint,
+                actor,
+                mutation,
+            } => self.request(request_id, fingerprint, actor, mutation),
         }
     }
 }
 
 fn bad_request(message: impl Into<String>) -> MutationResult {
     Err(WireError::new(ErrorCode::BadRequest, message))
+}
+
+fn conflict(message: impl Into<String>) -> MutationResult {
+    Err(WireError::new(ErrorCode::Conflict, message))
 }
 
 fn not_found(message: impl Into<String>) -> MutationResult {

@@ -44,6 +44,7 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
             Mutation::Compact {
                 created_before_ms: 0,
                 rows_max: COMPACT_ROWS_MAX + 1,
+                requests_created_before_ms: 0,
             },
             Mutation::UpsertCiliumNetworkPolicy(policy("p", "eu")),
         ],
@@ -353,6 +354,7 @@ mod model {
                             Op::Compact { age_ms, rows_max } => Mutation::Compact {
                                 created_before_ms: now.saturating_sub(*age_ms),
                                 rows_max: *rows_max,
+                                requests_created_before_ms: 0,
                             },
                             other => mutation(other),
                         });

@@ -206,7 +206,11 @@ mod tests {
     ) -> T {
         let txn = store.db.begin_write().unwrap();
         let out = {
-            let mut applier = Applier::new(WriteTables::open(&txn, "test").unwrap()).unwrap();
+            let mut applier = Applier::new(
+                WriteTables::open(&txn, "test").unwrap(),
+                crate::REQUESTS_MAX,
+            )
+            .unwrap();
             applier.now_ms = now_ms;
             let out = f(&mut applier).unwrap();
             applier.finish(&raft_meta(now_ms)).unwrap();

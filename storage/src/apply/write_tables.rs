@@ -5,7 +5,9 @@ use redb::{Table, WriteTransaction};
 
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result};
-use crate::tables::{self, Bytes, InstanceKey, RegionChangeKey, RegionKey, meta, name};
+use crate::tables::{
+    self, Bytes, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, meta, name,
+};
 
 /// Every table, opened for writing in one transaction.
 pub(crate) struct WriteTables<'t> {
@@ -19,6 +21,8 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) region_changes: Table<'t, RegionChangeKey, ()>,
     pub(crate) regions: Table<'t, &'static str, Bytes>,
     pub(crate) metadata: Table<'t, &'static str, Bytes>,
+    pub(crate) requests: Table<'t, &'static str, Bytes>,
+    pub(crate) requests_by_age: Table<'t, RequestAgeKey, ()>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -56,6 +60,12 @@ impl<'t> WriteTables<'t> {
             metadata: txn
                 .open_table(tables::METADATA)
                 .ctx_table(op, name::METADATA)?,
+            requests: txn
+                .open_table(tables::REQUESTS)
+                .ctx_table(op, name::REQUESTS)?,
+            requests_by_age: txn
+                .open_table(tables::REQUESTS_BY_AGE)
+                .ctx_table(op, name::REQUESTS_BY_AGE)?,
             op,
         })
     }

@@ -23,7 +23,8 @@ use crate::model::{
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeStatus, OperatorRequest, OperatorResponse, RegionList, RegionView, SentinelView, StateHash,
+    NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId,
+    SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -286,6 +287,7 @@ pub fn error_codes() -> Vec<ErrorCode> {
         ErrorCode::BadFrame,
         ErrorCode::ProtocolViolation,
         ErrorCode::Internal,
+        ErrorCode::Conflict,
     ]
 }
 
@@ -590,4 +592,18 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         OperatorResponse::Region(region()),
         OperatorResponse::Regions(region_list()),
     ]
+}
+
+/// A fixture [`RequestId`], every field set.
+pub fn request_id() -> RequestId {
+    // A fixture, valid by construction.
+    RequestId::parse("cli-5f1c9a0e7d3b2468").expect("a valid request id")
+}
+
+/// A fixture [`OperatorCall`], every field set.
+pub fn operator_call() -> OperatorCall {
+    OperatorCall {
+        request_id: Some(request_id()),
+        request: OperatorRequest::CreateDeployment(create_deployment()),
+    }
 }

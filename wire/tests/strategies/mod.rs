@@ -23,8 +23,8 @@ use wire::model::{
     ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorRequest,
-    OperatorResponse, RegionList, RegionView, SentinelView,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
+    OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -93,6 +93,7 @@ pub(crate) fn error_code() -> impl Strategy<Value = ErrorCode> {
         Just(ErrorCode::BadFrame),
         Just(ErrorCode::ProtocolViolation),
         Just(ErrorCode::Internal),
+        Just(ErrorCode::Conflict),
     ]
 }
 
@@ -556,6 +557,13 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         }),
         Just(OperatorRequest::ListRegions),
     ]
+}
+
+pub(crate) fn operator_call() -> impl Strategy<Value = OperatorCall> {
+    (option::of("[!-~]{1,16}"), operator_request()).prop_map(|(id, request)| OperatorCall {
+        request_id: id.map(|id| RequestId::parse(&id).expect("printable ASCII")),
+        request,
+    })
 }
 
 fn members() -> impl Strategy<Value = Vec<(u64, String)>> {

@@ -267,6 +267,7 @@ mod tests {
                 .map(|_| Mutation::Compact {
                     created_before_ms: 0,
                     rows_max: 1,
+                    requests_created_before_ms: 0,
                 })
                 .collect(),
             bytes,
