@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_replay_returns_the_first_answer_and_writes_nothing() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         let first = apply_one(&store, 10, vec![request("r1", A, create("d1", &["eu"], 1))]);
         assert_eq!(
             first,
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn another_request_under_a_used_id_is_refused_and_writes_nothing() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 10, vec![request("r1", A, create("d1", &["eu"], 1))]);
         let before = state(&store);
         let out = apply_one(&store, 20, vec![request("r1", B, create("d2", &["eu"], 1))]);
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn an_error_answer_is_recorded_and_replayed() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         let stop = || Mutation::SetDesiredState {
             deployment_id: "d1".into(),
             desired_state: DesiredState::Stopped,
@@ -247,7 +247,9 @@ mod tests {
 
     #[test]
     fn a_bad_request_wrapper_is_refused_and_writes_nothing() {
-        let store = Store::in_memory().unwrap();
+        // The same setup, without the refused requests.
+        let store_before = store();
+        let store = store();
         let inner = || create("d1", &["eu"], 1);
         let mut empty_actor = request("r1", A, inner());
         if let Mutation::Request { actor, .. } = &mut empty_actor {
@@ -272,12 +274,12 @@ mod tests {
             out.iter().all(|r| code(r) == Some(ErrorCode::BadRequest)),
             "{out:?}"
         );
-        assert_eq!(state(&store), state(&Store::in_memory().unwrap()));
+        assert_eq!(state(&store), state(&store_before));
     }
 
     #[test]
     fn compaction_deletes_the_records_past_the_retention_oldest_first() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         for (i, now) in [10u64, 20, 30, 40].into_iter().enumerate() {
             let id = format!("r{i}");
             apply_one(&store, now, vec![request(&id, A, create(&id, &["eu"], 1))]);
@@ -327,7 +329,7 @@ mod tests {
 
     #[test]
     fn a_full_table_evicts_the_oldest_record() {
-        let store = Store::in_memory().unwrap().with_requests_max(3);
+        let store = store().with_requests_max(3);
         // Two at the same time: the id breaks the tie.
         for (id, now) in [
             ("rb", 10u64),
@@ -353,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_keeps_the_records_and_replays_from_them() {
-        let source = Store::in_memory().unwrap();
+        let source = store();
         let first = apply_one(
             &source,
             10,
@@ -368,7 +370,7 @@ mod tests {
             "a duplicate id"
         );
         let (bytes, _) = source.export_snapshot().unwrap();
-        let target = Store::in_memory().unwrap();
+        let target = store();
         target.import_snapshot(&bytes).unwrap();
         assert_eq!(state(&target), state(&source));
         for id in ["r1", "r2"] {
