@@ -396,6 +396,19 @@ pub struct Region {
     pub last_heartbeat: Option<Heartbeat>,
 }
 
+impl Region {
+    /// Why a deployment may not name the region stored as `row` (`None`:
+    /// not registered): `"unknown"` or `"cordoned"`; `None` when it may.
+    /// The one rule, for apply and for the node's early check.
+    pub fn unschedulable(row: Option<&Region>) -> Option<&'static str> {
+        match row {
+            None => Some("unknown"),
+            Some(r) if !r.schedulable => Some("cordoned"),
+            Some(_) => None,
+        }
+    }
+}
+
 /// What krane last said about itself: sent every `heartbeat_interval_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {

@@ -88,15 +88,15 @@ pub fn region_view(region: Region, last_pk: u64, now_ms: UnixMs) -> RegionView {
 pub fn check_schedulable(view: &ReadView, regions: &[String]) -> Result<(), WireError> {
     let mut refused = Vec::new();
     for region in regions {
-        match view.region(region).map_err(internal)? {
-            None => refused.push(format!(
-                "{region:?} is unknown (register it with `ctrl region add {region}`)"
-            )),
-            Some(r) if !r.schedulable => refused.push(format!(
-                "{region:?} is cordoned (`ctrl region uncordon {region}` lets deployments in)"
-            )),
-            Some(_) => {}
-        }
+        let row = view.region(region).map_err(internal)?;
+        let Some(reason) = Region::unschedulable(row.as_ref()) else {
+            continue;
+        };
+        let hint = match row {
+            None => format!("register it with `ctrl region add {region}`"),
+            Some(_) => format!("`ctrl region uncordon {region}` lets deployments in"),
+        };
+        refused.push(format!("{region:?} is {reason} ({hint})"));
     }
     if refused.is_empty() {
         Ok(())

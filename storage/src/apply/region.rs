@@ -110,10 +110,8 @@ impl Applier<'_> {
     pub(super) fn unschedulable_regions(&self, regions: &[String]) -> Result<Vec<String>> {
         let mut refused = Vec::new();
         for region in regions {
-            match self.region(region)? {
-                None => refused.push(format!("{region:?} is unknown")),
-                Some(row) if !row.schedulable => refused.push(format!("{region:?} is cordoned")),
-                Some(_) => {}
+            if let Some(reason) = Region::unschedulable(self.region(region)?.as_ref()) {
+                refused.push(format!("{region:?} is {reason}"));
             }
         }
         Ok(refused)
