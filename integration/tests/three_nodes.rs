@@ -13,6 +13,9 @@ use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Creates through a follower, each read back from it at once.
+const READ_YOUR_WRITES_ROUNDS: usize = 20;
+
 fn deployment(region: &str) -> CreateDeployment {
     integration::requests::deployment([region]).build()
 }
@@ -77,10 +80,24 @@ async fn scenario() {
     let leader = cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let via_follower = cluster.client_of(follower).unwrap();
-    assert!(matches!(
-        via_follower.call(&create("us-east")).await.unwrap(),
-        OperatorResponse::Created { .. }
-    ));
+    // ...and answered once the follower applied them too: whoever wrote
+    // through it reads the write back from it at once.
+    for _ in 0..READ_YOUR_WRITES_ROUNDS {
+        let OperatorResponse::Created { deployment_id } =
+            via_follower.call(&create("us-east")).await.unwrap()
+        else {
+            panic!("a create through a follower is answered Created");
+        };
+        let read = via_follower
+            .call(&OperatorRequest::GetDeployment {
+                id: deployment_id.clone(),
+            })
+            .await;
+        assert!(
+            matches!(read, Ok(OperatorResponse::Deployment(_))),
+            "{deployment_id} written through node {follower} is read back from it: {read:?}"
+        );
+    }
 
     // The leader goes away: a write through the follower waits for the
     // election and lands on the new leader.
@@ -92,7 +109,10 @@ async fn scenario() {
     ));
     for node in cluster.running() {
         let mut applied = node.state.applied_pk.clone();
-        applied.wait_for(|pk| *pk >= 22).await.unwrap();
+        applied
+            .wait_for(|pk| *pk >= 20 + READ_YOUR_WRITES_ROUNDS as u64 + 1)
+            .await
+            .unwrap();
     }
     cluster.shutdown().await;
 }
