@@ -110,7 +110,7 @@ async fn scenario() {
     for node in cluster.running() {
         let mut applied = node.state.applied_pk.clone();
         applied
-            .wait_for(|pk| *pk >= 20 + READ_YOUR_WRITES_ROUNDS as u64 + 1)
+            .wait_for(|pk| *pk > 20 + READ_YOUR_WRITES_ROUNDS as u64)
             .await
             .unwrap();
     }
