@@ -14,6 +14,8 @@
 //! - [`drift`]: watches the managed objects and re-applies a deleted or
 //!   changed one from the snapshot, also while ctrl is unreachable.
 //! - [`status`]: the pod watcher and the status reports.
+//! - [`heartbeat`]: the heartbeat sent to ctrl every interval (version,
+//!   cursor, applied and failed resources).
 //! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
 //! - [`backoff`]: jittered reconnect waits.
 //! - [`run`]: wires them together for `krane run`.
@@ -24,6 +26,7 @@ pub mod backoff;
 pub mod controller;
 pub mod ctrl;
 pub mod drift;
+pub mod heartbeat;
 pub mod k8s;
 pub mod locks;
 pub mod run;

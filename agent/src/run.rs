@@ -1,6 +1,6 @@
 //! `krane run`: opens the local state, builds the Kubernetes and ctrl
-//! clients, and runs the watch loop, the status reporter and the drift
-//! repairer until the shutdown future completes.
+//! clients, and runs the watch loop, the heartbeat, the status reporter
+//! and the drift repairer until the shutdown future completes.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -18,6 +18,7 @@ use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::drift::Repairer;
+use crate::heartbeat::{FailedApplies, Heartbeater};
 use crate::k8s::{self, K8sError};
 use crate::locks::KeyLocks;
 use crate::state::{LocalState, StateError};
@@ -125,6 +126,19 @@ pub async fn run(
             tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
         repairer.run().await;
     });
+    let failures = Arc::new(FailedApplies::default());
+    // Heartbeats start at once, in a task of their own: they never wait
+    // for (or hold up) the watch.
+    let heartbeats = tokio::spawn(
+        Heartbeater::new(
+            ctrl.clone(),
+            &config.region,
+            Duration::from_millis(config.heartbeat_interval_ms),
+            state.clone(),
+            failures.clone(),
+        )
+        .run(),
+    );
     let watch = WatchLoop::new(
         ctrl,
         state,
@@ -138,16 +152,19 @@ pub async fn run(
         StdRng::from_os_rng(),
         Duration::from_millis(config.full_resync_interval_ms),
         status,
-    );
+    )
+    .with_failures(failures);
     tokio::select! {
         () = watch.run() => {}
         () = shutdown => info!("shutting down"),
     }
+    heartbeats.abort();
     reporter.abort();
     repairer.abort();
     // The reporter and the repairer hold the Kubernetes and ctrl clients
     // and the local state: wait until they are gone, so that a run
     // started next begins from a clean slate.
+    let _ = heartbeats.await;
     let _ = reporter.await;
     let _ = repairer.await;
     Ok(())

@@ -357,6 +357,13 @@ impl LocalState {
         Ok(())
     }
 
+    /// How many resources the last-applied snapshot holds.
+    pub fn applied_len(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(APPLIED).map_err(storage)?;
+        table.len().map_err(storage)
+    }
+
     /// The whole last-applied snapshot, in key order.
     pub fn applied(&self) -> Result<Vec<(ResourceKey, Pk, Resource)>, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;

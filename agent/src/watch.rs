@@ -53,6 +53,7 @@ use wire::{Pk, WireError};
 use crate::backoff::Backoff;
 use crate::controller::Reconciler;
 use crate::ctrl::{CtrlClient, CtrlError};
+use crate::heartbeat::FailedApplies;
 use crate::k8s::K8sError;
 use crate::locks::KeyLocks;
 use crate::state::{LocalState, StateError};
@@ -190,6 +191,8 @@ pub struct StreamHandler<'a, R> {
     watermark: Watermark,
     /// An apply failed for good: nothing new starts.
     stopped: bool,
+    /// Where failed and succeeded applies are told (the heartbeat's).
+    failures: Option<&'a FailedApplies>,
 }
 
 impl<'a, R: Reconciler> StreamHandler<'a, R> {
@@ -219,7 +222,15 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             running: FuturesUnordered::new(),
             watermark: Watermark::new(requested),
             stopped: false,
+            failures: None,
         }
+    }
+
+    /// Tells `failures` of every apply that fails after its retries, and
+    /// of every one that succeeds (which clears its failure).
+    pub fn recording_failures(mut self, failures: &'a FailedApplies) -> Self {
+        self.failures = Some(failures);
+        self
     }
 
     /// Whether applies are running (the driver then awaits
@@ -332,11 +343,17 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             Ok(applied) => applied,
             Err(e) => {
                 warn!(key = ?queued.key, version = ?queued.pk, "apply failed: {e}");
+                if let Some(failures) = self.failures {
+                    failures.record_failure(&queued.key, &e.to_string());
+                }
                 self.stopped = true;
                 self.scheduler.clear_waiting();
                 return Err(e);
             }
         };
+        if let Some(failures) = self.failures {
+            failures.record_success(&queued.key);
+        }
         match (queued.pk, applied) {
             (None, Applied::Unchanged) => self.unchanged += 1,
             (Some(version), Applied::Written) => info!(version, key = ?queued.key, "applied"),
@@ -486,6 +503,7 @@ pub struct WatchLoop<R> {
     rng: StdRng,
     full_resync_interval: Duration,
     status: watch::Sender<WatchStatus>,
+    failures: Arc<FailedApplies>,
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<Option<WatchEvent>, TransportError>> + Send>>;
@@ -516,7 +534,14 @@ impl<R: Reconciler> WatchLoop<R> {
             rng,
             full_resync_interval,
             status,
+            failures: Arc::default(),
         }
+    }
+
+    /// Records failed applies in `failures` (what the heartbeat reports).
+    pub fn with_failures(mut self, failures: Arc<FailedApplies>) -> Self {
+        self.failures = failures;
+        self
     }
 
     /// Watches forever; every failure is logged and retried from the
@@ -591,7 +616,8 @@ impl<R: Reconciler> WatchLoop<R> {
             &self.locks,
             self.max_concurrent_applies,
             requested,
-        );
+        )
+        .recording_failures(&self.failures);
         let mut syncing = requested == 0;
         let result = loop {
             let busy = handler.busy();

@@ -45,6 +45,10 @@ pub const DEFAULT_REPORT_DELAY_MS: u64 = 20;
 pub const REPORT_DELAY_MS_RANGE: RangeInclusive<u64> = 0..=10_000;
 /// Bounds of [`AgentConfig::report_batch_max`].
 pub const REPORT_BATCH_MAX_RANGE: RangeInclusive<usize> = 1..=65_536;
+/// Default [`AgentConfig::heartbeat_interval_ms`] (thirty seconds).
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+/// Bounds of [`AgentConfig::heartbeat_interval_ms`].
+pub const HEARTBEAT_INTERVAL_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
 /// Default [`AgentConfig::max_concurrent_applies`].
 pub const DEFAULT_MAX_CONCURRENT_APPLIES: usize = 8;
 /// Bounds of [`AgentConfig::max_concurrent_applies`].
@@ -106,6 +110,11 @@ pub struct AgentConfig {
     /// order).
     #[serde(default = "default_max_concurrent_applies")]
     pub max_concurrent_applies: usize,
+    /// How often krane sends ctrl a heartbeat (its version, cursor and
+    /// failed applies), in milliseconds; ctrl shows a region as stale after
+    /// three intervals without one.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
     /// How krane writes its logs: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
@@ -143,6 +152,10 @@ fn default_report_delay_ms() -> u64 {
     DEFAULT_REPORT_DELAY_MS
 }
 
+fn default_heartbeat_interval_ms() -> u64 {
+    DEFAULT_HEARTBEAT_INTERVAL_MS
+}
+
 fn default_max_concurrent_applies() -> usize {
     DEFAULT_MAX_CONCURRENT_APPLIES
 }
@@ -164,6 +177,7 @@ impl AgentConfig {
             report_batch_max: DEFAULT_REPORT_BATCH_MAX,
             report_delay_ms: DEFAULT_REPORT_DELAY_MS,
             max_concurrent_applies: DEFAULT_MAX_CONCURRENT_APPLIES,
+            heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             log_format: LogFormat::Text,
         }
     }
@@ -224,6 +238,11 @@ impl ConfigFile for AgentConfig {
             "max_concurrent_applies",
             self.max_concurrent_applies,
             &MAX_CONCURRENT_APPLIES_RANGE,
+        )?;
+        check.in_range(
+            "heartbeat_interval_ms",
+            self.heartbeat_interval_ms,
+            &HEARTBEAT_INTERVAL_MS_RANGE,
         )
     }
 
@@ -312,6 +331,7 @@ key = "/etc/krane/agent-us-east.key"
         assert_eq!(config.reconnect_backoff_max_ms, 5_000);
         assert_eq!(config.full_resync_interval_ms, 300_000);
         assert_eq!(config.report_batch_max, 256);
+        assert_eq!(config.heartbeat_interval_ms, 30_000);
     }
 
     #[test]
@@ -411,6 +431,14 @@ key = "/etc/krane/agent-us-east.key"
             "max_concurrent_applies",
             "(got 257)",
         );
+        for bad in [99, 600_001] {
+            assert_invalid(
+                &with(&format!("heartbeat_interval_ms = {bad}")),
+                "heartbeat_interval_ms",
+                &format!("(got {bad})"),
+            );
+        }
+        parse(&with("heartbeat_interval_ms = 100")).unwrap();
     }
 
     #[test]

@@ -283,6 +283,7 @@ key = "/etc/ctrl/node-1.key"
         ];
         config.raft.heartbeat_interval_ms = 50;
         config.compaction.retention_ms = 60_000;
+        config.compaction.request_retention_ms = 120_000;
         let text = config.to_toml_string();
         assert_eq!(parse(&text).unwrap(), config, "{text}");
     }
@@ -315,6 +316,7 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.watch.progress_interval_ms, 10_000);
         assert_eq!(config.watch.sync_page_resources, 1_000);
         assert_eq!(config.compaction.retention_ms, 3_600_000);
+        assert_eq!(config.compaction.request_retention_ms, 86_400_000);
         assert_eq!(config.compaction.interval_ms, 60_000);
         assert_eq!(config.compaction.batch_rows_max, 10_000);
     }
@@ -517,6 +519,10 @@ key = "/etc/ctrl/node-1.key"
             ),
             ("watch.sync_page_resources", "[watch]\nsync_page_resources"),
             ("compaction.retention_ms", "[compaction]\nretention_ms"),
+            (
+                "compaction.request_retention_ms",
+                "[compaction]\nrequest_retention_ms",
+            ),
             ("compaction.interval_ms", "[compaction]\ninterval_ms"),
             ("compaction.batch_rows_max", "[compaction]\nbatch_rows_max"),
         ] {

@@ -57,6 +57,8 @@ pub const SYNC_PAGE_RESOURCES_RANGE: RangeInclusive<usize> = 1..=100_000;
 
 /// Default [`CompactionSettings::retention_ms`] (one hour).
 pub const DEFAULT_RETENTION_MS: u64 = 3_600_000;
+/// Default [`CompactionSettings::request_retention_ms`] (24 hours).
+pub const DEFAULT_REQUEST_RETENTION_MS: u64 = 24 * 3_600_000;
 /// Default [`CompactionSettings::interval_ms`] (one minute).
 pub const DEFAULT_COMPACTION_INTERVAL_MS: u64 = 60_000;
 /// Default [`CompactionSettings::batch_rows_max`].
@@ -226,12 +228,17 @@ impl WatchSettings {
 }
 
 /// `[compaction]`: how long change rows are kept before the compaction
-/// floor moves past them.
+/// floor moves past them, and how long the answers of operator requests
+/// made with a request id are kept (a retry within that time gets the
+/// first answer).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CompactionSettings {
     /// Change rows younger than this are kept.
     pub retention_ms: u64,
+    /// Operator request records (request id → answer) younger than this
+    /// are kept, unless the node's bound on them evicts older ones first.
+    pub request_retention_ms: u64,
     /// How often compaction runs.
     pub interval_ms: u64,
     /// Change rows deleted per compaction write.
@@ -242,6 +249,7 @@ impl Default for CompactionSettings {
     fn default() -> CompactionSettings {
         CompactionSettings {
             retention_ms: DEFAULT_RETENTION_MS,
+            request_retention_ms: DEFAULT_REQUEST_RETENTION_MS,
             interval_ms: DEFAULT_COMPACTION_INTERVAL_MS,
             batch_rows_max: DEFAULT_BATCH_ROWS_MAX,
         }
@@ -251,6 +259,7 @@ impl Default for CompactionSettings {
 impl CompactionSettings {
     pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
         check.duration_ms("compaction.retention_ms", self.retention_ms)?;
+        check.duration_ms("compaction.request_retention_ms", self.request_retention_ms)?;
         check.duration_ms("compaction.interval_ms", self.interval_ms)?;
         check.in_range(
             "compaction.batch_rows_max",

@@ -22,7 +22,8 @@ pub struct TestNode {
 }
 
 impl TestNode {
-    /// Starts node 1 on an ephemeral loopback port.
+    /// Starts node 1 on an ephemeral loopback port, with
+    /// [`crate::requests::TEST_REGIONS`] registered.
     pub async fn start() -> Result<TestNode> {
         TestNode::start_with(|_| {}).await
     }
@@ -43,6 +44,9 @@ impl TestNode {
         configure(&mut config);
         let node = node::boot::start(&config).await?;
         let operator = operator_config(&certs, node.local_addr);
+        Operator::new(&operator)?
+            .add_regions(crate::requests::TEST_REGIONS)
+            .await?;
         Ok(TestNode {
             dir,
             node,
@@ -172,6 +176,9 @@ impl TestCluster {
             },
         };
         cluster.wait_for_leader(ELECTION_TIMEOUT).await?;
+        crate::kit::operator::Operator::new(&cluster.operator)?
+            .add_regions(crate::requests::TEST_REGIONS)
+            .await?;
         Ok(cluster)
     }
 

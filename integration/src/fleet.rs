@@ -56,6 +56,12 @@ pub struct FleetConfig {
     /// Whether [`Fleet::start`] starts each region's in-process krane
     /// (a test running the krane binary instead says no).
     pub start_kranes: bool,
+    /// Whether [`Fleet::start`] registers the regions (and
+    /// [`crate::requests::TEST_REGIONS`]) before any krane runs, as an
+    /// operator does; a test of registration by heartbeat says no.
+    pub register_regions: bool,
+    /// Every krane's heartbeat interval, in milliseconds.
+    pub heartbeat_interval_ms: u64,
     /// Applied to every node's config before it starts (limits,
     /// compaction settings, …).
     pub configure_node: fn(&mut NodeConfig),
@@ -74,6 +80,8 @@ impl FleetConfig {
             reconnect_backoff_min_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MIN_MS,
             reconnect_backoff_max_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             start_kranes: true,
+            register_regions: true,
+            heartbeat_interval_ms: config::agent::DEFAULT_HEARTBEAT_INTERVAL_MS,
             configure_node: |_| {},
         }
     }
@@ -165,6 +173,20 @@ impl Fleet {
         };
         let operator_path = dir.join("operator.toml");
         write(&operator_path, &operator.to_toml_string())?;
+        // The operator registers the regions before any deploy, so no
+        // deploy races an agent's first heartbeat.
+        if config.register_regions {
+            Operator::new(&operator)?
+                .add_regions(
+                    config
+                        .regions
+                        .iter()
+                        .map(String::as_str)
+                        .chain(crate::requests::TEST_REGIONS),
+                )
+                .await
+                .context("registering the fleet's regions")?;
+        }
 
         let kube_dir = dir.join("kube");
         std::fs::create_dir_all(&kube_dir)
@@ -190,6 +212,7 @@ impl Fleet {
             agent.data_dir = dir.join(format!("krane-{name}"));
             agent.reconnect_backoff_min_ms = config.reconnect_backoff_min_ms;
             agent.reconnect_backoff_max_ms = config.reconnect_backoff_max_ms;
+            agent.heartbeat_interval_ms = config.heartbeat_interval_ms;
             let agent_path = dir.join(format!("krane-{name}.toml"));
             write(&agent_path, &agent.to_toml_string())?;
             let mut region = Region {

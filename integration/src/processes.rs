@@ -141,6 +141,9 @@ impl ProcessCluster {
             },
         )
         .await?;
+        crate::kit::operator::Operator::from(first)
+            .add_regions(crate::requests::TEST_REGIONS)
+            .await?;
         Ok(())
     }
 

@@ -7,7 +7,10 @@
 //! the relay addresses, so all node-to-node traffic crosses relays, while
 //! clients may still talk to a node directly. A shared [`Faults`] handle
 //! isolates nodes: a datagram from or to an isolated node is dropped
-//! ([`drops`], a plain function). Nodes send from their listening address
+//! ([`drops`], a plain function). It can also cut one direction only: a
+//! node's replies to clients (senders that are not nodes) once a number of
+//! their bytes has passed ([`Faults::drop_client_replies`]), so a client's
+//! request arrives and is served but its answer is lost. Nodes send from their listening address
 //! (one QUIC endpoint serves and dials), which is how a relay knows the
 //! sending node. A relay's tasks end when it is shut down or dropped.
 
@@ -26,10 +29,14 @@ pub const DATAGRAM_BYTES_MAX: usize = 65_535;
 /// further senders are dropped.
 pub const UPSTREAMS_MAX: usize = 64;
 
-/// Which nodes are cut off from the others.
+/// Which nodes are cut off from the others, and whose replies to clients
+/// are dropped.
 #[derive(Debug, Default)]
 pub struct Faults {
     isolated: Mutex<BTreeSet<u64>>,
+    /// Per node: the bytes of replies to clients still let through before
+    /// the rest are dropped.
+    client_replies: Mutex<HashMap<u64, u64>>,
 }
 
 impl Faults {
@@ -42,6 +49,37 @@ impl Faults {
     /// Lets everything through again.
     pub fn heal(&self) {
         self.lock().clear();
+        self.replies().clear();
+    }
+
+    /// Drops what `node` sends to clients through its relay once
+    /// `after_bytes` more bytes of it have passed (0: at once). What
+    /// clients send still arrives, and nodes still reach each other.
+    pub fn drop_client_replies(&self, node: u64, after_bytes: u64) {
+        self.replies().insert(node, after_bytes);
+    }
+
+    /// Whether a reply of `len` bytes from `node` to a client is dropped;
+    /// counts it against the node's allowance if not.
+    fn drops_client_reply(&self, node: u64, len: usize) -> bool {
+        let mut replies = self.replies();
+        let Some(allowance) = replies.get_mut(&node) else {
+            return false;
+        };
+        let len = u64::try_from(len).unwrap_or(u64::MAX);
+        if *allowance < len {
+            *allowance = 0;
+            return true;
+        }
+        *allowance -= len;
+        false
+    }
+
+    fn replies(&self) -> MutexGuard<'_, HashMap<u64, u64>> {
+        // The map is valid after any panic that poisoned it.
+        self.client_replies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The nodes cut off now.
@@ -193,6 +231,9 @@ async fn back(
         if faults.drops(Some(target), sender_node) {
             continue;
         }
+        if sender_node.is_none() && faults.drops_client_reply(target, len) {
+            continue;
+        }
         let _ = front.send_to(&buf[..len], sender).await;
     }
 }
@@ -233,6 +274,20 @@ mod tests {
         );
         assert!(drops(&isolated, Some(3), None), "the node to a client");
         assert!(!drops(&BTreeSet::new(), Some(3), Some(1)), "healed");
+    }
+
+    #[test]
+    fn client_replies_pass_until_their_allowance_is_spent() {
+        let faults = Faults::default();
+        assert!(!faults.drops_client_reply(1, 1_000), "no fault set");
+        faults.drop_client_replies(1, 100);
+        assert!(!faults.drops_client_reply(1, 60));
+        assert!(!faults.drops_client_reply(1, 40));
+        assert!(faults.drops_client_reply(1, 1), "spent");
+        assert!(faults.drops_client_reply(1, 1), "and stays spent");
+        assert!(!faults.drops_client_reply(2, 500), "another node");
+        faults.heal();
+        assert!(!faults.drops_client_reply(1, 500), "healed");
     }
 
     #[tokio::test]

@@ -1,10 +1,22 @@
 //! Operator requests the benchmarks and tests send, built in one place:
 //! [`deployment`] starts a `CreateDeployment` with small defaults that a
-//! test changes only where it matters to it.
+//! test changes only where it matters to it; [`add_region`] registers a
+//! region ([`TEST_REGIONS`] are registered by every harness).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wire::operator::{CreateDeployment, OperatorRequest};
+
+/// The regions the test harnesses (fleet, test and process clusters)
+/// register when they start, as an operator does before deploying: every
+/// region the tests and benchmarks deploy to.
+pub const TEST_REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
+
+/// The request registering region `name` (idempotent).
+pub fn add_region(name: &str) -> OperatorRequest {
+    OperatorRequest::AddRegion { name: name.into() }
+}
 
 /// The image of [`deployment`] unless changed.
 pub const IMAGE: &str = "nginx:1.27";
@@ -66,6 +78,15 @@ impl DeploymentBuilder {
     pub fn environment(mut self, environment_id: impl Into<String>) -> Self {
         self.0.environment_id = environment_id.into();
         self
+    }
+
+    /// An environment of its own (`env-own-N`, unique in this process):
+    /// the deployment neither supersedes another nor is superseded, as a
+    /// deploy does to an older one of its environment still in flight.
+    pub fn own_environment(self) -> Self {
+        static ENVIRONMENTS: AtomicU64 = AtomicU64::new(0);
+        let n = ENVIRONMENTS.fetch_add(1, Ordering::Relaxed);
+        self.environment(format!("env-own-{n}"))
     }
 
     /// Adds the environment variable `name=value`.

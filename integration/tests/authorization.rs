@@ -64,9 +64,15 @@ async fn reports_and_lookups_are_refused_outside_the_agents_region() {
     bounded(TEST_TIMEOUT, async {
         let node = TestNode::start().await.unwrap();
         let operator = node.operator().unwrap();
-        let deployment = |region: &str| integration::requests::deployment([region]).build();
-        let west = operator.create(deployment("eu-west")).await.unwrap();
-        let east = operator.create(deployment("us-east")).await.unwrap();
+        // One environment each, so that neither supersedes the other; the
+        // workflow has started both (and then waits) before the checks.
+        let deployment = |region: &str| {
+            integration::requests::deployment([region])
+                .environment(format!("env-{region}"))
+                .build()
+        };
+        let (west, _) = operator.deploy(deployment("eu-west")).await.unwrap();
+        let (east, _) = operator.deploy(deployment("us-east")).await.unwrap();
         let deleted = |id: &str, region: &str| {
             AgentRequest::ReportDeploymentStatus(DeploymentReport::Deleted {
                 deployment_id: id.into(),

@@ -27,12 +27,16 @@ fn compacting(config: &mut NodeConfig) {
     config.compaction.batch_rows_max = 2;
 }
 
+/// Creates a deployment in an environment of its own (none supersedes
+/// another) and waits until the workflow started it: three change rows
+/// (its topology, its environment's sentinel, its policy).
 async fn deploy(operator: &Operator) -> String {
-    operator
-        .create(integration::requests::deployment([REGION]).build())
-        .await
-        .expect("create")
+    let deployment = integration::requests::deployment([REGION]).own_environment();
+    operator.deploy(deployment.build()).await.expect("deploy").0
 }
+
+/// Change rows a started deployment writes (see [`deploy`]).
+const ROWS_PER_DEPLOY: u64 = 3;
 
 /// Waits until the floor reaches `pk` (read again: no event announces a
 /// compaction).
@@ -58,7 +62,7 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
             deploy(&operator).await;
         }
         let last = node.node.state.store.read().unwrap().last_pk();
-        assert_eq!(last, 5);
+        assert_eq!(last, 5 * ROWS_PER_DEPLOY);
         assert_eq!(floor_reaches(&node.node, last).await, last);
 
         // Only an agent of the region may watch it.
@@ -82,7 +86,7 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(items, 5);
+        assert_eq!(items, 5 * ROWS_PER_DEPLOY);
         // A watch at the floor resumes normally.
         let mut current = agent.watch(REGION, last).await.unwrap();
         deploy(&operator).await;

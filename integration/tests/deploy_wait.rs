@@ -44,8 +44,10 @@ async fn a_wait_ends_with_a_change_or_with_its_time() {
         let node = TestNode::start().await.unwrap();
         let kit = node.operator().unwrap();
         let operator = kit.client();
-        let id = kit
-            .create(integration::requests::deployment(["us-east"]).build())
+        // Started by the workflow, which then waits for instances: the
+        // deployment changes only when the test changes it.
+        let (id, _) = kit
+            .deploy(integration::requests::deployment(["us-east"]).build())
             .await
             .unwrap();
         let view = kit.deployment(&id).await.unwrap();

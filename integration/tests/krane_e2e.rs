@@ -48,6 +48,7 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
 async fn deploy(operator: &Operator, image: &str, regions: &[&str], replicas: u32) -> String {
     let deployment = integration::requests::deployment(regions.iter().copied())
         .owner("ws_1", "proj_1", "env_1")
+        .own_environment()
         .image(image)
         .size(250, 512)
         .replicas(replicas)
@@ -126,17 +127,25 @@ fn gone(view: &View<'_>, id: &str) -> bool {
 /// The Service and StatefulSet of `id` in `region`, field by field.
 fn check_objects(region: &Region, id: &str, image: &str, replicas: u64) {
     let name = k8s_name(id);
+    let service = region
+        .sim
+        .get(&SERVICES, NAMESPACE, &name)
+        .unwrap_or_else(|| panic!("{}: no service {name}", region.name));
+    // Each deployment has an environment of its own (see `deploy`).
+    let environment = service["metadata"]["labels"]["unkey.com/environment.id"].clone();
+    assert!(
+        environment
+            .as_str()
+            .is_some_and(|e| e.starts_with("env-own-")),
+        "{environment}"
+    );
     let expected_labels = serde_json::json!({
         "app.kubernetes.io/managed-by": "krane",
         "unkey.com/deployment.id": id,
         "unkey.com/workspace.id": "ws_1",
         "unkey.com/project.id": "proj_1",
-        "unkey.com/environment.id": "env_1",
+        "unkey.com/environment.id": environment,
     });
-    let service = region
-        .sim
-        .get(&SERVICES, NAMESPACE, &name)
-        .unwrap_or_else(|| panic!("{}: no service {name}", region.name));
     assert_eq!(service["metadata"]["labels"], expected_labels);
     assert_eq!(service["spec"]["clusterIP"], "None", "headless");
     assert_eq!(service["spec"]["publishNotReadyAddresses"], true);
@@ -250,8 +259,11 @@ async fn two_regions_converge_field_by_field_and_stop_everywhere() {
                 .await
                 .unwrap_or_else(|e| panic!("{}: objects left: {e:?}", region.name));
         }
-        let view = wait_view(&operator, &id, "instances gone", |v| v.instances.is_empty()).await;
-        assert_eq!(view.deployment.status, DeploymentStatus::Stopped);
+        // With its instances gone, the workflow marks it stopped.
+        wait_view(&operator, &id, "instances gone, stopped", |v| {
+            v.instances.is_empty() && v.deployment.status == DeploymentStatus::Stopped
+        })
+        .await;
         fleet.shutdown().await.unwrap();
     })
     .await;

@@ -42,6 +42,7 @@ async fn krane_state(binary: &Path, data_dir: &Path) -> Value {
 fn create(image: &str) -> CreateDeployment {
     integration::requests::deployment([REGION])
         .owner("ws_1", "proj_1", "env_1")
+        .own_environment()
         .image(image)
         .size(250, 512)
         .replicas(2)
@@ -177,9 +178,11 @@ async fn scenario(binary: &Path) {
     assert_eq!(state["full_syncs"], 1, "{state:#}");
     let cursor = state["cursor"].as_u64().expect("cursor");
     assert!(cursor >= 2, "{state:#}");
+    // Per deployment: its topology, its environment's sentinel and its
+    // policy.
     assert_eq!(
         state["applied"].as_array().map(Vec::len),
-        Some(2),
+        Some(6),
         "{state:#}"
     );
 

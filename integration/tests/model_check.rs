@@ -53,7 +53,7 @@ use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wire::Pk;
-use wire::model::{DesiredState, Resource, ResourceKey, ResourceType};
+use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceKey, ResourceType};
 use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
 
 /// Cases per run unless `MODEL_CHECK_CASES` says otherwise.
@@ -73,6 +73,8 @@ const REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
 /// Environments, so that sentinels and policies are sometimes updated and
 /// sometimes created.
 const ENVS: u8 = 3;
+/// The environments of deployments: one per deployment, `deploy-N`.
+const DEPLOY_ENV_PREFIX: &str = "deploy-";
 /// Policy names per environment.
 const POLICY_NAMES: u8 = 2;
 /// A node's progress bookmark interval: agents of quiet regions see the
@@ -544,8 +546,17 @@ async fn step(
             } else {
                 chosen
             };
-            let request = integration::requests::create_deployment(chosen.clone());
+            // An environment of its own: a deploy supersedes an older one
+            // of its environment still in flight, and the model keeps
+            // every deployment it made running.
+            let request = integration::requests::deployment(chosen.clone())
+                .environment(format!("{DEPLOY_ENV_PREFIX}{}", model.deployments.len()))
+                .request();
             if let OperatorResponse::Created { deployment_id } = call(client, request).await? {
+                // The workflow writes its topologies when it starts it.
+                integration::kit::operator::started(client, &deployment_id)
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
                 for r in &chosen {
                     model
                         .live
@@ -560,13 +571,16 @@ async fn step(
                 let desired_state = if *running {
                     DesiredState::Running
                 } else {
-                    DesiredState::Stopped
+                    DesiredState::Standby
                 };
-                call(
-                    client,
-                    OperatorRequest::SetDesiredState { id, desired_state },
-                )
-                .await?;
+                // Forced: each deployment is its environment's live one.
+                let request = OperatorRequest::SetDesiredState {
+                    id,
+                    desired_state,
+                    after_ms: None,
+                    force: true,
+                };
+                call(client, request).await?;
             }
         }
         Op::ApplySentinel {
@@ -705,7 +719,18 @@ async fn check(
             .collect();
         let expected_keys: BTreeSet<&ResourceKey> =
             model.live.iter().filter(|k| k.region == *region).collect();
-        let desired_keys: BTreeSet<&ResourceKey> = desired.keys().collect();
+        // Besides what the operations wrote, the deploy workflow made the
+        // sentinels of the deployments' environments and their policies.
+        let by_workflow = |r: &Resource| match r {
+            Resource::Sentinel(s) => s.environment_id.starts_with(DEPLOY_ENV_PREFIX),
+            Resource::CiliumNetworkPolicy(p) => p.environment_id.starts_with(DEPLOY_ENV_PREFIX),
+            _ => false,
+        };
+        let desired_keys: BTreeSet<&ResourceKey> = desired
+            .iter()
+            .filter(|(_, r)| !by_workflow(r))
+            .map(|(k, _)| k)
+            .collect();
         if desired_keys != expected_keys {
             return Err(format!(
                 "{region}: the node's desired keys {desired_keys:?} are not the ones written {expected_keys:?}"

@@ -31,9 +31,16 @@ const REFUSAL_SLACK: Duration = Duration::from_secs(3);
 const WRITES: usize = 5;
 const REGION: &str = "us-east";
 
+/// A deploy in an environment of its own: once started, its topology, its
+/// environment's sentinel and its policy ([`ROWS_PER_DEPLOY`] change rows).
 fn create() -> OperatorRequest {
-    integration::requests::deployment([REGION]).request()
+    integration::requests::deployment([REGION])
+        .own_environment()
+        .request()
 }
+
+/// Change rows a started deploy writes (see [`create`]).
+const ROWS_PER_DEPLOY: Pk = 3;
 
 /// Runs one step of the scenario within [`STEP_TIMEOUT`] and prints how
 /// long it took.
@@ -49,7 +56,12 @@ async fn deploy(client: &Client) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     for _ in 0..WRITES {
         match client.call(&create()).await.expect("create") {
-            OperatorResponse::Created { deployment_id } => ids.insert(deployment_id),
+            OperatorResponse::Created { deployment_id } => {
+                integration::kit::operator::started(client, &deployment_id)
+                    .await
+                    .expect("started");
+                ids.insert(deployment_id)
+            }
             other => panic!("unexpected answer {other:?}"),
         };
     }
@@ -196,8 +208,8 @@ async fn scenario() {
     let during = applied_pk(cluster.node(new_leader).unwrap());
     assert_eq!(
         during,
-        before + WRITES as Pk,
-        "one change row per write made during the partition"
+        before + WRITES as Pk * ROWS_PER_DEPLOY,
+        "three change rows per deploy made during the partition"
     );
     for id in &majority {
         // Only an agent of the region may watch it.

@@ -315,6 +315,13 @@ async fn the_readme_production_path_works_as_written() {
             "{}",
             String::from_utf8_lossy(&listed.stdout)
         );
+        let regions = run(&deploy[2], &site.root, Some(&operator)).await;
+        assert_success(&deploy[2], &regions);
+        let regions = String::from_utf8_lossy(&regions.stdout);
+        assert!(
+            regions.contains(REGION) && regions.contains(env!("CARGO_PKG_VERSION")),
+            "the region and its agent's version: {regions}"
+        );
         let stateful_sets = simulator.list(&STATEFUL_SETS, Some("krane"), "");
         assert_eq!(stateful_sets.len(), 1, "{stateful_sets:?}");
         let ready = simulator

@@ -155,6 +155,16 @@ async fn scenario() {
                 assert_eq!(topology.env_vars.len(), ENV_VARS);
                 seen.push(topology.deployment_id);
             }
+            // The workflow's start also writes each environment's sentinel
+            // and each deployment's policy.
+            Some(WatchEvent::Change {
+                version,
+                change:
+                    ResourceChange::Apply(Resource::Sentinel(_) | Resource::CiliumNetworkPolicy(_)),
+            }) => {
+                assert!(version > last, "version {version} after {last}");
+                last = version;
+            }
             Some(WatchEvent::Progress { .. }) => {}
             other => panic!("unexpected {other:?}"),
         }

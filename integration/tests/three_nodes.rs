@@ -9,13 +9,27 @@ use integration::cluster::{TestCluster, as_agent};
 use integration::kit::wait::bounded;
 use node::client::Client;
 use wire::agent::WatchEvent;
+use wire::model::ResourceType;
 use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Creates through a follower, each read back from it at once.
+const READ_YOUR_WRITES_ROUNDS: usize = 20;
+
+/// A deploy in an environment of its own; started, it writes
+/// [`ROWS_PER_DEPLOY`] change rows (its topology, its environment's
+/// sentinel, its policy).
 fn deployment(region: &str) -> CreateDeployment {
-    integration::requests::deployment([region]).build()
+    integration::requests::deployment([region])
+        .own_environment()
+        .build()
 }
+
+/// Change rows of one started deploy.
+const ROWS_PER_DEPLOY: u64 = 3;
+/// Deploys through the client that knows every node.
+const DEPLOYS: u64 = 20;
 
 fn create(region: &str) -> OperatorRequest {
     OperatorRequest::CreateDeployment(deployment(region))
@@ -34,15 +48,16 @@ async fn scenario() {
     // client moves on to the leader.
     let operator = cluster.operator().unwrap();
     let mut ids = Vec::new();
-    for _ in 0..20 {
-        ids.push(operator.create(deployment("us-east")).await.unwrap());
+    for _ in 0..DEPLOYS {
+        ids.push(operator.deploy(deployment("us-east")).await.unwrap().0);
     }
+    let started = DEPLOYS * ROWS_PER_DEPLOY;
 
-    // Every node applies all 20 change rows and holds identical state.
+    // Every node applies every change row and holds identical state.
     let mut hashes = Vec::new();
     for node in cluster.running() {
         let mut applied = node.state.applied_pk.clone();
-        applied.wait_for(|pk| *pk >= 20).await.unwrap();
+        applied.wait_for(|pk| *pk >= started).await.unwrap();
         hashes.push(node.state.store.read().unwrap().state_hash().unwrap());
     }
     assert!(
@@ -58,10 +73,15 @@ async fn scenario() {
         let mut synced = Vec::new();
         loop {
             match watch.next().await.unwrap() {
-                Some(WatchEvent::SyncStart { cursor }) => assert_eq!(cursor, 20),
-                Some(WatchEvent::SyncItem(resource)) => synced.push(resource.key().resource_id),
+                Some(WatchEvent::SyncStart { cursor }) => assert_eq!(cursor, started),
+                Some(WatchEvent::SyncItem(resource)) => {
+                    let key = resource.key();
+                    if key.resource_type == ResourceType::DeploymentTopology {
+                        synced.push(key.resource_id);
+                    }
+                }
                 Some(WatchEvent::SyncEnd { cursor }) => {
-                    assert_eq!(cursor, 20);
+                    assert_eq!(cursor, started);
                     break;
                 }
                 other => panic!("unexpected {other:?}"),
@@ -77,10 +97,24 @@ async fn scenario() {
     let leader = cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
     let follower = (1..=3).find(|id| *id != leader).unwrap();
     let via_follower = cluster.client_of(follower).unwrap();
-    assert!(matches!(
-        via_follower.call(&create("us-east")).await.unwrap(),
-        OperatorResponse::Created { .. }
-    ));
+    // ...and answered once the follower applied them too: whoever wrote
+    // through it reads the write back from it at once.
+    for _ in 0..READ_YOUR_WRITES_ROUNDS {
+        let OperatorResponse::Created { deployment_id } =
+            via_follower.call(&create("us-east")).await.unwrap()
+        else {
+            panic!("a create through a follower is answered Created");
+        };
+        let read = via_follower
+            .call(&OperatorRequest::GetDeployment {
+                id: deployment_id.clone(),
+            })
+            .await;
+        assert!(
+            matches!(read, Ok(OperatorResponse::Deployment(_))),
+            "{deployment_id} written through node {follower} is read back from it: {read:?}"
+        );
+    }
 
     // The leader goes away: a write through the follower waits for the
     // election and lands on the new leader.
@@ -90,9 +124,11 @@ async fn scenario() {
         survivor.call(&create("us-east")).await.unwrap(),
         OperatorResponse::Created { .. }
     ));
+    // The new leader's workflow starts every deploy still pending.
+    let all = (DEPLOYS + READ_YOUR_WRITES_ROUNDS as u64 + 1) * ROWS_PER_DEPLOY;
     for node in cluster.running() {
         let mut applied = node.state.applied_pk.clone();
-        applied.wait_for(|pk| *pk >= 22).await.unwrap();
+        applied.wait_for(|pk| *pk >= all).await.unwrap();
     }
     cluster.shutdown().await;
 }

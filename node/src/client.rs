@@ -1,6 +1,13 @@
 //! The operator client: one QUIC connection, shared by every call (each
 //! call a stream of its own), made to the first configured node that
 //! answers. Used by the `ctrl` CLI and by tests.
+//!
+//! A call that changes state carries a request id ([`new_request_id`],
+//! or the caller's), the same on every try, so the node applies it once:
+//! when its answer is lost (the connection dropped, no answer, a timeout)
+//! it is safely sent again to another node, which answers with the first
+//! answer. A state-changing call without an id is tried elsewhere only when
+//! it was certainly not sent, or refused by a node that could not serve it.
 
 use std::net::SocketAddr;
 
@@ -10,7 +17,7 @@ use transport::stream::FramedStream;
 use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
 use wire::frame::FRAME_BYTES_MAX;
 use wire::hello::Protocol;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, RequestId};
 use wire::{ErrorCode, Pk, WireError};
 
 /// Why an operator call failed.
@@ -28,6 +35,35 @@ pub enum ClientError {
     /// Every configured node failed; each one's failure, joined.
     #[error("no node answered: {0}")]
     AllFailed(String),
+    /// No answer within the call's timeout.
+    #[error("no answer within {timeout_ms} ms")]
+    Timeout {
+        /// The timeout of the call.
+        timeout_ms: u64,
+    },
+    /// A state-changing request without a request id was sent but its
+    /// answer was lost: it may or may not have been applied, so it was not
+    /// sent again.
+    #[error(
+        "the answer was lost and the request, which has no request id, may have been applied: {0}"
+    )]
+    AnswerLost(String),
+}
+
+/// How one try of a call failed.
+enum Attempt {
+    /// Before the request was sent: it did not reach the node.
+    NotSent(ClientError),
+    /// After it was (or may have been) sent: its answer is lost.
+    Lost(ClientError),
+}
+
+/// A fresh random request id (`req-` and 32 hex digits): one per
+/// invocation of a command, kept on every retry.
+pub fn new_request_id() -> RequestId {
+    let id = format!("req-{:032x}", rand::random::<u128>());
+    // 36 bytes of printable ASCII: valid by construction.
+    RequestId::parse(&id).unwrap_or_else(|_| unreachable!("a generated request id is valid"))
 }
 
 /// Talks to a ctrl cluster as an operator.
@@ -69,9 +105,31 @@ impl Client {
     }
 
     /// Sends one operator request, failing over between nodes when a node
-    /// is unreachable or cannot serve. Calls may run concurrently: they
+    /// is unreachable or cannot serve. A request that changes state gets a
+    /// fresh request id ([`new_request_id`]), so it is tried again
+    /// elsewhere when its answer is lost. Calls may run concurrently: they
     /// share one connection, each on a stream of its own.
     pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
+        let request_id = request.is_mutating().then(new_request_id);
+        self.call_with_id(request, request_id).await
+    }
+
+    /// [`Client::call`] with the caller's request id (`None`: none, so a
+    /// state-changing request whose answer is lost is not tried again).
+    /// Each try is bounded by `request_timeout_ms`, and there is one try
+    /// per configured node and one more (the connection in use may be
+    /// stale).
+    pub async fn call_with_id(
+        &self,
+        request: &OperatorRequest,
+        request_id: Option<RequestId>,
+    ) -> Result<OperatorResponse, ClientError> {
+        // Sent again after a lost answer only if that cannot apply it twice.
+        let repeatable = request_id.is_some() || !request.is_mutating();
+        let call = OperatorCall {
+            request_id,
+            request: request.clone(),
+        };
         let mut failures = Vec::new();
         // The node to try first when a new connection is needed: after
         // the one that could not serve (staggered attempts: a node that is
@@ -92,14 +150,18 @@ impl Client {
                 .iter()
                 .position(|a| *a == addr)
                 .map_or(0, |i| i + 1);
-            match self.call_on(&connection, request).await {
+            match self.call_within(&connection, &call, self.timeout_ms).await {
                 Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
                     self.forget(&connection).await;
                 }
                 Ok(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
                 Ok(response) => return Ok(response),
-                Err(e) => {
+                Err(Attempt::Lost(e)) if !repeatable => {
+                    self.forget(&connection).await;
+                    return Err(ClientError::AnswerLost(format!("{addr}: {e}")));
+                }
+                Err(Attempt::NotSent(e) | Attempt::Lost(e)) => {
                     failures.push(format!("{addr}: {e}"));
                     self.forget(&connection).await;
                 }
@@ -174,42 +236,45 @@ impl Client {
             self.timeout_ms,
         )
         .await?;
-        match self.call_within(&connection, request, timeout_ms).await? {
-            OperatorResponse::Error(e) => Err(ClientError::Server(e)),
-            response => Ok(response),
+        let call = OperatorCall::new(request.clone());
+        match self.call_within(&connection, &call, timeout_ms).await {
+            Ok(OperatorResponse::Error(e)) => Err(ClientError::Server(e)),
+            Ok(response) => Ok(response),
+            Err(Attempt::NotSent(e) | Attempt::Lost(e)) => Err(e),
         }
     }
 
-    async fn call_on(
-        &self,
-        connection: &quinn::Connection,
-        request: &OperatorRequest,
-    ) -> Result<OperatorResponse, ClientError> {
-        self.call_within(connection, request, self.timeout_ms).await
-    }
-
+    /// One try of `call` on `connection`, within `timeout_ms`.
     async fn call_within(
         &self,
         connection: &quinn::Connection,
-        request: &OperatorRequest,
+        call: &OperatorCall,
         timeout_ms: u64,
-    ) -> Result<OperatorResponse, ClientError> {
-        let call = async {
-            let mut stream =
-                transport::stream::open_call(connection, Protocol::Operator, FRAME_BYTES_MAX)
-                    .await?;
-            stream.send(request).await?;
+    ) -> Result<OperatorResponse, Attempt> {
+        let timeout = std::time::Duration::from_millis(timeout_ms);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let timed_out = || ClientError::Timeout { timeout_ms };
+        let opened = tokio::time::timeout_at(
+            deadline,
+            transport::stream::open_call(connection, Protocol::Operator, FRAME_BYTES_MAX),
+        )
+        .await;
+        let mut stream = match opened {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(Attempt::NotSent(e.into())),
+            Err(_) => return Err(Attempt::NotSent(timed_out())),
+        };
+        // From here on the request may have reached the node.
+        let exchange = async {
+            stream.send(call).await?;
             stream.finish().await?;
             stream.recv::<OperatorResponse>().await
         };
-        let timeout = std::time::Duration::from_millis(timeout_ms);
-        match tokio::time::timeout(timeout, call).await {
+        match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(Some(response))) => Ok(response),
-            Ok(Ok(None)) => Err(ClientError::NoAnswer),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(ClientError::AllFailed(format!(
-                "no answer within {timeout_ms} ms"
-            ))),
+            Ok(Ok(None)) => Err(Attempt::Lost(ClientError::NoAnswer)),
+            Ok(Err(e)) => Err(Attempt::Lost(e.into())),
+            Err(_) => Err(Attempt::Lost(timed_out())),
         }
     }
 

@@ -119,6 +119,12 @@ fn init_status_and_replicated_deploys() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already initialised"));
 
+    let added = ctrl(&operator, &["region", "add", "us-east"]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
     for _ in 0..5 {
         let out = ctrl(
             &operator,
@@ -343,6 +349,10 @@ fn full_cluster_restart_keeps_state_and_cursors() {
     for id in 1..=3 {
         cluster.start(id);
     }
+    // Entries committed before the crash are applied again once the new
+    // leader commits one of its term: until then the nodes may agree on
+    // an older applied index. Wait for the last write.
+    cluster.status_until(&all, |rows| rows.iter().all(|r| r["last_change_pk"] == 9));
     cluster.settled(&[1, 2, 3]);
     let after = cluster.check(&all);
     for node in after["nodes"].as_array().unwrap() {

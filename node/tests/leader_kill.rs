@@ -114,6 +114,8 @@ fn leader_killed_under_write_load_loses_no_acknowledged_write() {
     }
     let all = cluster.operator(&[1, 2, 3]);
     cluster.ctrl_ok(&all, &["cluster", "init"]);
+    cluster.settled(&[1, 2, 3]);
+    cluster.ctrl_ok(&all, &["region", "add", "us-east"]);
     let leader = cluster.settled(&[1, 2, 3]);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -249,6 +249,7 @@ fn deploy_wait_gives_up_naming_the_regions_short_of_replicas() {
     let site = Site::new();
     let _node = site.start();
     // No agent runs, so nothing is ever reported running.
+    site.add_regions("us-east,eu-west");
     let out = site.ctrl(&[
         "deploy",
         "--image",

@@ -10,13 +10,39 @@ use std::collections::BTreeMap;
 use wire::WireError;
 
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Instance, Pk, Sentinel,
-    SentinelStatus, UnixMs,
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Heartbeat, Instance, Pk,
+    Region, Sentinel, SentinelStatus, UnixMs,
 };
 
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
 /// compaction step of the design).
 pub const COMPACT_ROWS_MAX: u32 = 10_000;
+
+/// Most request records kept; storing one more evicts the oldest (by
+/// `created_at_ms`, then id). Compaction removes those past the retention
+/// first.
+pub const REQUESTS_MAX: u64 = 100_000;
+
+/// Longest actor name of a [`Mutation::Request`].
+pub const ACTOR_BYTES_MAX: usize = 256;
+
+/// Bytes of a request [`Fingerprint`].
+pub const FINGERPRINT_BYTES: usize = 32;
+
+/// SHA-256 of an operator request's encoding without its id: what tells a
+/// retry (the same fingerprint) from another request under the same id.
+pub type Fingerprint = [u8; FINGERPRINT_BYTES];
+
+/// Who asked for the mutation being applied: set by the apply of a
+/// [`Mutation::Request`] while its inner mutation applies, so that apply
+/// code can record it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The operator's id of the request.
+    pub request_id: String,
+    /// The caller's certificate identity.
+    pub actor: String,
+}
 
 /// Most instances one [`Mutation::ReportInstances`] may carry.
 pub const REPORT_INSTANCES_MAX: usize = wire::agent::REPORT_INSTANCES_MAX;
@@ -44,7 +70,8 @@ pub enum Mutation {
     /// first deploy to it, and makes it the environment's latest attempt
     /// (an older deploy in flight is superseded by the workflow). Writes
     /// nothing for agents: the workflow's `Start` does. A duplicate id, no
-    /// region, or a repeated region is `BadRequest`.
+    /// region, a repeated region, or a region that is unknown or cordoned
+    /// is `BadRequest` (the message names the regions).
     CreateDeployment {
         /// The deployment row, filled in by the leader.
         deployment: Deployment,
@@ -100,13 +127,59 @@ pub enum Mutation {
     /// Deletes the oldest change rows (in pk order) while their
     /// `created_at_ms < created_before_ms`, at most `rows_max` (itself at
     /// most [`COMPACT_ROWS_MAX`]), and raises the floor to the highest pk
-    /// deleted; and, by the same rule and bound, the oldest journal
-    /// entries.
+    /// deleted; by the same rule and bound, the oldest journal entries;
+    /// and the oldest request records while their
+    /// `created_at_ms < requests_created_before_ms`, at most `rows_max`.
     Compact {
         /// Rows created at or after this time (leader's clock) are kept.
         created_before_ms: UnixMs,
-        /// Most rows to delete in this mutation.
+        /// Most rows (and most request records) to delete in this mutation.
         rows_max: u32,
+        /// Request records created at or after this time are kept.
+        requests_created_before_ms: UnixMs,
+    },
+    /// An operator request made with an id, wrapping the mutation it
+    /// proposes. Apply looks the id up: recorded with the same fingerprint,
+    /// the recorded result is returned and nothing is written; recorded
+    /// with another fingerprint, it is refused (`Conflict`) and nothing is
+    /// written; unknown, `mutation` is applied (with the caller set, see
+    /// [`Caller`]) and its result recorded, in the same transaction — an
+    /// error result too, since it is deterministic.
+    Request {
+        /// The operator's id of the request (see
+        /// [`wire::operator::RequestId`]).
+        request_id: String,
+        /// SHA-256 of the request's encoding without its id.
+        fingerprint: Fingerprint,
+        /// The caller's certificate identity (at most [`ACTOR_BYTES_MAX`]
+        /// bytes).
+        actor: String,
+        /// The mutation the request proposes (not itself a `Request`).
+        mutation: Box<Mutation>,
+    },
+    /// Registers a region, schedulable (an operator's). Adding a known
+    /// region succeeds and changes nothing; answered by
+    /// [`Outcome::Region`]. No change row.
+    AddRegion {
+        /// The region's name, a lowercase DNS label.
+        name: String,
+    },
+    /// Cordons (`false`) or uncordons a region; an unknown region is
+    /// `NotFound`. Answered by [`Outcome::Region`]. No change row.
+    SetRegionSchedulable {
+        /// The region's name.
+        name: String,
+        /// Whether new deployments may name it.
+        schedulable: bool,
+    },
+    /// Records an agent's heartbeat as its region's last, with `at_ms`
+    /// set to the command's `now_ms`; the first one registers the region
+    /// (schedulable, registered by heartbeat). No change row.
+    RecordHeartbeat {
+        /// The agent's region.
+        region: String,
+        /// What the agent said (its `at_ms` is replaced).
+        heartbeat: Heartbeat,
     },
     /// A guarded step of the deploy workflow, decided by the leader's
     /// driver: made only if the deployment still has the guard it was
@@ -225,6 +298,8 @@ pub enum Outcome {
         rows_deleted: u64,
         /// The compaction floor now: every pk up to it may be gone.
         floor_pk: Pk,
+        /// How many request records were deleted.
+        requests_deleted: u64,
     },
     /// A guarded workflow transition whose record no longer has the guard
     /// it was decided against (another step, another revision, or no
@@ -237,6 +312,9 @@ pub enum Outcome {
         /// The record's guard now, `None` if there is no record.
         found: Option<Guard>,
     },
+    /// [`Mutation::AddRegion`], [`Mutation::SetRegionSchedulable`]: the
+    /// region as it now is.
+    Region(Region),
 }
 
 /// What a workflow transition expects of its record: the step it is at and
@@ -250,16 +328,6 @@ pub struct Guard {
     /// Changes whenever the record is rewritten other than by its own
     /// steps, so a step reached again later is told apart from the first.
     pub revision: u64,
-}
-
-/// Who asked for a mutation: the operator request's id and the caller's
-/// certificate identity, recorded in the journal of what it caused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Caller {
-    /// The operator request's id.
-    pub request_id: String,
-    /// The caller's certificate identity.
-    pub actor: String,
 }
 
 /// The outcome of one mutation: a deterministic domain result.

@@ -26,7 +26,12 @@
 //! - Apply reads no clock and no randomness: its inputs are the state and
 //!   the command.
 //! - A rejected mutation writes nothing; a `StorageError` aborts the whole
-//!   batch (nothing of it is committed).
+//!   batch (nothing of it is committed). The one record a rejection leaves
+//!   is that of an operator request made with an id
+//!   ([`Mutation::Request`]): its answer, error or not, is kept so that a
+//!   retry gets it again.
+//! - Request records are bounded: at most [`REQUESTS_MAX`], each indexed
+//!   once by age (`requests_by_age`), written and deleted with it.
 //!
 //! Deliberately absent: any dependency on openraft (Raft metadata is opaque
 //! bytes), background threads, caches. redb is synchronous; callers keep it
@@ -57,12 +62,12 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
 pub use command::{
-    ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Command, Guard, Mutation, MutationResult, Outcome,
-    RaftMeta,
+    ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, Command, Fingerprint,
+    Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
 };
 pub use error::{Result, StorageError};
 pub use read::ReadView;
-pub use tables::{ChangeRow, SCHEMA_VERSION};
+pub use tables::{ChangeRow, RequestRecord, SCHEMA_VERSION};
 
 use crate::error::RedbContext;
 use crate::tables::{meta, name};
@@ -71,6 +76,8 @@ use crate::tables::{meta, name};
 /// writes serialize on redb's single writer, reads never block them.
 pub struct Store {
     db: Database,
+    /// Most request records kept: [`REQUESTS_MAX`] but in unit tests.
+    requests_max: u64,
 }
 
 // The store is used behind `Arc` from a dedicated thread and by readers.
@@ -150,7 +157,19 @@ impl Store {
         }
         create_tables(&txn, OP)?;
         txn.commit().ctx(OP)?;
-        Ok(Store { db })
+        Ok(Store {
+            db,
+            requests_max: REQUESTS_MAX,
+        })
+    }
+
+    /// The same store keeping at most `requests_max` request records (unit
+    /// tests of eviction, which would otherwise need [`REQUESTS_MAX`]
+    /// requests).
+    #[cfg(test)]
+    pub(crate) fn with_requests_max(mut self, requests_max: u64) -> Store {
+        self.requests_max = requests_max;
+        self
     }
 
     /// Makes every commit so far durable (those applied with
@@ -194,6 +213,12 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::JOURNAL)?;
     txn.open_table(tables::OPEN_DEPLOYMENTS)
         .ctx_table(op, name::OPEN_DEPLOYMENTS)?;
+    txn.open_table(tables::REGIONS)
+        .ctx_table(op, name::REGIONS)?;
+    txn.open_table(tables::REQUESTS)
+        .ctx_table(op, name::REQUESTS)?;
+    txn.open_table(tables::REQUESTS_BY_AGE)
+        .ctx_table(op, name::REQUESTS_BY_AGE)?;
     Ok(())
 }
 
@@ -211,6 +236,7 @@ mod tests {
         let path = dir.path().join("state.redb");
         let (hash, raft, answers) = {
             let store = Store::open(&path).unwrap();
+            register_regions(&store);
             apply_one(&store, 1, create("d1", &["eu", "us"], 1));
             apply_one(
                 &store,
@@ -224,6 +250,7 @@ mod tests {
                 mutations: vec![Mutation::Compact {
                     created_before_ms: 2,
                     rows_max: 1,
+                    requests_created_before_ms: 0,
                 }],
             };
             store

@@ -15,13 +15,14 @@ use wire::agent::ResourceChange;
 use wire::digest::Fnv1a;
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
-    Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, decode, meta, name,
+    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, RequestRecord,
+    decode, meta, name,
 };
 
 const OP: &str = "read";
@@ -42,6 +43,9 @@ pub struct ReadView {
     pub(crate) environments: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) journal: ReadOnlyTable<u64, Bytes>,
     pub(crate) open_deployments: ReadOnlyTable<&'static str, ()>,
+    pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) requests: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) requests_by_age: ReadOnlyTable<RequestAgeKey, ()>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -131,6 +135,15 @@ impl ReadView {
             open_deployments: txn
                 .open_table(tables::OPEN_DEPLOYMENTS)
                 .ctx_table(OP, name::OPEN_DEPLOYMENTS)?,
+            regions: txn
+                .open_table(tables::REGIONS)
+                .ctx_table(OP, name::REGIONS)?,
+            requests: txn
+                .open_table(tables::REQUESTS)
+                .ctx_table(OP, name::REQUESTS)?,
+            requests_by_age: txn
+                .open_table(tables::REQUESTS_BY_AGE)
+                .ctx_table(OP, name::REQUESTS_BY_AGE)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -462,8 +475,36 @@ impl ReadView {
         Ok(None)
     }
 
+    /// The region `region_name`, if it is known.
+    pub fn region(&self, region_name: &str) -> Result<Option<Region>> {
+        load(&self.regions, name::REGIONS, region_name)
+    }
+
+    /// Every known region, in name order (at most
+    /// [`wire::operator::REGION_COUNT_MAX`], which apply enforces).
+    pub fn list_regions(&self) -> Result<Vec<Region>> {
+        let mut out = Vec::new();
+        let rows = self.regions.iter().ctx_table(OP, name::REGIONS)?;
+        for entry in rows.take(wire::operator::REGION_COUNT_MAX) {
+            let (key, value) = entry.ctx_table(OP, name::REGIONS)?;
+            out.push(decode(name::REGIONS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The record of the operator request `request_id`, if it is kept.
+    pub fn request(&self, request_id: &str) -> Result<Option<RequestRecord>> {
+        load(&self.requests, name::REQUESTS, request_id)
+    }
+
+    /// How many request records are kept.
+    pub fn request_count(&self) -> Result<u64> {
+        self.requests.len().ctx_table(OP, name::REQUESTS)
+    }
+
     /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
-    /// change log, its index, `last_pk`, `floor_pk` and the schema version,
+    /// change log, its index, the request records and their index,
+    /// `last_pk`, `floor_pk` and the schema version,
     /// for comparing replicas at the same applied index. The Raft metadata is
     /// left out. It hashes redb's key encoding, so compare replicas running
     /// the same redb major version.
@@ -480,6 +521,9 @@ impl ReadView {
         hash_table(&mut hash, name::ENVIRONMENTS, &self.environments)?;
         hash_table(&mut hash, name::JOURNAL, &self.journal)?;
         hash_table(&mut hash, name::OPEN_DEPLOYMENTS, &self.open_deployments)?;
+        hash_table(&mut hash, name::REGIONS, &self.regions)?;
+        hash_table(&mut hash, name::REQUESTS, &self.requests)?;
+        hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());
@@ -563,12 +607,12 @@ pub(crate) fn scan_region<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Mutation;
     use crate::test_support::*;
-    use crate::{Mutation, Store};
 
     #[test]
     fn full_sync_pages_by_type_then_id_within_one_region() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             1,
@@ -629,7 +673,7 @@ mod tests {
 
     #[test]
     fn changes_after_edges() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, create("d1", &["eu", "eu-west", "e"], 1));
         let view = store.read().unwrap();
         assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
@@ -641,7 +685,7 @@ mod tests {
 
     #[test]
     fn lists_and_lookups() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             1,
@@ -680,7 +724,7 @@ mod tests {
 
     #[test]
     fn the_view_is_a_consistent_cut() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, create("d1", &["eu"], 1));
         let view = store.read().unwrap();
         let hash = view.state_hash().unwrap();

@@ -10,21 +10,22 @@
 
 use std::fmt::Debug;
 
-use redb::{Durability, ReadOnlyTable, ReadableTable, WriteTransaction};
+use redb::{Durability, ReadOnlyTable, ReadableTable, ReadableTableMetadata, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
-    Sentinel, SentinelStatus,
+    Region, Sentinel, SentinelStatus,
 };
 
 use crate::Store;
 use crate::apply::WriteTables;
-use crate::command::RaftMeta;
+use crate::command::{REQUESTS_MAX, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::read::ReadView;
-use crate::tables::{self, ChangeRow, SCHEMA_VERSION, decode, encode, meta, name};
+use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
 use wire::digest::Fnv1a;
+use wire::operator::validate_request_id;
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"ctrlsnap";
@@ -51,6 +52,9 @@ struct SnapshotBody {
     environments: Vec<Environment>,
     journal: Vec<JournalEntry>,
     journal_seq: u64,
+    regions: Vec<Region>,
+    /// Request records by id; their age index is derived on import.
+    requests: Vec<(String, RequestRecord)>,
 }
 
 impl Store {
@@ -98,6 +102,8 @@ impl Store {
             })?,
             journal: rows(&view.journal, name::JOURNAL, |j: &JournalEntry| j.seq)?,
             journal_seq: view.journal_seq(),
+            regions: rows(&view.regions, name::REGIONS, |r: &Region| r.name.as_str())?,
+            requests: request_rows(&view)?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -298,6 +304,28 @@ fn validate(body: &SnapshotBody) -> Result<()> {
         name::REGION_CHANGES,
         body.region_changes.iter().map(|(r, pk)| (r, *pk)),
     )?;
+    strictly_ascending(name::REGIONS, body.regions.iter().map(|r| &r.name))?;
+    if body.regions.len() > wire::operator::REGION_COUNT_MAX {
+        return Err(invalid(format!(
+            "{} regions, more than the {} a cluster may know",
+            body.regions.len(),
+            wire::operator::REGION_COUNT_MAX
+        )));
+    }
+    strictly_ascending(name::REQUESTS, body.requests.iter().map(|(id, _)| id))?;
+    if body.requests.len() as u64 > REQUESTS_MAX {
+        return Err(invalid(format!(
+            "{} request records, more than {REQUESTS_MAX}",
+            body.requests.len()
+        )));
+    }
+    if let Some((id, _)) = body
+        .requests
+        .iter()
+        .find(|(id, _)| validate_request_id(id).is_err())
+    {
+        return Err(invalid(format!("request record {id:?} has an invalid id")));
+    }
 
     // The change log is `floor_pk + 1 ..= last_pk`, each row indexed once.
     if let (Some((first, _)), Some((last, _))) = (body.changes.first(), body.changes.last())
@@ -372,6 +400,42 @@ fn validate(body: &SnapshotBody) -> Result<()> {
     Ok(())
 }
 
+/// Every request record by id, checking that the age index holds exactly
+/// one row per record (import derives it).
+fn request_rows(view: &ReadView) -> Result<Vec<(String, RequestRecord)>> {
+    let mut out = Vec::new();
+    for entry in view.requests.iter().ctx_table(OP_EXPORT, name::REQUESTS)? {
+        let (key, value) = entry.ctx_table(OP_EXPORT, name::REQUESTS)?;
+        let id = key.value().to_string();
+        let record: RequestRecord = decode(name::REQUESTS, &id, value.value())?;
+        let indexed = view
+            .requests_by_age
+            .get((record.created_at_ms, id.as_str()))
+            .ctx_table(OP_EXPORT, name::REQUESTS_BY_AGE)?
+            .is_some();
+        if !indexed {
+            return Err(StorageError::corrupt(
+                name::REQUESTS,
+                &id,
+                "a request record has no age index row",
+            ));
+        }
+        out.push((id, record));
+    }
+    let index_rows = view
+        .requests_by_age
+        .len()
+        .ctx_table(OP_EXPORT, name::REQUESTS_BY_AGE)?;
+    if index_rows != out.len() as u64 {
+        return Err(StorageError::corrupt(
+            name::REQUESTS_BY_AGE,
+            &index_rows,
+            format!("{index_rows} index rows for {} request records", out.len()),
+        ));
+    }
+    Ok(out)
+}
+
 /// Empties every table (redb recreates them when opened again).
 fn clear(txn: &WriteTransaction) -> Result<()> {
     const OP: &str = "import snapshot: clear";
@@ -397,8 +461,14 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::JOURNAL)?;
     txn.delete_table(tables::OPEN_DEPLOYMENTS)
         .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+    txn.delete_table(tables::REGIONS)
+        .ctx_table(OP, name::REGIONS)?;
     txn.delete_table(tables::METADATA)
         .ctx_table(OP, name::METADATA)?;
+    txn.delete_table(tables::REQUESTS)
+        .ctx_table(OP, name::REQUESTS)?;
+    txn.delete_table(tables::REQUESTS_BY_AGE)
+        .ctx_table(OP, name::REQUESTS_BY_AGE)?;
     Ok(())
 }
 
@@ -481,6 +551,21 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert((region.as_str(), *pk), ())
             .ctx_table(OP_IMPORT, name::REGION_CHANGES)?;
     }
+    for r in &body.regions {
+        let bytes = encode("a region", r)?;
+        t.regions
+            .insert(r.name.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::REGIONS)?;
+    }
+    for (id, record) in &body.requests {
+        let bytes = encode("a request record", record)?;
+        t.requests
+            .insert(id.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::REQUESTS)?;
+        t.requests_by_age
+            .insert((record.created_at_ms, id.as_str()), ())
+            .ctx_table(OP_IMPORT, name::REQUESTS_BY_AGE)?;
+    }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
         .ctx_table(OP_IMPORT, name::METADATA)?;
@@ -506,7 +591,7 @@ mod tests {
 
     /// A store with a bit of everything, compaction included.
     fn populated() -> Store {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             10,
@@ -528,6 +613,10 @@ mod tests {
                     instances: running("d1", "eu", 2),
                 },
                 Mutation::ReportSentinelStatus(sentinel_status("s1", "eu")),
+                Mutation::SetRegionSchedulable {
+                    name: "ap".into(),
+                    schedulable: false,
+                },
                 Mutation::DeleteCiliumNetworkPolicy {
                     id: "p1".into(),
                     region: "ap".into(),
@@ -541,6 +630,7 @@ mod tests {
             vec![Mutation::Compact {
                 created_before_ms: 15,
                 rows_max: 3,
+                requests_created_before_ms: 0,
             }],
         );
         store
@@ -565,7 +655,7 @@ mod tests {
         let view = source.read().unwrap();
         assert_eq!((view.floor_pk(), view.last_pk()), (3, 8));
 
-        let target = Store::in_memory().unwrap();
+        let target = store();
         target.import_snapshot(&bytes).unwrap();
         let imported = target.read().unwrap();
         assert_eq!(imported.state_hash().unwrap(), view.state_hash().unwrap());
@@ -581,7 +671,7 @@ mod tests {
 
     #[test]
     fn import_replaces_everything() {
-        let source = Store::in_memory().unwrap();
+        let source = store();
         apply_one(&source, 5, create("other", &["us"], 1));
         let (bytes, _) = source.export_snapshot().unwrap();
 
@@ -649,6 +739,8 @@ mod tests {
             journal: vec![],
             journal_seq: 0,
             region_changes: vec![],
+            regions: vec![],
+            requests: vec![],
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,
@@ -666,17 +758,28 @@ mod tests {
         orphan.instances = running("ghost", "eu", 1);
         let mut duplicate = empty(0, 0);
         duplicate.deployments = vec![deployment("d", &["eu"], 1), deployment("d", &["eu"], 1)];
+        let mut regions_unordered = empty(0, 0);
+        regions_unordered.regions = ["us", "eu"]
+            .map(|name| wire::model::Region {
+                name: name.into(),
+                schedulable: true,
+                registered_by: wire::model::RegionSource::Operator,
+                created_at_ms: 1,
+                last_heartbeat: None,
+            })
+            .to_vec();
         let mut future_version = empty(0, 0);
         future_version.policies = vec![policy("p", "eu")];
         future_version.policies[0].version = 1;
 
-        let store = Store::in_memory().unwrap();
+        let store = store();
         for (what, body) in [
             ("floor above last", empty(1, 2)),
             ("unindexed", unindexed),
             ("below floor", below_floor),
             ("orphan instance", orphan),
             ("duplicate", duplicate),
+            ("regions out of order", regions_unordered),
             ("future version", future_version),
         ] {
             let err = store.import_snapshot(&seal(&body).unwrap()).unwrap_err();
@@ -690,7 +793,7 @@ mod tests {
     proptest! {
         #[test]
         fn random_bytes_are_refused(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-            let store = Store::in_memory().unwrap();
+            let store = store();
             prop_assert!(store.import_snapshot(&bytes).is_err());
         }
 

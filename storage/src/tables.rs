@@ -31,6 +31,8 @@ pub type RegionKey = (&'static str, &'static str);
 pub type InstanceKey = (&'static str, &'static str, &'static str);
 /// `(region, pk)`: the per-region index of the change log.
 pub type RegionChangeKey = (&'static str, u64);
+/// `(created_at_ms, request_id)`: the request records by age.
+pub type RequestAgeKey = (u64, &'static str);
 
 /// Table names, for error messages and the state hash.
 pub mod name {
@@ -58,6 +60,12 @@ pub mod name {
     pub const JOURNAL: &str = "journal";
     /// Ids of the deployments the deploy workflow still acts on.
     pub const OPEN_DEPLOYMENTS: &str = "open_deployments";
+    /// Regions by name.
+    pub const REGIONS: &str = "regions";
+    /// Operator request records by request id.
+    pub const REQUESTS: &str = "requests";
+    /// The request records' index by (created_at_ms, request id).
+    pub const REQUESTS_BY_AGE: &str = "requests_by_age";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -89,8 +97,17 @@ pub const JOURNAL: TableDefinition<u64, Bytes> = TableDefinition::new(name::JOUR
 /// Derived from [`DEPLOYMENTS`] by apply, rebuilt by snapshot import.
 pub const OPEN_DEPLOYMENTS: TableDefinition<&str, ()> =
     TableDefinition::new(name::OPEN_DEPLOYMENTS);
+/// `name` → [`wire::model::Region`].
+pub const REGIONS: TableDefinition<&str, Bytes> = TableDefinition::new(name::REGIONS);
 /// Metadata key (see [`meta`]) → bytes.
 pub const METADATA: TableDefinition<&str, Bytes> = TableDefinition::new(name::METADATA);
+/// `request_id` → [`RequestRecord`]: the answer of every operator request
+/// made with an id, within the retention and [`crate::command::REQUESTS_MAX`].
+pub const REQUESTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::REQUESTS);
+/// `(created_at_ms, request_id)` → `()`: every request record, oldest
+/// first (compaction and eviction take them from the front).
+pub const REQUESTS_BY_AGE: TableDefinition<RequestAgeKey, ()> =
+    TableDefinition::new(name::REQUESTS_BY_AGE);
 
 /// Keys of the [`METADATA`] table.
 pub mod meta {
@@ -121,6 +138,22 @@ pub struct ChangeRow {
     pub region: String,
     /// The `now_ms` of the command that wrote the row (leader time).
     pub created_at_ms: UnixMs,
+}
+
+/// What a request id is stored with: the request it named (by
+/// fingerprint) and the answer it got, so a retry gets the same answer and
+/// another request under the same id is told apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// SHA-256 of the request's encoding without its id.
+    pub fingerprint: crate::command::Fingerprint,
+    /// The answer of the wrapped mutation: an outcome or its deterministic
+    /// error.
+    pub result: crate::command::MutationResult,
+    /// The `now_ms` of the command that first applied it (leader time).
+    pub created_at_ms: UnixMs,
+    /// Who asked: the caller's certificate identity.
+    pub actor: String,
 }
 
 impl ChangeRow {

@@ -29,6 +29,29 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
     }
 }
 
+/// Every region the unit tests create deployments in.
+pub(crate) const TEST_REGIONS: [&str; 6] = ["ap", "e", "eu", "eu-west", "us", "us-east"];
+
+pub(crate) fn add_region(name: &str) -> Mutation {
+    Mutation::AddRegion {
+        name: name.to_string(),
+    }
+}
+
+/// Registers [`TEST_REGIONS`] (no change rows, so no pk moves), as an
+/// operator does before deploying.
+pub(crate) fn register_regions(store: &Store) {
+    let out = apply_one(store, 0, TEST_REGIONS.map(add_region).to_vec());
+    assert!(out.iter().all(Result::is_ok), "{out:?}");
+}
+
+/// An in-memory store with [`TEST_REGIONS`] registered.
+pub(crate) fn store() -> Store {
+    let store = Store::in_memory().expect("an in-memory store");
+    register_regions(&store);
+    store
+}
+
 /// Creates a deployment (pending: nothing for agents yet).
 pub(crate) fn submit(id: &str, regions: &[&str], replicas: u32) -> Mutation {
     Mutation::CreateDeployment {

@@ -13,11 +13,12 @@
 
 use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
-use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, name};
+use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
 use storage::command::{DeployAction, DeployTransition};
 use storage::{
-    ChangeRow, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta, SCHEMA_VERSION, Store,
+    ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
+    RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
@@ -127,7 +128,20 @@ fn mutations() -> Vec<Mutation> {
         Mutation::Compact {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
+            requests_created_before_ms: NOW_MS - 86_400_000,
         },
+        Mutation::AddRegion {
+            name: "eu-west".into(),
+        },
+        Mutation::SetRegionSchedulable {
+            name: "us-east".into(),
+            schedulable: false,
+        },
+        Mutation::RecordHeartbeat {
+            region: "eu-west".into(),
+            heartbeat: fixtures::heartbeat(),
+        },
+        request(),
     ];
     all.extend(deploy_transitions());
     all.extend([
@@ -140,6 +154,36 @@ fn mutations() -> Vec<Mutation> {
         },
     ]);
     all
+}
+
+fn fingerprint() -> Fingerprint {
+    std::array::from_fn(|i| u8::try_from(i * 7 + 1).expect("below 256"))
+}
+
+/// An operator request with an id, wrapping a stop.
+fn request() -> Mutation {
+    Mutation::Request {
+        request_id: fixtures::request_id().as_str().to_string(),
+        fingerprint: fingerprint(),
+        actor: "operator".into(),
+        mutation: Box::new(Mutation::SetDesiredState {
+            deployment_id: "dep_01hx3k9".into(),
+            desired_state: DesiredState::Standby,
+            at_ms: Some(NOW_MS + 1_800_000),
+            force: true,
+        }),
+    }
+}
+
+fn request_record() -> RequestRecord {
+    RequestRecord {
+        fingerprint: fingerprint(),
+        result: Ok(Outcome::DeploymentCreated {
+            deployment_id: "dep_01hx3k9".into(),
+        }),
+        created_at_ms: NOW_MS,
+        actor: "operator".into(),
+    }
 }
 
 fn guard() -> Guard {
@@ -159,6 +203,7 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::Compacted {
             rows_deleted: 10_000,
             floor_pk: 70_000,
+            requests_deleted: 300,
         },
         Outcome::GuardFailed {
             expected: guard(),
@@ -167,6 +212,7 @@ fn outcomes() -> Vec<Outcome> {
                 revision: 301,
             }),
         },
+        Outcome::Region(fixtures::region()),
     ]
 }
 
@@ -182,21 +228,35 @@ fn raft_meta(index: u8) -> RaftMeta {
 fn populated(store: &Store) {
     let commands = [
         vec![
+            Mutation::AddRegion {
+                name: "us-east".into(),
+            },
+            Mutation::RecordHeartbeat {
+                region: "eu-west".into(),
+                heartbeat: fixtures::heartbeat(),
+            },
             Mutation::CreateDeployment {
                 deployment: pending_deployment(),
             },
             start(fixtures::deploy_workflow().revision),
             Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
         ],
-        vec![Mutation::ReportInstances {
-            deployment_id: "dep_01hx3k9".into(),
-            region: "eu-west".into(),
-            instances: vec![fixtures::instance()],
-        }],
-        vec![Mutation::Compact {
-            created_before_ms: NOW_MS + 1,
-            rows_max: 2,
-        }],
+        vec![
+            Mutation::ReportInstances {
+                deployment_id: "dep_01hx3k9".into(),
+                region: "eu-west".into(),
+                instances: vec![fixtures::instance()],
+            },
+            Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
+        ],
+        vec![
+            request(),
+            Mutation::Compact {
+                created_before_ms: NOW_MS + 1,
+                rows_max: 2,
+                requests_created_before_ms: 0,
+            },
+        ],
     ];
     for (i, mutations) in commands.into_iter().enumerate() {
         let command = Command {
@@ -214,7 +274,8 @@ fn populated(store: &Store) {
         assert!(accepted.iter().all(|r| r.is_ok()), "{accepted:?}");
     }
     let view = store.read().expect("read");
-    assert_eq!((view.floor_pk(), view.last_pk()), (2, 4));
+    assert_eq!((view.floor_pk(), view.last_pk()), (2, 5));
+    assert_eq!(view.request_count().expect("count"), 1);
 }
 
 fn key<K: Value>(label: &str, value: &K::SelfType<'_>) -> (String, Vec<u8>) {
@@ -235,6 +296,8 @@ fn state_formats_match_their_goldens() {
     g.check("tables.changes", &[change_row()]);
     g.check("tables.environments", &[fixtures::environment()]);
     g.check("tables.journal", &[fixtures::journal_entry()]);
+    g.check("tables.regions", &[fixtures::region()]);
+    g.check("tables.requests", &[request_record()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -248,6 +311,11 @@ fn state_formats_match_their_goldens() {
             key::<RegionChangeKey>("region_change_key", &("eu-west", 70_000)),
             key::<&str>("environment_id", &"env_prod"),
             key::<u64>("journal_seq", &4_000),
+            key::<&str>("request_id", &fixtures::request_id().as_str()),
+            key::<RequestAgeKey>(
+                "request_age_key",
+                &(NOW_MS, fixtures::request_id().as_str()),
+            ),
         ],
     );
     g.check_bytes(
@@ -266,6 +334,9 @@ fn state_formats_match_their_goldens() {
             name::ENVIRONMENTS,
             name::JOURNAL,
             name::OPEN_DEPLOYMENTS,
+            name::REGIONS,
+            name::REQUESTS,
+            name::REQUESTS_BY_AGE,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
 use crate::model::{
-    CiliumNetworkPolicy, DeploymentTopology, Instance, Pk, Resource, ResourceKey, Sentinel,
-    SentinelStatus,
+    CiliumNetworkPolicy, DeploymentTopology, FailedApply, Heartbeat, Instance, Pk, Resource,
+    ResourceKey, Sentinel, SentinelStatus, UnixMs,
 };
 
 /// ALPN of the agent protocol.
@@ -53,6 +53,43 @@ pub enum AgentRequest {
         /// The asking agent's region.
         region: String,
     },
+    /// The agent is alive: its version, cursor and apply health, answered
+    /// `Ack`. The first one registers the region.
+    Heartbeat(HeartbeatReport),
+}
+
+/// What krane sends every `heartbeat_interval_ms`: ctrl records it as the
+/// region's [`Heartbeat`], stamped with its own time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatReport {
+    /// The reporting agent's region.
+    pub region: String,
+    /// The agent's build version.
+    pub agent_version: String,
+    /// The agent's stored watch cursor.
+    pub cursor: Pk,
+    /// The agent's heartbeat interval, in milliseconds.
+    pub interval_ms: u64,
+    /// Resources in the agent's last-applied snapshot.
+    pub applied_resources: u32,
+    /// Resources whose last apply failed, at most
+    /// [`crate::model::HEARTBEAT_FAILED_APPLIES_MAX`].
+    pub failed_applies: Vec<FailedApply>,
+}
+
+impl HeartbeatReport {
+    /// The heartbeat ctrl records, written at `at_ms`.
+    pub fn into_heartbeat(self, at_ms: UnixMs) -> (String, Heartbeat) {
+        let heartbeat = Heartbeat {
+            agent_version: self.agent_version,
+            cursor: self.cursor,
+            interval_ms: self.interval_ms,
+            applied_resources: self.applied_resources,
+            failed_applies: self.failed_applies,
+            at_ms,
+        };
+        (self.region, heartbeat)
+    }
 }
 
 /// Opens a watch stream of one region's desired state.

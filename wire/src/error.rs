@@ -26,6 +26,9 @@ pub enum ErrorCode {
     ProtocolViolation,
     /// The server failed; the message says why.
     Internal,
+    /// The request conflicts with one already made: its request id was
+    /// used before for another request.
+    Conflict,
     /// The request is well formed but the state of what it names does not
     /// allow it (a rollback to a failed deployment, stopping the live one
     /// without force); the message says what is in the way.
@@ -45,6 +48,7 @@ impl ErrorCode {
             ErrorCode::BadFrame => "bad_frame",
             ErrorCode::ProtocolViolation => "protocol_violation",
             ErrorCode::Internal => "internal",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::FailedPrecondition => "failed_precondition",
         }
     }

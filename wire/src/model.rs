@@ -556,3 +556,202 @@ pub struct SentinelStatus {
     /// When krane observed this state (krane's clock).
     pub updated_at_ms: UnixMs,
 }
+
+/// Most failed applies one [`Heartbeat`] may carry.
+pub const HEARTBEAT_FAILED_APPLIES_MAX: usize = 32;
+/// Longest error text of one [`FailedApply`], in bytes.
+pub const FAILED_APPLY_ERROR_BYTES_MAX: usize = 1_024;
+/// Longest agent version string of a [`Heartbeat`], in bytes.
+pub const AGENT_VERSION_BYTES_MAX: usize = 64;
+
+/// How a region came to be known to ctrl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RegionSource {
+    /// An operator added it (`ctrl region add`).
+    Operator,
+    /// Its agent's first heartbeat registered it.
+    Heartbeat,
+}
+
+impl RegionSource {
+    /// The lowercase name shown to operators (`operator`, `heartbeat`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionSource::Operator => "operator",
+            RegionSource::Heartbeat => "heartbeat",
+        }
+    }
+}
+
+/// A region deployments may be scheduled to: one Kubernetes cluster with
+/// its krane agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// The region's name, a lowercase DNS label (`us-east`).
+    pub name: String,
+    /// Whether new deployments may name it; `false` once cordoned.
+    pub schedulable: bool,
+    /// Who registered it first.
+    pub registered_by: RegionSource,
+    /// When it was registered (leader's clock).
+    pub created_at_ms: UnixMs,
+    /// The agent's last heartbeat, `None` before the first.
+    pub last_heartbeat: Option<Heartbeat>,
+}
+
+impl Region {
+    /// Why a deployment may not name the region stored as `row` (`None`:
+    /// not registered): `"unknown"` or `"cordoned"`; `None` when it may.
+    /// The one rule, for apply and for the node's early check.
+    pub fn unschedulable(row: Option<&Region>) -> Option<&'static str> {
+        match row {
+            None => Some("unknown"),
+            Some(r) if !r.schedulable => Some("cordoned"),
+            Some(_) => None,
+        }
+    }
+}
+
+/// What krane last said about itself: sent every `heartbeat_interval_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The agent's build version (at most [`AGENT_VERSION_BYTES_MAX`]
+    /// bytes).
+    pub agent_version: String,
+    /// The agent's stored watch cursor: every change up to it is applied.
+    pub cursor: Pk,
+    /// The agent's heartbeat interval, in milliseconds: how soon the next
+    /// one is due.
+    pub interval_ms: u64,
+    /// Resources in the agent's last-applied snapshot.
+    pub applied_resources: u32,
+    /// Resources whose last apply failed (at most
+    /// [`HEARTBEAT_FAILED_APPLIES_MAX`]).
+    pub failed_applies: Vec<FailedApply>,
+    /// When ctrl recorded the heartbeat (leader's clock; what the agent
+    /// sends is replaced).
+    pub at_ms: UnixMs,
+}
+
+/// One resource krane could not apply, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedApply {
+    /// The resource that failed.
+    pub key: ResourceKey,
+    /// The last error, at most [`FAILED_APPLY_ERROR_BYTES_MAX`] bytes.
+    pub error: String,
+}
+
+impl FailedApply {
+    /// A failed apply of `key` with `error` cut to
+    /// [`FAILED_APPLY_ERROR_BYTES_MAX`] bytes (at a character boundary).
+    pub fn new(key: ResourceKey, error: &str) -> FailedApply {
+        FailedApply {
+            key,
+            error: truncate_utf8(error, FAILED_APPLY_ERROR_BYTES_MAX).to_string(),
+        }
+    }
+}
+
+/// The longest prefix of `text` of at most `bytes_max` bytes that ends at
+/// a character boundary.
+pub fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
+    if text.len() <= bytes_max {
+        return text;
+    }
+    let mut end = bytes_max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+impl Heartbeat {
+    /// Checks the bounds of every field; the error names the field.
+    pub fn validate(&self) -> Result<(), crate::WireError> {
+        let bad =
+            |message: String| Err(crate::WireError::new(crate::ErrorCode::BadRequest, message));
+        if self.agent_version.len() > AGENT_VERSION_BYTES_MAX {
+            return bad(format!(
+                "agent_version is longer than {AGENT_VERSION_BYTES_MAX} bytes"
+            ));
+        }
+        if self.interval_ms == 0 {
+            return bad("interval_ms must be at least 1".into());
+        }
+        if self.failed_applies.len() > HEARTBEAT_FAILED_APPLIES_MAX {
+            return bad(format!(
+                "failed_applies holds more than {HEARTBEAT_FAILED_APPLIES_MAX} entries"
+            ));
+        }
+        if let Some(long) = self
+            .failed_applies
+            .iter()
+            .find(|f| f.error.len() > FAILED_APPLY_ERROR_BYTES_MAX)
+        {
+            return bad(format!(
+                "the error of failed apply {:?} is longer than {FAILED_APPLY_ERROR_BYTES_MAX} bytes",
+                long.key.resource_id
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ResourceKey {
+        ResourceKey {
+            resource_type: ResourceType::Sentinel,
+            resource_id: "snt_1".into(),
+            region: "eu".into(),
+        }
+    }
+
+    #[test]
+    fn a_failed_apply_error_is_cut_at_a_character_boundary() {
+        let long = "ü".repeat(FAILED_APPLY_ERROR_BYTES_MAX);
+        let failed = FailedApply::new(key(), &long);
+        assert!(failed.error.len() <= FAILED_APPLY_ERROR_BYTES_MAX);
+        assert!(failed.error.len() >= FAILED_APPLY_ERROR_BYTES_MAX - 1);
+        assert_eq!(FailedApply::new(key(), "short").error, "short");
+        assert_eq!(truncate_utf8("aü", 2), "a");
+    }
+
+    #[test]
+    fn a_heartbeat_out_of_bounds_is_refused_naming_the_field() {
+        let good = Heartbeat {
+            agent_version: "0.1.0".into(),
+            cursor: 1,
+            interval_ms: 1_000,
+            applied_resources: 0,
+            failed_applies: vec![FailedApply::new(key(), "boom")],
+            at_ms: 0,
+        };
+        good.validate().unwrap();
+        let mut bad = good.clone();
+        bad.agent_version = "v".repeat(AGENT_VERSION_BYTES_MAX + 1);
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .message
+                .contains("agent_version")
+        );
+        let mut bad = good.clone();
+        bad.interval_ms = 0;
+        assert!(bad.validate().unwrap_err().message.contains("interval_ms"));
+        let mut bad = good.clone();
+        bad.failed_applies = vec![FailedApply::new(key(), "x"); HEARTBEAT_FAILED_APPLIES_MAX + 1];
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .message
+                .contains("failed_applies")
+        );
+        let mut bad = good;
+        bad.failed_applies[0].error = "e".repeat(FAILED_APPLY_ERROR_BYTES_MAX + 1);
+        assert!(bad.validate().unwrap_err().message.contains("snt_1"));
+    }
+}

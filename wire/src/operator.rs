@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
 use crate::model::{
-    Deployment, DesiredState, Environment, Instance, JournalEntry, Sentinel, SentinelStatus,
+    Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region, Sentinel,
+    SentinelStatus, UnixMs,
 };
 
 /// ALPN of the operator protocol.
@@ -32,6 +33,88 @@ pub const CLUSTER_WAIT_MS_MAX: u64 = 600_000;
 pub const DEPLOYMENT_WAIT_MS_MAX: u64 = 60_000;
 /// Largest cilium policy document (its JSON text).
 pub const POLICY_JSON_BYTES_MAX: usize = 64 * 1024;
+/// Most regions a cluster knows; also the most one
+/// [`OperatorRequest::ListRegions`] answers.
+pub const REGION_COUNT_MAX: usize = 1_000;
+/// A region is stale when its last heartbeat is older than this many of
+/// its own heartbeat intervals.
+pub const HEARTBEAT_STALE_INTERVALS: u64 = 3;
+/// Longest request id ([`RequestId`]).
+pub const REQUEST_ID_BYTES_MAX: usize = 128;
+
+/// What an operator stream carries: one request and, for a request that
+/// changes state, the id that makes it idempotent. The node stores each
+/// id with its answer: the same id again returns the first answer and
+/// changes nothing; the same id with another request is refused
+/// ([`ErrorCode::Conflict`]). Read requests ignore the id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorCall {
+    /// The caller's id of this request, the same on every retry.
+    pub request_id: Option<RequestId>,
+    /// The request.
+    pub request: OperatorRequest,
+}
+
+impl OperatorCall {
+    /// A call without a request id.
+    pub fn new(request: OperatorRequest) -> OperatorCall {
+        OperatorCall {
+            request_id: None,
+            request,
+        }
+    }
+}
+
+/// A request id: 1 to [`REQUEST_ID_BYTES_MAX`] bytes of printable ASCII
+/// (`!` to `~`, no spaces). [`RequestId::parse`] checks it; one decoded
+/// from the wire is checked by the node with [`RequestId::validate`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RequestId(String);
+
+impl RequestId {
+    /// A request id, if `id` is a valid one.
+    pub fn parse(id: &str) -> Result<RequestId, WireError> {
+        let id = RequestId(id.to_string());
+        id.validate()?;
+        Ok(id)
+    }
+
+    /// Checks the rules of a request id; the error says which it breaks.
+    pub fn validate(&self) -> Result<(), WireError> {
+        validate_request_id(&self.0)
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks a request id: non-empty, at most [`REQUEST_ID_BYTES_MAX`] bytes,
+/// printable ASCII without spaces.
+pub fn validate_request_id(id: &str) -> Result<(), WireError> {
+    if id.is_empty() {
+        return Err(bad_request("request_id must not be empty".into()));
+    }
+    if id.len() > REQUEST_ID_BYTES_MAX {
+        return Err(bad_request(format!(
+            "request_id is longer than {REQUEST_ID_BYTES_MAX} bytes"
+        )));
+    }
+    if !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad_request(
+            "request_id must be printable ASCII without spaces".into(),
+        ));
+    }
+    Ok(())
+}
 /// Shortest progress deadline a deploy may ask for.
 pub const PROGRESS_DEADLINE_MS_MIN: u64 = 1_000;
 /// Longest progress deadline a deploy may ask for.
@@ -136,6 +219,22 @@ pub enum OperatorRequest {
         /// Longest wait for a change, in milliseconds.
         wait_ms: u64,
     },
+    /// Register a region (idempotent: an existing region is answered as
+    /// it is); answered by `Region`.
+    AddRegion {
+        /// The region's name, a lowercase DNS label.
+        name: String,
+    },
+    /// Cordon (`false`: new deployments may not name it) or uncordon a
+    /// region; answered by `Region`.
+    SetRegionSchedulable {
+        /// The region's name.
+        name: String,
+        /// Whether new deployments may name it.
+        schedulable: bool,
+    },
+    /// Every region with its agent's health; answered by `Regions`.
+    ListRegions,
     /// Cancel a deploy in flight; answered by `Updated`.
     CancelDeployment {
         /// The deployment's id.
@@ -166,6 +265,44 @@ pub enum OperatorRequest {
         /// Most entries to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
+}
+
+impl OperatorRequest {
+    /// Whether the request changes replicated state through a Raft write
+    /// of the state machine (and so is made idempotent by a request id).
+    /// Reads, the cluster calls (initialisation and membership, which
+    /// Raft itself makes safe to repeat) and the region calls (idempotent
+    /// by themselves) are not.
+    pub fn is_mutating(&self) -> bool {
+        match self {
+            OperatorRequest::CreateDeployment(_)
+            | OperatorRequest::SetDesiredState { .. }
+            | OperatorRequest::ApplySentinel(_)
+            | OperatorRequest::StopSentinel { .. }
+            | OperatorRequest::ApplyPolicy(_)
+            | OperatorRequest::DeletePolicy { .. }
+            | OperatorRequest::CancelDeployment { .. }
+            | OperatorRequest::Rollback { .. } => true,
+            OperatorRequest::GetDeployment { .. }
+            | OperatorRequest::ListDeployments { .. }
+            | OperatorRequest::InitCluster
+            | OperatorRequest::NodeStatus
+            | OperatorRequest::AddNode { .. }
+            | OperatorRequest::RemoveNode { .. }
+            | OperatorRequest::LogStatus
+            | OperatorRequest::StateHash { .. }
+            | OperatorRequest::GetSentinel { .. }
+            | OperatorRequest::WaitDeployment { .. }
+            | OperatorRequest::GetEnvironment { .. }
+            | OperatorRequest::History { .. }
+            | OperatorRequest::ListRegions => false,
+            // Idempotent by themselves (adding a known region, setting the
+            // schedulable flag it has), so safe to repeat without an id.
+            OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
+                false
+            }
+        }
+    }
 }
 
 /// The cluster's membership after a change.
@@ -506,6 +643,33 @@ impl DeploymentView {
     }
 }
 
+/// One region as `ctrl list regions` shows it: the stored region and
+/// what the answering node derived from it at [`RegionList::as_of_ms`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionView {
+    /// The region as stored.
+    pub region: Region,
+    /// Time since its last heartbeat, in milliseconds (`None`: never).
+    pub heartbeat_age_ms: Option<u64>,
+    /// The cluster's last change pk minus the agent's cursor (`None`:
+    /// no heartbeat yet).
+    pub lag: Option<u64>,
+    /// No heartbeat for more than [`HEARTBEAT_STALE_INTERVALS`] of its
+    /// interval, or none ever.
+    pub stale: bool,
+}
+
+/// Every region, in name order, as one node saw them at one time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionList {
+    /// The regions, by name.
+    pub regions: Vec<RegionView>,
+    /// The cluster's last change pk in the state read.
+    pub last_pk: Pk,
+    /// The answering node's time the ages and staleness are computed at.
+    pub as_of_ms: UnixMs,
+}
+
 /// The answer to one [`OperatorRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OperatorResponse {
@@ -562,6 +726,10 @@ pub enum OperatorResponse {
     },
     /// The call failed; the error says why.
     Error(WireError),
+    /// A region as it now is (after `AddRegion`, `SetRegionSchedulable`).
+    Region(Region),
+    /// Every region (answer to `ListRegions`).
+    Regions(RegionList),
     /// One environment.
     Environment(Environment),
     /// A page of the journal.
@@ -636,6 +804,29 @@ mod tests {
         assert!(message(request.validate()).contains("replicas"));
         request.replicas = None;
         request.validate().unwrap();
+    }
+
+    #[test]
+    fn a_request_id_is_short_printable_ascii() {
+        for good in [
+            "a",
+            "cli-0123abcd",
+            "x".repeat(REQUEST_ID_BYTES_MAX).as_str(),
+            "!~",
+        ] {
+            assert_eq!(RequestId::parse(good).unwrap().as_str(), good);
+        }
+        let too_long = "x".repeat(REQUEST_ID_BYTES_MAX + 1);
+        for (bad, says) in [
+            ("", "empty"),
+            (too_long.as_str(), "longer than"),
+            ("a b", "printable"),
+            ("tab\t", "printable"),
+            ("grüße", "printable"),
+        ] {
+            let message = message(RequestId::parse(bad).map(|_| ()));
+            assert!(message.contains(says), "{bad:?}: {message}");
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, ResourceChange,
 use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES, payload_len};
 use wire::hello::{Hello, Protocol};
 use wire::model::{DeploymentStatus, DesiredState, Health, InstanceStatus, Resource, ResourceType};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
 use hostile::*;
 use strategies::*;
@@ -157,6 +157,7 @@ hostile_input_tests! {
     agent_request: AgentRequest = agent_request();
     agent_response: AgentResponse = agent_response();
     operator_request: OperatorRequest = operator_request();
+    operator_call: OperatorCall = operator_call();
     operator_response: OperatorResponse = operator_response();
     hello: Hello = hello();
 }

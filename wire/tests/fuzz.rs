@@ -26,7 +26,7 @@ use serde::Serialize;
 use wire::agent::{AgentRequest, AgentResponse, WatchEvent};
 use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES};
 use wire::hello::Hello;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
 use strategies::*;
 
@@ -70,12 +70,13 @@ fn framed(runner: &mut TestRunner, kind: u8) -> Vec<u8> {
     fn one<S: Strategy>(runner: &mut TestRunner, s: S) -> S::Value {
         s.new_tree(runner).expect("strategy").current()
     }
-    match kind % 6 {
+    match kind % 7 {
         0 => encoded(&one(runner, agent_request())),
         1 => encoded(&one(runner, agent_response())),
         2 => encoded(&one(runner, watch_event())),
         3 => encoded(&one(runner, operator_request())),
         4 => encoded(&one(runner, operator_response())),
+        5 => encoded(&one(runner, operator_call())),
         _ => encoded(&one(runner, hello())),
     }
 }
@@ -172,6 +173,7 @@ fn decoders_survive_mutated_streams() {
             feed::<AgentResponse>(&input, &mut feed_rng);
             feed::<WatchEvent>(&input, &mut feed_rng);
             feed::<OperatorRequest>(&input, &mut feed_rng);
+            feed::<OperatorCall>(&input, &mut feed_rng);
             feed::<OperatorResponse>(&input, &mut feed_rng);
             feed::<Hello>(&input, &mut feed_rng);
         }));

@@ -32,6 +32,10 @@ fn wire_formats_match_their_goldens() {
     g.check("model.InstanceStatus", &instance_statuses());
     g.check("model.Instance", &[instance()]);
     g.check("model.SentinelStatus", &[sentinel_status()]);
+    g.check("model.RegionSource", &region_sources());
+    g.check("model.FailedApply", &[failed_apply()]);
+    g.check("model.Heartbeat", &[heartbeat()]);
+    g.check("model.Region", &[region()]);
     g.check("model.StepRecord", &[step_record()]);
     g.check("model.ScheduledChange", &[scheduled_change()]);
     g.check("model.DeployWorkflow", &[deploy_workflow()]);
@@ -48,6 +52,7 @@ fn wire_formats_match_their_goldens() {
     // the agent protocol
     g.check("agent.AgentRequest", &agent_requests());
     g.check("agent.WatchRequest", &[watch_request()]);
+    g.check("agent.HeartbeatReport", &[heartbeat_report()]);
     g.check("agent.DeploymentReport", &deployment_reports());
     g.check("agent.AgentResponse", &agent_responses());
     g.check("agent.ResourceChange", &resource_changes());
@@ -55,6 +60,8 @@ fn wire_formats_match_their_goldens() {
 
     // the operator protocol
     g.check("operator.OperatorRequest", &operator_requests());
+    g.check("operator.RequestId", &[request_id()]);
+    g.check("operator.OperatorCall", &[operator_call()]);
     g.check("operator.Membership", &[membership()]);
     g.check("operator.LogStatus", &[log_status()]);
     g.check("operator.StateHash", &[state_hash()]);
@@ -64,6 +71,8 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.ApplyPolicy", &[apply_policy()]);
     g.check("operator.SentinelView", &[sentinel_view()]);
     g.check("operator.DeploymentView", &[deployment_view()]);
+    g.check("operator.RegionView", &[region_view()]);
+    g.check("operator.RegionList", &[region_list()]);
     g.check("operator.OperatorResponse", &operator_responses());
 
     // The framing: a length prefix, then the payload.

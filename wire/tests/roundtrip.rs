@@ -118,6 +118,7 @@ roundtrip_tests! {
     // operator protocol
     create_deployment_roundtrips: create_deployment();
     operator_request_roundtrips: operator_request();
+    operator_call_roundtrips: operator_call();
     deployment_view_roundtrips: deployment_view();
     operator_response_roundtrips: operator_response();
     // handshake

@@ -193,23 +193,30 @@ async fn a_failed_apply_is_retried_from_the_stored_cursor() {
     let fake = Fake::default();
     fake.fail_on(Some("b"));
 
+    let failures = crate::heartbeat::FailedApplies::default();
     let mut server = WatchServer::new();
     server.resume(5).unwrap();
-    let mut handler = new_handler(&state, &fake, 5);
+    let mut handler = new_handler(&state, &fake, 5).recording_failures(&failures);
     step(&mut handler, change(&mut server, 6, "a")).await;
     handler.on_event(change(&mut server, 7, "b")).await.unwrap();
     let error = handler.settle().await;
     assert!(matches!(error, Err(WatchError::K8s(_))), "{error:?}");
     assert_eq!(state.cursor().unwrap(), 6, "not past the failed event");
     assert_eq!(applied_ids(&state), [("a".to_string(), 6)]);
+    let failed = failures.list();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].key.resource_id, "b");
+    assert!(failed[0].error.contains("b fails"), "{failed:?}");
 
     // Reconnect: the server resumes after the stored cursor.
     fake.fail_on(None);
     let mut server = WatchServer::new();
     server.resume(state.cursor().unwrap()).unwrap();
-    let mut handler = new_handler(&state, &fake, state.cursor().unwrap());
+    let mut handler =
+        new_handler(&state, &fake, state.cursor().unwrap()).recording_failures(&failures);
     step(&mut handler, change(&mut server, 7, "b")).await;
     assert_eq!(state.cursor().unwrap(), 7);
+    assert!(failures.list().is_empty(), "applied: no longer failing");
     assert_eq!(fake.take(), [apply("a", 6), apply("b", 7)]);
 }
 

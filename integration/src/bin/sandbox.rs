@@ -98,6 +98,7 @@ fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[Strin
         "  ctrl deploy --image nginx:1.27 --regions {} --replicas 2 --wait",
         regions.join(",")
     );
+    println!("  ctrl list regions");
     if let Some(image) = failing_images.first() {
         println!(
             "  ctrl deploy --image {image} --regions {} --wait --timeout-s 5   # never ready",

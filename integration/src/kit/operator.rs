@@ -1,7 +1,7 @@
 //! An operator as the tests play one: [`Operator`] wraps a node client
 //! (and dereferences to it for any other call) with the calls tests make
 //! again and again — create and stop deployments, apply and stop
-//! sentinels, apply and delete policies — answering with ids and views
+//! sentinels, apply and delete policies, add and cordon regions — answering with ids and views
 //! rather than raw responses, and waits for a deployment's state through
 //! the node's long-poll `WaitDeployment` call (`node::wait`): each call
 //! returns as soon as the deployment changes, so nothing polls.
@@ -12,13 +12,37 @@ use config::OperatorConfig;
 use node::client::Client;
 use node::wait::WaitError;
 use tokio::time::Instant;
-use wire::model::{Deployment, DesiredState};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, Region};
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, OperatorRequest,
-    OperatorResponse, SentinelView,
+    OperatorResponse, RegionList, SentinelView,
 };
 
 use super::wait::wait_until;
+
+/// Bound on the deploy workflow starting a deployment just created.
+pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits (at most [`START_TIMEOUT`], each read a long poll) until the
+/// deploy workflow has started deployment `id` (it left `pending`).
+pub async fn started(client: &Client, id: &str) -> Result<DeploymentView> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut seen = 0;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            bail!("{id} was not started within {START_TIMEOUT:?}");
+        }
+        let wait_ms = node::wait::long_poll_ms(remaining, client.request_timeout_ms());
+        let view = node::wait::changed(client, id, seen, wait_ms)
+            .await
+            .with_context(|| format!("waiting for the start of {id}"))?;
+        if view.deployment.status != DeploymentStatus::Pending {
+            return Ok(view);
+        }
+        seen = view.digest();
+    }
+}
 
 /// An operator client with the calls tests make.
 pub struct Operator {
@@ -59,6 +83,22 @@ impl Operator {
             OperatorResponse::Created { deployment_id } => Ok(deployment_id),
             other => bail!("not created: {other:?}"),
         }
+    }
+
+    /// Creates a deployment and waits (at most [`START_TIMEOUT`]) until the
+    /// deploy workflow has started it: its topologies, the environment's
+    /// sentinels and the deployment's policies are written. Its id and
+    /// the deployment as it then is.
+    pub async fn deploy(&self, deployment: CreateDeployment) -> Result<(String, Deployment)> {
+        let id = self.create(deployment).await?;
+        let view = self.started(&id).await?;
+        Ok((id, view.deployment))
+    }
+
+    /// Waits (at most [`START_TIMEOUT`]) until the deploy workflow has
+    /// started deployment `id` (it left `pending`).
+    pub async fn started(&self, id: &str) -> Result<DeploymentView> {
+        started(&self.client, id).await
     }
 
     /// Puts deployment `id` in standby now, live or not (with force).
@@ -208,6 +248,48 @@ impl Operator {
         match self.call_named("delete the policy", request).await? {
             OperatorResponse::PolicyDeleted { policy_id } if policy_id == id => Ok(()),
             other => bail!("policy {id} not deleted: {other:?}"),
+        }
+    }
+
+    /// Registers region `name` (idempotent); the region as it now is.
+    pub async fn add_region(&self, name: &str) -> Result<Region> {
+        let request = OperatorRequest::AddRegion { name: name.into() };
+        match self.call_named("add the region", request).await? {
+            OperatorResponse::Region(region) => Ok(region),
+            other => bail!("region {name} not added: {other:?}"),
+        }
+    }
+
+    /// Registers every one of `names`, as an operator does before
+    /// deploying to them (so a deploy does not race an agent's first
+    /// heartbeat).
+    pub async fn add_regions<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        for name in names {
+            self.add_region(name).await?;
+        }
+        Ok(())
+    }
+
+    /// Cordons (`schedulable = false`) or uncordons region `name`.
+    pub async fn set_region_schedulable(&self, name: &str, schedulable: bool) -> Result<Region> {
+        let request = OperatorRequest::SetRegionSchedulable {
+            name: name.into(),
+            schedulable,
+        };
+        match self.call_named("cordon or uncordon", request).await? {
+            OperatorResponse::Region(region) => Ok(region),
+            other => bail!("region {name} not changed: {other:?}"),
+        }
+    }
+
+    /// Every region with its agent's health, as `ctrl list regions` shows it.
+    pub async fn regions(&self) -> Result<RegionList> {
+        match self
+            .call_named("list the regions", OperatorRequest::ListRegions)
+            .await?
+        {
+            OperatorResponse::Regions(list) => Ok(list),
+            other => bail!("no region list: {other:?}"),
         }
     }
 

@@ -1,10 +1,13 @@
 //! The agent protocol's unary calls: desired-state lookups (read from this
-//! node's applied state) and status reports (checked, then proposed).
+//! node's applied state), status reports and heartbeats (checked, then
+//! proposed).
 //! Whether the agent may act for the request's region is decided before,
 //! by the server; watches are served by `server::watch`.
 
 use storage::Mutation;
-use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, REPORT_INSTANCES_MAX};
+use wire::agent::{
+    AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, REPORT_INSTANCES_MAX,
+};
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, internal, propose_one};
@@ -44,9 +47,18 @@ pub async fn answer<S: Propose + ReadState>(
         }
         AgentRequest::ReportDeploymentStatus(report) => report_mutation(report)?,
         AgentRequest::ReportSentinelStatus(status) => Mutation::ReportSentinelStatus(status),
+        AgentRequest::Heartbeat(report) => heartbeat_mutation(report)?,
     };
     propose_one(state, mutation).await?;
     Ok(AgentResponse::Ack)
+}
+
+/// The mutation a heartbeat asks for, checked against its bounds before
+/// proposing. Its time is apply's (the command's `now_ms`).
+fn heartbeat_mutation(report: HeartbeatReport) -> Result<Mutation, WireError> {
+    let (region, heartbeat) = report.into_heartbeat(0);
+    heartbeat.validate()?;
+    Ok(Mutation::RecordHeartbeat { region, heartbeat })
 }
 
 /// The mutation a deployment report asks for; a report of more than
@@ -163,6 +175,44 @@ mod tests {
             .map(|i| instance("dep_a", "us-east", &format!("web-{i}")))
             .collect();
         let e = answer(&node, report("dep_a", "us-east", many))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert_eq!(node.proposals(), 0);
+    }
+
+    fn heartbeat(region: &str, cursor: u64) -> AgentRequest {
+        AgentRequest::Heartbeat(HeartbeatReport {
+            region: region.into(),
+            agent_version: "0.1.0".into(),
+            cursor,
+            interval_ms: 30_000,
+            applied_resources: 4,
+            failed_applies: Vec::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_heartbeat_is_acknowledged_and_registers_its_region() {
+        let node = MemoryNode::with_regions(&[]);
+        assert_eq!(
+            answer(&node, heartbeat("ap-south", 9)).await.unwrap(),
+            AgentResponse::Ack
+        );
+        let region = node.read().unwrap().region("ap-south").unwrap().unwrap();
+        let last = region.last_heartbeat.expect("recorded");
+        assert_eq!((last.cursor, last.applied_resources), (9, 4));
+        assert_eq!(last.at_ms, node.now_ms(), "stamped with the node's time");
+    }
+
+    #[tokio::test]
+    async fn a_heartbeat_out_of_bounds_is_refused_unproposed() {
+        let node = MemoryNode::new();
+        let AgentRequest::Heartbeat(mut report) = heartbeat("us-east", 1) else {
+            unreachable!()
+        };
+        report.interval_ms = 0;
+        let e = answer(&node, AgentRequest::Heartbeat(report))
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);

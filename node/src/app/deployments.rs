@@ -22,14 +22,20 @@ use crate::clock::{Clock, deployment_id};
 pub const DEPLOYMENT_NAMESPACE: &str = "krane";
 
 /// Creates a deployment, running and deploying, stamped with the clock's
-/// time; returns its id.
-pub async fn create(
-    state: &impl Propose,
+/// time; returns its id. A region that is unknown or cordoned on this
+/// node's applied state is refused before proposing (apply checks again:
+/// it decides).
+pub async fn create<S: Propose + ReadState>(
+    state: &S,
     clock: &dyn Clock,
     settings: &DeploySettings,
     create: CreateDeployment,
 ) -> Result<String, WireError> {
     create.validate()?;
+    {
+        let view = state.read().map_err(internal)?;
+        super::regions::check_schedulable(&view, &create.regions)?;
+    }
     let now_ms = clock.now_ms();
     let regions = u32::try_from(create.regions.len()).unwrap_or(u32::MAX);
     let workflow = storage::apply::workflow::new_workflow(
@@ -281,6 +287,36 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert_eq!(node.proposals(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_create_naming_an_unknown_or_cordoned_region_is_refused_before_proposing() {
+        let node = MemoryNode::with_regions(&["us-east", "eu-west"]);
+        crate::app::regions::set_schedulable(&node, "eu-west".into(), false)
+            .await
+            .unwrap();
+        let proposals = node.proposals();
+        let e = create(
+            &node,
+            node.clock(),
+            &DeploySettings::default(),
+            create_request(&["us-east", "eu-west", "ap-south"]),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert!(
+            e.message.contains("\"eu-west\" is cordoned"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.contains("\"ap-south\" is unknown"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("\"us-east\""), "{}", e.message);
+        assert_eq!(node.proposals(), proposals);
     }
 
     #[tokio::test]

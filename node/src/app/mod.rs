@@ -18,12 +18,20 @@
 //!   request merged over what exists), stop, read.
 //! - [`policies`]: apply (found by region, environment, namespace and
 //!   name), delete.
-//! - [`agent`]: the agent protocol's unary calls: desired-state lookups and
-//!   status reports.
+//! - [`regions`]: add, cordon and uncordon, the list with each agent's
+//!   heartbeat age, lag and staleness, and the early check that a
+//!   deployment names only schedulable regions.
+//! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
+//!   status reports and heartbeats.
+//! - [`requests`]: the state-changing operator requests, and their
+//!   idempotence by request id (one proposal per id, wrapped in
+//!   `storage::Mutation::Request`).
 
 pub mod agent;
 pub mod deployments;
 pub mod policies;
+pub mod regions;
+pub mod requests;
 pub mod sentinels;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -46,6 +46,21 @@ impl Clock for CountingClock {
     }
 }
 
+/// Always the time it holds, and randomness 0.
+pub(crate) struct FixedTimeClock(pub(crate) u64);
+
+impl Clock for FixedTimeClock {
+    fn now_ms(&self) -> u64 {
+        self.0
+    }
+    fn random_u64(&self) -> u64 {
+        0
+    }
+}
+
+/// The regions [`MemoryNode::new`] has registered.
+pub(crate) const TEST_REGIONS: [&str; 2] = ["eu-west", "us-east"];
+
 /// An in-memory store behind both seams.
 pub(crate) struct MemoryNode {
     store: Store,
@@ -56,9 +71,39 @@ pub(crate) struct MemoryNode {
 }
 
 impl MemoryNode {
+    /// A node with [`TEST_REGIONS`] registered, as an operator registers
+    /// regions before deploying to them.
     pub(crate) fn new() -> MemoryNode {
+        MemoryNode::with_regions(&TEST_REGIONS)
+    }
+
+    /// A node with exactly `regions` registered (schedulable). The
+    /// registration is set-up: it is neither a proposal nor an apply of
+    /// the applied mark.
+    pub(crate) fn with_regions(regions: &[&str]) -> MemoryNode {
+        let store = Store::in_memory().expect("an in-memory store");
+        let command = Command {
+            now_ms: NOW_MS,
+            mutations: regions
+                .iter()
+                .map(|name| Mutation::AddRegion {
+                    name: name.to_string(),
+                })
+                .collect(),
+        };
+        let meta = RaftMeta {
+            last_applied: 0u64.to_le_bytes().to_vec(),
+            membership: Vec::new(),
+        };
+        let applied = store
+            .apply(&[Some(&command)], &meta, false)
+            .expect("registering the test regions");
+        assert!(
+            applied.outcomes.iter().flatten().all(Result::is_ok),
+            "{applied:?}"
+        );
         MemoryNode {
-            store: Store::in_memory().expect("an in-memory store"),
+            store,
             clock: CountingClock::default(),
             applied: watch::Sender::new(0),
             proposals: AtomicUsize::new(0),

@@ -4,6 +4,7 @@ mod certs;
 mod cluster;
 mod ops;
 mod policy;
+mod region;
 mod sentinel;
 mod serve;
 mod watch;
@@ -11,9 +12,10 @@ mod watch;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use config::{ConfigFile, LogFormat, NodeConfig, OperatorConfig};
 use wire::model::DesiredState;
+use wire::operator::RequestId;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -79,6 +81,9 @@ pub(crate) enum Command {
     /// Apply or delete cilium network policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Register, cordon or uncordon regions.
+    #[command(subcommand)]
+    Region(region::RegionCommand),
     /// Print a shell completion script: `ctrl completion bash >
     /// /etc/bash_completion.d/ctrl` (zsh: into a directory of `$fpath` as
     /// `_ctrl`; fish: `~/.config/fish/completions/ctrl.fish`).
@@ -95,6 +100,29 @@ pub(crate) enum Command {
 pub(crate) struct Exit {
     pub code: u8,
     pub message: String,
+}
+
+/// `--request-id`, which every command that changes state takes.
+#[derive(Debug, Args)]
+pub(crate) struct RequestIdArg {
+    /// The request's id (1 to 128 printable ASCII characters, no spaces).
+    /// The node applies a request once per id: run again with the same id,
+    /// the command gets the first answer and changes nothing more (within
+    /// the nodes' `request_retention_ms`, 24 hours by default). Default: a
+    /// fresh random id, kept on every retry of this invocation.
+    #[arg(long, value_name = "ID", value_parser = parse_request_id)]
+    pub request_id: Option<RequestId>,
+}
+
+impl RequestIdArg {
+    /// The id given, or a fresh one for this invocation.
+    pub(crate) fn or_new(self) -> RequestId {
+        self.request_id.unwrap_or_else(node::client::new_request_id)
+    }
+}
+
+fn parse_request_id(text: &str) -> Result<RequestId, String> {
+    RequestId::parse(text).map_err(|e| e.message)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -157,6 +185,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
+        Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
         Command::Completion { shell } => {
             // Written to memory first: the generator panics on a write
             // error (a closed pipe), which must be an error instead.

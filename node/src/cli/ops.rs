@@ -14,7 +14,7 @@ use node::wait::WaitError;
 use wire::model::{Deployment, DesiredState, JournalEntry};
 use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
-use super::{Exit, Output};
+use super::{Exit, Output, RequestIdArg};
 
 /// `ctrl deploy --wait`: the deployment is ready.
 pub(crate) const EXIT_READY: u8 = 0;
@@ -68,6 +68,8 @@ pub(crate) struct DeployArgs {
     /// How long --wait waits before giving up.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 fn parse_env_var(text: &str) -> Result<(String, String), String> {
@@ -104,6 +106,12 @@ pub(crate) enum ListCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Every region with its agent's last heartbeat, version, cursor, lag
+    /// behind the cluster and whether it is stale.
+    Regions {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -116,11 +124,15 @@ pub(crate) struct StopArgs {
     /// Allow stopping or archiving the environment's live deployment.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct StartArgs {
     pub id: String,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +143,8 @@ pub(crate) struct RollbackArgs {
     /// The deployment to make live (default: the previous live one).
     #[arg(long)]
     pub to: Option<String>,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 #[derive(Debug, Args)]
@@ -155,6 +169,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
     };
     let client = Client::new(config).map_err(|e| refused(&e))?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
+    let request_id = args.request_id.or_new();
     let progress_deadline_ms = args
         .progress_deadline
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -171,7 +186,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         progress_deadline_ms,
         min_ready_regions: args.min_ready_regions,
     });
-    let deployment_id = match client.call(&request).await {
+    let deployment_id = match client.call_with_id(&request, Some(request_id)).await {
         Ok(OperatorResponse::Created { deployment_id }) => deployment_id,
         Ok(other) => return Err(refused(&format!("unexpected answer: {other:?}")).into()),
         Err(e) => return Err(refused(&e).into()),
@@ -232,10 +247,13 @@ pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<
 }
 
 pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
-    let ListCommand::Deployments {
-        environment,
-        output,
-    } = command;
+    let (environment, output) = match command {
+        ListCommand::Deployments {
+            environment,
+            output,
+        } => (environment, output),
+        ListCommand::Regions { output } => return super::region::list(config, output).await,
+    };
     let client = Client::new(config)?;
     let mut after = None;
     let mut all = Vec::new();
@@ -296,7 +314,7 @@ pub(super) async fn stop(
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         force: args.force,
     };
-    updated(config, &request).await
+    updated(config, &request, args.request_id).await
 }
 
 pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()> {
@@ -306,11 +324,12 @@ pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()
         after_ms: None,
         force: false,
     };
-    updated(config, &request).await
+    updated(config, &request, args.request_id).await
 }
 
 pub(super) async fn cancel(config: &OperatorConfig, args: StartArgs) -> Result<()> {
-    updated(config, &OperatorRequest::CancelDeployment { id: args.id }).await
+    let request = OperatorRequest::CancelDeployment { id: args.id };
+    updated(config, &request, args.request_id).await
 }
 
 pub(super) async fn rollback(config: &OperatorConfig, args: RollbackArgs) -> Result<()> {
@@ -318,14 +337,21 @@ pub(super) async fn rollback(config: &OperatorConfig, args: RollbackArgs) -> Res
         environment_id: args.environment,
         to: args.to,
     };
-    updated(config, &request).await
+    updated(config, &request, args.request_id).await
 }
 
 /// Sends a request answered by `Updated` and prints the deployment's id,
 /// status and desired state (and a scheduled change).
-async fn updated(config: &OperatorConfig, request: &OperatorRequest) -> Result<()> {
+async fn updated(
+    config: &OperatorConfig,
+    request: &OperatorRequest,
+    request_id: RequestIdArg,
+) -> Result<()> {
     let client = Client::new(config)?;
-    match client.call(request).await? {
+    match client
+        .call_with_id(request, Some(request_id.or_new()))
+        .await?
+    {
         OperatorResponse::Updated(d) => {
             let scheduled = d
                 .workflow

@@ -8,13 +8,19 @@ use config::OperatorConfig;
 use node::client::Client;
 use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse};
 
+use super::RequestIdArg;
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
     /// Create a CiliumNetworkPolicy for an environment in a region, or
     /// replace the document of the one with that name; prints its id.
     Apply(ApplyArgs),
     /// Delete a policy: krane removes its object.
-    Delete { id: String },
+    Delete {
+        id: String,
+        #[command(flatten)]
+        request_id: RequestIdArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -35,12 +41,15 @@ pub(crate) struct ApplyArgs {
     pub namespace: String,
     #[arg(long, default_value = "ws_default")]
     pub workspace: String,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 pub(super) async fn run(config: &OperatorConfig, command: PolicyCommand) -> Result<()> {
     let client = Client::new(config)?;
     match command {
         PolicyCommand::Apply(args) => {
+            let request_id = args.request_id.or_new();
             let text = std::fs::read_to_string(&args.file)
                 .with_context(|| format!("cannot read {}", args.file.display()))?;
             let document: serde_json::Value = serde_json::from_str(&text)
@@ -58,13 +67,17 @@ pub(super) async fn run(config: &OperatorConfig, command: PolicyCommand) -> Resu
                 namespace: args.namespace,
                 policy_json: serde_json::to_string(&spec)?,
             });
-            match client.call(&request).await? {
+            match client.call_with_id(&request, Some(request_id)).await? {
                 OperatorResponse::PolicyApplied { policy_id } => println!("{policy_id}"),
                 other => bail!("unexpected answer: {other:?}"),
             }
         }
-        PolicyCommand::Delete { id } => {
-            match client.call(&OperatorRequest::DeletePolicy { id }).await? {
+        PolicyCommand::Delete { id, request_id } => {
+            let request = OperatorRequest::DeletePolicy { id };
+            match client
+                .call_with_id(&request, Some(request_id.or_new()))
+                .await?
+            {
                 OperatorResponse::PolicyDeleted { policy_id } => println!("{policy_id} deleted"),
                 other => bail!("unexpected answer: {other:?}"),
             }

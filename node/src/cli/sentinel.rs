@@ -6,7 +6,7 @@ use config::OperatorConfig;
 use node::client::Client;
 use wire::operator::{ApplySentinel, OperatorRequest, OperatorResponse, SentinelView};
 
-use super::Output;
+use super::{Output, RequestIdArg};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SentinelCommand {
@@ -14,7 +14,11 @@ pub(crate) enum SentinelCommand {
     /// one it has (options left out keep their value); prints its id.
     Apply(ApplyArgs),
     /// Stop a sentinel: krane removes its objects.
-    Stop { id: String },
+    Stop {
+        id: String,
+        #[command(flatten)]
+        request_id: RequestIdArg,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -40,12 +44,15 @@ pub(crate) struct ApplyArgs {
     pub project: String,
     #[arg(long, default_value = "app_default")]
     pub app: String,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
 }
 
 pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Result<()> {
     let client = Client::new(config)?;
     match command {
         SentinelCommand::Apply(args) => {
+            let request_id = args.request_id.or_new();
             let request = OperatorRequest::ApplySentinel(ApplySentinel {
                 workspace_id: args.workspace,
                 project_id: args.project,
@@ -57,13 +64,17 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
                 cpu_millicores: args.cpu_millicores,
                 memory_mib: args.memory_mib,
             });
-            match client.call(&request).await? {
+            match client.call_with_id(&request, Some(request_id)).await? {
                 OperatorResponse::SentinelApplied { sentinel_id } => println!("{sentinel_id}"),
                 other => bail!("unexpected answer: {other:?}"),
             }
         }
-        SentinelCommand::Stop { id } => {
-            match client.call(&OperatorRequest::StopSentinel { id }).await? {
+        SentinelCommand::Stop { id, request_id } => {
+            let request = OperatorRequest::StopSentinel { id };
+            match client
+                .call_with_id(&request, Some(request_id.or_new()))
+                .await?
+            {
                 OperatorResponse::SentinelStopped { sentinel_id } => {
                     println!("{sentinel_id} stopped");
                 }

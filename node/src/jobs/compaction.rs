@@ -4,7 +4,9 @@
 //! `compaction.retention_ms`, at most `compaction.batch_rows_max` (capped at
 //! [`storage::COMPACT_ROWS_MAX`]) per Raft entry, until a step deletes
 //! fewer than that. Applying a step raises the compaction floor; a watch
-//! whose cursor is below it is told "resync required".
+//! whose cursor is below it is told "resync required". The same steps
+//! delete the operator request records older than
+//! `compaction.request_retention_ms` (as many per step, at most).
 //!
 //! The cut-off time is computed here, before proposing, so every replica
 //! deletes the same rows. [`step`] and [`more_to_do`] are the decisions,
@@ -37,12 +39,15 @@ pub fn step(settings: &CompactionSettings, now_ms: UnixMs) -> Mutation {
     Mutation::Compact {
         created_before_ms: now_ms.saturating_sub(settings.retention_ms),
         rows_max: rows_max(settings),
+        requests_created_before_ms: now_ms.saturating_sub(settings.request_retention_ms),
     }
 }
 
-/// Whether another step should follow one that deleted `rows_deleted`.
-pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64) -> bool {
-    rows_deleted >= u64::from(rows_max(settings))
+/// Whether another step should follow one that deleted `rows_deleted`
+/// change rows and `requests_deleted` request records.
+pub fn more_to_do(settings: &CompactionSettings, rows_deleted: u64, requests_deleted: u64) -> bool {
+    let full = u64::from(rows_max(settings));
+    rows_deleted >= full || requests_deleted >= full
 }
 
 /// Compacts every interval while this node leads (a [`super::LeaderJob`]:
@@ -64,13 +69,17 @@ async fn round(state: &impl Propose, clock: &dyn Clock, settings: &CompactionSet
             Ok(Some(Ok(Outcome::Compacted {
                 rows_deleted,
                 floor_pk,
+                requests_deleted,
             }))) => {
-                if rows_deleted > 0 {
-                    info!(rows_deleted, floor_pk, "compacted the change log");
+                if rows_deleted > 0 || requests_deleted > 0 {
+                    info!(
+                        rows_deleted,
+                        floor_pk, requests_deleted, "compacted the change log and request records"
+                    );
                 } else {
                     debug!(floor_pk, "nothing to compact");
                 }
-                if !more_to_do(settings, rows_deleted) {
+                if !more_to_do(settings, rows_deleted, requests_deleted) {
                     return;
                 }
             }
@@ -97,6 +106,7 @@ mod tests {
     fn settings(retention_ms: u64, batch_rows_max: usize) -> CompactionSettings {
         CompactionSettings {
             retention_ms,
+            request_retention_ms: 1_000_000,
             interval_ms: 60_000,
             batch_rows_max,
         }
@@ -108,7 +118,8 @@ mod tests {
             step(&settings(3_600_000, 500), 10_000_000),
             Mutation::Compact {
                 created_before_ms: 6_400_000,
-                rows_max: 500
+                rows_max: 500,
+                requests_created_before_ms: 9_000_000,
             }
         );
         // Early clocks do not underflow.
@@ -116,7 +127,8 @@ mod tests {
             step(&settings(3_600_000, 500), 1_000),
             Mutation::Compact {
                 created_before_ms: 0,
-                rows_max: 500
+                rows_max: 500,
+                requests_created_before_ms: 0,
             }
         );
     }
@@ -185,8 +197,9 @@ mod tests {
     #[test]
     fn a_full_step_is_followed_by_another() {
         let s = settings(1, 100);
-        assert!(more_to_do(&s, 100));
-        assert!(!more_to_do(&s, 99));
-        assert!(!more_to_do(&s, 0));
+        assert!(more_to_do(&s, 100, 0));
+        assert!(more_to_do(&s, 0, 100), "a full step of request records");
+        assert!(!more_to_do(&s, 99, 99));
+        assert!(!more_to_do(&s, 0, 0));
     }
 }

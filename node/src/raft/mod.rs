@@ -24,6 +24,18 @@ pub struct CommandResponse {
     pub outcomes: Vec<Result<storage::Outcome, WireError>>,
 }
 
+/// A committed write as its writer receives it: the index of the log entry
+/// that carried it (a follower that forwarded it waits until it has applied
+/// that far before answering, so its client reads its own write) and the
+/// outcomes of the writer's own mutations, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// The log index of the entry that carried the write.
+    pub log_index: u64,
+    /// One outcome per mutation of the write, in order.
+    pub outcomes: Vec<Result<storage::Outcome, WireError>>,
+}
+
 openraft::declare_raft_types!(
     /// The types ctrl plugs into openraft: commands of `storage`, their
     /// outcomes, and snapshots held in memory.

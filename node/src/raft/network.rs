@@ -27,7 +27,7 @@ use transport::identity::Identity;
 use transport::stream::{FramedStream, open_call};
 use wire::hello::Protocol;
 
-use super::{CommandResponse, NodeId, TypeConfig};
+use super::{Committed, NodeId, TypeConfig};
 
 /// ALPN of the Raft protocol between nodes.
 pub const ALPN: &[u8] = b"ctrl-raft/1";
@@ -92,7 +92,7 @@ pub enum RaftResponse {
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
     /// The outcomes of a forwarded write, or why the leader could not commit it.
-    ClientWrite(Result<CommandResponse, wire::WireError>),
+    ClientWrite(Result<Committed, wire::WireError>),
     /// The membership after a forwarded change, or why it was not made.
     ChangeMembership(Result<wire::operator::Membership, wire::WireError>),
     /// The stream was refused before reaching Raft (permission, bad frame).
@@ -181,7 +181,7 @@ impl Network {
         node: &BasicNode,
         command: storage::Command,
         ttl: Duration,
-    ) -> Result<CommandResponse, ForwardError> {
+    ) -> Result<Committed, ForwardError> {
         let client = self.leader_client(target, node).await;
         match client.call(RaftRequest::ClientWrite(command), ttl).await {
             Ok(RaftResponse::ClientWrite(Ok(response))) => Ok(response),
@@ -619,7 +619,8 @@ mod tests {
             ),
             (
                 "ClientWrite",
-                RaftResponse::ClientWrite(Ok(CommandResponse {
+                RaftResponse::ClientWrite(Ok(Committed {
+                    log_index: 42,
                     outcomes: vec![Ok(storage::Outcome::Recorded), Err(fixtures::wire_error())],
                 })),
             ),

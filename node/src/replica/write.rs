@@ -8,6 +8,9 @@
 //! committed but whose answer was lost is refused as a duplicate rather
 //! than applied twice.
 //!
+//! A forwarded write is answered once this node has applied it too, so a
+//! client reads its own writes from the node it wrote through.
+//!
 //! Local proposals go through [`batch`]: concurrent writes on a node share
 //! one Raft entry.
 
@@ -20,10 +23,13 @@ use storage::{Command, Mutation, MutationResult};
 
 use batch::BatchError;
 use tokio::time::Instant;
+use tracing::warn;
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
 use super::leader::{Turn, until_answered};
+use crate::app::ReadState;
+use crate::raft::Committed;
 
 /// Proposes one command and waits (bounded) for its outcomes.
 pub async fn propose(
@@ -40,7 +46,7 @@ pub async fn propose(
                 let timed_out = unavailable(state, "the write was not committed in time");
                 return Turn::Answered(Err(timed_out));
             }
-            Ok(Ok(outcomes)) => return Turn::Answered(Ok(outcomes)),
+            Ok(Ok(committed)) => return Turn::Answered(Ok(committed.outcomes)),
             Ok(Err(BatchError::Raft(error))) => match *error {
                 RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward,
                 other => {
@@ -63,24 +69,44 @@ pub async fn propose(
             now_ms: state.clock.now_ms(),
             mutations: mutations.clone(),
         };
-        let forwarded = state.network.forward(leader, &node, command, remaining);
-        Turn::forwarded(leader, forwarded.await.map(|response| response.outcomes))
+        let forwarded = state
+            .network
+            .forward(leader, &node, command, remaining)
+            .await;
+        if let Ok(committed) = &forwarded {
+            caught_up(state, committed.log_index, deadline).await;
+        }
+        Turn::forwarded(leader, forwarded.map(|committed| committed.outcomes))
     })
     .await;
     answer.unwrap_or_else(|problem| Err(unavailable(state, &problem)))
 }
 
+/// Waits (until `deadline`) for this node to apply the entry at
+/// `log_index`, so that a client which wrote through it reads its write
+/// from it next. Past the deadline the write is answered anyway: it is
+/// committed, and only this node's view lags.
+async fn caught_up(state: &NodeState, log_index: u64, deadline: Instant) {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if !state
+        .applied_past(log_index.checked_sub(1), remaining)
+        .await
+    {
+        warn!(
+            log_index,
+            "a forwarded write is answered before this node applied it"
+        );
+    }
+}
+
 /// Commits a write forwarded by a follower, batched with the leader's own
 /// writes and stamped with the leader's time (the follower's `now_ms` is
 /// not used). It is not forwarded again.
-pub async fn commit_forwarded(
-    state: &NodeState,
-    command: Command,
-) -> Result<crate::raft::CommandResponse, WireError> {
+pub async fn commit_forwarded(state: &NodeState, command: Command) -> Result<Committed, WireError> {
     let budget = Duration::from_millis(state.limits.request_timeout_ms);
     match tokio::time::timeout(budget, state.batcher.write(command.mutations)).await {
         Err(_) => Err(unavailable(state, "the write was not committed in time")),
-        Ok(Ok(outcomes)) => Ok(crate::raft::CommandResponse { outcomes }),
+        Ok(Ok(committed)) => Ok(committed),
         Ok(Err(BatchError::Raft(error)))
             if matches!(
                 *error,

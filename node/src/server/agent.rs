@@ -33,8 +33,10 @@ impl Protocol for Agent {
     /// report (an operator certificate included: `ctrl watch` presents the
     /// region's agent certificate). A watch must name a valid region.
     fn authorize(identity: &Identity, request: &AgentRequest) -> Result<(), WireError> {
-        if let AgentRequest::Watch(watch) = request {
-            wire::operator::validate_region(&watch.region)?;
+        match request {
+            AgentRequest::Watch(watch) => wire::operator::validate_region(&watch.region)?,
+            AgentRequest::Heartbeat(report) => wire::operator::validate_region(&report.region)?,
+            _ => {}
         }
         let region = region_of(request);
         match identity {
@@ -152,8 +154,45 @@ fn region_of(request: &AgentRequest) -> &str {
         AgentRequest::Watch(w) => &w.region,
         AgentRequest::ReportDeploymentStatus(report) => report.region(),
         AgentRequest::ReportSentinelStatus(status) => &status.region,
+        AgentRequest::Heartbeat(report) => &report.region,
         AgentRequest::GetDesiredDeployment { region, .. }
         | AgentRequest::GetDesiredSentinel { region, .. }
         | AgentRequest::GetDesiredPolicy { region, .. } => region,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::agent::HeartbeatReport;
+
+    use super::*;
+
+    fn heartbeat(region: &str) -> AgentRequest {
+        AgentRequest::Heartbeat(HeartbeatReport {
+            region: region.into(),
+            agent_version: "0.1.0".into(),
+            cursor: 1,
+            interval_ms: 30_000,
+            applied_resources: 0,
+            failed_applies: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_heartbeat_is_taken_only_from_the_regions_own_agent() {
+        let us = Identity::Agent {
+            region: "us-east".into(),
+        };
+        Agent::authorize(&us, &heartbeat("us-east")).unwrap();
+        for (identity, request) in [
+            (&us, heartbeat("eu-west")),
+            (&Identity::Operator, heartbeat("us-east")),
+            (&Identity::Node { node_id: 1 }, heartbeat("us-east")),
+        ] {
+            let e = Agent::authorize(identity, &request).unwrap_err();
+            assert_eq!(e.code, ErrorCode::PermissionDenied, "{identity}: {e}");
+        }
+        let e = Agent::authorize(&us, &heartbeat("US_EAST")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
     }
 }

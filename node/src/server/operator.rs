@@ -1,17 +1,20 @@
 //! The operator protocol handler: only operator certificates may call it.
-//! Each request goes to its rule — deployments, sentinels and policies in
+//! Each request goes to its rule — deployments, regions, sentinels and policies in
 //! [`crate::app`]; cluster initialisation, status, membership changes and
-//! state hashes in [`crate::replica`] — and the answer back.
+//! state hashes in [`crate::replica`] — and the answer back. A request
+//! that changes state and carries a request id is applied once per id
+//! ([`crate::app::requests::apply_once`]), with the caller's certificate
+//! identity as its actor; the other requests ignore the id.
 
 use quinn::{RecvStream, SendStream};
 use transport::identity::Identity;
 use wire::hello::Protocol as Hello;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, policies, sentinels};
+use crate::app::{deployments, regions, requests, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -20,10 +23,10 @@ struct Operator;
 
 impl Protocol for Operator {
     const HELLO: Hello = Hello::Operator;
-    type Request = OperatorRequest;
+    type Request = OperatorCall;
     type Refusal = OperatorResponse;
 
-    fn authorize(identity: &Identity, _: &OperatorRequest) -> Result<(), WireError> {
+    fn authorize(identity: &Identity, _: &OperatorCall) -> Result<(), WireError> {
         if matches!(identity, Identity::Operator) {
             Ok(())
         } else {
@@ -34,7 +37,7 @@ impl Protocol for Operator {
         }
     }
 
-    fn refusal(_: Option<&OperatorRequest>, error: WireError) -> OperatorResponse {
+    fn refusal(_: Option<&OperatorCall>, error: WireError) -> OperatorResponse {
         OperatorResponse::Error(error)
     }
 }
@@ -47,19 +50,28 @@ pub async fn serve_stream(
     recv: RecvStream,
 ) -> Result<(), ServeError> {
     let frame_bytes_max = state.limits.frame_bytes_max;
-    call::serve_one::<Operator, _, _, _>(send, recv, identity, frame_bytes_max, |request| {
-        handle(state, request)
+    call::serve_one::<Operator, _, _, _>(send, recv, identity, frame_bytes_max, |call| {
+        handle(state, identity, call)
     })
     .await
 }
 
-async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse {
+async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> OperatorResponse {
     let clock = state.clock.as_ref();
+    let OperatorCall {
+        request_id,
+        request,
+    } = call;
     let result = match request {
-        OperatorRequest::CreateDeployment(create) => {
-            deployments::create(state, clock, &state.deploy, create)
-                .await
-                .map(|deployment_id| OperatorResponse::Created { deployment_id })
+        request if request.is_mutating() => {
+            let settings = &state.deploy;
+            match &request_id {
+                Some(request_id) => {
+                    let actor = identity.to_uri();
+                    requests::apply_once(state, clock, settings, request_id, &actor, request).await
+                }
+                None => requests::apply(state, clock, settings, request).await,
+            }
         }
         OperatorRequest::GetDeployment { id } => {
             deployments::view(state, &id).map(OperatorResponse::Deployment)
@@ -67,22 +79,6 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         OperatorRequest::ListDeployments { after, limit } => {
             deployments::list(state, after.as_deref(), limit)
                 .map(|(items, next_after)| OperatorResponse::Deployments { items, next_after })
-        }
-        OperatorRequest::SetDesiredState {
-            id,
-            desired_state,
-            after_ms,
-            force,
-        } => deployments::set_desired_state(state, clock, id, desired_state, after_ms, force)
-            .await
-            .map(OperatorResponse::Updated),
-        OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
-            .await
-            .map(OperatorResponse::Updated),
-        OperatorRequest::Rollback { environment_id, to } => {
-            deployments::rollback(state, environment_id, to)
-                .await
-                .map(OperatorResponse::Updated)
         }
         OperatorRequest::GetEnvironment { id } => {
             deployments::environment(state, &id).map(OperatorResponse::Environment)
@@ -124,26 +120,25 @@ async fn handle(state: &NodeState, request: OperatorRequest) -> OperatorResponse
         } => state_hash::state_hash(state, min_applied_index, wait_ms)
             .await
             .map(OperatorResponse::StateHash),
-        OperatorRequest::ApplySentinel(apply) => sentinels::apply(state, clock, apply)
-            .await
-            .map(|sentinel_id| OperatorResponse::SentinelApplied { sentinel_id }),
-        OperatorRequest::StopSentinel { id } => sentinels::stop(state, &id)
-            .await
-            .map(|()| OperatorResponse::SentinelStopped { sentinel_id: id }),
         OperatorRequest::GetSentinel { id } => {
             sentinels::get(state, &id).map(OperatorResponse::Sentinel)
         }
-        OperatorRequest::ApplyPolicy(apply) => policies::apply(state, clock, apply)
-            .await
-            .map(|policy_id| OperatorResponse::PolicyApplied { policy_id }),
-        OperatorRequest::DeletePolicy { id } => policies::delete(state, &id)
-            .await
-            .map(|()| OperatorResponse::PolicyDeleted { policy_id: id }),
         OperatorRequest::WaitDeployment { id, seen, wait_ms } => {
             deployments::wait(state, &id, seen, wait_ms)
                 .await
                 .map(OperatorResponse::Deployment)
         }
+        OperatorRequest::AddRegion { name } => regions::add(state, name)
+            .await
+            .map(OperatorResponse::Region),
+        OperatorRequest::SetRegionSchedulable { name, schedulable } => {
+            regions::set_schedulable(state, name, schedulable)
+                .await
+                .map(OperatorResponse::Region)
+        }
+        OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
+        // Every state-changing request is taken by the first arm.
+        mutating => requests::apply(state, clock, &state.deploy, mutating).await,
     };
     result.unwrap_or_else(OperatorResponse::Error)
 }

@@ -708,7 +708,7 @@ mod tests {
     /// each journalled once, and the deployment live at the end.
     #[tokio::test]
     async fn a_deploy_goes_through_every_step_to_ready_and_live() {
-        let node = MemoryNode::new();
+        let node = MemoryNode::with_regions(&["eu"]);
         let id = deployments::create(&node, node.clock(), &settings(), create_request(&["eu"]))
             .await
             .unwrap();

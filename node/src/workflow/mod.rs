@@ -130,6 +130,7 @@ mod tests {
         let compact = storage::Mutation::Compact {
             created_before_ms: 1,
             rows_max: 1,
+            requests_created_before_ms: 1,
         };
         decision.merge(Decision::propose(vec![compact.clone()]));
         assert_eq!(decision.proposals, vec![compact]);

@@ -217,8 +217,12 @@ impl Cluster {
         leader_of(&rows)
     }
 
-    /// `ctrl deploy` of one replica in `regions` through `operator`.
+    /// `ctrl deploy` of one replica in `regions` through `operator`, the
+    /// regions registered first (`ctrl region add`, idempotent).
     pub(crate) fn deploy(&self, operator: &Path, regions: &str) -> String {
+        for region in regions.split(',') {
+            self.ctrl_ok(operator, &["region", "add", region]);
+        }
         let out = self.ctrl_ok(
             operator,
             &["deploy", "--image", "nginx:1.27", "--regions", regions],

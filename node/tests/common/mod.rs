@@ -99,8 +99,23 @@ impl Site {
         )
     }
 
-    /// `ctrl deploy`, returning the deployment id.
+    /// `ctrl region add` of each of `regions` (comma separated), as an
+    /// operator registers regions before deploying to them.
+    pub(crate) fn add_regions(&self, regions: &str) {
+        for region in regions.split(',') {
+            let out = self.ctrl(&["region", "add", region]);
+            assert!(
+                out.status.success(),
+                "region add {region} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    /// `ctrl deploy` (its regions registered first), returning the
+    /// deployment id.
     pub(crate) fn deploy(&self, regions: &str, replicas: u32) -> String {
+        self.add_regions(regions);
         let out = self.ctrl(&[
             "deploy",
             "--image",

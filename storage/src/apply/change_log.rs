@@ -1,7 +1,8 @@
 //! The change log: every write of desired state gets the next pk, a change
 //! row (a pointer to the resource, never its state) and a region index row;
 //! compaction deletes the oldest rows in bounded steps and raises the floor,
-//! so the live rows stay exactly `floor_pk + 1 ..= last_pk`.
+//! so the live rows stay exactly `floor_pk + 1 ..= last_pk`; the same step
+//! deletes the request records past their retention (`apply::requests`).
 
 use redb::ReadableTable;
 use wire::model::{Pk, ResourceType, UnixMs};
@@ -45,6 +46,7 @@ impl Applier<'_> {
         &mut self,
         created_before_ms: UnixMs,
         rows_max: u32,
+        requests_created_before_ms: UnixMs,
     ) -> Result<MutationResult> {
         if rows_max > COMPACT_ROWS_MAX {
             return Ok(bad_request(format!(
@@ -90,9 +92,11 @@ impl Applier<'_> {
         // The journal ages out by the same rule and bound (it grows far
         // slower than the change log: a few entries per deploy).
         self.compact_journal(created_before_ms, rows_max)?;
+        let requests_deleted = self.expire_requests(requests_created_before_ms, rows_max)?;
         Ok(Ok(Outcome::Compacted {
             rows_deleted: doomed.len() as u64,
             floor_pk: self.floor_pk,
+            requests_deleted,
         }))
     }
 }
@@ -100,11 +104,11 @@ impl Applier<'_> {
 #[cfg(test)]
 mod tests {
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Mutation, Outcome};
 
     #[test]
     fn compaction_deletes_the_oldest_rows_and_raises_the_floor() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         for (i, region) in ["eu", "us", "eu", "us", "eu"].iter().enumerate() {
             let now = 10 * (i as u64 + 1); // 10, 20, 30, 40, 50
             apply_one(
@@ -119,6 +123,7 @@ mod tests {
         let compact = |created_before_ms, rows_max| Mutation::Compact {
             created_before_ms,
             rows_max,
+            requests_created_before_ms: 0,
         };
         // Old enough: the first four; at most two per step.
         let out = apply_one(&store, 60, vec![compact(45, 2)]);
@@ -126,7 +131,8 @@ mod tests {
             out,
             vec![Ok(Outcome::Compacted {
                 rows_deleted: 2,
-                floor_pk: 2
+                floor_pk: 2,
+                requests_deleted: 0,
             })]
         );
         assert_eq!(
@@ -138,7 +144,8 @@ mod tests {
             out,
             vec![Ok(Outcome::Compacted {
                 rows_deleted: 2,
-                floor_pk: 4
+                floor_pk: 4,
+                requests_deleted: 0,
             })]
         );
         // Nothing left that is old enough: the floor stays.
@@ -148,11 +155,13 @@ mod tests {
             vec![
                 Ok(Outcome::Compacted {
                     rows_deleted: 0,
-                    floor_pk: 4
+                    floor_pk: 4,
+                    requests_deleted: 0,
                 }),
                 Ok(Outcome::Compacted {
                     rows_deleted: 0,
-                    floor_pk: 4
+                    floor_pk: 4,
+                    requests_deleted: 0,
                 })
             ]
         );

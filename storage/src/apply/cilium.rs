@@ -58,11 +58,11 @@ mod tests {
     use wire::model::{ResourceKey, ResourceType};
 
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Mutation, Outcome};
 
     #[test]
     fn a_deleted_policy_streams_as_a_delete() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             1,

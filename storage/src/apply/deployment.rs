@@ -13,7 +13,7 @@ use wire::model::{
 
 use redb::ReadableTable;
 
-use super::{Applier, OP, bad_request, conflict, not_found};
+use super::{Applier, OP, bad_request, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
 use crate::read::load;
@@ -66,6 +66,13 @@ impl Applier<'_> {
         }
         if self.deployment(id)?.is_some() {
             return Ok(bad_request(format!("deployment {id:?} already exists")));
+        }
+        let refused = self.unschedulable_regions(&deployment.regions)?;
+        if !refused.is_empty() {
+            return Ok(bad_request(format!(
+                "deployment {id:?} may not be scheduled: region {}",
+                refused.join(", region ")
+            )));
         }
         if deployment.status != DeploymentStatus::Pending {
             return Ok(bad_request(format!(
@@ -244,7 +251,7 @@ impl Applier<'_> {
             other => other,
         };
         if !desired_state.runs() && !force && self.is_live(&deployment)? {
-            return Ok(conflict(format!(
+            return Ok(failed_precondition(format!(
                 "deployment {deployment_id:?} is its environment's live deployment: \
                  {} it with force, or roll back or deploy another first",
                 match desired_state {
@@ -254,7 +261,7 @@ impl Applier<'_> {
             )));
         }
         if deployment.desired_state == DesiredState::Archived && desired_state.runs() {
-            return Ok(conflict(format!(
+            return Ok(failed_precondition(format!(
                 "deployment {deployment_id:?} is archived and cannot run again"
             )));
         }
@@ -327,7 +334,7 @@ impl Applier<'_> {
             return Ok(not_found(format!("no deployment {deployment_id:?}")));
         };
         if !deployment.status.in_flight() {
-            return Ok(conflict(format!(
+            return Ok(failed_precondition(format!(
                 "deployment {deployment_id:?} is {}: only a deploy in flight can be cancelled",
                 deployment.status.as_str()
             )));
@@ -343,12 +350,12 @@ mod tests {
     use wire::agent::ResourceChange;
     use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceType};
 
+    use crate::Outcome;
     use crate::test_support::*;
-    use crate::{Outcome, Store};
 
     #[test]
     fn create_writes_one_topology_and_change_row_per_region() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         let out = apply_one(&store, 100, create("d1", &["eu", "us"], 3));
         assert_eq!(
             out,
@@ -377,7 +384,7 @@ mod tests {
 
     #[test]
     fn stop_writes_one_change_per_region_with_zero_replicas() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(&store, 1, create("d1", &["eu", "us", "ap"], 2));
         let stop = set_state("d1", DesiredState::Stopped);
         let out = apply_one(&store, 2, vec![stop.clone()]);

@@ -8,7 +8,7 @@ use wire::model::{
     Deployment, DeploymentStatus, DesiredState, Environment, FORMERLY_LIVE_MAX, ScheduledChange,
 };
 
-use super::{Applier, OP, conflict, not_found};
+use super::{Applier, OP, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
 use crate::read::load;
@@ -144,7 +144,7 @@ impl Applier<'_> {
                 match candidate {
                     Some(id) => id,
                     None => {
-                        return Ok(conflict(format!(
+                        return Ok(failed_precondition(format!(
                             "environment {environment_id:?} has no earlier deployment to roll back to"
                         )));
                     }
@@ -155,13 +155,13 @@ impl Applier<'_> {
             return Ok(not_found(format!("no deployment {target_id:?}")));
         };
         if target.environment_id != environment_id {
-            return Ok(conflict(format!(
+            return Ok(failed_precondition(format!(
                 "deployment {target_id:?} belongs to environment {:?}, not {environment_id:?}",
                 target.environment_id
             )));
         }
         if let Some(refusal) = rollback_refusal(&target, &environment) {
-            return Ok(conflict(refusal));
+            return Ok(failed_precondition(refusal));
         }
         environment.latest_attempt = Some(target.id.clone());
         self.put_environment(&mut environment)?;

@@ -14,7 +14,7 @@ use crate::tables::{self, meta};
 
 impl<'t> Applier<'t> {
     /// Starts a batch: reads the counters the batch continues from.
-    pub(super) fn new(t: WriteTables<'t>) -> Result<Self> {
+    pub(super) fn new(t: WriteTables<'t>, requests_max: u64) -> Result<Self> {
         let meta_u64 = |key: &'static str| -> Result<u64> {
             match load_raw(&t.metadata, key)? {
                 Some(bytes) => tables::decode_u64(key, &bytes),
@@ -31,6 +31,7 @@ impl<'t> Applier<'t> {
             journal_seq,
             now_ms: 0,
             caller: None,
+            requests_max,
         })
     }
 

@@ -18,7 +18,11 @@
 //! - `instances`: instance reports of a deployment's regions.
 //! - `sentinel`: sentinels and their reported status.
 //! - `cilium`: cilium network policies.
+//! - `region`: regions (add, cordon, heartbeats) and which regions a
+//!   deployment may name.
 //! - `change_log`: pk assignment, change and index rows, compaction.
+//! - `requests`: operator requests made with an id — the record of each
+//!   id's answer, replays, conflicts, eviction and retention.
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
 //! - [`workflow`]: durable workflow records and their guarded
@@ -40,6 +44,8 @@ mod deployment;
 mod environment;
 mod instances;
 mod meta;
+mod region;
+mod requests;
 mod sentinel;
 pub mod workflow;
 mod write_tables;
@@ -86,7 +92,7 @@ impl Store {
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
         let (outcomes, last_pk) = {
-            let mut applier = Applier::new(WriteTables::open(&txn, OP)?)?;
+            let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             let mut outcomes = Vec::with_capacity(entries.len());
             for entry in entries {
                 outcomes.push(match entry {
@@ -113,8 +119,12 @@ struct Applier<'t> {
     journal_seq: u64,
     /// `now_ms` of the command being applied.
     now_ms: UnixMs,
-    /// Who asked for the mutation being applied, when an operator did.
+    /// Who asked for the mutation being applied, while the inner mutation
+    /// of a [`Mutation::Request`] applies (`None` otherwise): for apply
+    /// code that records who asked.
     caller: Option<Caller>,
+    /// Most request records kept ([`crate::REQUESTS_MAX`]).
+    requests_max: u64,
 }
 
 impl Applier<'_> {
@@ -152,12 +162,26 @@ impl Applier<'_> {
             Mutation::Compact {
                 created_before_ms,
                 rows_max,
-            } => self.compact(*created_before_ms, *rows_max),
+                requests_created_before_ms,
+            } => self.compact(*created_before_ms, *rows_max, *requests_created_before_ms),
             Mutation::Deploy(transition) => self.deploy_transition(transition),
             Mutation::CancelDeployment { deployment_id } => self.cancel_deployment(deployment_id),
             Mutation::Rollback { environment_id, to } => {
                 self.rollback(environment_id, to.as_deref())
             }
+            Mutation::AddRegion { name } => self.add_region(name),
+            Mutation::SetRegionSchedulable { name, schedulable } => {
+                self.set_region_schedulable(name, *schedulable)
+            }
+            Mutation::RecordHeartbeat { region, heartbeat } => {
+                self.record_heartbeat(region, heartbeat)
+            }
+            Mutation::Request {
+                request_id,
+                fingerprint,
+                actor,
+                mutation,
+            } => self.request(request_id, fingerprint, actor, mutation),
         }
     }
 }
@@ -166,12 +190,16 @@ fn bad_request(message: impl Into<String>) -> MutationResult {
     Err(WireError::new(ErrorCode::BadRequest, message))
 }
 
+fn conflict(message: impl Into<String>) -> MutationResult {
+    Err(WireError::new(ErrorCode::Conflict, message))
+}
+
 fn not_found(message: impl Into<String>) -> MutationResult {
     Err(WireError::new(ErrorCode::NotFound, message))
 }
 
-/// A request that conflicts with the record's state (a rollback to a
+/// A request that the record's state does not allow (a rollback to a
 /// failed deployment, a cancel of a finished one).
-fn conflict(message: impl Into<String>) -> MutationResult {
+fn failed_precondition(message: impl Into<String>) -> MutationResult {
     Err(WireError::new(ErrorCode::FailedPrecondition, message))
 }

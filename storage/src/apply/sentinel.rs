@@ -56,11 +56,11 @@ impl Applier<'_> {
 #[cfg(test)]
 mod tests {
     use crate::test_support::*;
-    use crate::{Mutation, Outcome, Store};
+    use crate::{Mutation, Outcome};
 
     #[test]
     fn sentinels_get_versions_and_keep_created_at() {
-        let store = Store::in_memory().unwrap();
+        let store = store();
         apply_one(
             &store,
             7,

@@ -5,7 +5,6 @@
 use wire::ErrorCode;
 use wire::model::{DesiredState, Pk, Resource, ResourceKey, ResourceType};
 
-use crate::Store;
 use crate::command::{ApplyEntry, COMPACT_ROWS_MAX, Command, Mutation, MutationResult};
 use crate::test_support::*;
 
@@ -15,7 +14,7 @@ fn code(result: &MutationResult) -> Option<ErrorCode> {
 
 #[test]
 fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
-    let store = Store::in_memory().unwrap();
+    let store = store();
     let out = apply_one(
         &store,
         10,
@@ -42,6 +41,7 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
             Mutation::Compact {
                 created_before_ms: 0,
                 rows_max: COMPACT_ROWS_MAX + 1,
+                requests_created_before_ms: 0,
             },
             Mutation::UpsertCiliumNetworkPolicy(policy("p", "eu")),
         ],
@@ -80,7 +80,7 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
     assert_eq!(view.policy("p", "eu").unwrap().unwrap().version, 3);
 
     // The same state as a store that only saw the accepted mutations.
-    let clean = Store::in_memory().unwrap();
+    let clean = crate::test_support::store();
     apply_one(
         &clean,
         10,
@@ -97,7 +97,7 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
 
 #[test]
 fn entries_without_a_command_advance_the_raft_meta() {
-    let store = Store::in_memory().unwrap();
+    let store = store();
     let command = Command {
         now_ms: 1,
         mutations: create("d1", &["eu"], 1),
@@ -338,7 +338,7 @@ mod model {
 
         #[test]
         fn apply_matches_the_model(batches in batches(), limit in 1..5usize) {
-            let store = Store::in_memory().unwrap();
+            let store = store();
             let mut model = Model::default();
             let mut now: u64 = 0;
             let mut previous_last_pk = 0;
@@ -359,6 +359,7 @@ mod model {
                             Op::Compact { age_ms, rows_max } => vec![Mutation::Compact {
                                 created_before_ms: now.saturating_sub(*age_ms),
                                 rows_max: *rows_max,
+                                requests_created_before_ms: 0,
                             }],
                             other => mutation(other),
                         });

@@ -28,7 +28,7 @@ use wire::model::{
     Actor, DeployWorkflow, Deployment, DeploymentStatus, JournalEntry, STEP_RECORDS_MAX, StepRecord,
 };
 
-use super::{Applier, OP, conflict, not_found};
+use super::{Applier, OP, failed_precondition, not_found};
 use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
 use crate::tables::{encode, name};
@@ -198,7 +198,7 @@ impl Applier<'_> {
                 policies,
             } => {
                 if deployment.status != DeploymentStatus::Pending {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} is {}, not pending",
                         deployment.id,
                         deployment.status.as_str()
@@ -237,7 +237,7 @@ impl Applier<'_> {
                         | (DeploymentStatus::Network, DeploymentStatus::Finalizing)
                 );
                 if !allowed {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} cannot go from {} to {}",
                         deployment.id,
                         deployment.status.as_str(),
@@ -250,7 +250,7 @@ impl Applier<'_> {
                 standby_replaced_at_ms,
             } => {
                 if deployment.status != DeploymentStatus::Finalizing {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} is {}, not finalizing",
                         deployment.id,
                         deployment.status.as_str()
@@ -268,7 +268,7 @@ impl Applier<'_> {
             }
             DeployAction::Fail { reason } => {
                 if !deployment.status.in_flight() {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} is {}, not in flight",
                         deployment.id,
                         deployment.status.as_str()
@@ -278,7 +278,7 @@ impl Applier<'_> {
             }
             DeployAction::Supersede { by } => {
                 if !deployment.status.in_flight() {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} is {}, not in flight",
                         deployment.id,
                         deployment.status.as_str()
@@ -289,13 +289,13 @@ impl Applier<'_> {
             }
             DeployAction::ApplySchedule => {
                 let Some(scheduled) = deployment.workflow.scheduled else {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} has no scheduled change",
                         deployment.id
                     )));
                 };
                 if scheduled.at_ms > self.now_ms {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "the change of deployment {:?} is scheduled at {}, not before",
                         deployment.id, scheduled.at_ms
                     )));
@@ -306,7 +306,7 @@ impl Applier<'_> {
             }
             DeployAction::MarkStopped => {
                 if deployment.desired_state.runs() || !self.no_instances(&deployment)? {
-                    return Ok(conflict(format!(
+                    return Ok(failed_precondition(format!(
                         "deployment {:?} still runs or has instances",
                         deployment.id
                     )));

@@ -5,7 +5,9 @@ use redb::{Table, WriteTransaction};
 
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result};
-use crate::tables::{self, Bytes, InstanceKey, RegionChangeKey, RegionKey, meta, name};
+use crate::tables::{
+    self, Bytes, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, meta, name,
+};
 
 /// Every table, opened for writing in one transaction.
 pub(crate) struct WriteTables<'t> {
@@ -17,10 +19,13 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) instances: Table<'t, InstanceKey, Bytes>,
     pub(crate) changes: Table<'t, u64, Bytes>,
     pub(crate) region_changes: Table<'t, RegionChangeKey, ()>,
+    pub(crate) regions: Table<'t, &'static str, Bytes>,
     pub(crate) metadata: Table<'t, &'static str, Bytes>,
     pub(crate) environments: Table<'t, &'static str, Bytes>,
     pub(crate) journal: Table<'t, u64, Bytes>,
     pub(crate) open_deployments: Table<'t, &'static str, ()>,
+    pub(crate) requests: Table<'t, &'static str, Bytes>,
+    pub(crate) requests_by_age: Table<'t, RequestAgeKey, ()>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -52,6 +57,9 @@ impl<'t> WriteTables<'t> {
             region_changes: txn
                 .open_table(tables::REGION_CHANGES)
                 .ctx_table(op, name::REGION_CHANGES)?,
+            regions: txn
+                .open_table(tables::REGIONS)
+                .ctx_table(op, name::REGIONS)?,
             metadata: txn
                 .open_table(tables::METADATA)
                 .ctx_table(op, name::METADATA)?,
@@ -64,6 +72,12 @@ impl<'t> WriteTables<'t> {
             open_deployments: txn
                 .open_table(tables::OPEN_DEPLOYMENTS)
                 .ctx_table(op, name::OPEN_DEPLOYMENTS)?,
+            requests: txn
+                .open_table(tables::REQUESTS)
+                .ctx_table(op, name::REQUESTS)?,
+            requests_by_age: txn
+                .open_table(tables::REQUESTS_BY_AGE)
+                .ctx_table(op, name::REQUESTS_BY_AGE)?,
             op,
         })
     }

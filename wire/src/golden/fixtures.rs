@@ -11,18 +11,21 @@
 use std::collections::BTreeMap;
 
 use crate::agent::{
-    AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent, WatchRequest,
+    AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, ResourceChange, WatchEvent,
+    WatchRequest,
 };
 use crate::error::{ErrorCode, WireError};
 use crate::hello::{Hello, Protocol};
 use crate::model::{
     Actor, CiliumNetworkPolicy, DeployWorkflow, Deployment, DeploymentStatus, DeploymentTopology,
-    DesiredState, Environment, Health, Instance, InstanceStatus, JournalEntry, Resource,
-    ResourceKey, ResourceType, ScheduledChange, Sentinel, SentinelStatus, StepRecord,
+    DesiredState, Environment, FailedApply, Health, Heartbeat, Instance, InstanceStatus,
+    JournalEntry, Region, RegionSource, Resource, ResourceKey, ResourceType, ScheduledChange,
+    Sentinel, SentinelStatus, StepRecord,
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeStatus, OperatorRequest, OperatorResponse, SentinelView, StateHash,
+    NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId,
+    SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -280,6 +283,77 @@ pub fn sentinel_status() -> SentinelStatus {
     }
 }
 
+/// Every variant of [`RegionSource`], each with every field set.
+pub fn region_sources() -> Vec<RegionSource> {
+    vec![RegionSource::Operator, RegionSource::Heartbeat]
+}
+
+/// A fixture [`FailedApply`], every field set.
+pub fn failed_apply() -> FailedApply {
+    FailedApply {
+        key: ResourceKey {
+            resource_type: ResourceType::DeploymentTopology,
+            resource_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+        },
+        error: "admission webhook denied: größe".into(),
+    }
+}
+
+/// A fixture [`Heartbeat`], every field set.
+pub fn heartbeat() -> Heartbeat {
+    Heartbeat {
+        agent_version: "0.1.0".into(),
+        cursor: 70_000,
+        interval_ms: 30_000,
+        applied_resources: 300,
+        failed_applies: vec![failed_apply()],
+        at_ms: NOW_MS + 7,
+    }
+}
+
+/// A fixture [`Region`], every field set.
+pub fn region() -> Region {
+    Region {
+        name: "eu-west".into(),
+        schedulable: true,
+        registered_by: RegionSource::Heartbeat,
+        created_at_ms: NOW_MS + 8,
+        last_heartbeat: Some(heartbeat()),
+    }
+}
+
+/// A fixture [`HeartbeatReport`], every field set.
+pub fn heartbeat_report() -> HeartbeatReport {
+    HeartbeatReport {
+        region: "eu-west".into(),
+        agent_version: "0.1.0".into(),
+        cursor: 70_000,
+        interval_ms: 30_000,
+        applied_resources: 300,
+        failed_applies: vec![failed_apply()],
+    }
+}
+
+/// A fixture [`RegionView`], every field set.
+pub fn region_view() -> RegionView {
+    RegionView {
+        region: region(),
+        heartbeat_age_ms: Some(1_500),
+        lag: Some(3),
+        stale: true,
+    }
+}
+
+/// A fixture [`RegionList`], every field set.
+pub fn region_list() -> RegionList {
+    RegionList {
+        regions: vec![region_view()],
+        last_pk: 70_003,
+        as_of_ms: NOW_MS + 9,
+    }
+}
+
 /// Every variant of [`ErrorCode`], each with every field set.
 pub fn error_codes() -> Vec<ErrorCode> {
     vec![
@@ -292,6 +366,7 @@ pub fn error_codes() -> Vec<ErrorCode> {
         ErrorCode::BadFrame,
         ErrorCode::ProtocolViolation,
         ErrorCode::Internal,
+        ErrorCode::Conflict,
         ErrorCode::FailedPrecondition,
     ]
 }
@@ -356,6 +431,7 @@ pub fn agent_requests() -> Vec<AgentRequest> {
             policy_id: "cnp_01hx".into(),
             region: "eu-west".into(),
         },
+        AgentRequest::Heartbeat(heartbeat_report()),
     ]
 }
 
@@ -553,6 +629,14 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             seen: 0x8422_2325_cbf2_9ce4,
             wait_ms: 60_000,
         },
+        OperatorRequest::AddRegion {
+            name: "eu-west".into(),
+        },
+        OperatorRequest::SetRegionSchedulable {
+            name: "us-east".into(),
+            schedulable: false,
+        },
+        OperatorRequest::ListRegions,
         OperatorRequest::CancelDeployment {
             id: "dep_01hx3kb".into(),
         },
@@ -605,10 +689,26 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             policy_id: "cnp_01hx".into(),
         },
         OperatorResponse::Error(wire_error()),
+        OperatorResponse::Region(region()),
+        OperatorResponse::Regions(region_list()),
         OperatorResponse::Environment(environment()),
         OperatorResponse::History {
             entries: vec![journal_entry()],
             next_after: Some(4_000),
         },
     ]
+}
+
+/// A fixture [`RequestId`], every field set.
+pub fn request_id() -> RequestId {
+    // A fixture, valid by construction.
+    RequestId::parse("cli-5f1c9a0e7d3b2468").expect("a valid request id")
+}
+
+/// A fixture [`OperatorCall`], every field set.
+pub fn operator_call() -> OperatorCall {
+    OperatorCall {
+        request_id: Some(request_id()),
+        request: OperatorRequest::CreateDeployment(create_deployment()),
+    }
 }

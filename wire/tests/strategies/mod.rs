@@ -13,16 +13,18 @@ use proptest::option;
 use proptest::prelude::*;
 
 use wire::agent::{
-    AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent, WatchRequest,
+    AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, ResourceChange, WatchEvent,
+    WatchRequest,
 };
 use wire::hello::{self, Hello, Protocol};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState, Health,
-    Instance, InstanceStatus, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
+    FailedApply, Health, Heartbeat, Instance, InstanceStatus, Region, RegionSource, Resource,
+    ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorRequest,
-    OperatorResponse, SentinelView,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
+    OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -91,6 +93,7 @@ pub(crate) fn error_code() -> impl Strategy<Value = ErrorCode> {
         Just(ErrorCode::BadFrame),
         Just(ErrorCode::ProtocolViolation),
         Just(ErrorCode::Internal),
+        Just(ErrorCode::Conflict),
     ]
 }
 
@@ -365,6 +368,68 @@ pub(crate) fn deployment_report() -> impl Strategy<Value = DeploymentReport> {
     ]
 }
 
+prop_compose! {
+    pub fn failed_apply()(key in resource_key(), error in short_string()) -> FailedApply {
+        FailedApply { key, error }
+    }
+}
+
+prop_compose! {
+    pub fn heartbeat_report()(
+        region in short_string(),
+        agent_version in short_string(),
+        cursor in any::<u64>(),
+        interval_ms in any::<u64>(),
+        applied_resources in any::<u32>(),
+        failed_applies in vec(failed_apply(), 0..3),
+    ) -> HeartbeatReport {
+        HeartbeatReport {
+            region, agent_version, cursor, interval_ms, applied_resources, failed_applies,
+        }
+    }
+}
+
+prop_compose! {
+    pub fn heartbeat()(
+        report in heartbeat_report(),
+        at_ms in any::<u64>(),
+    ) -> Heartbeat {
+        report.into_heartbeat(at_ms).1
+    }
+}
+
+prop_compose! {
+    pub fn region()(
+        name in short_string(),
+        schedulable in any::<bool>(),
+        by_operator in any::<bool>(),
+        created_at_ms in any::<u64>(),
+        last_heartbeat in option::of(heartbeat()),
+    ) -> Region {
+        let registered_by = if by_operator { RegionSource::Operator } else { RegionSource::Heartbeat };
+        Region { name, schedulable, registered_by, created_at_ms, last_heartbeat }
+    }
+}
+
+prop_compose! {
+    pub fn region_list()(
+        regions in vec(
+            (region(), option::of(any::<u64>()), option::of(any::<u64>()), any::<bool>()),
+            0..3,
+        ),
+        last_pk in any::<u64>(),
+        as_of_ms in any::<u64>(),
+    ) -> RegionList {
+        let regions = regions
+            .into_iter()
+            .map(|(region, heartbeat_age_ms, lag, stale)| RegionView {
+                region, heartbeat_age_ms, lag, stale,
+            })
+            .collect();
+        RegionList { regions, last_pk, as_of_ms }
+    }
+}
+
 pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
     prop_oneof![
         watch_request().prop_map(AgentRequest::Watch),
@@ -384,6 +449,7 @@ pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
         }),
         (short_string(), short_string())
             .prop_map(|(policy_id, region)| AgentRequest::GetDesiredPolicy { policy_id, region }),
+        heartbeat_report().prop_map(AgentRequest::Heartbeat),
     ]
 }
 
@@ -507,7 +573,19 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         short_string().prop_map(|id| OperatorRequest::GetSentinel { id }),
         apply_policy().prop_map(OperatorRequest::ApplyPolicy),
         short_string().prop_map(|id| OperatorRequest::DeletePolicy { id }),
+        short_string().prop_map(|name| OperatorRequest::AddRegion { name }),
+        (short_string(), any::<bool>()).prop_map(|(name, schedulable)| {
+            OperatorRequest::SetRegionSchedulable { name, schedulable }
+        }),
+        Just(OperatorRequest::ListRegions),
     ]
+}
+
+pub(crate) fn operator_call() -> impl Strategy<Value = OperatorCall> {
+    (option::of("[!-~]{1,16}"), operator_request()).prop_map(|(id, request)| OperatorCall {
+        request_id: id.map(|id| RequestId::parse(&id).expect("printable ASCII")),
+        request,
+    })
 }
 
 fn members() -> impl Strategy<Value = Vec<(u64, String)>> {
@@ -557,6 +635,8 @@ pub(crate) fn operator_response() -> impl Strategy<Value = OperatorResponse> {
         short_string().prop_map(|policy_id| OperatorResponse::PolicyApplied { policy_id }),
         short_string().prop_map(|policy_id| OperatorResponse::PolicyDeleted { policy_id }),
         wire_error().prop_map(OperatorResponse::Error),
+        region().prop_map(OperatorResponse::Region),
+        region_list().prop_map(OperatorResponse::Regions),
     ]
 }
 

@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::warn;
 
 use crate::clock::Clock;
-use crate::raft::{NodeId, Raft};
+use crate::raft::{Committed, NodeId, Raft};
 
 /// Most mutations proposed in one Raft entry.
 pub const BATCH_MUTATIONS_MAX: usize = 1_024;
@@ -82,9 +82,9 @@ impl Batcher {
     }
 
     /// Proposes `mutations` with whatever else is waiting and returns their
-    /// outcomes. Cancel-safe for the caller: a dropped call's mutations
+    /// outcomes and the index of the entry that carried them. Cancel-safe for the caller: a dropped call's mutations
     /// may still be committed, exactly as with a direct Raft write.
-    pub async fn write(&self, mutations: Vec<Mutation>) -> Result<Vec<MutationResult>, BatchError> {
+    pub async fn write(&self, mutations: Vec<Mutation>) -> Result<Committed, BatchError> {
         let bytes = encoded_bytes(&mutations);
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
@@ -142,16 +142,21 @@ async fn run(
             let result = raft.client_write(Command { now_ms, mutations }).await;
             drop(slot);
             let parts = match result {
-                Ok(response) => split_outcomes(&sizes, response.data.outcomes).ok_or_else(|| {
-                    warn!("a batch's outcomes do not match its mutations");
-                    BatchError::Mismatch
-                }),
+                Ok(response) => split_outcomes(&sizes, response.data.outcomes)
+                    .map(|parts| (response.log_id.index, parts))
+                    .ok_or_else(|| {
+                        warn!("a batch's outcomes do not match its mutations");
+                        BatchError::Mismatch
+                    }),
                 Err(error) => Err(BatchError::Raft(Box::new(error))),
             };
             match parts {
-                Ok(parts) => {
+                Ok((log_index, parts)) => {
                     for ((_, reply), outcomes) in writers.into_iter().zip(parts) {
-                        let _ = reply.send(Ok(outcomes));
+                        let _ = reply.send(Ok(Committed {
+                            log_index,
+                            outcomes,
+                        }));
                     }
                 }
                 Err(error) => {
@@ -164,7 +169,7 @@ async fn run(
     }
 }
 
-type Reply = oneshot::Sender<Result<Vec<MutationResult>, BatchError>>;
+type Reply = oneshot::Sender<Result<Committed, BatchError>>;
 
 /// The writes of one batch, within the limits. The first write is always
 /// taken, whatever its size (the frame limit already bounds it).
@@ -267,6 +272,7 @@ mod tests {
                 .map(|_| Mutation::Compact {
                     created_before_ms: 0,
                     rows_max: 1,
+                    requests_created_before_ms: 0,
                 })
                 .collect(),
             bytes,

@@ -1,0 +1,437 @@
+//! Idempotent operator requests: a request that changes state and carries
+//! a request id is applied once per id. Its one proposal is wrapped in a
+//! [`Mutation::Request`] naming the id, the request's fingerprint (SHA-256
+//! of its encoding without the id) and the caller, so apply records the
+//! answer with the id in the same transaction, answers a retry with it and
+//! refuses another request under the same id (`Conflict`).
+//!
+//! [`apply_once`] runs the request's rule over [`Idempotent`], the
+//! [`Propose`] seam that wraps the proposal. A rule may answer without
+//! proposing (a delete of a policy already gone, a stop of a stopped
+//! sentinel, a request refused by a read): then, if this node has the id
+//! recorded, the recorded answer stands — the request was applied before,
+//! and its effect is what the rule's read saw.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageError};
+use wire::operator::{OperatorRequest, OperatorResponse, RequestId};
+use wire::{ErrorCode, WireError};
+
+use super::{Propose, ReadState, deployments, internal, policies, sentinels};
+use crate::clock::Clock;
+use config::DeploySettings;
+
+/// The fingerprint of `request`: SHA-256 of its postcard encoding (the
+/// request alone, without its id).
+pub fn fingerprint(request: &OperatorRequest) -> Result<Fingerprint, WireError> {
+    let bytes = postcard::to_allocvec(request).map_err(|e| {
+        WireError::new(
+            ErrorCode::Internal,
+            format!("cannot encode the request: {e}"),
+        )
+    })?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    Fingerprint::try_from(digest.as_ref())
+        .map_err(|_| WireError::new(ErrorCode::Internal, "a SHA-256 digest is not 32 bytes"))
+}
+
+/// Answers a state-changing request (see
+/// [`OperatorRequest::is_mutating`]) by its rule, without a request id.
+pub async fn apply<S: Propose + ReadState>(
+    state: &S,
+    clock: &dyn Clock,
+    settings: &DeploySettings,
+    request: OperatorRequest,
+) -> Result<OperatorResponse, WireError> {
+    match request {
+        OperatorRequest::CreateDeployment(create) => {
+            deployments::create(state, clock, settings, create)
+                .await
+                .map(|deployment_id| OperatorResponse::Created { deployment_id })
+        }
+        OperatorRequest::SetDesiredState {
+            id,
+            desired_state,
+            after_ms,
+            force,
+        } => deployments::set_desired_state(state, clock, id, desired_state, after_ms, force)
+            .await
+            .map(OperatorResponse::Updated),
+        OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
+            .await
+            .map(OperatorResponse::Updated),
+        OperatorRequest::Rollback { environment_id, to } => {
+            deployments::rollback(state, environment_id, to)
+                .await
+                .map(OperatorResponse::Updated)
+        }
+        OperatorRequest::ApplySentinel(apply) => sentinels::apply(state, clock, apply)
+            .await
+            .map(|sentinel_id| OperatorResponse::SentinelApplied { sentinel_id }),
+        OperatorRequest::StopSentinel { id } => sentinels::stop(state, &id)
+            .await
+            .map(|()| OperatorResponse::SentinelStopped { sentinel_id: id }),
+        OperatorRequest::ApplyPolicy(apply) => policies::apply(state, clock, apply)
+            .await
+            .map(|policy_id| OperatorResponse::PolicyApplied { policy_id }),
+        OperatorRequest::DeletePolicy { id } => policies::delete(state, &id)
+            .await
+            .map(|()| OperatorResponse::PolicyDeleted { policy_id: id }),
+        other => Err(WireError::new(
+            ErrorCode::Internal,
+            format!("{other:?} does not change state"),
+        )),
+    }
+}
+
+/// Answers a state-changing request made with `request_id` by `actor`:
+/// applied once per id (see the module doc).
+pub async fn apply_once<S: Propose + ReadState>(
+    state: &S,
+    clock: &dyn Clock,
+    settings: &DeploySettings,
+    request_id: &RequestId,
+    actor: &str,
+    request: OperatorRequest,
+) -> Result<OperatorResponse, WireError> {
+    request_id.validate()?;
+    let fingerprint = fingerprint(&request)?;
+    let once = Idempotent {
+        state,
+        request_id,
+        actor,
+        fingerprint,
+        proposed: AtomicBool::new(false),
+    };
+    let answer = apply(&once, clock, settings, request.clone()).await;
+    if once.proposed.load(Ordering::Relaxed) {
+        return answer;
+    }
+    let recorded = {
+        let view = state.read().map_err(internal)?;
+        view.request(request_id.as_str()).map_err(internal)?
+    };
+    match recorded {
+        None => answer,
+        Some(record) if record.fingerprint != fingerprint => Err(WireError::new(
+            ErrorCode::Conflict,
+            format!(
+                "request id {request_id:?} was already used by {} for another request",
+                record.actor
+            ),
+        )),
+        Some(record) => replayed(&request, record.result).unwrap_or(answer),
+    }
+}
+
+/// The answer of `request` from the result recorded for it, where the
+/// result holds all of it (`None` otherwise).
+fn replayed(
+    request: &OperatorRequest,
+    result: MutationResult,
+) -> Option<Result<OperatorResponse, WireError>> {
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => return Some(Err(e)),
+    };
+    let response = match (request, outcome) {
+        (OperatorRequest::CreateDeployment(_), Outcome::DeploymentCreated { deployment_id }) => {
+            OperatorResponse::Created { deployment_id }
+        }
+        (
+            OperatorRequest::SetDesiredState { .. }
+            | OperatorRequest::CancelDeployment { .. }
+            | OperatorRequest::Rollback { .. },
+            Outcome::Deployment(deployment),
+        ) => OperatorResponse::Updated(deployment),
+        (OperatorRequest::StopSentinel { id }, Outcome::Recorded) => {
+            OperatorResponse::SentinelStopped {
+                sentinel_id: id.clone(),
+            }
+        }
+        (OperatorRequest::DeletePolicy { id }, Outcome::Recorded) => {
+            OperatorResponse::PolicyDeleted {
+                policy_id: id.clone(),
+            }
+        }
+        _ => return None,
+    };
+    Some(Ok(response))
+}
+
+/// The seams of a request made with an id: its one proposal is wrapped in
+/// a [`Mutation::Request`]; reads go to the state as they are.
+pub struct Idempotent<'a, S> {
+    state: &'a S,
+    request_id: &'a RequestId,
+    actor: &'a str,
+    fingerprint: Fingerprint,
+    /// Whether the request's proposal was made.
+    proposed: AtomicBool,
+}
+
+impl<S: Propose> Propose for Idempotent<'_, S> {
+    async fn propose(&self, mutations: Vec<Mutation>) -> Result<Vec<MutationResult>, WireError> {
+        // One id answers one proposal: a second would be answered with the
+        // first one's result.
+        let once = || {
+            WireError::new(
+                ErrorCode::Internal,
+                "a request with an id proposes one mutation, once",
+            )
+        };
+        if self.proposed.swap(true, Ordering::Relaxed) {
+            return Err(once());
+        }
+        let [mutation]: [Mutation; 1] = mutations.try_into().map_err(|_| once())?;
+        let wrapped = Mutation::Request {
+            request_id: self.request_id.as_str().to_string(),
+            fingerprint: self.fingerprint,
+            actor: self.actor.to_string(),
+            mutation: Box::new(mutation),
+        };
+        self.state.propose(vec![wrapped]).await
+    }
+}
+
+impl<S: ReadState> ReadState for Idempotent<'_, S> {
+    fn read(&self) -> Result<ReadView, StorageError> {
+        self.state.read()
+    }
+
+    fn applied_mark(&self) -> Option<u64> {
+        self.state.applied_mark()
+    }
+
+    fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send {
+        self.state.applied_past(mark, wait)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::model::DesiredState;
+    use wire::operator::ApplyPolicy;
+
+    use super::*;
+    use crate::app::testing::{MemoryNode, create_request};
+
+    const ACTOR: &str = "ctrl://operator";
+
+    fn id(text: &str) -> RequestId {
+        RequestId::parse(text).unwrap()
+    }
+
+    async fn once(
+        node: &MemoryNode,
+        request_id: &str,
+        request: OperatorRequest,
+    ) -> Result<OperatorResponse, WireError> {
+        apply_once(
+            node,
+            node.clock(),
+            &settings(),
+            &id(request_id),
+            ACTOR,
+            request,
+        )
+        .await
+    }
+
+    fn settings() -> DeploySettings {
+        DeploySettings::default()
+    }
+
+    fn create() -> OperatorRequest {
+        OperatorRequest::CreateDeployment(create_request(&["us-east"]))
+    }
+
+    fn hash(node: &MemoryNode) -> u64 {
+        node.read().unwrap().state_hash().unwrap()
+    }
+
+    fn deployments(node: &MemoryNode) -> usize {
+        node.read()
+            .unwrap()
+            .list_deployments(None, 100)
+            .unwrap()
+            .len()
+    }
+
+    #[test]
+    fn the_fingerprint_is_the_sha256_of_the_request_alone() {
+        let a = fingerprint(&create()).unwrap();
+        assert_eq!(a, fingerprint(&create()).unwrap(), "stable");
+        let mut other = create_request(&["us-east"]);
+        other.replicas = 2;
+        assert_ne!(
+            a,
+            fingerprint(&OperatorRequest::CreateDeployment(other)).unwrap()
+        );
+        // SHA-256 of the postcard bytes, as ring computes it.
+        let bytes = postcard::to_allocvec(&create()).unwrap();
+        let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+        assert_eq!(&a[..], digest.as_ref());
+    }
+
+    #[tokio::test]
+    async fn a_create_repeated_with_its_id_answers_the_first_deployment() {
+        let node = MemoryNode::new();
+        let first = once(&node, "r1", create()).await.unwrap();
+        let OperatorResponse::Created { deployment_id } = &first else {
+            panic!("{first:?}");
+        };
+        let before = hash(&node);
+        // The retry mints another deployment id; the record answers.
+        let again = once(&node, "r1", create()).await.unwrap();
+        assert_eq!(again, first);
+        assert_eq!(hash(&node), before, "nothing written");
+        assert_eq!(deployments(&node), 1);
+        let record = node.read().unwrap().request("r1").unwrap().unwrap();
+        assert_eq!(record.actor, ACTOR);
+        assert_eq!(
+            record.result,
+            Ok(Outcome::DeploymentCreated {
+                deployment_id: deployment_id.clone()
+            })
+        );
+        // Another id is another request.
+        once(&node, "r2", create()).await.unwrap();
+        assert_eq!(deployments(&node), 2);
+    }
+
+    #[tokio::test]
+    async fn the_same_id_for_another_request_is_a_conflict() {
+        let node = MemoryNode::new();
+        let OperatorResponse::Created { deployment_id } =
+            once(&node, "r1", create()).await.unwrap()
+        else {
+            panic!("created");
+        };
+        let before = hash(&node);
+        let stop = OperatorRequest::SetDesiredState {
+            id: deployment_id,
+            desired_state: DesiredState::Standby,
+            after_ms: None,
+            force: true,
+        };
+        let e = once(&node, "r1", stop).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert!(
+            e.message.contains("r1") && e.message.contains(ACTOR),
+            "{}",
+            e.message
+        );
+        assert_eq!(hash(&node), before);
+    }
+
+    #[tokio::test]
+    async fn a_retried_delete_answers_as_the_first_though_the_policy_is_gone() {
+        let node = MemoryNode::new();
+        let apply = OperatorRequest::ApplyPolicy(ApplyPolicy {
+            workspace_id: "ws".into(),
+            environment_id: "env".into(),
+            region: "us-east".into(),
+            name: "web".into(),
+            namespace: "apps".into(),
+            policy_json: "{}".into(),
+        });
+        let OperatorResponse::PolicyApplied { policy_id } =
+            once(&node, "a1", apply.clone()).await.unwrap()
+        else {
+            panic!("applied");
+        };
+        assert_eq!(
+            once(&node, "a1", apply).await.unwrap(),
+            OperatorResponse::PolicyApplied {
+                policy_id: policy_id.clone()
+            }
+        );
+        let delete = OperatorRequest::DeletePolicy {
+            id: policy_id.clone(),
+        };
+        let first = once(&node, "d1", delete.clone()).await.unwrap();
+        let proposals = node.proposals();
+        // The policy is gone, so the rule refuses before proposing; the
+        // record of the id answers instead.
+        assert_eq!(once(&node, "d1", delete.clone()).await.unwrap(), first);
+        assert_eq!(node.proposals(), proposals);
+        // Without an id the same delete is NotFound; under another
+        // request's id, a conflict.
+        let e = apply_plain(&node, delete.clone()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        let e = once(&node, "a1", delete).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict);
+    }
+
+    async fn apply_plain(
+        node: &MemoryNode,
+        request: OperatorRequest,
+    ) -> Result<OperatorResponse, WireError> {
+        apply(node, node.clock(), &settings(), request).await
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_recorded_and_answered_again() {
+        let node = MemoryNode::new();
+        let stop = OperatorRequest::SetDesiredState {
+            id: "dep_missing".into(),
+            desired_state: DesiredState::Standby,
+            after_ms: None,
+            force: true,
+        };
+        let e = once(&node, "r1", stop.clone()).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        assert_eq!(once(&node, "r1", stop).await.unwrap_err(), e);
+    }
+
+    #[tokio::test]
+    async fn a_request_with_an_id_proposes_once() {
+        let node = MemoryNode::new();
+        let request_id = id("r1");
+        let once = Idempotent {
+            state: &node,
+            request_id: &request_id,
+            actor: ACTOR,
+            fingerprint: [1; 32],
+            proposed: AtomicBool::new(false),
+        };
+        let create = |i: usize| Mutation::CreateDeployment {
+            deployment: wire::model::Deployment {
+                id: format!("dep_{i}"),
+                workspace_id: "ws".into(),
+                project_id: "proj".into(),
+                environment_id: "env".into(),
+                image: "nginx".into(),
+                cpu_millicores: 1,
+                memory_mib: 1,
+                replicas: 1,
+                regions: vec!["us-east".into()],
+                env_vars: Default::default(),
+                desired_state: DesiredState::Running,
+                status: wire::model::DeploymentStatus::Pending,
+                created_at_ms: 1,
+                updated_at_ms: 1,
+                workflow: Default::default(),
+            },
+        };
+        let e = once.propose(vec![create(1), create(2)]).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert_eq!(node.proposals(), 0);
+        let e = once.propose(vec![create(3)]).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal, "the one proposal was spent");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_request_id_is_refused() {
+        let node = MemoryNode::new();
+        let bad: RequestId = postcard::from_bytes(&postcard::to_allocvec("a b").unwrap()).unwrap();
+        let e = apply_once(&node, node.clock(), &settings(), &bad, ACTOR, create())
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
+        assert_eq!(node.proposals(), 0);
+    }
+}
