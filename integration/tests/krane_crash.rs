@@ -27,7 +27,7 @@ use k8s_sim::resources::{PODS, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
 use tokio::time::Instant;
 use wire::agent::DeploymentReport;
-use wire::model::InstanceStatus;
+use wire::model::{InstanceStatus, ResourceType};
 use wire::operator::{CreateDeployment, DeploymentView};
 
 /// Bound on the scenario (building krane comes before it, bounded by
@@ -40,6 +40,9 @@ const BATCH: usize = 60;
 const REPLICAS: usize = 2;
 const REGION: &str = "us-east";
 const NAMESPACE: &str = "krane";
+/// Kubernetes writes of one deployment topology and of one sentinel.
+const TOPOLOGY_WRITES: usize = 2;
+const SENTINEL_WRITES: usize = 3;
 /// What krane logs when a report could not reach ctrl (it stays queued).
 const RETRY_LINE: &str = "status report failed; kept for a retry";
 
@@ -109,7 +112,7 @@ async fn scenario(binary: &Path) {
     let operator = fleet.operator().expect("operator client");
     // A first deployment, applied by the fleet's in-process krane (its
     // full sync): the batch below is then a run of incremental changes.
-    let first = operator.create(create(BATCH)).await.expect("create");
+    let (first, _) = operator.deploy(create(BATCH)).await.expect("deploy");
     let target = *fleet.node().state.applied_pk.borrow();
     let region = fleet.region_mut(REGION);
     region
@@ -139,8 +142,21 @@ async fn scenario(binary: &Path) {
     eprintln!("killed with {at_kill} of {BATCH} deployments applied");
     assert!(at_kill < BATCH, "killed in the middle of the batch");
     let state = LocalState::open_in(&data_dir).expect("state after the crash");
-    // The first deployment is in the snapshot too.
-    let recorded = state.applied().expect("snapshot").len() - 1;
+    // The first deployment is in the snapshot too, with its environment's
+    // sentinel and its policy (every deployment has an environment of its
+    // own: three resources each).
+    let snapshot = state.applied().expect("snapshot");
+    let recorded_of = |resource_type: ResourceType| {
+        let n = snapshot
+            .iter()
+            .filter(|(key, _, _)| key.resource_type == resource_type)
+            .count();
+        n.checked_sub(1)
+            .expect("the first deployment's resources recorded")
+    };
+    let recorded = recorded_of(ResourceType::DeploymentTopology);
+    let recorded_sentinels = recorded_of(ResourceType::Sentinel);
+    let recorded_policies = recorded_of(ResourceType::CiliumNetworkPolicy);
     let cursor = state.cursor().expect("cursor");
     drop(state);
     assert!(recorded <= at_kill, "recorded only what was applied");
@@ -158,10 +174,18 @@ async fn scenario(binary: &Path) {
     wait_for_instances(&operator, &ids, "two running instances each", running_once).await;
     let restart_writes = region.sim.write_requests() - writes;
     let max_concurrent = config::agent::DEFAULT_MAX_CONCURRENT_APPLIES;
+    // The writes of what was not recorded: a topology's Service and
+    // StatefulSet, a sentinel's Service, Deployment and disruption budget,
+    // a policy.
+    let unrecorded_writes = TOPOLOGY_WRITES * (BATCH - recorded)
+        + SENTINEL_WRITES * (BATCH - recorded_sentinels)
+        + (BATCH - recorded_policies);
     assert!(
-        restart_writes <= 2 * (BATCH - recorded) as u64,
+        restart_writes <= unrecorded_writes as u64,
         "{restart_writes} writes after the restart: what was recorded is not applied again \
-         ({recorded} recorded, {max_concurrent} applied at once)"
+         ({recorded} topologies, {recorded_sentinels} sentinels and {recorded_policies} \
+         policies recorded, \
+         {max_concurrent} applied at once)"
     );
     region.sim.inspect(|v| {
         assert_eq!(
@@ -256,7 +280,8 @@ async fn scenario(binary: &Path) {
     wait_for_instances(&operator, &ids, "all running once", running_once).await;
     krane.kill();
     let state = LocalState::open_in(&data_dir).expect("state at the end");
-    assert_eq!(state.applied().expect("snapshot").len(), BATCH + 1);
+    // Per deployment: its topology, its environment's sentinel, its policy.
+    assert_eq!(state.applied().expect("snapshot").len(), 3 * (BATCH + 1));
     drop(state);
     assert_eq!(
         log_count(&log, "full_sync_started"),
