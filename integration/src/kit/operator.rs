@@ -12,7 +12,7 @@ use config::OperatorConfig;
 use node::client::Client;
 use node::wait::WaitError;
 use tokio::time::Instant;
-use wire::model::{Deployment, DeploymentStatus, DesiredState, Region};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, Region};
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, OperatorRequest,
     OperatorResponse, RegionList, SentinelView,
@@ -122,6 +122,28 @@ impl Operator {
         match self.call_named("set the desired state", request).await? {
             OperatorResponse::Updated(deployment) => Ok(deployment),
             other => bail!("{id} not updated: {other:?}"),
+        }
+    }
+
+    /// Environment `id`: its live deployment and history of live ones.
+    pub async fn environment(&self, id: &str) -> Result<Environment> {
+        let request = OperatorRequest::GetEnvironment { id: id.into() };
+        match self.call_named("read the environment", request).await? {
+            OperatorResponse::Environment(environment) => Ok(environment),
+            other => bail!("unexpected answer to reading {id}: {other:?}"),
+        }
+    }
+
+    /// Rolls environment `environment_id` back to `to` (default: its
+    /// previous live deployment); the deployment rolled back to.
+    pub async fn rollback(&self, environment_id: &str, to: Option<&str>) -> Result<Deployment> {
+        let request = OperatorRequest::Rollback {
+            environment_id: environment_id.into(),
+            to: to.map(str::to_string),
+        };
+        match self.call_named("roll back", request).await? {
+            OperatorResponse::Updated(deployment) => Ok(deployment),
+            other => bail!("{environment_id} not rolled back: {other:?}"),
         }
     }
 

@@ -113,13 +113,16 @@ impl Applier<'_> {
         policies: &[CiliumNetworkPolicy],
     ) -> Result<Result<(), WireError>> {
         let id = deployment.id.as_str();
-        let foreign = |region: &str, environment_id: &str| {
-            !deployment.regions.iter().any(|r| r == region)
+        // Everything is checked before anything is written: a refused
+        // start writes nothing.
+        let foreign = |id: &str, region: &str, environment_id: &str| {
+            id.is_empty()
+                || !deployment.regions.iter().any(|r| r == region)
                 || environment_id != deployment.environment_id
         };
         if let Some(s) = sentinels
             .iter()
-            .find(|s| foreign(&s.region, &s.environment_id))
+            .find(|s| foreign(&s.id, &s.region, &s.environment_id))
         {
             return Ok(Err(WireError::new(
                 wire::ErrorCode::BadRequest,
@@ -128,7 +131,7 @@ impl Applier<'_> {
         }
         if let Some(p) = policies
             .iter()
-            .find(|p| foreign(&p.region, &p.environment_id))
+            .find(|p| foreign(&p.id, &p.region, &p.environment_id))
         {
             return Ok(Err(WireError::new(
                 wire::ErrorCode::BadRequest,
@@ -380,6 +383,90 @@ mod tests {
         assert_eq!(rows[0].1.resource_type, ResourceType::DeploymentTopology);
         assert_eq!(rows[0].1.created_at_ms, 100);
         assert_eq!(view.raft_meta(), Some(raft_meta(100)));
+    }
+
+    /// The start of `id` as a leader decides it: a sentinel of its own
+    /// minting for each region (`snt-{id}-{region}`).
+    fn start_with_sentinels(id: &str, regions: &[&str]) -> crate::Mutation {
+        crate::Mutation::Deploy(crate::command::DeployTransition {
+            deployment_id: id.to_string(),
+            expected: crate::Guard {
+                step: "pending".into(),
+                revision: 1,
+            },
+            action: crate::command::DeployAction::Start {
+                k8s_namespace: "apps".into(),
+                sentinels: regions
+                    .iter()
+                    .map(|r| {
+                        let mut s = sentinel(&format!("snt-{id}-{r}"), r);
+                        s.environment_id = "env".into();
+                        s
+                    })
+                    .collect(),
+                policies: Vec::new(),
+            },
+        })
+    }
+
+    #[test]
+    fn two_first_deploys_of_an_environment_make_one_sentinel_per_region() {
+        let store = store();
+        // Both submitted, then both started in one command, each with the
+        // sentinels its leader minted: the second finds the first's.
+        apply_one(
+            &store,
+            1,
+            vec![
+                submit("d1", &["eu", "us"], 1),
+                submit("d2", &["eu", "us"], 1),
+            ],
+        );
+        let out = apply_one(
+            &store,
+            2,
+            vec![
+                start_with_sentinels("d1", &["eu", "us"]),
+                start_with_sentinels("d2", &["eu", "us"]),
+            ],
+        );
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let view = store.read().unwrap();
+        for region in ["eu", "us"] {
+            let sentinels: Vec<String> = view
+                .region_resources(region, None, 100)
+                .unwrap()
+                .into_iter()
+                .filter_map(|r| match r {
+                    Resource::Sentinel(s) => Some(s.id),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sentinels, [format!("snt-d1-{region}")], "{region}");
+        }
+    }
+
+    #[test]
+    fn a_refused_start_writes_nothing() {
+        let store = store();
+        apply_one(&store, 1, vec![submit("d1", &["eu", "us"], 1)]);
+        let before = store.read().unwrap().state_hash().unwrap();
+        let mut start = start_with_sentinels("d1", &["eu", "us"]);
+        if let crate::Mutation::Deploy(crate::command::DeployTransition {
+            action: crate::command::DeployAction::Start { sentinels, .. },
+            ..
+        }) = &mut start
+        {
+            sentinels[1].id.clear();
+        }
+        let out = apply_one(&store, 2, vec![start]);
+        assert!(
+            matches!(&out[0], Err(e) if e.code == wire::ErrorCode::BadRequest),
+            "{out:?}"
+        );
+        let view = store.read().unwrap();
+        assert_eq!(view.last_pk(), 0, "no change row");
+        assert_eq!(view.state_hash().unwrap(), before);
     }
 
     #[test]
