@@ -125,26 +125,40 @@ fn init_status_and_replicated_deploys() {
         "{}",
         String::from_utf8_lossy(&added.stderr)
     );
-    for _ in 0..5 {
+    // Each in an environment of its own, each started by the leader's
+    // workflow: three change rows apiece (topology, sentinel, policy).
+    for n in 1..=5 {
+        let environment = format!("env-{n}");
         let out = ctrl(
             &operator,
-            &["deploy", "--image", "nginx:1.27", "--regions", "us-east"],
+            &[
+                "deploy",
+                "--image",
+                "nginx:1.27",
+                "--regions",
+                "us-east",
+                "--environment",
+                &environment,
+            ],
         );
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        common::deployments::wait_started(&operator, &id);
     }
     status_until(&operator, |rows| {
-        rows.iter().all(|r| r["last_change_pk"] == 5)
+        rows.iter().all(|r| r["last_change_pk"] == 15)
     });
 }
 
 /// Node 4 joins a running cluster (through a follower), writes go on,
 /// every replica holds the same state; then a follower is removed and
 /// stopped, writes go on, and the new node serves the same watch as the
-/// leader. Along the way, each refusal names its problem.
+/// leader. Along the way, each refusal names its problem. Every deploy is
+/// started (three change rows in us-east) before the next step.
 #[test]
 fn add_node_then_remove_node() {
     let mut cluster = Cluster::new(3, "");
@@ -229,11 +243,13 @@ fn add_node_then_remove_node() {
         .map(|n| n["node_id"].as_u64().unwrap())
         .collect();
     assert_eq!(checked, remaining, "{report:#}");
-    assert_eq!(report["nodes"][0]["last_change_pk"], 7, "{report:#}");
+    // Seven deploys, three rows each.
+    assert_eq!(report["nodes"][0]["last_change_pk"], 21, "{report:#}");
 
-    let expected = cluster.served(leader, "us-east", 2, 7);
-    assert_eq!(expected.len(), 5, "{expected:#?}");
-    assert_eq!(cluster.served(4, "us-east", 2, 7), expected);
+    // From after the second deploy: the other five deploys' rows.
+    let expected = cluster.served(leader, "us-east", 6, 21);
+    assert_eq!(expected.len(), 15, "{expected:#?}");
+    assert_eq!(cluster.served(4, "us-east", 6, 21), expected);
     let full = cluster.served(leader, "us-east", 0, 0);
     assert_eq!(cluster.served(4, "us-east", 0, 0), full);
 }
@@ -279,11 +295,13 @@ fn stopped_follower_catches_up_by_snapshot() {
         cluster.deploy(&live, "us-east");
     }
     cluster.ctrl_ok(&live, &["stop", &first]);
-    // 14 deploys and one stop: pk 15.
+    // 14 deploys of three rows each; the stop cancels the first (still
+    // deploying: no agent runs) in two, its topology set stopped and its
+    // policy deleted: pk 44.
     let rows = cluster.status_until(&live, |rows| {
         rows.iter().any(|r| {
             r["role"] == "leader"
-                && r["last_change_pk"] == 15
+                && r["last_change_pk"] == 44
                 && r["purged_index"].as_u64().is_some_and(|p| p > stopped_log)
         })
     });
@@ -295,7 +313,7 @@ fn stopped_follower_catches_up_by_snapshot() {
         let back = row_of(rows, stopped);
         back["reachable"] == true
             && back["applied_index"] == lead["applied_index"]
-            && back["last_change_pk"] == 15
+            && back["last_change_pk"] == 44
     });
     // The entries it missed are gone from the leader's log: it can only
     // have caught up from the snapshot.
@@ -308,11 +326,12 @@ fn stopped_follower_catches_up_by_snapshot() {
     );
     cluster.check(&all);
 
-    let expected = cluster.served(leader, "us-east", 1, 15);
-    assert_eq!(expected.len(), 14, "{expected:#?}");
+    // From after the first deploy: 13 deploys and the stop.
+    let expected = cluster.served(leader, "us-east", 3, 44);
+    assert_eq!(expected.len(), 41, "{expected:#?}");
     let full = cluster.served(leader, "us-east", 0, 0);
     for id in 1..=3 {
-        assert_eq!(cluster.served(id, "us-east", 1, 15), expected, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 3, 44), expected, "node {id}");
         assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
     }
 }
@@ -334,13 +353,15 @@ fn full_cluster_restart_keeps_state_and_cursors() {
         cluster.deploy(&all, "us-east");
     }
     cluster.ctrl_ok(&all, &["stop", &second]);
-    // Two rows for the first deploy, one for each other and for the stop:
-    // pk 9 is the last, in us-east.
+    // Three rows per region for each deploy (six for the first), two for
+    // the stop of the second, still deploying (its topology stopped, its
+    // policy deleted): pk 26 is the last, in us-east.
     let leader = cluster.settled(&[1, 2, 3]);
     let before = cluster.check(&all);
     let hash = before["nodes"][0]["hash"].clone();
-    let changes = cluster.served(leader, "us-east", 3, 9);
-    assert_eq!(changes.len(), 6, "{changes:#?}");
+    // From after the second deploy: five deploys and the stop.
+    let changes = cluster.served(leader, "us-east", 9, 26);
+    assert_eq!(changes.len(), 17, "{changes:#?}");
     let full = cluster.served(leader, "us-east", 0, 0);
 
     for id in 1..=3 {
@@ -352,20 +373,20 @@ fn full_cluster_restart_keeps_state_and_cursors() {
     // Entries committed before the crash are applied again once the new
     // leader commits one of its term: until then the nodes may agree on
     // an older applied index. Wait for the last write.
-    cluster.status_until(&all, |rows| rows.iter().all(|r| r["last_change_pk"] == 9));
+    cluster.status_until(&all, |rows| rows.iter().all(|r| r["last_change_pk"] == 26));
     cluster.settled(&[1, 2, 3]);
     let after = cluster.check(&all);
     for node in after["nodes"].as_array().unwrap() {
         assert_eq!(node["hash"], hash, "{after:#}");
-        assert_eq!(node["last_change_pk"], 9, "{after:#}");
+        assert_eq!(node["last_change_pk"], 26, "{after:#}");
     }
     for id in 1..=3 {
-        assert_eq!(cluster.served(id, "us-east", 3, 9), changes, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 9, 26), changes, "node {id}");
         assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
     }
 
     cluster.deploy(&all, "eu-west");
     cluster.settled(&[1, 2, 3]);
     let report = cluster.check(&all);
-    assert_eq!(report["nodes"][0]["last_change_pk"], 10, "{report:#}");
+    assert_eq!(report["nodes"][0]["last_change_pk"], 29, "{report:#}");
 }

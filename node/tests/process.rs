@@ -14,13 +14,31 @@ use serde_json::Value;
 /// Bound on any single expected watch event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Reads a full sync: returns the sync cursor and the deployment ids synced.
-fn read_full_sync(watcher: &Watcher) -> (u64, BTreeSet<String>) {
+/// What a full sync of a region holds.
+#[derive(Debug, PartialEq, Eq)]
+struct Synced {
+    /// The sync cursor (its start and its end carry it).
+    cursor: u64,
+    /// The deployment ids of the topologies.
+    deployments: BTreeSet<String>,
+    /// The environment ids of the sentinels.
+    sentinel_environments: BTreeSet<String>,
+    /// The policy ids.
+    policies: BTreeSet<String>,
+}
+
+/// Reads a full sync: the sync cursor and the resources synced, by kind.
+fn read_full_sync(watcher: &Watcher) -> Synced {
     let start = watcher.next(EVENT_TIMEOUT);
     let cursor = start["SyncStart"]["cursor"]
         .as_u64()
         .expect("sync-start first");
-    let mut ids = BTreeSet::new();
+    let mut synced = Synced {
+        cursor,
+        deployments: BTreeSet::new(),
+        sentinel_environments: BTreeSet::new(),
+        policies: BTreeSet::new(),
+    };
     loop {
         let event = watcher.next(EVENT_TIMEOUT);
         if let Some(end) = event.get("SyncEnd") {
@@ -29,36 +47,110 @@ fn read_full_sync(watcher: &Watcher) -> (u64, BTreeSet<String>) {
                 Some(cursor),
                 "sync-end carries the sync cursor"
             );
-            return (cursor, ids);
+            return synced;
         }
-        let topology = &event["SyncItem"]["DeploymentTopology"];
-        assert!(topology.is_object(), "unexpected sync event {event}");
-        assert!(topology["version"].as_u64().unwrap() <= cursor);
-        ids.insert(topology["deployment_id"].as_str().unwrap().to_string());
+        let item = &event["SyncItem"];
+        let (kind, resource) = item
+            .as_object()
+            .and_then(|o| o.iter().next())
+            .unwrap_or_else(|| panic!("unexpected sync event {event}"));
+        assert!(resource["version"].as_u64().unwrap() <= cursor);
+        let text = |field: &str| resource[field].as_str().unwrap().to_string();
+        let new = match kind.as_str() {
+            "DeploymentTopology" => synced.deployments.insert(text("deployment_id")),
+            "Sentinel" => synced.sentinel_environments.insert(text("environment_id")),
+            "CiliumNetworkPolicy" => synced.policies.insert(text("id")),
+            _ => panic!("unexpected sync item {event}"),
+        };
+        assert!(new, "synced twice: {event}");
     }
 }
 
-/// Reads one change event: (version, deployment id, region, the topology).
-fn read_change(watcher: &Watcher) -> (u64, String, String, Value) {
-    let event = watcher.next(EVENT_TIMEOUT);
+/// One change event.
+#[derive(Debug)]
+struct Changed {
+    /// Its pk.
+    version: u64,
+    /// The region of the resource.
+    region: String,
+    /// `topology DEPLOYMENT`, `sentinel ENVIRONMENT` or `policy ID` for a
+    /// resource's state, `delete TYPE ID` for a deletion.
+    what: String,
+    /// The resource's state (null for a deletion).
+    state: Value,
+}
+
+/// Reads one change event; progress bookmarks before it (sent to a
+/// quiet watch now and then, so they depend on timing) are skipped.
+fn read_change(watcher: &Watcher) -> Changed {
+    let event = loop {
+        let event = watcher.next(EVENT_TIMEOUT);
+        if event.get("Progress").is_none() {
+            break event;
+        }
+    };
     let change = &event["Change"];
     let version = change["version"]
         .as_u64()
         .unwrap_or_else(|| panic!("not a change: {event}"));
-    let topology = change["change"]["Apply"]["DeploymentTopology"].clone();
+    let text = |value: &Value| value.as_str().unwrap().to_string();
+    if let Some(key) = change["change"].get("Delete") {
+        return Changed {
+            version,
+            region: text(&key["region"]),
+            what: format!(
+                "delete {} {}",
+                text(&key["resource_type"]),
+                text(&key["resource_id"])
+            ),
+            state: Value::Null,
+        };
+    }
+    let (kind, state) = change["change"]["Apply"]
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .unwrap_or_else(|| panic!("neither apply nor delete: {event}"));
     assert_eq!(
-        topology["version"].as_u64(),
+        state["version"].as_u64(),
         Some(version),
-        "state is the changed version"
+        "state is the changed version: {event}"
     );
-    (
+    let what = match kind.as_str() {
+        "DeploymentTopology" => format!("topology {}", text(&state["deployment_id"])),
+        "Sentinel" => format!("sentinel {}", text(&state["environment_id"])),
+        "CiliumNetworkPolicy" => format!("policy {}", text(&state["id"])),
+        _ => panic!("unexpected resource {event}"),
+    };
+    Changed {
         version,
-        topology["deployment_id"].as_str().unwrap().to_string(),
-        topology["region"].as_str().unwrap().to_string(),
-        topology,
-    )
+        region: text(&state["region"]),
+        what,
+        state: state.clone(),
+    }
 }
 
+/// The change rows a started deploy of `deployment` in environment
+/// `environment` writes in one region, as [`Changed::what`] names them.
+fn started(deployment: &str, environment: &str) -> [String; 3] {
+    [
+        format!("topology {deployment}"),
+        format!("sentinel {environment}"),
+        format!("policy {}", policy(deployment)),
+    ]
+}
+
+/// The id of `deployment`'s policy.
+fn policy(deployment: &str) -> String {
+    wire::k8s_name::deployment_policy(deployment)
+}
+
+/// Every deploy is in an environment of its own (`env-N` for the N-th
+/// deploy of the site): once the workflow started it, it has written three
+/// change rows per region — its topology, its environment's sentinel and
+/// its policy, in that order. A stop of a deploy still in flight (no agent
+/// runs, so none gets further than deploying) cancels it: one row per
+/// region setting its topology stopped, then one per region deleting its
+/// policy.
 #[test]
 fn full_sync_then_incremental_changes_per_region() {
     let site = Site::new();
@@ -68,11 +160,17 @@ fn full_sync_then_incremental_changes_per_region() {
     let c = site.deploy("eu-west", 1);
 
     let east = site.watch("us-east", 0);
-    let (cursor, synced) = read_full_sync(&east);
-    assert_eq!(cursor, 4, "four change rows so far: a twice, b, c");
+    let synced = read_full_sync(&east);
+    let cursor = synced.cursor;
+    assert_eq!(cursor, 12, "three rows per region: a in two, b, c");
     assert_eq!(
         synced,
-        BTreeSet::from([a.clone(), b.clone()]),
+        Synced {
+            cursor,
+            deployments: BTreeSet::from([a.clone(), b.clone()]),
+            sentinel_environments: BTreeSet::from(["env-1".into(), "env-2".into()]),
+            policies: BTreeSet::from([policy(&a), policy(&b)]),
+        },
         "exactly the region's resources"
     );
     let west = site.watch("eu-west", cursor);
@@ -87,36 +185,64 @@ fn full_sync_then_incremental_changes_per_region() {
     );
     let f = site.deploy("us-east", 1);
 
-    let east_changes: Vec<_> = (0..3).map(|_| read_change(&east)).collect();
-    let west_changes: Vec<_> = (0..3).map(|_| read_change(&west)).collect();
-    let ids = |changes: &[(u64, String, String, Value)]| -> Vec<String> {
-        changes.iter().map(|c| c.1.clone()).collect()
+    // Each region: d's three rows, then e's (west) or a's stop, then a's
+    // stop (west) or f's three rows.
+    let east_changes: Vec<Changed> = (0..8).map(|_| read_change(&east)).collect();
+    let west_changes: Vec<Changed> = (0..8).map(|_| read_change(&west)).collect();
+    let stopped = |id: &str| {
+        [
+            format!("topology {id}"),
+            format!("delete CiliumNetworkPolicy {}", policy(id)),
+        ]
     };
-    assert_eq!(ids(&east_changes), [d.clone(), a.clone(), f]);
-    assert_eq!(ids(&west_changes), [d, e, a.clone()]);
+    let whats =
+        |changes: &[Changed]| -> Vec<String> { changes.iter().map(|c| c.what.clone()).collect() };
+    assert_eq!(
+        whats(&east_changes),
+        [
+            started(&d, "env-4").as_slice(),
+            &stopped(&a),
+            &started(&f, "env-6")
+        ]
+        .concat()
+    );
+    assert_eq!(
+        whats(&west_changes),
+        [
+            started(&d, "env-4").as_slice(),
+            &started(&e, "env-5"),
+            &stopped(&a)
+        ]
+        .concat()
+    );
     for (changes, region) in [(&east_changes, "us-east"), (&west_changes, "eu-west")] {
         assert!(
-            changes.iter().all(|c| c.2 == region),
+            changes.iter().all(|c| c.region == region),
             "only {region} events"
         );
-        assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "pk order");
+        assert!(
+            changes.windows(2).all(|w| w[0].version < w[1].version),
+            "pk order"
+        );
     }
     // Together the two regions saw every pk after the cursor exactly once.
     let mut all: Vec<u64> = east_changes
         .iter()
         .chain(&west_changes)
-        .map(|c| c.0)
+        .map(|c| c.version)
         .collect();
     all.sort();
     assert_eq!(
         all,
-        (cursor + 1..=cursor + 6).collect::<Vec<_>>(),
+        (cursor + 1..=cursor + 16).collect::<Vec<_>>(),
         "no gaps, no duplicates"
     );
     // Stopping is a state change: stopped, zero replicas.
-    let stop = &east_changes[1].3;
-    assert_eq!(stop["desired_state"], "Stopped");
-    assert_eq!(stop["replicas"], 0);
+    for stop in [&east_changes[3].state, &west_changes[6].state] {
+        assert_eq!(stop["deployment_id"], a.as_str());
+        assert_eq!(stop["desired_state"], "Stopped");
+        assert_eq!(stop["replicas"], 0);
+    }
     let _ = c;
 }
 
@@ -207,14 +333,20 @@ fn ctrl_watch_presents_the_regions_agent_certificate() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("SyncStart"));
 }
 
+/// Ten deploys (each started: three rows in us-east, pks 3k+1..=3k+3 for
+/// the k-th from 0), a SIGKILL, a restart: the same full sync, a cursor
+/// resumes after itself, and new writes continue the pk sequence.
 #[test]
 fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     let site = Site::new();
     let node = site.start();
     let ids: Vec<String> = (0..10).map(|_| site.deploy("us-east", 1)).collect();
     let before = site.watch("us-east", 0);
-    let (cursor, synced) = read_full_sync(&before);
-    assert_eq!(cursor, 10);
+    let synced = read_full_sync(&before);
+    assert_eq!(synced.cursor, 30);
+    assert_eq!(synced.deployments, ids.iter().cloned().collect());
+    assert_eq!(synced.sentinel_environments.len(), 10);
+    assert_eq!(synced.policies.len(), 10);
     drop(before);
     node.kill9();
 
@@ -230,18 +362,24 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     let after = site.watch("us-east", 0);
     assert_eq!(
         read_full_sync(&after),
-        (cursor, synced),
+        synced,
         "same state after the restart"
     );
-    // An old cursor resumes exactly after itself.
-    let resumed = site.watch("us-east", 5);
-    for expected in 6..=10 {
-        assert_eq!(read_change(&resumed).0, expected);
+    // An old cursor (after the fifth deploy) resumes exactly after itself.
+    let resumed = site.watch("us-east", 15);
+    for (k, id) in (5u64..).zip(&ids[5..]) {
+        let environment = format!("env-{}", k + 1);
+        for (row, what) in (1..).zip(started(id, &environment)) {
+            let change = read_change(&resumed);
+            assert_eq!((change.version, change.what), (3 * k + row, what));
+        }
     }
     // New writes continue the pk sequence.
     let next = site.deploy("us-east", 1);
-    let (version, id, _, _) = read_change(&resumed);
-    assert_eq!((version, id), (11, next));
+    for (version, what) in (31..).zip(started(&next, "env-11")) {
+        let change = read_change(&resumed);
+        assert_eq!((change.version, change.what), (version, what));
+    }
 }
 
 #[test]

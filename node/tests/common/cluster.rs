@@ -1,8 +1,10 @@
 //! A cluster of `ctrl serve` processes on loopback: certificates, one
 //! config per node (its peers and extra settings), operator configs for
-//! any set of nodes, bounded polling of `ctrl cluster status`, and the
-//! event sequences a node serves to a watch.
+//! any set of nodes, bounded polling of `ctrl cluster status`, deploys
+//! waited until the workflow started them, and the event sequences a node
+//! serves to a watch.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,8 @@ pub(crate) struct Cluster {
     pub nodes: BTreeMap<u64, NodeProcess>,
     /// Appended to every node config (a `[raft]` section, say).
     extra_toml: String,
+    /// Deploys made by [`Cluster::deploy`], which names their environments.
+    deploys: Cell<u64>,
 }
 
 impl Cluster {
@@ -55,6 +59,7 @@ impl Cluster {
             addrs,
             nodes: BTreeMap::new(),
             extra_toml: extra_toml.to_string(),
+            deploys: Cell::new(0),
         };
         for id in 1..=n {
             cluster.write_node_config(id);
@@ -218,16 +223,34 @@ impl Cluster {
     }
 
     /// `ctrl deploy` of one replica in `regions` through `operator`, the
-    /// regions registered first (`ctrl region add`, idempotent).
+    /// regions registered first (`ctrl region add`, idempotent), in an
+    /// environment of its own (`env-1`, `env-2`, … in call order, so no
+    /// deploy supersedes another); returns once the workflow started it,
+    /// having written three change rows per region (topology, the
+    /// environment's sentinel, policy). With every deploy started the
+    /// workflow idles (it waits for instances or the progress deadline),
+    /// so the nodes' applied indexes can settle.
     pub(crate) fn deploy(&self, operator: &Path, regions: &str) -> String {
         for region in regions.split(',') {
             self.ctrl_ok(operator, &["region", "add", region]);
         }
+        self.deploys.set(self.deploys.get() + 1);
+        let environment = format!("env-{}", self.deploys.get());
         let out = self.ctrl_ok(
             operator,
-            &["deploy", "--image", "nginx:1.27", "--regions", regions],
+            &[
+                "deploy",
+                "--image",
+                "nginx:1.27",
+                "--regions",
+                regions,
+                "--environment",
+                &environment,
+            ],
         );
-        out.trim().to_string()
+        let id = out.trim().to_string();
+        super::deployments::wait_started(operator, &id);
+        id
     }
 
     /// `ctrl cluster check -o json`, asserted to pass.

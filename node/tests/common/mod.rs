@@ -1,12 +1,14 @@
 //! Helpers for tests that run `ctrl` as a real process: certificates,
 //! config files, a node process whose readiness is read from its output,
-//! and CLI calls.
+//! CLI calls, and waiting for the deploy workflow to start a deployment.
 
 #![allow(dead_code)]
 
 pub(crate) mod cli;
 pub(crate) mod cluster;
+pub(crate) mod deployments;
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -31,6 +33,8 @@ pub(crate) fn free_udp_addr() -> SocketAddr {
 pub(crate) struct Site {
     pub dir: tempfile::TempDir,
     pub addr: SocketAddr,
+    /// Deploys made by [`Site::deploy`], which names their environments.
+    deploys: Cell<u64>,
 }
 
 impl Site {
@@ -49,7 +53,11 @@ impl Site {
             String::from_utf8_lossy(&out.stderr)
         );
         let addr = free_udp_addr();
-        let site = Site { dir, addr };
+        let site = Site {
+            dir,
+            addr,
+            deploys: Cell::new(0),
+        };
         std::fs::write(
             site.node_config(),
             node_toml(&site.data_dir(), addr, &certs),
@@ -112,10 +120,15 @@ impl Site {
         }
     }
 
-    /// `ctrl deploy` (its regions registered first), returning the
-    /// deployment id.
+    /// `ctrl deploy` (its regions registered first) in an environment of
+    /// its own (`env-1`, `env-2`, … in call order, so no deploy supersedes
+    /// another), then waits until the workflow started it; returns the
+    /// deployment id. Started, each deploy has written three change rows
+    /// per region: its topology, its environment's sentinel, its policy.
     pub(crate) fn deploy(&self, regions: &str, replicas: u32) -> String {
         self.add_regions(regions);
+        self.deploys.set(self.deploys.get() + 1);
+        let environment = format!("env-{}", self.deploys.get());
         let out = self.ctrl(&[
             "deploy",
             "--image",
@@ -124,13 +137,17 @@ impl Site {
             regions,
             "--replicas",
             &replicas.to_string(),
+            "--environment",
+            &environment,
         ]);
         assert!(
             out.status.success(),
             "deploy failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
+        let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        deployments::wait_started(&self.operator_config(), &id);
+        id
     }
 
     /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
