@@ -274,8 +274,10 @@ fn decide_in_flight(
         if now_ms >= fires_at_ms {
             return Ok(DeployAction::Fail {
                 reason: format!(
-                    "every instance in {region} failed for {} s; {}",
-                    workflow.fail_fast_ms / 1_000,
+                    "every instance in {region} failed for {}; {}",
+                    humantime::format_duration(std::time::Duration::from_millis(
+                        workflow.fail_fast_ms
+                    )),
                     describe(deployment, &regions)
                 ),
             });

@@ -1,0 +1,309 @@
+//! The deploy workflow on a site (ctrl, two simulated clusters, a krane
+//! each — what the sandbox runs), through the operator's own tools:
+//!
+//! - an image the clusters cannot start: `ctrl deploy --wait` exits 1
+//!   within the fail-fast time with the reason, the deployment is
+//!   `failed`, its objects are gone from both clusters and the
+//!   environment's live deployment is unchanged;
+//! - rollback: v1 live, v2 live (v1 still running in its grace period),
+//!   rollback → v1 live again at once (it runs: no new rollout) with its
+//!   objects running; rollback to a failed deployment, or to the live one,
+//!   refused;
+//! - two first deploys of a new environment at once: one sentinel per
+//!   region.
+
+use std::time::Duration;
+
+use config::NodeConfig;
+use integration::fleet::{Fleet, FleetConfig, Region};
+use integration::kit::operator::Operator;
+use integration::kit::wait::bounded;
+use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
+use k8s_sim::{View, pod_ready};
+use node::client::ClientError;
+use tokio::time::Instant;
+use wire::ErrorCode;
+use wire::model::{DeploymentStatus, Resource};
+use wire::operator::{CreateDeployment, DeploymentView};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on one wait for a condition.
+const WAIT: Duration = Duration::from_secs(30);
+const READY_TIMEOUT_S: u64 = 30;
+const REGIONS: [&str; 2] = ["us-east", "eu-west"];
+const NAMESPACE: &str = "krane";
+/// An image the simulated clusters never start (`ImagePullBackOff`).
+const BROKEN_IMAGE: &str = "registry.invalid/broken:1";
+/// The fail-fast time of these sites: short, so the test is quick.
+const FAIL_FAST_MS: u64 = 1_500;
+/// Slack on top of the fail-fast time for `ctrl deploy --wait` to exit:
+/// pods failing, the reports, the decision, the answer.
+const FAIL_FAST_SLACK: Duration = Duration::from_secs(10);
+/// The CLI's exit code for a failed, cancelled or superseded deploy.
+const EXIT_FAILED: i32 = 1;
+
+fn configure(config: &mut NodeConfig) {
+    config.deploy.fail_fast_ms = FAIL_FAST_MS;
+    // The node has just become leader: deadlines may fire soon after.
+    config.deploy.leader_grace_ms = 100;
+}
+
+async fn site(dir: &tempfile::TempDir) -> Fleet {
+    let mut config = FleetConfig::new(dir.path(), REGIONS.map(String::from).to_vec());
+    config.failing_images = vec![BROKEN_IMAGE.into()];
+    config.reconnect_backoff_min_ms = 50;
+    config.reconnect_backoff_max_ms = 200;
+    config.configure_node = configure;
+    Fleet::start(config).await.expect("the site starts")
+}
+
+/// A deployment of `image` to both regions in `environment`, as
+/// `ctrl deploy` makes it by default (workspace and project).
+fn deployment(environment: &str, image: &str) -> CreateDeployment {
+    integration::requests::deployment(REGIONS)
+        .owner("ws_default", "proj_default", environment)
+        .image(image)
+        .replicas(2)
+        .build()
+}
+
+async fn ready(operator: &Operator, id: &str) -> DeploymentView {
+    operator
+        .ready(id, READY_TIMEOUT_S)
+        .await
+        .unwrap_or_else(|e| panic!("{id} not ready: {e}"))
+}
+
+async fn live(operator: &Operator, environment: &str) -> Option<String> {
+    operator
+        .environment(environment)
+        .await
+        .expect("read the environment")
+        .live_deployment_id
+}
+
+fn k8s_name(id: &str) -> String {
+    id.replacen("dep_", "dep-", 1)
+}
+
+fn selector(id: &str) -> String {
+    format!("unkey.com/deployment.id={id}")
+}
+
+fn running(view: &View<'_>, id: &str) -> bool {
+    let name = k8s_name(id);
+    view.get(&SERVICES, NAMESPACE, &name).is_some()
+        && view.get(&STATEFUL_SETS, NAMESPACE, &name).is_some()
+        && view
+            .pods(NAMESPACE, &selector(id))
+            .iter()
+            .filter(|p| pod_ready(p))
+            .count()
+            == 2
+}
+
+fn gone(view: &View<'_>, id: &str) -> bool {
+    let name = k8s_name(id);
+    view.get(&SERVICES, NAMESPACE, &name).is_none()
+        && view.get(&STATEFUL_SETS, NAMESPACE, &name).is_none()
+        && view.pods(NAMESPACE, &selector(id)).is_empty()
+}
+
+async fn wait_objects(region: &Region, what: &str, check: impl Fn(&View<'_>) -> bool) {
+    region
+        .sim
+        .wait_until(WAIT, check)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {what}: {e:?}", region.name));
+}
+
+/// The code of the node's refusal in `error`.
+fn refusal(error: &anyhow::Error) -> Option<ErrorCode> {
+    match error.downcast_ref::<ClientError>() {
+        Some(ClientError::Server(e)) => Some(e.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_image_fails_fast_cleans_up_and_keeps_the_live_deployment() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = site(&dir).await;
+        let operator = fleet.operator().unwrap();
+        let env = "env-fail-fast";
+        let (v1, _) = operator
+            .deploy(deployment(env, "nginx:1.27"))
+            .await
+            .unwrap();
+        ready(&operator, &v1).await;
+        assert_eq!(live(&operator, env).await.as_deref(), Some(v1.as_str()));
+
+        // The operator's own command, as the README runs it.
+        let ctrl = integration::kit::ctrl::with_config(&fleet.operator_path)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let out = ctrl
+            .run(&[
+                "deploy",
+                "--image",
+                BROKEN_IMAGE,
+                "--regions",
+                &REGIONS.join(","),
+                "--replicas",
+                "2",
+                "--environment",
+                env,
+                "--wait",
+                "--timeout-s",
+                "60",
+            ])
+            .await
+            .unwrap();
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!(
+            "deploy --wait of a failing image exited {:?} after {took:?}:\n{stdout}\n{stderr}",
+            out.status
+        );
+        assert_eq!(out.status.code(), Some(EXIT_FAILED), "{stdout}\n{stderr}");
+        assert!(
+            took < Duration::from_millis(FAIL_FAST_MS) + FAIL_FAST_SLACK,
+            "exited after {took:?}"
+        );
+        assert!(stderr.contains("failed"), "{stderr}");
+        assert!(
+            stderr.contains("ImagePullBackOff"),
+            "the pods' state: {stderr}"
+        );
+        let broken = stdout
+            .lines()
+            .next()
+            .expect("the id first")
+            .trim()
+            .to_string();
+
+        let view = operator.deployment(&broken).await.unwrap();
+        assert_eq!(view.deployment.status, DeploymentStatus::Failed);
+        let reason = view.deployment.workflow.reason.clone().unwrap_or_default();
+        assert!(
+            REGIONS.iter().any(|r| reason.contains(r)),
+            "the reason names a failing region: {reason}"
+        );
+        // The step that failed records when and why.
+        let failed_step = view.deployment.workflow.steps.last().expect("steps");
+        assert_eq!(failed_step.step, DeploymentStatus::Deploying);
+        assert!(failed_step.ended_at_ms.is_some());
+        assert_eq!(failed_step.error.as_deref(), Some(reason.as_str()));
+        for region in &fleet.regions {
+            wait_objects(region, "the failed deployment's objects removed", |v| {
+                gone(v, &broken)
+            })
+            .await;
+            // The live deployment runs on.
+            wait_objects(region, "v1 running", |v| running(v, &v1)).await;
+        }
+        assert_eq!(live(&operator, env).await.as_deref(), Some(v1.as_str()));
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_makes_the_previous_deployment_live_again() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = site(&dir).await;
+        let operator = fleet.operator().unwrap();
+        let env = "env-rollback";
+        let (v1, _) = operator
+            .deploy(deployment(env, "nginx:1.27"))
+            .await
+            .unwrap();
+        ready(&operator, &v1).await;
+        let (v2, _) = operator
+            .deploy(deployment(env, "nginx:1.28"))
+            .await
+            .unwrap();
+        ready(&operator, &v2).await;
+        assert_eq!(live(&operator, env).await.as_deref(), Some(v2.as_str()));
+        // v1 keeps running through its grace period: a rollback is instant.
+        for region in &fleet.regions {
+            wait_objects(region, "v1 and v2 running", |v| {
+                running(v, &v1) && running(v, &v2)
+            })
+            .await;
+        }
+
+        // Still running, v1 goes straight to finalizing: the workflow's
+        // next round makes it live.
+        let back = operator.rollback(env, None).await.unwrap();
+        assert_eq!(back.id, v1);
+        assert_eq!(back.status, DeploymentStatus::Finalizing);
+        operator
+            .wait_deployment(&v1, Instant::now() + WAIT, "ready again", |view| {
+                view.deployment.status == DeploymentStatus::Ready
+            })
+            .await
+            .unwrap();
+        assert_eq!(live(&operator, env).await.as_deref(), Some(v1.as_str()));
+        for region in &fleet.regions {
+            wait_objects(region, "v1 running after the rollback", |v| running(v, &v1)).await;
+        }
+
+        // Refused: the live deployment itself, and a failed one.
+        let e = operator.rollback(env, Some(&v1)).await.unwrap_err();
+        assert_eq!(refusal(&e), Some(ErrorCode::FailedPrecondition), "{e:#}");
+        let (broken, _) = operator
+            .deploy(deployment(env, BROKEN_IMAGE))
+            .await
+            .unwrap();
+        operator
+            .wait_deployment(&broken, Instant::now() + WAIT, "failure", |view| {
+                view.deployment.status == DeploymentStatus::Failed
+            })
+            .await
+            .unwrap();
+        let e = operator.rollback(env, Some(&broken)).await.unwrap_err();
+        assert_eq!(refusal(&e), Some(ErrorCode::FailedPrecondition), "{e:#}");
+        assert!(format!("{e:#}").contains(&broken), "names it: {e:#}");
+        assert_eq!(live(&operator, env).await.as_deref(), Some(v1.as_str()));
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_first_deploys_at_once_make_one_sentinel_per_region() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = site(&dir).await;
+        let operator = fleet.operator().unwrap();
+        let env = "env-new";
+        let (a, b) = tokio::join!(
+            operator.create(deployment(env, "nginx:1.27")),
+            operator.create(deployment(env, "nginx:1.28")),
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        operator.started(&a).await.unwrap();
+        operator.started(&b).await.unwrap();
+        let view = fleet.node().state.store.read().unwrap();
+        for region in REGIONS {
+            let sentinels: Vec<String> = view
+                .region_resources(region, None, 1_000)
+                .unwrap()
+                .into_iter()
+                .filter_map(|r| match r {
+                    Resource::Sentinel(s) if s.environment_id == env => Some(s.id),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sentinels.len(), 1, "{region}: {sentinels:?}");
+        }
+        drop(view);
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
