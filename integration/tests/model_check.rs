@@ -53,7 +53,7 @@ use rand::rngs::StdRng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wire::Pk;
-use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceKey, ResourceType};
+use wire::model::{DesiredState, Resource, ResourceKey, ResourceType};
 use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
 
 /// Cases per run unless `MODEL_CHECK_CASES` says otherwise.
