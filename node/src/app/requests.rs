@@ -67,7 +67,7 @@ pub async fn apply<S: Propose + ReadState>(
                 .await
                 .map(OperatorResponse::Updated)
         }
-        OperatorRequest::ApplySentinel(apply) => sentinels::apply(state, clock, apply)
+        OperatorRequest::ApplySentinel(apply) => sentinels::apply(state, apply)
             .await
             .map(|sentinel_id| OperatorResponse::SentinelApplied { sentinel_id }),
         OperatorRequest::StopSentinel { id } => sentinels::stop(state, &id)

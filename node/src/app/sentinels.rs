@@ -10,7 +10,6 @@ use wire::model::{DesiredState, Sentinel};
 use wire::operator::{ApplySentinel, SentinelView};
 
 use super::{Propose, ReadState, internal, not_found, recorded};
-use crate::clock::{Clock, prefixed_id};
 
 /// Size of a new sentinel when the request leaves it open.
 pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
@@ -27,7 +26,6 @@ pub const REGION_SCAN_MAX: usize = 100_000;
 /// of a new one is minted here, before proposing.
 pub async fn apply<S: Propose + ReadState>(
     state: &S,
-    clock: &dyn Clock,
     apply: ApplySentinel,
 ) -> Result<String, WireError> {
     apply.validate()?;
@@ -38,7 +36,7 @@ pub async fn apply<S: Propose + ReadState>(
             .into_iter()
             .find(|s| s.environment_id == apply.environment_id)
     };
-    let sentinel = merge(existing, apply, clock);
+    let sentinel = merge(existing, apply);
     let sentinel_id = sentinel.id.clone();
     recorded(state, Mutation::UpsertSentinel(sentinel)).await?;
     Ok(sentinel_id)
@@ -47,9 +45,12 @@ pub async fn apply<S: Propose + ReadState>(
 /// The sentinel an apply asks for: the request's fields over `existing`
 /// (or over the defaults, with a fresh id), running. Version and
 /// timestamps are left to apply.
-pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel, clock: &dyn Clock) -> Sentinel {
+pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel) -> Sentinel {
     let base = existing.unwrap_or_else(|| {
-        let id = prefixed_id("snt_", clock);
+        // The id a deploy gives the environment's sentinel too: an apply
+        // and a deploy's start racing for a new environment write one
+        // sentinel, not two.
+        let id = crate::workflow::deploy::sentinel_id(&apply.environment_id, &apply.region);
         Sentinel {
             k8s_name: wire::k8s_name::sentinel(&id),
             k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
@@ -121,7 +122,7 @@ mod tests {
     use wire::model::{Health, SentinelStatus};
 
     use super::*;
-    use crate::app::testing::{FixedClock, MemoryNode};
+    use crate::app::testing::MemoryNode;
 
     fn request(environment_id: &str, region: &str, replicas: Option<u32>) -> ApplySentinel {
         ApplySentinel {
@@ -143,9 +144,12 @@ mod tests {
 
     #[test]
     fn a_new_sentinel_gets_an_id_a_name_and_defaults() {
-        let s = merge(None, request("env_1", "us-east", None), &FixedClock);
-        assert_eq!(s.id, "snt_00000000070000000000000000");
-        assert_eq!(s.k8s_name, "snt-00000000070000000000000000");
+        let s = merge(None, request("env_1", "us-east", None));
+        // The id a deploy would give it: one per environment and region.
+        let id = crate::workflow::deploy::sentinel_id("env_1", "us-east");
+        assert_eq!(s.id, id);
+        assert_eq!(s.k8s_name, id.replacen('_', "-", 1));
+        assert_eq!(s.k8s_name.len(), "snt-".len() + 26);
         assert_eq!(s.k8s_namespace, "sentinel");
         assert_eq!(s.workspace_id, "ws_1");
         assert_eq!(s.project_id, "proj_1");
@@ -161,18 +165,14 @@ mod tests {
 
     #[test]
     fn an_apply_keeps_the_id_and_the_fields_it_leaves_open() {
-        let mut existing = merge(None, request("env_1", "us-east", Some(3)), &FixedClock);
+        let mut existing = merge(None, request("env_1", "us-east", Some(3)));
         existing.id = "snt_old".into();
         existing.k8s_name = "snt-old".into();
         existing.cpu_millicores = 300;
         existing.desired_state = DesiredState::Stopped;
         existing.version = 9;
         existing.created_at_ms = 5;
-        let s = merge(
-            Some(existing),
-            request("env_1", "us-east", None),
-            &FixedClock,
-        );
+        let s = merge(Some(existing), request("env_1", "us-east", None));
         assert_eq!(s.id, "snt_old");
         assert_eq!(s.k8s_name, "snt-old");
         assert_eq!(s.replicas, 3);
@@ -185,7 +185,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_apply_creates_and_the_next_finds_and_updates() {
         let node = MemoryNode::new();
-        let id = apply(&node, node.clock(), request("env_1", "us-east", Some(3)))
+        let id = apply(&node, request("env_1", "us-east", Some(3)))
             .await
             .unwrap();
         let first = sentinel(&node, &id);
@@ -194,7 +194,7 @@ mod tests {
 
         let mut again = request("env_1", "us-east", None);
         again.image = "sentinel:3".into();
-        let same = apply(&node, node.clock(), again).await.unwrap();
+        let same = apply(&node, again).await.unwrap();
         assert_eq!(same, id, "found, not created");
         let updated = sentinel(&node, &id);
         assert_eq!(updated.image, "sentinel:3");
@@ -211,20 +211,19 @@ mod tests {
     #[tokio::test]
     async fn another_environment_or_region_gets_a_sentinel_of_its_own() {
         let node = MemoryNode::new();
-        let clock = node.clock();
-        let a = apply(&node, clock, request("env_1", "us-east", None))
+        let a = apply(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
-        let b = apply(&node, clock, request("env_2", "us-east", None))
+        let b = apply(&node, request("env_2", "us-east", None))
             .await
             .unwrap();
-        let c = apply(&node, clock, request("env_1", "eu-west", None))
+        let c = apply(&node, request("env_1", "eu-west", None))
             .await
             .unwrap();
         assert!(a != b && b != c && a != c, "{a} {b} {c}");
         assert_eq!(sentinel(&node, &c).region, "eu-west");
         // The environment's sentinel in each region is found again.
-        let again = apply(&node, clock, request("env_1", "eu-west", None))
+        let again = apply(&node, request("env_1", "eu-west", None))
             .await
             .unwrap();
         assert_eq!(again, c);
@@ -233,7 +232,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_is_recorded_once_and_an_apply_restarts() {
         let node = MemoryNode::new();
-        let id = apply(&node, node.clock(), request("env_1", "us-east", None))
+        let id = apply(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         stop(&node, &id).await.unwrap();
@@ -245,7 +244,7 @@ mod tests {
             proposals,
             "already stopped: nothing proposed"
         );
-        apply(&node, node.clock(), request("env_1", "us-east", None))
+        apply(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         assert_eq!(sentinel(&node, &id).desired_state, DesiredState::Running);
@@ -254,7 +253,7 @@ mod tests {
     #[tokio::test]
     async fn get_shows_the_reported_status_and_unknown_ids_are_not_found() {
         let node = MemoryNode::new();
-        let id = apply(&node, node.clock(), request("env_1", "us-east", None))
+        let id = apply(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         assert_eq!(get(&node, &id).unwrap().status, None);

@@ -16,20 +16,8 @@ use wire::operator::CreateDeployment;
 use super::{Propose, ReadState, internal};
 use crate::clock::Clock;
 
-/// The time of [`FixedClock`] and of [`MemoryNode`]'s clock.
+/// The time of [`MemoryNode`]'s clock.
 pub(crate) const NOW_MS: u64 = 7;
-
-/// Always [`NOW_MS`], and randomness 0.
-pub(crate) struct FixedClock;
-
-impl Clock for FixedClock {
-    fn now_ms(&self) -> u64 {
-        NOW_MS
-    }
-    fn random_u64(&self) -> u64 {
-        0
-    }
-}
 
 /// Always [`NOW_MS`]; randomness counts up from 1.
 #[derive(Default)]

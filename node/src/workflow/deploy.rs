@@ -318,10 +318,28 @@ fn start(deployment: &Deployment, observed: &Observed, settings: &DeploySettings
     }
 }
 
+/// Hex digits of the SHA-256 of (environment, region) in a sentinel id.
+pub const SENTINEL_ID_HEX_DIGITS: usize = 26;
+
+/// The id of environment `environment_id`'s sentinel in `region`, whoever
+/// creates it first (a deploy or `ctrl sentinel apply`): `snt_` and the
+/// start of the SHA-256 of both, so it is the same every time, unique per
+/// environment and region, and a short DNS label once prefixed.
+pub fn sentinel_id(environment_id: &str, region: &str) -> String {
+    let mut input = Vec::with_capacity(environment_id.len() + 1 + region.len());
+    input.extend_from_slice(environment_id.as_bytes());
+    input.push(0);
+    input.extend_from_slice(region.as_bytes());
+    let digest = ring::digest::digest(&ring::digest::SHA256, &input);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("snt_{}", &hex[..SENTINEL_ID_HEX_DIGITS])
+}
+
 /// The sentinel a deploy creates for its environment in `region`: its id
-/// derived from the environment, so every decision proposes the same one.
+/// derived from both ([`sentinel_id`]), so every decision proposes the
+/// same one.
 fn new_sentinel(deployment: &Deployment, region: &str, settings: &DeploySettings) -> Sentinel {
-    let id = format!("snt_{}", deployment.environment_id);
+    let id = sentinel_id(&deployment.environment_id, region);
     let production = deployment.environment_id.contains("prod");
     Sentinel {
         k8s_name: wire::k8s_name::sentinel(&id),
@@ -548,8 +566,9 @@ mod tests {
         assert!(
             sentinels
                 .iter()
-                .all(|s| s.id == "snt_env_prod" && s.replicas == 3)
+                .all(|s| s.id == sentinel_id("env_prod", &s.region) && s.replicas == 3)
         );
+        assert_ne!(sentinels[0].id, sentinels[1].id, "an id per region");
         assert_eq!(policies.len(), 2);
         let Mutation::Deploy(t) = &decision.proposals[0] else {
             unreachable!()
