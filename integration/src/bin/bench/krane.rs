@@ -2,31 +2,35 @@
 //! per region, a Kubernetes API simulator with its in-process krane.
 //!
 //! - `deploy-to-ready`: from the deploy request to the deployment's status
-//!   `ready` at ctrl (krane applied the objects, the simulator started the
-//!   pods, krane reported them, ctrl counted them), with the time until the
-//!   pods ran in every cluster as an intermediate figure.
+//!   `ready` at ctrl, through the deploy workflow (its start, krane
+//!   applying the objects, the simulator starting the pods, krane reporting
+//!   them, the ready rule, the sentinel's health, making it live), followed
+//!   by the long poll `ctrl deploy --wait` uses; with the time until the
+//!   pods ran in every cluster, the time from there to ready, and each
+//!   step's duration from the deployment's step records.
+//! - `deploy-many`: deploys to as many environments at once: deploys per
+//!   second through to ready, and the CPU they cost.
 //! - `krane-restart`: krane stopped and started with many applied
 //!   resources: from the start to watching again at the stored cursor;
 //!   then a full sync of the unchanged region, counting the Kubernetes
 //!   writes it makes (none expected).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use futures::StreamExt;
 use integration::fleet::{Fleet, FleetConfig};
 use integration::stats::Summary;
 use k8s_sim::pod_ready;
 use node::client::Client;
-use wire::model::DeploymentStatus;
 use wire::operator::{OperatorRequest, OperatorResponse};
 
 use crate::print_summary;
 
 /// Bound on one deployment becoming ready, or krane converging.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(120);
-/// How often ctrl is asked for the deployment's status (the operator
-/// protocol has no streaming status yet; this bounds the resolution).
-const STATUS_POLL: Duration = Duration::from_millis(2);
 const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 
 fn create(regions: &[&str], replicas: u32) -> OperatorRequest {
@@ -40,16 +44,6 @@ async fn deploy(client: &Client, regions: &[&str], replicas: u32) -> Result<Stri
     }
 }
 
-async fn status(client: &Client, id: &str) -> Result<DeploymentStatus> {
-    match client
-        .call(&OperatorRequest::GetDeployment { id: id.into() })
-        .await?
-    {
-        OperatorResponse::Deployment(view) => Ok(view.deployment.status),
-        other => bail!("unexpected answer to get: {other:?}"),
-    }
-}
-
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Result<Fleet> {
     let config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
     Fleet::start(config).await
@@ -58,15 +52,33 @@ async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Result<Fleet> {
 pub(crate) async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let fleet = fleet(&dir, &REGIONS).await?;
-    let client = fleet.client()?;
+    let client = Arc::new(fleet.client()?);
     for region in &fleet.regions {
         region.wait_krane(CONVERGE_TIMEOUT, |s| s.watching).await?;
     }
     let mut to_pods = Vec::with_capacity(count);
     let mut to_ready = Vec::with_capacity(count);
+    let mut after_pods = Vec::with_capacity(count);
+    // Per workflow step, from its record: how long each took.
+    let mut steps: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
+    // The deploys follow each other in one environment, as new versions
+    // do: the first also creates the environment's sentinels.
     for _ in 0..count {
         let sent = Instant::now();
         let id = deploy(&client, &REGIONS, replicas).await?;
+        let waiting = {
+            let (client, id) = (client.clone(), id.clone());
+            tokio::spawn(async move {
+                node::wait::until_ready(
+                    &client,
+                    &id,
+                    CONVERGE_TIMEOUT.as_secs(),
+                    indicatif::ProgressDrawTarget::hidden(),
+                )
+                .await
+                .map(|view| (view, Instant::now()))
+            })
+        };
         let selector = format!("unkey.com/deployment.id={id}");
         for region in &fleet.regions {
             region
@@ -81,27 +93,95 @@ pub(crate) async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: pods not running: {e:?}", region.name))?;
         }
-        to_pods.push(sent.elapsed());
-        let deadline = sent + CONVERGE_TIMEOUT;
-        loop {
-            match status(&client, &id).await? {
-                DeploymentStatus::Ready => break,
-                DeploymentStatus::Deploying => {}
-                other => bail!("{id} ended {other:?}"),
+        let pods_at = Instant::now();
+        to_pods.push(pods_at - sent);
+        let (view, ready_at) = waiting
+            .await
+            .context("the wait panicked")?
+            .with_context(|| format!("{id} not ready"))?;
+        to_ready.push(ready_at - sent);
+        after_pods.push(ready_at.saturating_duration_since(pods_at));
+        for step in &view.deployment.workflow.steps {
+            if let Some(ended_at_ms) = step.ended_at_ms {
+                let took = Duration::from_millis(ended_at_ms.saturating_sub(step.started_at_ms));
+                steps.entry(step.step.as_str()).or_default().push(took);
             }
-            ensure!(Instant::now() < deadline, "{id} not ready in time");
-            tokio::time::sleep(STATUS_POLL).await;
         }
-        to_ready.push(sent.elapsed());
     }
     let extra = serde_json::json!({ "regions": REGIONS.len(), "replicas": replicas });
     for (figure, samples) in [
         ("request_to_pods_running", &mut to_pods),
         ("request_to_ready", &mut to_ready),
+        ("pods_running_to_ready", &mut after_pods),
     ] {
         let s = Summary::of(samples).context("no samples")?;
         print_summary("deploy-to-ready", figure, &s, extra.clone());
     }
+    // Step records have millisecond resolution.
+    for (step, samples) in &mut steps {
+        let s = Summary::of(samples).context("no samples")?;
+        print_summary(
+            "deploy-to-ready",
+            &format!("step_{step}"),
+            &s,
+            extra.clone(),
+        );
+    }
+    fleet.shutdown().await
+}
+
+/// Deploys started at once, at most this many requests in flight.
+const DEPLOY_MANY_IN_FLIGHT: usize = 64;
+
+/// `count` deploys to `count` environments at once (two regions, one
+/// replica each): deploys per second from the first request to the last
+/// deployment ready, and this process's CPU (ctrl, both simulators and
+/// both kranes run in it: an upper bound on the leader's).
+pub(crate) async fn deploy_many(count: usize) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let fleet = fleet(&dir, &REGIONS).await?;
+    let client = Arc::new(fleet.client()?);
+    for region in &fleet.regions {
+        region.wait_krane(CONVERGE_TIMEOUT, |s| s.watching).await?;
+    }
+    let cpu_before = crate::common::cpu_seconds(None)?;
+    let started = Instant::now();
+    let ready: Vec<Result<Duration>> = futures::stream::iter(0..count)
+        .map(|n| {
+            let client = client.clone();
+            async move {
+                let request = integration::requests::deployment(REGIONS)
+                    .environment(format!("env-many-{n}"))
+                    .request();
+                let id = match client.call(&request).await? {
+                    OperatorResponse::Created { deployment_id } => deployment_id,
+                    other => bail!("unexpected answer to create: {other:?}"),
+                };
+                node::wait::until_ready(
+                    &client,
+                    &id,
+                    CONVERGE_TIMEOUT.as_secs(),
+                    indicatif::ProgressDrawTarget::hidden(),
+                )
+                .await
+                .with_context(|| format!("{id} not ready"))?;
+                Ok(started.elapsed())
+            }
+        })
+        .buffer_unordered(DEPLOY_MANY_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut to_ready = ready.into_iter().collect::<Result<Vec<_>>>()?;
+    let elapsed = started.elapsed();
+    let cpu = crate::common::cpu_seconds(None)? - cpu_before;
+    let s = Summary::of(&mut to_ready).context("no samples")?;
+    let extra = serde_json::json!({
+        "regions": REGIONS.len(),
+        "deploys": count,
+        "deploys_per_s": count as f64 / elapsed.as_secs_f64(),
+        "process_cpu_s_per_s": cpu / elapsed.as_secs_f64(),
+    });
+    print_summary("deploy-many", "start_to_ready", &s, extra);
     fleet.shutdown().await
 }
 

@@ -95,9 +95,13 @@ enum Scenario {
     /// Latency from a deploy's acknowledgement (and from its request) to
     /// the change event at a watcher of the region, one node, fsync on.
     DeployToWatch,
-    /// Time from a deploy request to the deployment being ready: two
-    /// regions, each a simulator (pods start at once) with its krane.
+    /// Time from a deploy request to the deployment being ready, through
+    /// the deploy workflow: two regions, each a simulator (pods start at
+    /// once) with its krane.
     DeployToReady,
+    /// `--count` deploys (default 1,000) to as many environments at once,
+    /// two regions: deploys/s through to ready, and the CPU.
+    DeployMany,
     /// krane's warm restart with `--resources` applied deployments: from
     /// start to watching again at the stored cursor (no full sync).
     KraneRestart,
@@ -138,6 +142,7 @@ async fn main() -> Result<()> {
         Scenario::DeployToReady => {
             krane::deploy_to_ready(args.count.unwrap_or(20), args.replicas).await
         }
+        Scenario::DeployMany => krane::deploy_many(args.count.unwrap_or(1_000)).await,
         Scenario::KraneRestart => {
             krane::restart(args.count.unwrap_or(5), args.resources.unwrap_or(1_000)).await
         }
