@@ -101,8 +101,10 @@ pub struct AgentConfig {
     /// Instance reports per request.
     #[serde(default = "default_report_batch_max")]
     pub report_batch_max: usize,
-    /// How long pod changes are gathered before they are reported: a burst
-    /// of pod events becomes one report per deployment.
+    /// Shortest time between two status reports, in milliseconds: a change
+    /// after a quiet spell is reported at once (within a couple of
+    /// milliseconds, gathering its burst), the changes that follow a report
+    /// are gathered until this long after it, one report per deployment.
     #[serde(default = "default_report_delay_ms")]
     pub report_delay_ms: u64,
     /// Most resources applied to Kubernetes at the same time (one

@@ -51,6 +51,9 @@ use tracker::{Sizes, Tracker};
 pub const REPORT_RETRY_MIN_MS: u64 = 1_000;
 /// Longest wait before retrying reports, in milliseconds.
 pub const REPORT_RETRY_MAX_MS: u64 = 5_000;
+/// How long a change after a quiet spell waits for the events of the same
+/// burst (the other pods of a rollout) before it is reported.
+pub const REPORT_GATHER_MS: u64 = 2;
 /// Capacity of the controller → reporter notice queue.
 pub const NOTICE_QUEUE_MAX: usize = 1_024;
 /// Most namespaces whose pods are watched.
@@ -88,8 +91,10 @@ pub struct ReporterSetup {
     pub known: Vec<(String, Sizes)>,
     /// Most deployment reports sent per flush.
     pub batch_max: usize,
-    /// Time from the first unreported change to the report, gathering the
-    /// changes that follow (the config's `report_delay_ms`).
+    /// Shortest time between two reports (the config's
+    /// `report_delay_ms`): a change after a quiet spell is reported after
+    /// [`REPORT_GATHER_MS`]; the changes that follow are gathered until
+    /// this long after the last report.
     pub delay: Duration,
     /// Time of the reports.
     pub clock: Clock,
@@ -189,6 +194,7 @@ impl Reporter {
     /// Reports until the controller's notice queue closes.
     pub async fn run(mut self) {
         let mut flush_at: Option<Instant> = None;
+        let mut last_flush: Option<Instant> = None;
         loop {
             tokio::select! {
                 Some((namespace, event)) = self.streams.next() => match event {
@@ -210,13 +216,14 @@ impl Reporter {
                     None => return,
                 },
                 _ = sleep_until(flush_at), if flush_at.is_some() => {
+                    last_flush = Some(Instant::now());
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
             let fresh =
                 (self.tracker.is_dirty() && self.tracker.is_listed()) || self.sentinels.is_dirty();
             if flush_at.is_none() && (fresh || self.outbox_pending) {
-                flush_at = Some(Instant::now() + self.delay);
+                flush_at = Some(next_flush(Instant::now(), last_flush, self.delay));
             }
         }
     }
@@ -333,5 +340,35 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// When to report changes noticed at `now`: after [`REPORT_GATHER_MS`],
+/// and not sooner than `delay` after the last report (`last`), so a quiet
+/// reporter answers at once and a busy one reports every `delay`.
+fn next_flush(now: Instant, last: Option<Instant>, delay: Duration) -> Instant {
+    let gathered = now + Duration::from_millis(REPORT_GATHER_MS);
+    match last {
+        Some(last) => gathered.max(last + delay),
+        None => gathered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_reporter_reports_at_once_and_a_busy_one_every_delay() {
+        let now = Instant::now();
+        let delay = Duration::from_millis(20);
+        let gather = Duration::from_millis(REPORT_GATHER_MS);
+        // Nothing reported yet, or long ago: just the gather.
+        assert_eq!(next_flush(now, None, delay), now + gather);
+        let long_ago = now.checked_sub(Duration::from_secs(1)).unwrap();
+        assert_eq!(next_flush(now, Some(long_ago), delay), now + gather);
+        // Reported 5 ms ago: the next report 20 ms after that one.
+        let recent = now.checked_sub(Duration::from_millis(5)).unwrap();
+        assert_eq!(next_flush(now, Some(recent), delay), recent + delay);
     }
 }
