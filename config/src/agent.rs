@@ -40,7 +40,7 @@ pub const DEFAULT_FULL_RESYNC_INTERVAL_MS: u64 = 300_000;
 /// Default [`AgentConfig::report_batch_max`].
 pub const DEFAULT_REPORT_BATCH_MAX: usize = 256;
 /// Default [`AgentConfig::report_delay_ms`].
-pub const DEFAULT_REPORT_DELAY_MS: u64 = 20;
+pub const DEFAULT_REPORT_DELAY_MS: u64 = 5;
 /// Bounds of [`AgentConfig::report_delay_ms`].
 pub const REPORT_DELAY_MS_RANGE: RangeInclusive<u64> = 0..=10_000;
 /// Bounds of [`AgentConfig::report_batch_max`].
