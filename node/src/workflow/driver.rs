@@ -31,6 +31,12 @@ pub const IDLE_WAIT_MS: u64 = 60_000;
 /// Shortest wait after a round that proposed nothing that changed the
 /// state, so a wake time in the past cannot make the driver spin.
 pub const ROUND_WAIT_MIN_MS: u64 = 10;
+/// Most encoded bytes of the mutations of one proposed command: well
+/// within a Raft append-entries frame (`wire::frame::FRAME_BYTES_MAX`)
+/// and the write batcher's own limit.
+pub const PROPOSAL_BYTES_MAX: usize = 64 * 1024;
+/// Most mutations in one proposed command.
+pub const PROPOSAL_MUTATIONS_MAX: usize = 256;
 
 /// What one round did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,9 +116,45 @@ fn decide(
     Ok(decision)
 }
 
-/// Proposes `mutations` as one command; whether any of them changed the
-/// state (a refused guard or a rejected mutation changes nothing).
+/// Proposes `mutations`, in commands of at most [`PROPOSAL_BYTES_MAX`]
+/// encoded bytes and [`PROPOSAL_MUTATIONS_MAX`] mutations (a round of a
+/// thousand starts is many commands, each replicable in a frame), one after
+/// the other; whether any of them changed the state (a refused guard or a
+/// rejected mutation changes nothing).
 async fn propose(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
+    let mut progressed = false;
+    for command in commands(mutations) {
+        progressed |= propose_command(node, command).await;
+    }
+    progressed
+}
+
+/// `mutations` cut into commands, in order: each holds at least one
+/// mutation, and more while it stays within [`PROPOSAL_BYTES_MAX`] and
+/// [`PROPOSAL_MUTATIONS_MAX`].
+pub fn commands(mutations: Vec<Mutation>) -> Vec<Vec<Mutation>> {
+    let mut commands: Vec<Vec<Mutation>> = Vec::new();
+    let mut bytes = 0;
+    for mutation in mutations {
+        let size = postcard::experimental::serialized_size(&mutation).unwrap_or(PROPOSAL_BYTES_MAX);
+        match commands.last_mut() {
+            Some(command)
+                if command.len() < PROPOSAL_MUTATIONS_MAX && bytes + size <= PROPOSAL_BYTES_MAX =>
+            {
+                bytes += size;
+                command.push(mutation);
+            }
+            _ => {
+                bytes = size;
+                commands.push(vec![mutation]);
+            }
+        }
+    }
+    commands
+}
+
+/// Proposes one command; whether any of its mutations changed the state.
+async fn propose_command(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
     match node.propose(mutations).await {
         Ok(results) => {
             let mut progressed = false;
@@ -216,6 +258,36 @@ mod tests {
         )
         .await
         .expect("create")
+    }
+
+    #[test]
+    fn a_round_is_cut_into_commands_within_the_limits() {
+        let compact = |n: u64| Mutation::Compact {
+            created_before_ms: n,
+            rows_max: 1,
+            requests_created_before_ms: n,
+        };
+        // By count.
+        let many: Vec<Mutation> = (0..600).map(compact).collect();
+        let cut = commands(many.clone());
+        assert_eq!(cut.iter().map(Vec::len).collect::<Vec<_>>(), [256, 256, 88]);
+        assert_eq!(cut.concat(), many, "every mutation once, in order");
+        // By bytes: a mutation bigger than the limit goes alone.
+        let big = Mutation::UpsertCiliumNetworkPolicy(wire::model::CiliumNetworkPolicy {
+            id: "p".into(),
+            workspace_id: "w".into(),
+            environment_id: "e".into(),
+            region: "r".into(),
+            k8s_name: "p".into(),
+            k8s_namespace: "n".into(),
+            policy_json: "x".repeat(PROPOSAL_BYTES_MAX),
+            version: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        });
+        let cut = commands(vec![compact(1), big.clone(), compact(2)]);
+        assert_eq!(cut, vec![vec![compact(1)], vec![big], vec![compact(2)]]);
+        assert!(commands(Vec::new()).is_empty());
     }
 
     #[tokio::test]
