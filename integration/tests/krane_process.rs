@@ -17,7 +17,7 @@ use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::binaries;
 use integration::kit::krane::{self, Krane};
 use integration::kit::process::log_count;
-use integration::kit::wait::bounded;
+use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
 use serde_json::Value;
@@ -61,6 +61,9 @@ fn objects_running(view: &View<'_>, id: &str, name: &str, replicas: usize) -> bo
             == replicas
 }
 
+/// krane's heartbeat interval in this test.
+const HEARTBEAT_INTERVAL_MS: u64 = 100;
+
 fn objects_gone(view: &View<'_>, name: &str) -> bool {
     view.get(&SERVICES, NAMESPACE, name).is_none()
         && view.get(&STATEFUL_SETS, NAMESPACE, name).is_none()
@@ -81,6 +84,8 @@ async fn scenario(binary: &Path) {
     config.start_kranes = false;
     config.reconnect_backoff_min_ms = 100;
     config.reconnect_backoff_max_ms = 300;
+    // Frequent heartbeats: they carry krane's stored cursor to ctrl.
+    config.heartbeat_interval_ms = HEARTBEAT_INTERVAL_MS;
     let fleet = Fleet::start(config).await.expect("the site starts");
     let operator = fleet.operator().expect("operator client");
     let region = fleet.region(REGION);
@@ -178,11 +183,18 @@ async fn scenario(binary: &Path) {
     assert_eq!(state["full_syncs"], 1, "{state:#}");
     let cursor = state["cursor"].as_u64().expect("cursor");
     assert!(cursor >= 2, "{state:#}");
-    // Per deployment: its topology, its environment's sentinel and its
-    // policy.
-    assert_eq!(
-        state["applied"].as_array().map(Vec::len),
-        Some(6),
+    // Both deployments' topologies (each deployment's sentinel and policy
+    // may still be on their way when krane is killed).
+    let topologies: Vec<&str> = state["applied"]
+        .as_array()
+        .expect("applied")
+        .iter()
+        .filter(|a| a["key"]["resource_type"] == "DeploymentTopology")
+        .filter_map(|a| a["key"]["resource_id"].as_str())
+        .collect();
+    assert_eq!(topologies.len(), 2, "{state:#}");
+    assert!(
+        topologies.contains(&id.as_str()) && topologies.contains(&broken.as_str()),
         "{state:#}"
     );
 
@@ -207,6 +219,27 @@ async fn scenario(binary: &Path) {
         sim.get(&STATEFUL_SETS, NAMESPACE, &storage_name(&broken))
             .is_some()
     );
+    // Killed once its stored cursor is past the stop (its heartbeat says).
+    let stopped_at = *fleet.node().state.applied_pk.borrow();
+    wait_until(
+        Instant::now() + WAIT,
+        "krane's cursor past the stop",
+        async || {
+            let list = operator.regions().await.map_err(|e| e.to_string())?;
+            let cursor = list
+                .regions
+                .iter()
+                .find(|r| r.region.name == REGION)
+                .and_then(|r| r.region.last_heartbeat.as_ref())
+                .map(|h| h.cursor);
+            match cursor {
+                Some(cursor) if cursor >= stopped_at => Ok(()),
+                other => Err(format!("cursor {other:?}, stop at {stopped_at}")),
+            }
+        },
+    )
+    .await
+    .unwrap();
     krane.kill();
 
     let state = krane_state(binary, data_dir).await;
