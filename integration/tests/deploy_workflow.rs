@@ -3,8 +3,8 @@
 //!
 //! - an image the clusters cannot start: `ctrl deploy --wait` exits 1
 //!   within the fail-fast time with the reason, the deployment is
-//!   `failed`, its objects are gone from both clusters and the
-//!   environment's live deployment is unchanged;
+//!   `failed`, its objects are gone from both clusters, the environment's
+//!   live deployment is unchanged, and `ctrl status` lists the failure;
 //! - rollback: v1 live, v2 live (v1 still running in its grace period),
 //!   rollback → v1 live again at once (it runs: no new rollout) with its
 //!   objects running; rollback to a failed deployment, or to the live one,
@@ -206,6 +206,27 @@ async fn a_failing_image_fails_fast_cleans_up_and_keeps_the_live_deployment() {
             wait_objects(region, "v1 running", |v| running(v, &v1)).await;
         }
         assert_eq!(live(&operator, env).await.as_deref(), Some(v1.as_str()));
+
+        // `ctrl status` shows it among the recent failures, with its reason.
+        let status: serde_json::Value =
+            serde_json::from_str(&ctrl.ok(&["status", "-o", "json"]).await.unwrap()).unwrap();
+        assert_eq!(status["leader_id"], 1, "{status:#}");
+        assert_eq!(status["nodes"][0]["reachable"], true, "{status:#}");
+        let regions: Vec<&str> = status["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["region"]["name"].as_str())
+            .collect();
+        assert!(REGIONS.iter().all(|r| regions.contains(r)), "{status:#}");
+        assert_eq!(status["in_progress"], serde_json::json!([]), "{status:#}");
+        let failed = status["failed_recently"].as_array().unwrap();
+        assert_eq!(failed.len(), 1, "{status:#}");
+        assert_eq!(failed[0]["id"], broken.as_str());
+        assert_eq!(failed[0]["reason"], reason.as_str());
+        let text = ctrl.ok(&["status"]).await.unwrap();
+        assert!(text.contains("FAILED IN THE LAST HOUR (1)"), "{text}");
+        assert!(text.contains(&broken), "{text}");
         fleet.shutdown().await.unwrap();
     })
     .await;

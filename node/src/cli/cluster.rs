@@ -64,15 +64,15 @@ pub(super) const ANSWER_SLACK_MS: u64 = 2_000;
 /// One row of `ctrl cluster status`: a node's own status, or why it could
 /// not be asked.
 #[derive(Debug, Serialize)]
-struct Row {
-    endpoint: String,
-    reachable: bool,
+pub(super) struct Row {
+    pub endpoint: String,
+    pub reachable: bool,
     #[serde(flatten)]
-    status: Option<NodeStatus>,
+    pub status: Option<NodeStatus>,
     /// Snapshot and purged indexes (the last log index is in `status`).
-    snapshot_index: Option<u64>,
-    purged_index: Option<u64>,
-    error: Option<String>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub error: Option<String>,
 }
 
 pub(super) async fn run(config: &OperatorConfig, command: ClusterCommand) -> Result<()> {
@@ -141,7 +141,8 @@ fn print_membership(membership: &Membership) {
     }
 }
 
-async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
+/// Every configured node's own status, or why it could not be asked.
+pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
     let mut rows = Vec::new();
     for endpoint in &config.endpoints {
         let single = OperatorConfig {
@@ -187,6 +188,11 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
             },
         });
     }
+    rows
+}
+
+async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
+    let rows = rows(config).await;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         Output::Text => {

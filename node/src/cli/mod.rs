@@ -7,6 +7,7 @@ mod policy;
 mod region;
 mod sentinel;
 mod serve;
+mod status;
 mod watch;
 
 use std::path::PathBuf;
@@ -84,6 +85,13 @@ pub(crate) enum Command {
     /// Register, cordon or uncordon regions.
     #[command(subcommand)]
     Region(region::RegionCommand),
+    /// The site on one screen: nodes and the leader, regions with their
+    /// agents' last heartbeat and lag, deploys in progress and those that
+    /// failed in the last hour.
+    Status {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Print a shell completion script: `ctrl completion bash >
     /// /etc/bash_completion.d/ctrl` (zsh: into a directory of `$fpath` as
     /// `_ctrl`; fish: `~/.config/fish/completions/ctrl.fish`).
@@ -186,6 +194,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
         Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
+        Command::Status { output } => status::run(&operator_config(&cli.config)?, output).await,
         Command::Completion { shell } => {
             // Written to memory first: the generator panics on a write
             // error (a closed pipe), which must be an error instead.

@@ -1,0 +1,193 @@
+//! `ctrl status`: the site on one screen — every node (reachable or not,
+//! its role and how far it applied) and the leader they agree on, every
+//! region with its agent's last heartbeat and lag, the deploys in
+//! progress and those that failed within [`FAILED_WINDOW_MS`]. `-o json`
+//! prints the same as one JSON object ([`SiteStatus`]).
+
+use anyhow::{Result, bail};
+use config::OperatorConfig;
+use node::client::Client;
+use serde::Serialize;
+use wire::model::{Deployment, DeploymentStatus, UnixMs};
+use wire::operator::{OperatorRequest, OperatorResponse, RegionView};
+
+use super::Output;
+use super::cluster::{Row, rows};
+
+/// How far back `ctrl status` lists failed deploys: one hour.
+pub(super) const FAILED_WINDOW_MS: u64 = 60 * 60 * 1_000;
+/// Page size the deployments are read with.
+const LIST_PAGE: u32 = 500;
+
+/// What `ctrl status -o json` prints.
+#[derive(Debug, Serialize)]
+pub(crate) struct SiteStatus {
+    /// The answering node's clock when the regions were read (ages and
+    /// the failure window are from it).
+    pub as_of_ms: UnixMs,
+    /// The leader every reachable node names, if they agree on one.
+    pub leader_id: Option<u64>,
+    /// Every configured node.
+    pub nodes: Vec<Row>,
+    /// Every region with its agent's health.
+    pub regions: Vec<RegionView>,
+    /// Deploys in flight: pending, deploying, network, finalizing.
+    pub in_progress: Vec<DeployLine>,
+    /// Deploys that failed within [`FAILED_WINDOW_MS`] of `as_of_ms`.
+    pub failed_recently: Vec<DeployLine>,
+}
+
+/// One deploy as `ctrl status` lists it.
+#[derive(Debug, Serialize)]
+pub(crate) struct DeployLine {
+    pub id: String,
+    pub environment_id: String,
+    pub status: DeploymentStatus,
+    pub image: String,
+    pub regions: Vec<String>,
+    /// When its status last changed (leader's clock).
+    pub updated_at_ms: UnixMs,
+    /// Why it ended, for a failed one.
+    pub reason: Option<String>,
+}
+
+impl DeployLine {
+    fn of(d: Deployment) -> DeployLine {
+        DeployLine {
+            id: d.id,
+            environment_id: d.environment_id,
+            status: d.status,
+            image: d.image,
+            regions: d.regions,
+            updated_at_ms: d.updated_at_ms,
+            reason: d.workflow.reason,
+        }
+    }
+}
+
+pub(super) async fn run(config: &OperatorConfig, output: Output) -> Result<()> {
+    let nodes = rows(config).await;
+    let leaders: Vec<Option<u64>> = nodes
+        .iter()
+        .filter_map(|row| row.status.as_ref().map(|s| s.leader_id))
+        .collect();
+    let leader_id = match leaders.first() {
+        Some(Some(first)) if leaders.iter().all(|l| *l == Some(*first)) => Some(*first),
+        _ => None,
+    };
+    let client = Client::new(config)?;
+    let regions = match client.call(&OperatorRequest::ListRegions).await? {
+        OperatorResponse::Regions(list) => list,
+        other => bail!("unexpected answer: {other:?}"),
+    };
+    let as_of_ms = regions.as_of_ms;
+    let mut in_progress = Vec::new();
+    let mut failed_recently = Vec::new();
+    let mut after = None;
+    loop {
+        let request = OperatorRequest::ListDeployments {
+            after: after.clone(),
+            limit: LIST_PAGE,
+        };
+        let (items, next_after) = match client.call(&request).await? {
+            OperatorResponse::Deployments { items, next_after } => (items, next_after),
+            other => bail!("unexpected answer: {other:?}"),
+        };
+        for d in items {
+            if d.status.in_flight() {
+                in_progress.push(DeployLine::of(d));
+            } else if d.status == DeploymentStatus::Failed
+                && as_of_ms.saturating_sub(d.updated_at_ms) <= FAILED_WINDOW_MS
+            {
+                failed_recently.push(DeployLine::of(d));
+            }
+        }
+        match next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let status = SiteStatus {
+        as_of_ms,
+        leader_id,
+        nodes,
+        regions: regions.regions,
+        in_progress,
+        failed_recently,
+    };
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+        Output::Text => print!("{}", text(&status)),
+    }
+    Ok(())
+}
+
+/// The one-screen text form.
+fn text(status: &SiteStatus) -> String {
+    let mut out = String::new();
+    let leader = status
+        .leader_id
+        .map_or_else(|| "none agreed".to_string(), |id| format!("node {id}"));
+    out.push_str(&format!("leader: {leader}\n\nNODES\n"));
+    for row in &status.nodes {
+        match &row.status {
+            Some(s) => out.push_str(&format!(
+                "  {:<4} {:<22} {:<10} term {:<5} applied {}\n",
+                s.node_id,
+                row.endpoint,
+                s.role,
+                s.term,
+                s.applied_index.map_or("-".to_string(), |i| i.to_string())
+            )),
+            None => out.push_str(&format!(
+                "  {:<4} {:<22} unreachable: {}\n",
+                "?",
+                row.endpoint,
+                row.error.as_deref().unwrap_or("")
+            )),
+        }
+    }
+    out.push_str("\nREGIONS\n");
+    for view in &status.regions {
+        let heartbeat = view.heartbeat_age_ms.map_or_else(
+            || "never".to_string(),
+            |age| format!("{} s ago", age / 1_000),
+        );
+        let lag = view.lag.map_or("-".to_string(), |lag| lag.to_string());
+        let flags = match (view.region.schedulable, view.stale) {
+            (true, false) => "",
+            (true, true) => " STALE",
+            (false, false) => " cordoned",
+            (false, true) => " cordoned STALE",
+        };
+        out.push_str(&format!(
+            "  {:<20} heartbeat {heartbeat:<12} lag {lag}{flags}\n",
+            view.region.name
+        ));
+    }
+    out.push_str(&format!("\nIN PROGRESS ({})\n", status.in_progress.len()));
+    for d in &status.in_progress {
+        out.push_str(&format!(
+            "  {} {:<11} {} {} [{}]\n",
+            d.id,
+            d.status.as_str(),
+            d.environment_id,
+            d.image,
+            d.regions.join(",")
+        ));
+    }
+    out.push_str(&format!(
+        "\nFAILED IN THE LAST HOUR ({})\n",
+        status.failed_recently.len()
+    ));
+    for d in &status.failed_recently {
+        out.push_str(&format!(
+            "  {} {} {}: {}\n",
+            d.id,
+            d.environment_id,
+            d.image,
+            d.reason.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
