@@ -2,6 +2,8 @@
 
 mod certs;
 mod cluster;
+#[cfg(test)]
+mod json_shapes;
 mod ops;
 mod policy;
 mod region;

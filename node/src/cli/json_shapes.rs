@@ -1,0 +1,106 @@
+//! The JSON shapes of the read commands' `-o json`, pinned: each command's
+//! output type, filled from the wire fixtures, must serialize exactly as
+//! its file under `node/tests/golden/json/` says. Scripts at a site parse
+//! these; a change of shape is deliberate — regenerate with
+//! `GOLDEN_UPDATE=1 cargo test -p node --bin ctrl json_shapes` and say so
+//! in the release notes.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use wire::golden::fixtures;
+use wire::model::DeploymentStatus;
+
+use super::cluster::Row;
+use super::status::{DeployLine, SiteStatus};
+
+/// Where the pinned shapes live.
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/json")
+}
+
+/// Compares `value`'s pretty JSON with `name.json`, or writes it under
+/// `GOLDEN_UPDATE=1`; the mismatch, if any.
+fn check(name: &str, value: &impl Serialize) -> Option<String> {
+    let json = serde_json::to_string_pretty(value).expect("serializable") + "\n";
+    let path = dir().join(format!("{name}.json"));
+    if std::env::var_os(wire::golden::UPDATE_ENV).is_some() {
+        std::fs::create_dir_all(dir()).expect("golden dir");
+        std::fs::write(&path, &json).expect("write golden");
+        return None;
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(golden) if golden == json => None,
+        Ok(golden) => Some(format!(
+            "`{name}`: the JSON differs from {}:\n--- golden\n{golden}\n--- now\n{json}",
+            path.display()
+        )),
+        Err(e) => Some(format!(
+            "`{name}`: no golden file {} ({e}); write it with GOLDEN_UPDATE=1",
+            path.display()
+        )),
+    }
+}
+
+fn deploy_line() -> DeployLine {
+    let d = fixtures::deployment();
+    DeployLine {
+        id: d.id,
+        environment_id: d.environment_id,
+        status: DeploymentStatus::Failed,
+        image: d.image,
+        regions: d.regions,
+        updated_at_ms: d.updated_at_ms,
+        reason: d.workflow.reason,
+    }
+}
+
+fn row() -> Row {
+    Row {
+        endpoint: "10.0.0.11:7400".into(),
+        reachable: true,
+        status: Some(fixtures::node_status()),
+        snapshot_index: Some(3_000),
+        purged_index: Some(2_000),
+        error: None,
+    }
+}
+
+fn unreachable_row() -> Row {
+    Row {
+        endpoint: "10.0.0.12:7400".into(),
+        reachable: false,
+        status: None,
+        snapshot_index: None,
+        purged_index: None,
+        error: Some("timed out".into()),
+    }
+}
+
+#[test]
+fn the_read_commands_json_shapes_match_their_goldens() {
+    let regions = fixtures::region_list();
+    let failures: Vec<String> = [
+        check("get_deployment", &fixtures::deployment_view()),
+        check("list_deployments", &vec![fixtures::deployment()]),
+        check("list_regions", &regions),
+        check("history", &vec![fixtures::journal_entry()]),
+        check("get_sentinel", &fixtures::sentinel_view()),
+        check("cluster_status", &vec![row(), unreachable_row()]),
+        check(
+            "status",
+            &SiteStatus {
+                as_of_ms: fixtures::NOW_MS,
+                leader_id: Some(1),
+                nodes: vec![row(), unreachable_row()],
+                regions: regions.regions.clone(),
+                in_progress: vec![deploy_line()],
+                failed_recently: vec![deploy_line()],
+            },
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
