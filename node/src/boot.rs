@@ -81,7 +81,9 @@ impl RunningNode {
             metrics_server,
             ..
         } = self;
-        drop(metrics_server);
+        if let Some(server) = metrics_server {
+            server.stop().await;
+        }
         let node_id = state.node_id;
         endpoint.close(0u32.into(), b"shutting down");
         drop(stop_background);

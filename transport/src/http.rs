@@ -22,7 +22,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tracing::debug;
 
@@ -45,10 +45,12 @@ pub trait Probe: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String>;
 }
 
-/// A running listener; dropping it stops it.
+/// A running listener; [`HttpServer::stop`] stops it and waits until
+/// every connection is gone (dropping it stops it without waiting).
 #[derive(Debug)]
 pub struct HttpServer {
     local_addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -57,8 +59,22 @@ impl HttpServer {
     pub async fn start(addr: SocketAddr, probe: Arc<dyn Probe>) -> std::io::Result<HttpServer> {
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
-        let task = tokio::spawn(accept(listener, probe));
-        Ok(HttpServer { local_addr, task })
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(accept(listener, probe, stopped));
+        Ok(HttpServer {
+            local_addr,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Stops listening and returns once every connection (and with it the
+    /// probe) is dropped.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
     }
 
     /// The address bound (the real port if 0 was asked).
@@ -69,22 +85,29 @@ impl HttpServer {
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
-        self.task.abort();
+        if self.stop.is_some() {
+            self.task.abort();
+        }
     }
 }
 
-async fn accept(listener: TcpListener, probe: Arc<dyn Probe>) {
+async fn accept(listener: TcpListener, probe: Arc<dyn Probe>, mut stop: oneshot::Receiver<()>) {
     let permits = Arc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
     // Aborting this task drops the set, which aborts every connection.
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            accepted = async {
+                let permit = permits.clone().acquire_owned().await;
+                (permit, listener.accept().await)
+            } => accepted,
         };
-        let (socket, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
+        let (permit, (socket, peer)) = match accepted {
+            (Ok(permit), Ok(accepted)) => (permit, accepted),
+            (Err(_), _) => break,
+            (_, Err(e)) => {
                 debug!("metrics listener: accept failed: {e}");
                 continue;
             }
@@ -108,6 +131,8 @@ async fn accept(listener: TcpListener, probe: Arc<dyn Probe>) {
             }
         });
     }
+    drop(probe);
+    connections.shutdown().await;
 }
 
 /// The answer to one request.
@@ -158,6 +183,34 @@ mod tests {
         fn ready(&self) -> Result<(), String> {
             self.0.clone()
         }
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn serves_over_tcp_until_stopped() {
+        let probe = Arc::new(Fixed(Err("no leader".into())));
+        let server = HttpServer::start("127.0.0.1:0".parse().unwrap(), probe.clone())
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let ready = get(addr, "/readyz").await;
+        assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+        assert!(ready.ends_with("no leader\n"), "{ready}");
+        let metrics = get(addr, "/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(metrics.contains("\nup 1\n"), "{metrics}");
+        server.stop().await;
+        assert_eq!(Arc::strong_count(&probe), 1, "the server let the probe go");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     }
 
     #[test]
