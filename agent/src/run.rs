@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
+use transport::http::HttpServer;
 use wire::model::Resource;
 
 use crate::backoff::Backoff;
@@ -21,6 +22,7 @@ use crate::drift::Repairer;
 use crate::heartbeat::{FailedApplies, Heartbeater};
 use crate::k8s::{self, K8sError};
 use crate::locks::KeyLocks;
+use crate::metrics::AgentProbe;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
@@ -42,6 +44,15 @@ pub enum RunError {
     /// ctrl could not be reached.
     #[error(transparent)]
     Ctrl(#[from] CtrlError),
+    /// The metrics and health listener could not bind `metrics_addr`.
+    #[error("cannot listen on {addr} (metrics_addr): {source}")]
+    Metrics {
+        /// The configured `metrics_addr`.
+        addr: std::net::SocketAddr,
+        /// Why binding failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Runs krane until `shutdown` completes, publishing what the watch loop
@@ -64,6 +75,21 @@ pub async fn run(
         region = %config.region,
         "krane starting"
     );
+    let metrics_server = match config.metrics_addr {
+        Some(addr) => {
+            let probe = AgentProbe {
+                status: status.subscribe(),
+                state: Arc::downgrade(&state),
+                region: config.region.clone(),
+            };
+            let server = HttpServer::start(addr, Arc::new(probe))
+                .await
+                .map_err(|source| RunError::Metrics { addr, source })?;
+            info!(addr = %server.local_addr(), "serving metrics");
+            Some(server)
+        }
+        None => None,
+    };
     let client = k8s::client(config.kubeconfig.as_deref()).await?;
     let ctrl = Arc::new(CtrlClient::new(config)?);
 
@@ -167,5 +193,8 @@ pub async fn run(
     let _ = heartbeats.await;
     let _ = reporter.await;
     let _ = repairer.await;
+    if let Some(server) = metrics_server {
+        server.stop().await;
+    }
     Ok(())
 }

@@ -1,0 +1,143 @@
+//! krane's metrics and readiness, served by `transport::http` on
+//! `metrics_addr`: read at scrape time from the watch loop's
+//! [`WatchStatus`] and the sizes of the local outboxes (a table length
+//! each, no scan). Ready means a watch stream is open.
+
+use std::sync::{Arc, Weak};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::state::LocalState;
+use crate::watch::WatchStatus;
+
+/// The exposition of `status` and the outboxes of `state` (left out when
+/// the state is closed or unreadable), labelled with `region`.
+pub fn render(status: &WatchStatus, state: Option<&LocalState>, region: &str) -> String {
+    let mut registry = Registry::default();
+    let info = Family::<[(&'static str, String); 1], Gauge>::default();
+    info.get_or_create(&[("region", region.to_string())]).set(1);
+    registry.register("krane_info", "The region this krane converges", info);
+    let gauge = |value: u64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    registry.register(
+        "krane_watching",
+        "1 while a watch stream is open",
+        gauge(u64::from(status.watching)),
+    );
+    registry.register(
+        "krane_cursor_pk",
+        "The change pk everything up to which is applied (the stored cursor)",
+        gauge(status.cursor),
+    );
+    registry.register(
+        "krane_full_syncs",
+        "Full syncs begun by this process",
+        ConstCounter::new(status.full_syncs),
+    );
+    registry.register(
+        "krane_watch_streams",
+        "Watch streams opened by this process",
+        ConstCounter::new(status.streams),
+    );
+    registry.register(
+        "krane_drift_repairs",
+        "Resources the drift repairer applied again",
+        ConstCounter::new(status.drift_repairs),
+    );
+    if let Some(state) = state {
+        match (state.outbox_len(), state.sentinel_outbox_len()) {
+            (Ok(reports), Ok(sentinels)) => {
+                registry.register(
+                    "krane_outbox_reports",
+                    "Instance reports waiting to be sent to ctrl",
+                    gauge(reports),
+                );
+                registry.register(
+                    "krane_outbox_sentinel_statuses",
+                    "Sentinel statuses waiting to be sent to ctrl",
+                    gauge(sentinels),
+                );
+            }
+            (Err(e), _) | (_, Err(e)) => warn!("metrics cannot read the outboxes: {e}"),
+        }
+    }
+    let mut out = String::new();
+    if let Err(e) = encode(&mut out, &registry) {
+        warn!("cannot encode the metrics: {e}");
+    }
+    out
+}
+
+/// Ready while a watch stream is open; else why not.
+pub fn readiness(status: &WatchStatus) -> Result<(), String> {
+    if status.watching {
+        Ok(())
+    } else {
+        Err(format!(
+            "not watching ctrl ({} streams opened so far, cursor {})",
+            status.streams, status.cursor
+        ))
+    }
+}
+
+/// The `transport::http` probe of a krane.
+pub struct AgentProbe {
+    /// The watch loop's status.
+    pub status: watch::Receiver<WatchStatus>,
+    /// The local state, for the outbox sizes; weak, so that the listener
+    /// never keeps the file open after krane stops.
+    pub state: Weak<LocalState>,
+    /// The region, as a label.
+    pub region: String,
+}
+
+impl transport::http::Probe for AgentProbe {
+    fn metrics(&self) -> String {
+        let status = *self.status.borrow();
+        let state: Option<Arc<LocalState>> = self.state.upgrade();
+        render(&status, state.as_deref(), &self.region)
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        readiness(&self.status.borrow())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_is_exposed_and_ready_means_watching() {
+        let status = WatchStatus {
+            watching: true,
+            cursor: 42,
+            full_syncs: 1,
+            streams: 3,
+            drift_repairs: 2,
+        };
+        let text = render(&status, None, "us-east");
+        for line in [
+            "krane_info{region=\"us-east\"} 1",
+            "krane_watching 1",
+            "krane_cursor_pk 42",
+            "krane_full_syncs_total 1",
+            "krane_watch_streams_total 3",
+            "krane_drift_repairs_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
+        assert_eq!(readiness(&status), Ok(()));
+        let idle = WatchStatus::default();
+        assert!(readiness(&idle).unwrap_err().contains("not watching"));
+    }
+}
