@@ -391,3 +391,103 @@ pub async fn follow_leader(
 fn saturating(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+
+    use super::*;
+
+    const ACK_MS_MAX: u64 = 600;
+
+    /// A member of three voters that applied up to `applied`.
+    fn metrics(state: ServerState, leader: Option<NodeId>, applied: u64) -> RaftMetrics {
+        let mut m = RaftMetrics::new_initial(1);
+        m.current_term = 3;
+        m.state = state;
+        m.current_leader = leader;
+        m.last_applied = Some(LogId::new(CommittedLeaderId::new(3, 1), applied));
+        let voters = BTreeSet::from([1, 2, 3]);
+        let nodes: BTreeMap<NodeId, BasicNode> = voters
+            .iter()
+            .map(|&id| (id, BasicNode::default()))
+            .collect();
+        let membership = Membership::new(vec![voters], nodes);
+        m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        m
+    }
+
+    #[test]
+    fn a_follower_knowing_a_leader_and_caught_up_is_ready() {
+        let m = metrics(ServerState::Follower, Some(2), 10);
+        assert_eq!(readiness(&m, 10, ACK_MS_MAX), Ok(()));
+        assert_eq!(
+            readiness(&m, 10 + READY_APPLY_LAG_ENTRIES_MAX, ACK_MS_MAX),
+            Ok(())
+        );
+        let behind = readiness(&m, 11 + READY_APPLY_LAG_ENTRIES_MAX, ACK_MS_MAX);
+        assert!(behind.unwrap_err().contains("behind the committed index"));
+    }
+
+    #[test]
+    fn without_a_leader_it_is_not_ready() {
+        let m = metrics(ServerState::Candidate, None, 10);
+        assert_eq!(
+            readiness(&m, 10, ACK_MS_MAX),
+            Err("no known leader in term 3".into())
+        );
+    }
+
+    #[test]
+    fn a_leader_cut_off_from_its_quorum_is_not_ready() {
+        let mut m = metrics(ServerState::Leader, Some(1), 10);
+        m.millis_since_quorum_ack = Some(ACK_MS_MAX);
+        assert_eq!(readiness(&m, 10, ACK_MS_MAX), Ok(()));
+        m.millis_since_quorum_ack = Some(ACK_MS_MAX + 1);
+        let error = readiness(&m, 10, ACK_MS_MAX).unwrap_err();
+        assert!(error.contains("has not heard from a quorum"), "{error}");
+        m.millis_since_quorum_ack = None;
+        assert!(readiness(&m, 10, ACK_MS_MAX).is_err());
+    }
+
+    #[test]
+    fn counters_and_labels_reach_the_exposition() {
+        let metrics = Arc::new(Metrics::new(
+            Arc::new(AtomicU64::new(7)),
+            PathBuf::from("/nonexistent/state.redb"),
+            PathBuf::from("/nonexistent/raft-log.redb"),
+            ACK_MS_MAX,
+        ));
+        metrics.transitioned(DeploymentStatus::Ready);
+        let watch = metrics.watch_opened("us-east");
+        watch.full_sync();
+        watch.event_sent();
+        let raft = metrics_of_leader();
+        let dir = tempfile::tempdir().unwrap();
+        let store = storage::Store::open(&dir.path().join("state.redb")).unwrap();
+        let text = metrics.render(&raft, store.read());
+        for line in [
+            "ctrl_raft_has_leader 1",
+            "ctrl_raft_commit_index 7",
+            "ctrl_raft_applied_index 10",
+            "deployment_workflow_transitions_total{to=\"ready\"} 1",
+            "ctrl_watch_streams_open{region=\"us-east\"} 1",
+            "ctrl_watch_full_syncs_total{region=\"us-east\"} 1",
+            "ctrl_watch_events_sent_total{region=\"us-east\"} 1",
+            "deployment_workflow_status{status=\"ready\"} 0",
+            "deployment_instances_by_status{status=\"running\"} 0",
+            "ctrl_scrape_truncated 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
+        drop(watch);
+        let text = metrics.render(&raft, store.read());
+        assert!(text.contains("ctrl_watch_streams_open{region=\"us-east\"} 0"));
+    }
+
+    fn metrics_of_leader() -> RaftMetrics {
+        metrics(ServerState::Leader, Some(1), 10)
+    }
+}
