@@ -16,9 +16,28 @@ use tracing::warn;
 use crate::state::LocalState;
 use crate::watch::WatchStatus;
 
-/// The exposition of `status` and the outboxes of `state` (left out when
-/// the state is closed or unreadable), labelled with `region`.
-pub fn render(status: &WatchStatus, state: Option<&LocalState>, region: &str) -> String {
+/// What a scrape shows besides the watch status.
+#[derive(Debug, Clone, Copy)]
+pub struct Scraped<'a> {
+    /// The local state, for the outbox sizes (left out when closed).
+    pub state: Option<&'a LocalState>,
+    /// The region, as a label.
+    pub region: &'a str,
+    /// Each loaded certificate's name and expiry, in seconds since the
+    /// Unix epoch.
+    pub certificates: &'a [(&'static str, u64)],
+    /// Now, in seconds since the Unix epoch.
+    pub now_secs: u64,
+}
+
+/// The exposition of `status` and of what `scraped` holds.
+pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
+    let Scraped {
+        state,
+        region,
+        certificates,
+        now_secs,
+    } = scraped;
     let mut registry = Registry::default();
     let info = Family::<[(&'static str, String); 1], Gauge>::default();
     info.get_or_create(&[("region", region.to_string())]).set(1);
@@ -52,6 +71,19 @@ pub fn render(status: &WatchStatus, state: Option<&LocalState>, region: &str) ->
         "krane_drift_repairs",
         "Resources the drift repairer applied again",
         ConstCounter::new(status.drift_repairs),
+    );
+    let expiry = Family::<[(&'static str, &'static str); 1], Gauge>::default();
+    let now_secs = i64::try_from(now_secs).unwrap_or(i64::MAX);
+    for &(cert, not_after_secs) in certificates {
+        let not_after_secs = i64::try_from(not_after_secs).unwrap_or(i64::MAX);
+        expiry
+            .get_or_create(&[("cert", cert)])
+            .set(not_after_secs.saturating_sub(now_secs));
+    }
+    registry.register(
+        "krane_tls_cert_expiry_seconds",
+        "Seconds until each loaded certificate expires (negative: expired)",
+        expiry,
     );
     if let Some(state) = state {
         match (state.outbox_len(), state.sentinel_outbox_len()) {
@@ -98,13 +130,27 @@ pub struct AgentProbe {
     pub state: Weak<LocalState>,
     /// The region, as a label.
     pub region: String,
+    /// Each loaded certificate's name (`agent`, `ca`) and expiry, in
+    /// seconds since the Unix epoch.
+    pub certificates: Vec<(&'static str, u64)>,
 }
 
 impl transport::http::Probe for AgentProbe {
     fn metrics(&self) -> String {
         let status = *self.status.borrow();
         let state: Option<Arc<LocalState>> = self.state.upgrade();
-        render(&status, state.as_deref(), &self.region)
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        render(
+            &status,
+            Scraped {
+                state: state.as_deref(),
+                region: &self.region,
+                certificates: &self.certificates,
+                now_secs,
+            },
+        )
     }
 
     fn ready(&self) -> Result<(), String> {
@@ -125,7 +171,15 @@ mod tests {
             streams: 3,
             drift_repairs: 2,
         };
-        let text = render(&status, None, "us-east");
+        let text = render(
+            &status,
+            Scraped {
+                state: None,
+                region: "us-east",
+                certificates: &[("agent", 1_000)],
+                now_secs: 400,
+            },
+        );
         for line in [
             "krane_info{region=\"us-east\"} 1",
             "krane_watching 1",
@@ -133,6 +187,7 @@ mod tests {
             "krane_full_syncs_total 1",
             "krane_watch_streams_total 3",
             "krane_drift_repairs_total 2",
+            "krane_tls_cert_expiry_seconds{cert=\"agent\"} 600",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

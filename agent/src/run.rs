@@ -81,6 +81,10 @@ pub async fn run(
                 status: status.subscribe(),
                 state: Arc::downgrade(&state),
                 region: config.region.clone(),
+                certificates: certificate_expiries(&[
+                    ("agent", &config.tls.cert),
+                    ("ca", &config.tls.ca_cert),
+                ]),
             };
             let server = HttpServer::start(addr, Arc::new(probe))
                 .await
@@ -197,4 +201,22 @@ pub async fn run(
         server.stop().await;
     }
     Ok(())
+}
+
+/// The expiry of each named certificate file, in seconds since the Unix
+/// epoch; one that cannot be read is left out (connecting to ctrl names
+/// the problem).
+fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
+    files
+        .iter()
+        .filter_map(
+            |&(name, path)| match transport::certs::not_after_secs(path) {
+                Ok(secs) => Some((name, secs)),
+                Err(e) => {
+                    tracing::warn!("no expiry metric for the {name} certificate: {e}");
+                    None
+                }
+            },
+        )
+        .collect()
 }

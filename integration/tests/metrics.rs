@@ -168,6 +168,13 @@ async fn a_deploy_moves_the_metrics_of_ctrl_and_krane() {
         let cursor_before = must(&krane_before, "krane_cursor_pk", &[]);
         must(&krane_before, "krane_full_syncs_total", &[]);
         must(&krane_before, "krane_outbox_reports", &[]);
+        for (scraped, prefix) in [(&before, "ctrl"), (&krane_before, "krane")] {
+            for cert in [if prefix == "ctrl" { "node" } else { "agent" }, "ca"] {
+                let name = format!("{prefix}_tls_cert_expiry_seconds");
+                let left = must(scraped, &name, &[("cert", cert)]);
+                assert!(left > 86_400.0, "{name}{{cert={cert}}} {left}");
+            }
+        }
 
         let operator = fleet.operator().unwrap();
         let (id, _) = operator

@@ -277,6 +277,7 @@ pub async fn start_with_clock(
         state_path.clone(),
         log_path.clone(),
         config.raft.election_timeout_max_ms,
+        certificate_expiries(&[("node", &config.tls.cert), ("ca", &config.tls.ca_cert)]),
     ));
     let snapshot_dir = data_dir.join(SNAPSHOT_DIR);
     let state_machine = StateMachine::new(store.clone(), &snapshot_dir).map_err(|source| {
@@ -445,15 +446,34 @@ pub async fn start_with_clock(
     })
 }
 
+/// The expiry of each named certificate file, in seconds since the Unix
+/// epoch; one that cannot be read is left out (loading the TLS config
+/// names the problem).
+fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
+    files
+        .iter()
+        .filter_map(
+            |&(name, path)| match transport::certs::not_after_secs(path) {
+                Ok(secs) => Some((name, secs)),
+                Err(e) => {
+                    warn!("no expiry metric for the {name} certificate: {e}");
+                    None
+                }
+            },
+        )
+        .collect()
+}
+
 /// The node's answers on `metrics_addr`.
 struct NodeProbe(Arc<NodeState>);
 
 impl Probe for NodeProbe {
     fn metrics(&self) -> String {
         let state = &self.0;
+        let raft = state.raft.metrics().borrow().clone();
         state
             .metrics
-            .render(&state.raft.metrics().borrow(), state.store.read())
+            .render(&raft, state.store.read(), state.clock.now_ms())
     }
 
     fn ready(&self) -> Result<(), String> {

@@ -60,6 +60,10 @@ pub struct Metrics {
     /// The longest a leader of several voters may go without a quorum's
     /// acknowledgement and still be ready (the election timeout).
     quorum_ack_ms_max: u64,
+    /// Each loaded certificate's name (`node`, `ca`) and expiry, in
+    /// seconds since the Unix epoch.
+    certificates: Vec<(&'static str, u64)>,
+    cert_expiry: Family<StatusLabel, Gauge>,
     has_leader: Gauge,
     term: Gauge,
     commit_index: Gauge,
@@ -81,13 +85,15 @@ pub struct Metrics {
 
 impl Metrics {
     /// Metrics over the committed index the Raft log reports, the sizes of
-    /// `state_file` and `raft_log_file`, and the readiness bound
-    /// `quorum_ack_ms_max`.
+    /// `state_file` and `raft_log_file`, the readiness bound
+    /// `quorum_ack_ms_max` and the loaded `certificates` (name and expiry
+    /// in seconds since the Unix epoch).
     pub fn new(
         committed_index: Arc<AtomicU64>,
         state_file: PathBuf,
         raft_log_file: PathBuf,
         quorum_ack_ms_max: u64,
+        certificates: Vec<(&'static str, u64)>,
     ) -> Metrics {
         let mut registry = Registry::default();
         let mut gauge = |name: &str, help: &str| {
@@ -137,6 +143,12 @@ impl Metrics {
             "Reported instances per status",
             instances_by_status.clone(),
         );
+        let cert_expiry = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "ctrl_tls_cert_expiry_seconds",
+            "Seconds until each loaded certificate expires (negative: expired)",
+            cert_expiry.clone(),
+        );
         let leader_changes = Counter::default();
         registry.register(
             "ctrl_raft_leader_changes",
@@ -178,6 +190,8 @@ impl Metrics {
             committed_index,
             files: [state_file, raft_log_file],
             quorum_ack_ms_max,
+            certificates,
+            cert_expiry,
             has_leader,
             term,
             commit_index,
@@ -220,12 +234,20 @@ impl Metrics {
     }
 
     /// The exposition of every metric, the gauges read now from `raft`
-    /// (this node's Raft metrics) and `view` (a read of its state).
+    /// (this node's Raft metrics) and `view` (a read of its state), at
+    /// `now_ms`.
     pub fn render(
         &self,
         raft: &RaftMetrics,
         view: Result<ReadView, storage::StorageError>,
+        now_ms: u64,
     ) -> String {
+        let now_secs = saturating(now_ms / 1_000);
+        for &(cert, not_after_secs) in &self.certificates {
+            self.cert_expiry
+                .get_or_create(&[("cert", cert)])
+                .set(saturating(not_after_secs).saturating_sub(now_secs));
+        }
         self.has_leader
             .set(i64::from(raft.current_leader.is_some()));
         self.term.set(saturating(raft.current_term));
@@ -459,6 +481,7 @@ mod tests {
             PathBuf::from("/nonexistent/state.redb"),
             PathBuf::from("/nonexistent/raft-log.redb"),
             ACK_MS_MAX,
+            vec![("node", 1_000)],
         ));
         metrics.transitioned(DeploymentStatus::Ready);
         let watch = metrics.watch_opened("us-east");
@@ -467,7 +490,7 @@ mod tests {
         let raft = metrics_of_leader();
         let dir = tempfile::tempdir().unwrap();
         let store = storage::Store::open(&dir.path().join("state.redb")).unwrap();
-        let text = metrics.render(&raft, store.read());
+        let text = metrics.render(&raft, store.read(), 400_000);
         for line in [
             "ctrl_raft_has_leader 1",
             "ctrl_raft_commit_index 7",
@@ -479,11 +502,12 @@ mod tests {
             "deployment_workflow_status{status=\"ready\"} 0",
             "deployment_instances_by_status{status=\"running\"} 0",
             "ctrl_scrape_truncated 0",
+            "ctrl_tls_cert_expiry_seconds{cert=\"node\"} 600",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }
         drop(watch);
-        let text = metrics.render(&raft, store.read());
+        let text = metrics.render(&raft, store.read(), 400_000);
         assert!(text.contains("ctrl_watch_streams_open{region=\"us-east\"} 0"));
     }
 
