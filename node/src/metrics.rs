@@ -489,7 +489,7 @@ mod tests {
         watch.event_sent();
         let raft = metrics_of_leader();
         let dir = tempfile::tempdir().unwrap();
-        let store = storage::Store::open(&dir.path().join("state.redb")).unwrap();
+        let store = storage::Store::open(dir.path().join("state.redb")).unwrap();
         let text = metrics.render(&raft, store.read(), 400_000);
         for line in [
             "ctrl_raft_has_leader 1",
