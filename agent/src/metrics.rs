@@ -3,17 +3,20 @@
 //! [`WatchStatus`] and the sizes of the local outboxes (a table length
 //! each, no scan). Ready means a watch stream is open.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::warn;
 
+use crate::heartbeat::FailedApplies;
 use crate::state::LocalState;
+use crate::status::ReportCounters;
 use crate::watch::WatchStatus;
 
 /// What a scrape shows besides the watch status.
@@ -28,6 +31,10 @@ pub struct Scraped<'a> {
     pub certificates: &'a [(&'static str, u64)],
     /// Now, in seconds since the Unix epoch.
     pub now_secs: u64,
+    /// Applies by result and the resources failing.
+    pub failures: Option<&'a FailedApplies>,
+    /// Status reports by outcome.
+    pub reports: Option<&'a ReportCounters>,
 }
 
 /// The exposition of `status` and of what `scraped` holds.
@@ -37,6 +44,8 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
         region,
         certificates,
         now_secs,
+        failures,
+        reports,
     } = scraped;
     let mut registry = Registry::default();
     let info = Family::<[(&'static str, String); 1], Gauge>::default();
@@ -85,6 +94,39 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
         "Seconds until each loaded certificate expires (negative: expired)",
         expiry,
     );
+    if let Some(failures) = failures {
+        let applies = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        for (result, count) in failures.apply_counts() {
+            applies.get_or_create(&[("result", result)]).inc_by(count);
+        }
+        registry.register(
+            "krane_applies",
+            "Applies finished, by result (written, unchanged, stale, failed)",
+            applies,
+        );
+        registry.register(
+            "krane_applies_failing",
+            "Resources whose last apply failed",
+            gauge(u64::try_from(failures.failing()).unwrap_or(u64::MAX)),
+        );
+    }
+    if let Some(reports) = reports {
+        let outcomes = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        for (outcome, count) in [
+            ("sent", &reports.sent),
+            ("failed", &reports.failed),
+            ("refused", &reports.refused),
+        ] {
+            outcomes
+                .get_or_create(&[("outcome", outcome)])
+                .inc_by(count.load(Ordering::Relaxed));
+        }
+        registry.register(
+            "krane_status_reports",
+            "Deployment status reports by outcome (sent; failed and kept for a retry; refused)",
+            outcomes,
+        );
+    }
     if let Some(state) = state {
         match (state.outbox_len(), state.sentinel_outbox_len()) {
             (Ok(reports), Ok(sentinels)) => {
@@ -133,6 +175,10 @@ pub struct AgentProbe {
     /// Each loaded certificate's name (`agent`, `ca`) and expiry, in
     /// seconds since the Unix epoch.
     pub certificates: Vec<(&'static str, u64)>,
+    /// The watch loop's apply results.
+    pub failures: Arc<FailedApplies>,
+    /// The reporter's counts.
+    pub reports: Arc<ReportCounters>,
 }
 
 impl transport::http::Probe for AgentProbe {
@@ -149,6 +195,8 @@ impl transport::http::Probe for AgentProbe {
                 region: &self.region,
                 certificates: &self.certificates,
                 now_secs,
+                failures: Some(&self.failures),
+                reports: Some(&self.reports),
             },
         )
     }
@@ -171,6 +219,12 @@ mod tests {
             streams: 3,
             drift_repairs: 2,
         };
+        let failures = FailedApplies::default();
+        failures.count_apply("written");
+        failures.count_apply("written");
+        failures.count_apply("failed");
+        let reports = ReportCounters::default();
+        reports.sent.fetch_add(3, Ordering::Relaxed);
         let text = render(
             &status,
             Scraped {
@@ -178,6 +232,8 @@ mod tests {
                 region: "us-east",
                 certificates: &[("agent", 1_000)],
                 now_secs: 400,
+                failures: Some(&failures),
+                reports: Some(&reports),
             },
         );
         for line in [
@@ -188,6 +244,11 @@ mod tests {
             "krane_watch_streams_total 3",
             "krane_drift_repairs_total 2",
             "krane_tls_cert_expiry_seconds{cert=\"agent\"} 600",
+            "krane_applies_total{result=\"written\"} 2",
+            "krane_applies_total{result=\"failed\"} 1",
+            "krane_applies_total{result=\"stale\"} 0",
+            "krane_status_reports_total{outcome=\"sent\"} 3",
+            "krane_status_reports_total{outcome=\"refused\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

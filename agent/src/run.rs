@@ -25,7 +25,7 @@ use crate::locks::KeyLocks;
 use crate::metrics::AgentProbe;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
-use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
+use crate::status::{NOTICE_QUEUE_MAX, ReportCounters, Reporter, ReporterSetup, system_clock};
 use crate::watch::{WatchLoop, WatchStatus};
 
 /// Longest wait for the first watch stream before the status reporter and
@@ -75,6 +75,8 @@ pub async fn run(
         region = %config.region,
         "krane starting"
     );
+    let failures = Arc::new(FailedApplies::default());
+    let report_counters = Arc::new(ReportCounters::default());
     let metrics_server = match config.metrics_addr {
         Some(addr) => {
             let probe = AgentProbe {
@@ -85,6 +87,8 @@ pub async fn run(
                     ("agent", &config.tls.cert),
                     ("ca", &config.tls.ca_cert),
                 ]),
+                failures: failures.clone(),
+                reports: report_counters.clone(),
             };
             let server = HttpServer::start(addr, Arc::new(probe))
                 .await
@@ -126,6 +130,7 @@ pub async fn run(
             delay: Duration::from_millis(config.report_delay_ms),
             clock: system_clock(),
             rng: StdRng::from_os_rng(),
+            counters: report_counters,
         },
     );
     // Resuming the watch comes first: the reporter starts listing pods
@@ -156,7 +161,6 @@ pub async fn run(
             tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
         repairer.run().await;
     });
-    let failures = Arc::new(FailedApplies::default());
     // Heartbeats start at once, in a task of their own: they never wait
     // for (or hold up) the watch.
     let heartbeats = tokio::spawn(

@@ -249,6 +249,27 @@ async fn a_deploy_moves_the_metrics_of_ctrl_and_krane() {
         .await
         .unwrap();
         assert!(last_pk > cursor_before);
+        let krane_after = scrape(krane).await;
+        assert!(
+            must(
+                &krane_after,
+                "krane_applies_total",
+                &[("result", "written")]
+            ) >= 1.0
+        );
+        assert_eq!(
+            must(&krane_after, "krane_applies_total", &[("result", "failed")]),
+            0.0
+        );
+        assert_eq!(must(&krane_after, "krane_applies_failing", &[]), 0.0);
+        // The running pods reached ctrl through acknowledged reports.
+        assert!(
+            must(
+                &krane_after,
+                "krane_status_reports_total",
+                &[("outcome", "sent")]
+            ) >= 1.0
+        );
         fleet.shutdown().await.unwrap();
     })
     .await;
