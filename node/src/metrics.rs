@@ -224,12 +224,20 @@ impl Metrics {
 
     /// A watch stream of `region` opened; it counts as open until the
     /// guard is dropped.
-    pub fn watch_opened(self: &Arc<Self>, region: &str) -> WatchGuard {
+    pub fn watch_opened(&self, region: &str) -> WatchGuard {
         let label = [("region", region.to_string())];
-        self.watch_streams.get_or_create(&label).inc();
+        let open = self.watch_streams.get_or_create(&label).clone();
+        open.inc();
+        // The counters are handles to the same values: an event costs an
+        // atomic add, not a lookup.
         WatchGuard {
-            metrics: self.clone(),
-            label,
+            open,
+            events: self.watch_events.get_or_create(&label).clone(),
+            full_syncs: self.watch_full_syncs.get_or_create(&label).clone(),
+            slow_consumer_resets: self
+                .watch_slow_consumer_resets
+                .get_or_create(&label)
+                .clone(),
         }
     }
 
@@ -328,36 +336,32 @@ impl Metrics {
 /// Keeps a watch stream counted as open; counts what it sends.
 #[derive(Debug)]
 pub struct WatchGuard {
-    metrics: Arc<Metrics>,
-    label: RegionLabel,
+    open: Gauge,
+    events: Counter,
+    full_syncs: Counter,
+    slow_consumer_resets: Counter,
 }
 
 impl WatchGuard {
     /// An event went out.
     pub fn event_sent(&self) {
-        self.metrics.watch_events.get_or_create(&self.label).inc();
+        self.events.inc();
     }
 
     /// A full sync began.
     pub fn full_sync(&self) {
-        self.metrics
-            .watch_full_syncs
-            .get_or_create(&self.label)
-            .inc();
+        self.full_syncs.inc();
     }
 
     /// The stream was reset for a slow consumer.
     pub fn slow_consumer_reset(&self) {
-        self.metrics
-            .watch_slow_consumer_resets
-            .get_or_create(&self.label)
-            .inc();
+        self.slow_consumer_resets.inc();
     }
 }
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.metrics.watch_streams.get_or_create(&self.label).dec();
+        self.open.dec();
     }
 }
 
