@@ -6,8 +6,9 @@
 //!   cursor moves and both are ready;
 //! - three nodes: killing the leader raises the leader changes the
 //!   survivors count;
-//! - three nodes behind relays: a node cut off from the majority is not
-//!   ready, and is again once the partition heals.
+//! - three nodes behind relays: a node cut off from the majority (the
+//!   leader, then a follower) is not ready, and is again once the
+//!   partition heals.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -378,7 +379,40 @@ async fn a_node_cut_off_from_the_majority_is_not_ready_until_healed() {
         })
         .await
         .unwrap();
+
+        // A follower cut off loses its leader (it stands for election in
+        // vain), then finds it again once healed.
+        let leader = cluster.wait_for_leader(STEP_TIMEOUT).await.unwrap();
+        let (follower, cut) = addrs.iter().find(|(id, _)| *id != leader).copied().unwrap();
+        cluster.faults.isolate(&[follower]);
+        let reason = unready(cut, "the isolated follower not ready").await;
+        eprintln!("follower {follower} cut off: {}", reason.trim());
+        assert!(reason.contains("no known leader"), "{reason}");
+        cluster.faults.heal();
+        ready(cut, "the healed follower ready again").await;
         cluster.shutdown().await;
     })
     .await;
+}
+
+/// Waits until `/readyz` of `addr` answers 200.
+async fn ready(addr: SocketAddr, what: &str) {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    wait_until(deadline, what, async || match get(addr, "/readyz").await {
+        (200, _) => Ok(()),
+        other => Err(other),
+    })
+    .await
+    .unwrap();
+}
+
+/// Waits until `/readyz` of `addr` answers 503; its reason.
+async fn unready(addr: SocketAddr, what: &str) -> String {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    wait_until(deadline, what, async || match get(addr, "/readyz").await {
+        (503, reason) => Ok(reason),
+        other => Err(other),
+    })
+    .await
+    .unwrap()
 }
