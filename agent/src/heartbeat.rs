@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -37,12 +38,41 @@ pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 #[derive(Debug, Default)]
 pub struct FailedApplies {
     failed: Mutex<BTreeMap<ResourceKey, String>>,
+    /// Applies finished, by [`APPLY_RESULTS`] (for metrics).
+    applies: [AtomicU64; 4],
 }
+
+/// What an apply can come to, as [`FailedApplies::apply_counts`] names
+/// it: written to Kubernetes, equal to the snapshot, older than what was
+/// applied, failed after its retries.
+pub const APPLY_RESULTS: [&str; 4] = ["written", "unchanged", "stale", "failed"];
 
 impl FailedApplies {
     fn failed(&self) -> MutexGuard<'_, BTreeMap<ResourceKey, String>> {
         // Every update is a single insert or remove.
         self.failed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts an apply that came to `result` (one of [`APPLY_RESULTS`];
+    /// another name is not counted).
+    pub fn count_apply(&self, result: &str) {
+        if let Some(index) = APPLY_RESULTS.iter().position(|r| *r == result) {
+            self.applies[index].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Applies finished so far, by result.
+    pub fn apply_counts(&self) -> [(&'static str, u64); 4] {
+        let mut counts = APPLY_RESULTS.map(|r| (r, 0));
+        for (count, applies) in counts.iter_mut().zip(&self.applies) {
+            count.1 = applies.load(Ordering::Relaxed);
+        }
+        counts
+    }
+
+    /// Resources whose last apply failed (as many as a heartbeat carries).
+    pub fn failing(&self) -> usize {
+        self.failed().len()
     }
 
     /// The apply of `key` failed with `error` (after its retries).

@@ -18,6 +18,7 @@
 //!   cursor, applied and failed resources).
 //! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
 //! - [`backoff`]: jittered reconnect waits.
+//! - [`metrics`]: the metrics and readiness served on `metrics_addr`.
 //! - [`run`]: wires them together for `krane run`.
 
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod drift;
 pub mod heartbeat;
 pub mod k8s;
 pub mod locks;
+pub mod metrics;
 pub mod run;
 pub mod state;
 pub mod status;

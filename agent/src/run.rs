@@ -12,6 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
+use transport::http::HttpServer;
 use wire::model::Resource;
 
 use crate::backoff::Backoff;
@@ -21,9 +22,10 @@ use crate::drift::Repairer;
 use crate::heartbeat::{FailedApplies, Heartbeater};
 use crate::k8s::{self, K8sError};
 use crate::locks::KeyLocks;
+use crate::metrics::AgentProbe;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
-use crate::status::{NOTICE_QUEUE_MAX, Reporter, ReporterSetup, system_clock};
+use crate::status::{NOTICE_QUEUE_MAX, ReportCounters, Reporter, ReporterSetup, system_clock};
 use crate::watch::{WatchLoop, WatchStatus};
 
 /// Longest wait for the first watch stream before the status reporter and
@@ -42,6 +44,15 @@ pub enum RunError {
     /// ctrl could not be reached.
     #[error(transparent)]
     Ctrl(#[from] CtrlError),
+    /// The metrics and health listener could not bind `metrics_addr`.
+    #[error("cannot listen on {addr} (metrics_addr): {source}")]
+    Metrics {
+        /// The configured `metrics_addr`.
+        addr: std::net::SocketAddr,
+        /// Why binding failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Runs krane until `shutdown` completes, publishing what the watch loop
@@ -64,6 +75,29 @@ pub async fn run(
         region = %config.region,
         "krane starting"
     );
+    let failures = Arc::new(FailedApplies::default());
+    let report_counters = Arc::new(ReportCounters::default());
+    let metrics_server = match config.metrics_addr {
+        Some(addr) => {
+            let probe = AgentProbe {
+                status: status.subscribe(),
+                state: Arc::downgrade(&state),
+                region: config.region.clone(),
+                certificates: certificate_expiries(&[
+                    ("agent", &config.tls.cert),
+                    ("ca", &config.tls.ca_cert),
+                ]),
+                failures: failures.clone(),
+                reports: report_counters.clone(),
+            };
+            let server = HttpServer::start(addr, Arc::new(probe))
+                .await
+                .map_err(|source| RunError::Metrics { addr, source })?;
+            info!(addr = %server.local_addr(), "serving metrics");
+            Some(server)
+        }
+        None => None,
+    };
     let client = k8s::client(config.kubeconfig.as_deref()).await?;
     let ctrl = Arc::new(CtrlClient::new(config)?);
 
@@ -96,6 +130,7 @@ pub async fn run(
             delay: Duration::from_millis(config.report_delay_ms),
             clock: system_clock(),
             rng: StdRng::from_os_rng(),
+            counters: report_counters,
         },
     );
     // Resuming the watch comes first: the reporter starts listing pods
@@ -126,7 +161,6 @@ pub async fn run(
             tokio::time::timeout(Duration::from_millis(REPORTER_START_WAIT_MS), first_stream).await;
         repairer.run().await;
     });
-    let failures = Arc::new(FailedApplies::default());
     // Heartbeats start at once, in a task of their own: they never wait
     // for (or hold up) the watch.
     let heartbeats = tokio::spawn(
@@ -167,5 +201,26 @@ pub async fn run(
     let _ = heartbeats.await;
     let _ = reporter.await;
     let _ = repairer.await;
+    if let Some(server) = metrics_server {
+        server.stop().await;
+    }
     Ok(())
+}
+
+/// The expiry of each named certificate file, in seconds since the Unix
+/// epoch; one that cannot be read is left out (connecting to ctrl names
+/// the problem).
+fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
+    files
+        .iter()
+        .filter_map(
+            |&(name, path)| match transport::certs::not_after_secs(path) {
+                Ok(secs) => Some((name, secs)),
+                Err(e) => {
+                    tracing::warn!("no expiry metric for the {name} certificate: {e}");
+                    None
+                }
+            },
+        )
+        .collect()
 }

@@ -345,6 +345,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 warn!(key = ?queued.key, version = ?queued.pk, "apply failed: {e}");
                 if let Some(failures) = self.failures {
                     failures.record_failure(&queued.key, &e.to_string());
+                    failures.count_apply("failed");
                 }
                 self.stopped = true;
                 self.scheduler.clear_waiting();
@@ -353,6 +354,11 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
         };
         if let Some(failures) = self.failures {
             failures.record_success(&queued.key);
+            failures.count_apply(match applied {
+                Applied::Written => "written",
+                Applied::Unchanged => "unchanged",
+                Applied::Stale => "stale",
+            });
         }
         match (queued.pk, applied) {
             (None, Applied::Unchanged) => self.unchanged += 1,

@@ -14,6 +14,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
@@ -120,6 +121,12 @@ pub struct AgentConfig {
     /// How krane writes its logs: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The TCP address of the HTTP listener serving `/metrics`
+    /// (Prometheus), `/livez` and `/readyz` (`ip:port`, e.g.
+    /// `0.0.0.0:9400` in a pod; port 0 picks a free one). Unset: no
+    /// listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 fn default_server_name() -> String {
@@ -181,6 +188,7 @@ impl AgentConfig {
             max_concurrent_applies: DEFAULT_MAX_CONCURRENT_APPLIES,
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             log_format: LogFormat::Text,
+            metrics_addr: None,
         }
     }
 
@@ -304,6 +312,16 @@ key = "/etc/krane/agent-us-east.key"
             ],
             TlsFiles::in_dir(Path::new("/etc/krane"), "agent-us-east"),
         )
+    }
+
+    #[test]
+    fn metrics_addr_is_optional_and_checked() {
+        assert_eq!(parse(MINIMAL).unwrap().metrics_addr, None);
+        let config = parse(&with("metrics_addr = \"0.0.0.0:9400\"")).unwrap();
+        assert_eq!(config.metrics_addr, Some("0.0.0.0:9400".parse().unwrap()));
+        assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
+        let error = parse(&with("metrics_addr = \"9400\"")).unwrap_err();
+        assert_eq!(error.field(), Some("metrics_addr"), "{error}");
     }
 
     #[test]

@@ -93,6 +93,11 @@ pub struct NodeConfig {
     /// How the node writes its logs: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
+    /// The TCP address of the HTTP listener serving `/metrics`
+    /// (Prometheus), `/livez` and `/readyz` (`ip:port`, e.g.
+    /// `127.0.0.1:9400`; port 0 picks a free one). Unset: no listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// One `[[peers]]` entry: a cluster member and where to reach it.
@@ -130,6 +135,7 @@ impl NodeConfig {
             compaction: CompactionSettings::default(),
             deploy: DeploySettings::default(),
             log_format: LogFormat::Text,
+            metrics_addr: None,
         }
     }
 
@@ -319,6 +325,16 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.compaction.request_retention_ms, 86_400_000);
         assert_eq!(config.compaction.interval_ms, 60_000);
         assert_eq!(config.compaction.batch_rows_max, 10_000);
+    }
+
+    #[test]
+    fn metrics_addr_is_optional_and_checked() {
+        assert_eq!(parse(MINIMAL).unwrap().metrics_addr, None);
+        let config = parse(&with("metrics_addr = \"127.0.0.1:9400\"", "")).unwrap();
+        assert_eq!(config.metrics_addr, Some("127.0.0.1:9400".parse().unwrap()));
+        assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
+        let error = parse(&with("metrics_addr = \"localhost\"", "")).unwrap_err();
+        assert_eq!(error.field(), Some("metrics_addr"), "{error}");
     }
 
     #[test]

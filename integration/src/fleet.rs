@@ -145,6 +145,7 @@ impl Fleet {
             node_config.node_id = id;
             node_config.listen_addr = addr;
             node_config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
+            node_config.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
             node_config.peers = ids
                 .iter()
                 .zip(&addrs)
@@ -157,6 +158,7 @@ impl Fleet {
                 .with_context(|| format!("starting ctrl node {id}"))?;
             // A restart binds the same address: the agents' configs name it.
             node_config.listen_addr = node.local_addr;
+            node_config.metrics_addr = node.metrics_addr;
             nodes.push(CtrlNode {
                 running: Some(node),
                 config: node_config,
@@ -213,6 +215,7 @@ impl Fleet {
             agent.reconnect_backoff_min_ms = config.reconnect_backoff_min_ms;
             agent.reconnect_backoff_max_ms = config.reconnect_backoff_max_ms;
             agent.heartbeat_interval_ms = config.heartbeat_interval_ms;
+            agent.metrics_addr = Some(free_tcp_addr()?);
             let agent_path = dir.join(format!("krane-{name}.toml"));
             write(&agent_path, &agent.to_toml_string())?;
             let mut region = Region {
@@ -389,6 +392,13 @@ fn node_addrs(ids: &[u64], base_port: u16) -> Result<Vec<SocketAddr>> {
             }
         })
         .collect()
+}
+
+/// A free TCP port on loopback, for a krane's metrics listener (its config
+/// is written before it starts, and the sandbox prints it).
+fn free_tcp_addr() -> Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
 }
 
 /// Initialises a fresh multi-node cluster from node 1 (a restarted fleet

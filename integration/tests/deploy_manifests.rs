@@ -192,6 +192,10 @@ fn example_configs_parse_and_validate() {
         .expect("node.toml is valid");
     assert_eq!(node.node_id, 1);
     assert_eq!(node.peers.len(), 2);
+    assert!(
+        node.metrics_addr.is_some(),
+        "node.toml shows the metrics listener"
+    );
 
     let docs = documents(&deploy_dir().join("krane/krane.yaml"));
     let config_map = docs
@@ -213,5 +217,26 @@ fn example_configs_parse_and_validate() {
     assert_eq!(
         deployment["spec"]["template"]["spec"]["serviceAccountName"],
         "krane"
+    );
+    // The probes and the scrape port are the port krane listens on.
+    let port = agent
+        .metrics_addr
+        .expect("agent.toml sets metrics_addr")
+        .port();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let metrics_port = container["ports"]
+        .as_array()
+        .expect("container ports")
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("a port named metrics");
+    assert_eq!(metrics_port["containerPort"], u64::from(port));
+    for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(container[probe]["httpGet"]["port"], "metrics", "{probe}");
+    }
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"],
+        port.to_string()
     );
 }

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use crate::clock::{Clock, SystemClock};
 use crate::jobs;
+use crate::metrics::{self, Metrics};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
 use crate::raft::state_machine::StateMachine;
@@ -27,6 +28,7 @@ use crate::replica::{FatalError, Limits, NodeState, write};
 use crate::runtime::RaftRuntime;
 use crate::server;
 use transport::closing::Closed;
+use transport::http::{HttpServer, Probe};
 
 /// File names under the data directory.
 pub const RAFT_LOG_FILE: &str = "raft-log.redb";
@@ -43,6 +45,12 @@ pub struct RunningNode {
     pub endpoint: quinn::Endpoint,
     /// The address the endpoint is bound to (the real port if 0 was asked).
     pub local_addr: SocketAddr,
+    /// The address the metrics and health listener is bound to, when
+    /// `metrics_addr` is set (the real port if 0 was asked).
+    pub metrics_addr: Option<SocketAddr>,
+    /// The metrics and health listener; dropped (stopped) first on
+    /// shutdown.
+    metrics_server: Option<HttpServer>,
     /// Dropped to stop the node's background tasks (the leader jobs).
     stop_background: tokio::sync::watch::Sender<()>,
     /// Resolve once the Raft log's and the state machine's databases and
@@ -70,8 +78,12 @@ impl RunningNode {
             endpoint,
             stop_background,
             released,
+            metrics_server,
             ..
         } = self;
+        if let Some(server) = metrics_server {
+            server.stop().await;
+        }
         let node_id = state.node_id;
         endpoint.close(0u32.into(), b"shutting down");
         drop(stop_background);
@@ -178,6 +190,15 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The metrics and health listener could not bind `metrics_addr`.
+    #[error("cannot listen on {addr} (metrics_addr): {source}")]
+    Metrics {
+        /// The configured `metrics_addr`.
+        addr: SocketAddr,
+        /// Why binding failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// The `[raft]` settings do not make a valid openraft config.
     #[error("invalid [raft] settings: {0}")]
     RaftSettings(#[source] openraft::ConfigError),
@@ -251,6 +272,13 @@ pub async fn start_with_clock(
         })?,
     ));
     let (log_closed, store_closed) = (log_store.closed(), store.closed());
+    let metrics = Arc::new(Metrics::new(
+        log_store.committed_index(),
+        state_path.clone(),
+        log_path.clone(),
+        config.raft.election_timeout_max_ms,
+        certificate_expiries(&[("node", &config.tls.cert), ("ca", &config.tls.ca_cert)]),
+    ));
     let snapshot_dir = data_dir.join(SNAPSHOT_DIR);
     let state_machine = StateMachine::new(store.clone(), &snapshot_dir).map_err(|source| {
         StartError::StateMachine {
@@ -386,7 +414,18 @@ pub async fn start_with_clock(
         deploy: config.deploy.clone(),
         clock,
         raft_runtime,
+        metrics: metrics.clone(),
     });
+    tokio::spawn(metrics::follow_leader(state.raft.server_metrics(), metrics));
+    let metrics_server = match config.metrics_addr {
+        Some(addr) => Some(
+            HttpServer::start(addr, Arc::new(NodeProbe(state.clone())))
+                .await
+                .map_err(|source| StartError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_server.as_ref().map(HttpServer::local_addr);
     tokio::spawn(server::run(endpoint.clone(), state.clone()));
     let (stop_background, background_stopped) = tokio::sync::watch::channel(());
     let leader_jobs = jobs::leader_jobs(&state, config);
@@ -400,7 +439,44 @@ pub async fn start_with_clock(
         state,
         endpoint,
         local_addr,
+        metrics_addr,
+        metrics_server,
         stop_background,
         released: [log_closed, store_closed, socket_closed],
     })
+}
+
+/// The expiry of each named certificate file, in seconds since the Unix
+/// epoch; one that cannot be read is left out (loading the TLS config
+/// names the problem).
+fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
+    files
+        .iter()
+        .filter_map(
+            |&(name, path)| match transport::certs::not_after_secs(path) {
+                Ok(secs) => Some((name, secs)),
+                Err(e) => {
+                    warn!("no expiry metric for the {name} certificate: {e}");
+                    None
+                }
+            },
+        )
+        .collect()
+}
+
+/// The node's answers on `metrics_addr`.
+struct NodeProbe(Arc<NodeState>);
+
+impl Probe for NodeProbe {
+    fn metrics(&self) -> String {
+        let state = &self.0;
+        let raft = state.raft.metrics().borrow().clone();
+        state
+            .metrics
+            .render(&raft, state.store.read(), state.clock.now_ms())
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        self.0.metrics.ready(&self.0.raft.metrics().borrow())
+    }
 }

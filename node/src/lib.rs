@@ -20,6 +20,9 @@
 //!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,
 //!   passed in.
 //!
+//! [`metrics`]: the gauges, counters and readiness served on
+//! `metrics_addr` (beside `server`, read by `boot`).
+//!
 //! Beside them, for the CLI: [`client`], the operator client, and
 //! [`wait`], waiting for a deployment to become ready (`deploy --wait`).
 
@@ -30,6 +33,7 @@ pub mod boot;
 pub mod client;
 pub mod clock;
 pub mod jobs;
+pub mod metrics;
 pub mod raft;
 pub mod replica;
 pub mod runtime;

@@ -494,3 +494,43 @@ fn write_new(path: &Path, contents: &[u8], private: bool) -> Result<(), CertErro
             source,
         })
 }
+
+/// When the first certificate in the PEM file `path` expires, in seconds
+/// since the Unix epoch (0 for a date before it).
+pub fn not_after_secs(path: &Path) -> Result<u64, CertError> {
+    let der = tls::parse_certs(path, &tls::read_text(path)?)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| CertError::Pem {
+            path: path.to_path_buf(),
+            reason: "holds no certificate".into(),
+        })?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).map_err(|e| CertError::Pem {
+        path: path.to_path_buf(),
+        reason: format!("certificate does not parse: {e}"),
+    })?;
+    Ok(u64::try_from(x509.validity().not_after.timestamp()).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod expiry_tests {
+    use super::*;
+
+    #[test]
+    fn a_fresh_certificate_expires_in_its_validity() {
+        let dir = tempfile::tempdir().unwrap();
+        init_dir(dir.path(), &[1], &["us-east".to_string()], &[]).unwrap();
+        let now_secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let ca = not_after_secs(&ca_bundle(dir.path()).cert).unwrap();
+        let node = not_after_secs(&node_bundle(dir.path(), 1).cert).unwrap();
+        assert!(
+            ca > now_secs && node > now_secs && node <= ca,
+            "{ca} {node}"
+        );
+        let error = not_after_secs(&node_bundle(dir.path(), 1).key).unwrap_err();
+        assert!(error.to_string().contains("node-1.key"), "{error}");
+    }
+}

@@ -17,6 +17,8 @@
 //! - [`frame`]: the async driver of `wire`'s sans-I/O frame decoder
 //!   (reading frames from a stream without reading past them, writing
 //!   them).
+//! - [`http`]: the HTTP listener of `/metrics`, `/livez` and `/readyz`
+//!   (what they answer comes from the binary's [`http::Probe`]).
 //! - [`stream`]: one call per bidirectional stream, as length-prefixed
 //!   postcard frames opened by a [`wire::hello::Hello`].
 //!
@@ -30,6 +32,7 @@ pub mod closing;
 pub mod endpoint;
 pub mod error;
 pub mod frame;
+pub mod http;
 pub mod identity;
 pub mod stream;
 pub mod tls;

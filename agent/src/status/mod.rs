@@ -22,6 +22,7 @@ pub mod tracker;
 use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::stream::{SelectAll, Stream, StreamExt};
@@ -79,6 +80,17 @@ type SentinelEvents =
 type PodEvents =
     Pin<Box<dyn Stream<Item = (String, Result<watcher::Event<Pod>, watcher::Error>)> + Send>>;
 
+/// Deployment status reports by outcome (for metrics).
+#[derive(Debug, Default)]
+pub struct ReportCounters {
+    /// Acknowledged by ctrl.
+    pub sent: AtomicU64,
+    /// Failed and kept for a retry (ctrl unreachable, no leader, …).
+    pub failed: AtomicU64,
+    /// Refused by ctrl and dropped.
+    pub refused: AtomicU64,
+}
+
 /// What the reporter starts from.
 pub struct ReporterSetup {
     /// The region reported for.
@@ -100,6 +112,8 @@ pub struct ReporterSetup {
     pub clock: Clock,
     /// Jitters the retry backoff.
     pub rng: StdRng,
+    /// Where reports are counted.
+    pub counters: Arc<ReportCounters>,
 }
 
 /// The async driver of the status reports.
@@ -121,6 +135,7 @@ pub struct Reporter {
     clock: Clock,
     rng: StdRng,
     retry: Backoff,
+    counters: Arc<ReportCounters>,
 }
 
 impl Reporter {
@@ -161,6 +176,7 @@ impl Reporter {
             clock: setup.clock,
             rng: setup.rng,
             retry: Backoff::new(REPORT_RETRY_MIN_MS, REPORT_RETRY_MAX_MS),
+            counters: setup.counters,
         };
         for namespace in &setup.namespaces {
             reporter.watch_namespace(namespace);
@@ -263,14 +279,17 @@ impl Reporter {
             let stored = match self.ctrl.call(&request).await {
                 Ok(AgentResponse::Ack) => {
                     debug!(?report, "reported");
+                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
                     self.tracker.reported(report);
                     self.outbox.acknowledged(report)
                 }
                 Ok(other) => {
                     warn!(?other, "unexpected answer to a status report; dropped");
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
                     self.outbox.refused(report)
                 }
                 Err(e) if e.is_retryable() => {
+                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
                     let opened = self.breaker.failure((self.clock)());
                     warn!(opened, "status report failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
@@ -279,6 +298,7 @@ impl Reporter {
                 }
                 Err(e) => {
                     warn!(?report, "status report refused; dropped: {e}");
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
                     self.outbox.refused(report)
                 }
             };

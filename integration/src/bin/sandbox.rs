@@ -79,6 +79,9 @@ fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[Strin
             "ctrl node {} serving on {}",
             node.state.node_id, node.local_addr
         );
+        if let Some(addr) = node.metrics_addr {
+            println!("  metrics: curl http://{addr}/metrics (and /livez, /readyz)");
+        }
     }
     for region in &fleet.regions {
         println!(
@@ -87,6 +90,9 @@ fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[Strin
             region.sim.url(),
             region.agent.data_dir.display()
         );
+        if let Some(addr) = region.agent.metrics_addr {
+            println!("  krane metrics: curl http://{addr}/metrics (and /livez, /readyz)");
+        }
         println!(
             "  kubectl --kubeconfig {} get statefulsets,services,pods -A",
             region.kubeconfig.display()

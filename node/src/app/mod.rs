@@ -51,6 +51,12 @@ pub trait Propose: Sync {
         &self,
         mutations: Vec<Mutation>,
     ) -> impl Future<Output = Result<Vec<MutationResult>, WireError>> + Send;
+
+    /// The workflow driver saw a deployment's status change to `to` (for
+    /// metrics; nothing by default).
+    fn transitioned(&self, to: wire::model::DeploymentStatus) {
+        let _ = to;
+    }
 }
 
 /// Reading the applied state: the read seam.

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -124,6 +125,9 @@ struct Shared {
     /// the entry it names is in the log (a commit of its own per update
     /// would cost a transaction and a thread wake-up per entry).
     committed: Mutex<Option<LogId<NodeId>>>,
+    /// The index of the latest committed log id openraft reported (0
+    /// before the first), for metrics and readiness.
+    committed_index: Arc<AtomicU64>,
 }
 
 /// One write, queued for the writer thread in openraft's order.
@@ -164,6 +168,7 @@ impl LogStore {
             db: Tracked::new(db),
             unflushed: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(None),
+            committed_index: Arc::new(AtomicU64::new(0)),
         });
         let (writer, queue) = std::sync::mpsc::channel();
         let for_writer = shared.clone();
@@ -178,6 +183,12 @@ impl LogStore {
     /// the writer thread ended.
     pub fn closed(&self) -> Closed {
         self.shared.db.closed()
+    }
+
+    /// The index of the latest committed entry openraft reported to this
+    /// log (0 before the first report); it does not hold the log open.
+    pub fn committed_index(&self) -> Arc<AtomicU64> {
+        self.shared.committed_index.clone()
     }
 
     fn meta<T: DeserializeOwned>(&self, key: &str) -> StoreResult<Option<T>> {
@@ -432,6 +443,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// sooner.
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
         if let Some(log_id) = committed {
+            self.shared
+                .committed_index
+                .fetch_max(log_id.index, Ordering::Relaxed);
             *lock(&self.shared.committed) = Some(log_id);
         }
         Ok(())

@@ -26,6 +26,7 @@ use wire::{Pk, WireError};
 
 use crate::app::{Propose, ReadState};
 use crate::clock::Clock;
+use crate::metrics::Metrics;
 use crate::raft::network::Network;
 use crate::raft::state_machine::SharedStore;
 use crate::raft::{NodeId, Raft};
@@ -76,6 +77,9 @@ pub struct NodeState {
     pub batcher: write::batch::Batcher,
     /// Keeps openraft's thread alive as long as the node.
     pub raft_runtime: RaftRuntime,
+    /// The node's metrics (counters bumped by the watch and the workflow
+    /// driver).
+    pub metrics: Arc<Metrics>,
 }
 
 impl NodeState {
@@ -141,6 +145,10 @@ impl Propose for NodeState {
         mutations: Vec<Mutation>,
     ) -> impl Future<Output = Result<Vec<MutationResult>, WireError>> + Send {
         write::propose(self, mutations)
+    }
+
+    fn transitioned(&self, to: wire::model::DeploymentStatus) {
+        self.metrics.transitioned(to);
     }
 }
 

@@ -26,6 +26,7 @@ use wire::session::{WatchServer, WatchStart, plan_watch};
 use wire::{ErrorCode, Pk, WireError};
 
 use super::ServeError;
+use crate::metrics::WatchGuard;
 use crate::replica::NodeState;
 
 /// Most change rows read from one read transaction before the next.
@@ -38,17 +39,19 @@ pub async fn serve(
     stream: &mut FramedStream,
     request: WatchRequest,
 ) -> Result<(), ServeError> {
+    let metrics = &state.metrics.watch_opened(&request.region);
     let mut server = WatchServer::new();
     let mut applied_pk = state.applied_pk.clone();
     let view = state.store.read()?;
     let plan = plan_watch(request.cursor, view.floor_pk(), view.last_pk());
     match plan {
         WatchStart::FullSync => {
-            full_sync(state, stream, &mut server, &request.region, view).await?
+            metrics.full_sync();
+            full_sync(state, metrics, stream, &mut server, &request.region, view).await?
         }
         WatchStart::Incremental { after } => server.resume(after)?,
         WatchStart::ResyncRequired { floor } => {
-            send(state, stream, &server.resync_required(floor)).await?;
+            send(state, metrics, stream, &server.resync_required(floor)).await?;
             return Ok(());
         }
         WatchStart::WaitForCatchUp { cursor } => {
@@ -65,24 +68,33 @@ pub async fn serve(
                         *applied_pk.borrow()
                     ),
                 );
-                send(state, stream, &server.error(error)).await?;
+                send(state, metrics, stream, &server.error(error)).await?;
                 return Ok(());
             }
             server.resume(cursor)?;
         }
     }
-    stream_changes(state, stream, &mut server, &request.region, &mut applied_pk).await
+    stream_changes(
+        state,
+        metrics,
+        stream,
+        &mut server,
+        &request.region,
+        &mut applied_pk,
+    )
+    .await
 }
 
 async fn full_sync(
     state: &NodeState,
+    metrics: &WatchGuard,
     stream: &mut FramedStream,
     server: &mut WatchServer,
     region: &str,
     view: storage::ReadView,
 ) -> Result<(), ServeError> {
     let cursor = view.last_pk();
-    send(state, stream, &server.sync_start(cursor)?).await?;
+    send(state, metrics, stream, &server.sync_start(cursor)?).await?;
     let page = state.limits.sync_page_resources;
     let mut after = None;
     loop {
@@ -90,18 +102,19 @@ async fn full_sync(
         let full_page = resources.len() == page;
         after = resources.last().map(|r| r.key());
         for resource in resources {
-            send(state, stream, &server.sync_item(resource)?).await?;
+            send(state, metrics, stream, &server.sync_item(resource)?).await?;
         }
         if !full_page {
             break;
         }
     }
-    send(state, stream, &server.sync_end()?).await?;
+    send(state, metrics, stream, &server.sync_end()?).await?;
     Ok(())
 }
 
 async fn stream_changes(
     state: &NodeState,
+    metrics: &WatchGuard,
     stream: &mut FramedStream,
     server: &mut WatchServer,
     region: &str,
@@ -113,14 +126,20 @@ async fn stream_changes(
         let view = state.store.read()?;
         let cursor = server.cursor();
         if cursor < view.floor_pk() {
-            send(state, stream, &server.resync_required(view.floor_pk())).await?;
+            send(
+                state,
+                metrics,
+                stream,
+                &server.resync_required(view.floor_pk()),
+            )
+            .await?;
             return Ok(());
         }
         let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;
         let full_page = rows.len() == CHANGE_PAGE_ROWS;
         for (pk, row) in rows {
             let change = view.change_event(&row)?;
-            send(state, stream, &server.change(pk, change)?).await?;
+            send(state, metrics, stream, &server.change(pk, change)?).await?;
         }
         if full_page {
             continue;
@@ -137,7 +156,7 @@ async fn stream_changes(
             _ = tokio::time::sleep_until(next_progress) => {
                 next_progress = Instant::now() + progress_every;
                 if let Some(event) = server.progress(seen) {
-                    send(state, stream, &event).await?;
+                    send(state, metrics, stream, &event).await?;
                 }
             }
             _ = stream.closed() => return Ok(()),
@@ -152,13 +171,29 @@ pub async fn refuse(
     stream: &mut FramedStream,
     error: WireError,
 ) -> Result<(), ServeError> {
-    send(state, stream, &WatchEvent::Error(error)).await
+    send_event(state, stream, &WatchEvent::Error(error)).await
 }
 
 /// Sends one event, waiting at most `slow_consumer_timeout_ms` for room in
 /// the consumer's window. After a timeout the stream is out of step (a
 /// frame may be half written): it must be reset, not used.
 async fn send(
+    state: &NodeState,
+    metrics: &WatchGuard,
+    stream: &mut FramedStream,
+    event: &WatchEvent,
+) -> Result<(), ServeError> {
+    let sent = send_event(state, stream, event).await;
+    match &sent {
+        Ok(()) => metrics.event_sent(),
+        Err(ServeError::SlowConsumer { .. }) => metrics.slow_consumer_reset(),
+        Err(_) => {}
+    }
+    sent
+}
+
+/// [`send`], uncounted.
+async fn send_event(
     state: &NodeState,
     stream: &mut FramedStream,
     event: &WatchEvent,

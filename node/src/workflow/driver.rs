@@ -18,8 +18,10 @@
 
 use std::time::Duration;
 
+use storage::command::DeployAction;
 use storage::{Mutation, Outcome};
 use tracing::{debug, warn};
+use wire::model::DeploymentStatus;
 
 use super::{Decision, Round};
 use crate::app::{Propose, ReadState};
@@ -155,10 +157,14 @@ pub fn commands(mutations: Vec<Mutation>) -> Vec<Vec<Mutation>> {
 
 /// Proposes one command; whether any of its mutations changed the state.
 async fn propose_command(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
+    let targets: Vec<Option<DeploymentStatus>> = mutations.iter().map(target).collect();
     match node.propose(mutations).await {
         Ok(results) => {
             let mut progressed = false;
-            for result in results {
+            for (result, to) in results.into_iter().zip(targets) {
+                if let (Ok(Outcome::Recorded), Some(to)) = (&result, to) {
+                    node.transitioned(to);
+                }
                 match result {
                     Ok(Outcome::GuardFailed { expected, found }) => {
                         debug!(
@@ -177,6 +183,23 @@ async fn propose_command(node: &impl Propose, mutations: Vec<Mutation>) -> bool 
             debug!("workflow proposals not committed: {e}");
             false
         }
+    }
+}
+
+/// The status a deploy transition moves its deployment to, if it moves it
+/// (observing, or applying a schedule, keeps the status).
+fn target(mutation: &Mutation) -> Option<DeploymentStatus> {
+    let Mutation::Deploy(transition) = mutation else {
+        return None;
+    };
+    match &transition.action {
+        DeployAction::Start { .. } => Some(DeploymentStatus::Deploying),
+        DeployAction::Advance { to, .. } => Some(*to),
+        DeployAction::Finalize { .. } => Some(DeploymentStatus::Ready),
+        DeployAction::Fail { .. } => Some(DeploymentStatus::Failed),
+        DeployAction::Supersede { .. } => Some(DeploymentStatus::Superseded),
+        DeployAction::MarkStopped => Some(DeploymentStatus::Stopped),
+        DeployAction::Observe { .. } | DeployAction::ApplySchedule => None,
     }
 }
 

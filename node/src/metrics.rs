@@ -1,0 +1,521 @@
+//! The node's metrics and readiness, served by `transport::http` on
+//! `metrics_addr`.
+//!
+//! Gauges are computed at scrape time from Raft's metrics and small reads
+//! (the change log's bounds, file sizes, the deployments and instances
+//! counted per status over at most [`SCRAPE_DEPLOYMENTS_MAX`]
+//! deployments); counters are bumped where things happen: the leader
+//! changes seen in Raft's server metrics ([`follow_leader`]), the workflow
+//! driver's transitions, the watch streams. Labels are low-cardinality
+//! (status, region); never a deployment id.
+//!
+//! Ready ([`readiness`]) means: Raft runs, a leader is known (a leader of
+//! several voters has heard from a quorum within the election timeout),
+//! and this node's applied index is within [`READY_APPLY_LAG_ENTRIES_MAX`]
+//! of the committed index it was told.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use openraft::ServerState;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use storage::ReadView;
+use tracing::warn;
+use wire::model::{DeploymentStatus, InstanceStatus};
+
+use crate::raft::NodeId;
+
+/// This node's Raft metrics.
+pub type RaftMetrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
+
+/// Most deployments a scrape reads to count deployments and instances per
+/// status; past it `ctrl_scrape_truncated` is 1 and the counts cover the
+/// first ones by id.
+pub const SCRAPE_DEPLOYMENTS_MAX: usize = 1_000;
+/// Deployments read per page (and per step of the scan).
+pub const SCRAPE_PAGE_DEPLOYMENTS: usize = 100;
+/// Most entries this node's applied index may trail the committed index
+/// it knows of and still be ready.
+pub const READY_APPLY_LAG_ENTRIES_MAX: u64 = 1_000;
+
+/// One label with a fixed value set (a status).
+type StatusLabel = [(&'static str, &'static str); 1];
+/// One label with a value from the state (a region).
+type RegionLabel = [(&'static str, String); 1];
+
+/// The node's metrics: the registry and the handles that move them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// The index of the latest committed entry (the Raft log's report).
+    committed_index: Arc<AtomicU64>,
+    /// The state file and the Raft log file, for their sizes.
+    files: [PathBuf; 2],
+    /// The longest a leader of several voters may go without a quorum's
+    /// acknowledgement and still be ready (the election timeout).
+    quorum_ack_ms_max: u64,
+    /// Each loaded certificate's name (`node`, `ca`) and expiry, in
+    /// seconds since the Unix epoch.
+    certificates: Vec<(&'static str, u64)>,
+    cert_expiry: Family<StatusLabel, Gauge>,
+    has_leader: Gauge,
+    term: Gauge,
+    commit_index: Gauge,
+    applied_index: Gauge,
+    change_last_pk: Gauge,
+    change_floor_pk: Gauge,
+    state_file_bytes: Gauge,
+    raft_log_file_bytes: Gauge,
+    workflow_status: Family<StatusLabel, Gauge>,
+    instances_by_status: Family<StatusLabel, Gauge>,
+    scrape_truncated: Gauge,
+    leader_changes: Counter,
+    transitions: Family<StatusLabel, Counter>,
+    watch_streams: Family<RegionLabel, Gauge>,
+    watch_events: Family<RegionLabel, Counter>,
+    watch_full_syncs: Family<RegionLabel, Counter>,
+    watch_slow_consumer_resets: Family<RegionLabel, Counter>,
+}
+
+impl Metrics {
+    /// Metrics over the committed index the Raft log reports, the sizes of
+    /// `state_file` and `raft_log_file`, the readiness bound
+    /// `quorum_ack_ms_max` and the loaded `certificates` (name and expiry
+    /// in seconds since the Unix epoch).
+    pub fn new(
+        committed_index: Arc<AtomicU64>,
+        state_file: PathBuf,
+        raft_log_file: PathBuf,
+        quorum_ack_ms_max: u64,
+        certificates: Vec<(&'static str, u64)>,
+    ) -> Metrics {
+        let mut registry = Registry::default();
+        let mut gauge = |name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let has_leader = gauge("ctrl_raft_has_leader", "1 when this node knows a leader");
+        let term = gauge("ctrl_raft_term", "This node's current Raft term");
+        let commit_index = gauge(
+            "ctrl_raft_commit_index",
+            "The latest committed log index this node knows of",
+        );
+        let applied_index = gauge(
+            "ctrl_raft_applied_index",
+            "The last log index applied to this node's state",
+        );
+        let change_last_pk = gauge(
+            "ctrl_change_log_last_pk",
+            "The pk of the last change row applied here",
+        );
+        let change_floor_pk = gauge(
+            "ctrl_change_log_floor_pk",
+            "The compaction floor: change rows at or below it are gone",
+        );
+        let state_file_bytes = gauge(
+            "ctrl_state_file_bytes",
+            "Size of the state database file, in bytes",
+        );
+        let raft_log_file_bytes = gauge(
+            "ctrl_raft_log_file_bytes",
+            "Size of the Raft log database file, in bytes",
+        );
+        let scrape_truncated = gauge(
+            "ctrl_scrape_truncated",
+            "1 when the per-status counts cover only the first deployments",
+        );
+        let workflow_status = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "deployment_workflow_status",
+            "Deployments per status in the replicated state",
+            workflow_status.clone(),
+        );
+        let instances_by_status = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "deployment_instances_by_status",
+            "Reported instances per status",
+            instances_by_status.clone(),
+        );
+        let cert_expiry = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "ctrl_tls_cert_expiry_seconds",
+            "Seconds until each loaded certificate expires (negative: expired)",
+            cert_expiry.clone(),
+        );
+        let leader_changes = Counter::default();
+        registry.register(
+            "ctrl_raft_leader_changes",
+            "Times this node saw a new leader",
+            leader_changes.clone(),
+        );
+        let transitions = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "deployment_workflow_transitions",
+            "Status changes the workflow driver proposed and saw applied, by target status",
+            transitions.clone(),
+        );
+        let watch_streams = Family::<RegionLabel, Gauge>::default();
+        registry.register(
+            "ctrl_watch_streams_open",
+            "Watch streams open, per region",
+            watch_streams.clone(),
+        );
+        let watch_events = Family::<RegionLabel, Counter>::default();
+        registry.register(
+            "ctrl_watch_events_sent",
+            "Watch events sent, per region",
+            watch_events.clone(),
+        );
+        let watch_full_syncs = Family::<RegionLabel, Counter>::default();
+        registry.register(
+            "ctrl_watch_full_syncs",
+            "Full syncs served, per region",
+            watch_full_syncs.clone(),
+        );
+        let watch_slow_consumer_resets = Family::<RegionLabel, Counter>::default();
+        registry.register(
+            "ctrl_watch_slow_consumer_resets",
+            "Watch streams reset because the agent stopped reading, per region",
+            watch_slow_consumer_resets.clone(),
+        );
+        Metrics {
+            registry,
+            committed_index,
+            files: [state_file, raft_log_file],
+            quorum_ack_ms_max,
+            certificates,
+            cert_expiry,
+            has_leader,
+            term,
+            commit_index,
+            applied_index,
+            change_last_pk,
+            change_floor_pk,
+            state_file_bytes,
+            raft_log_file_bytes,
+            workflow_status,
+            instances_by_status,
+            scrape_truncated,
+            leader_changes,
+            transitions,
+            watch_streams,
+            watch_events,
+            watch_full_syncs,
+            watch_slow_consumer_resets,
+        }
+    }
+
+    /// The committed index the Raft log last reported.
+    pub fn committed_index(&self) -> u64 {
+        self.committed_index.load(Ordering::Relaxed)
+    }
+
+    /// The workflow driver saw a transition to `to` applied.
+    pub fn transitioned(&self, to: DeploymentStatus) {
+        self.transitions.get_or_create(&[("to", to.as_str())]).inc();
+    }
+
+    /// A watch stream of `region` opened; it counts as open until the
+    /// guard is dropped.
+    pub fn watch_opened(&self, region: &str) -> WatchGuard {
+        let label = [("region", region.to_string())];
+        let open = self.watch_streams.get_or_create(&label).clone();
+        open.inc();
+        // The counters are handles to the same values: an event costs an
+        // atomic add, not a lookup.
+        WatchGuard {
+            open,
+            events: self.watch_events.get_or_create(&label).clone(),
+            full_syncs: self.watch_full_syncs.get_or_create(&label).clone(),
+            slow_consumer_resets: self
+                .watch_slow_consumer_resets
+                .get_or_create(&label)
+                .clone(),
+        }
+    }
+
+    /// The exposition of every metric, the gauges read now from `raft`
+    /// (this node's Raft metrics) and `view` (a read of its state), at
+    /// `now_ms`.
+    pub fn render(
+        &self,
+        raft: &RaftMetrics,
+        view: Result<ReadView, storage::StorageError>,
+        now_ms: u64,
+    ) -> String {
+        let now_secs = saturating(now_ms / 1_000);
+        for &(cert, not_after_secs) in &self.certificates {
+            self.cert_expiry
+                .get_or_create(&[("cert", cert)])
+                .set(saturating(not_after_secs).saturating_sub(now_secs));
+        }
+        self.has_leader
+            .set(i64::from(raft.current_leader.is_some()));
+        self.term.set(saturating(raft.current_term));
+        self.commit_index.set(saturating(self.committed_index()));
+        self.applied_index
+            .set(saturating(raft.last_applied.map_or(0, |id| id.index)));
+        let [state_file, log_file] = &self.files;
+        let size = |path: &PathBuf| std::fs::metadata(path).map_or(0, |m| saturating(m.len()));
+        self.state_file_bytes.set(size(state_file));
+        self.raft_log_file_bytes.set(size(log_file));
+        if let Err(e) = view.and_then(|view| self.count_deployments(&view)) {
+            warn!("metrics cannot read the state: {e}");
+        }
+        let mut out = String::new();
+        if let Err(e) = encode(&mut out, &self.registry) {
+            warn!("cannot encode the metrics: {e}");
+        }
+        out
+    }
+
+    /// Whether this node, with these Raft metrics, is ready ([`readiness`]).
+    pub fn ready(&self, raft: &RaftMetrics) -> Result<(), String> {
+        readiness(raft, self.committed_index(), self.quorum_ack_ms_max)
+    }
+
+    /// The change log's bounds and the per-status counts, from one read.
+    fn count_deployments(&self, view: &ReadView) -> Result<(), storage::StorageError> {
+        self.change_last_pk.set(saturating(view.last_pk()));
+        self.change_floor_pk.set(saturating(view.floor_pk()));
+        let mut deployments: BTreeMap<&'static str, i64> = DeploymentStatus::ALL
+            .iter()
+            .map(|s| (s.as_str(), 0))
+            .collect();
+        let mut instances: BTreeMap<&'static str, i64> = [
+            InstanceStatus::Pending,
+            InstanceStatus::Running,
+            InstanceStatus::Failed,
+        ]
+        .iter()
+        .map(|s| (s.as_str(), 0))
+        .collect();
+        let page = SCRAPE_PAGE_DEPLOYMENTS;
+        let mut after: Option<String> = None;
+        let mut seen = 0;
+        let truncated = loop {
+            let items = view.list_deployments(after.as_deref(), page)?;
+            let full_page = items.len() == page;
+            for deployment in &items {
+                *deployments.entry(deployment.status.as_str()).or_default() += 1;
+                for instance in view.instances(&deployment.id)? {
+                    *instances.entry(instance.status.as_str()).or_default() += 1;
+                }
+            }
+            seen += items.len();
+            after = items.last().map(|d| d.id.clone());
+            if !full_page {
+                break false;
+            }
+            if seen >= SCRAPE_DEPLOYMENTS_MAX {
+                break true;
+            }
+        };
+        for (status, count) in deployments {
+            self.workflow_status
+                .get_or_create(&[("status", status)])
+                .set(count);
+        }
+        for (status, count) in instances {
+            self.instances_by_status
+                .get_or_create(&[("status", status)])
+                .set(count);
+        }
+        self.scrape_truncated.set(i64::from(truncated));
+        Ok(())
+    }
+}
+
+/// Keeps a watch stream counted as open; counts what it sends.
+#[derive(Debug)]
+pub struct WatchGuard {
+    open: Gauge,
+    events: Counter,
+    full_syncs: Counter,
+    slow_consumer_resets: Counter,
+}
+
+impl WatchGuard {
+    /// An event went out.
+    pub fn event_sent(&self) {
+        self.events.inc();
+    }
+
+    /// A full sync began.
+    pub fn full_sync(&self) {
+        self.full_syncs.inc();
+    }
+
+    /// The stream was reset for a slow consumer.
+    pub fn slow_consumer_reset(&self) {
+        self.slow_consumer_resets.inc();
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Whether a node with these Raft metrics, knowing of `committed` as the
+/// committed index, is ready; else why not, in one line.
+pub fn readiness(raft: &RaftMetrics, committed: u64, quorum_ack_ms_max: u64) -> Result<(), String> {
+    if let Err(fatal) = &raft.running_state {
+        return Err(format!("Raft stopped: {fatal}"));
+    }
+    let Some(leader) = raft.current_leader else {
+        return Err(format!("no known leader in term {}", raft.current_term));
+    };
+    let voters = raft.membership_config.membership().voter_ids().count();
+    if raft.state == ServerState::Leader && voters > 1 {
+        match raft.millis_since_quorum_ack {
+            Some(ms) if ms <= quorum_ack_ms_max => {}
+            Some(ms) => {
+                return Err(format!(
+                    "leader {leader} has not heard from a quorum for {ms} ms"
+                ));
+            }
+            None => return Err(format!("leader {leader} has not heard from a quorum")),
+        }
+    }
+    let applied = raft.last_applied.map_or(0, |id| id.index);
+    let lag = committed.saturating_sub(applied);
+    if lag > READY_APPLY_LAG_ENTRIES_MAX {
+        return Err(format!(
+            "applied index {applied} is {lag} entries behind the committed index {committed}"
+        ));
+    }
+    Ok(())
+}
+
+/// Counts every new leader seen in Raft's server metrics (which change on
+/// role, leader and vote changes, not per entry) until Raft stops.
+pub async fn follow_leader(
+    mut server: tokio::sync::watch::Receiver<
+        openraft::metrics::RaftServerMetrics<NodeId, openraft::BasicNode>,
+    >,
+    metrics: Arc<Metrics>,
+) {
+    let mut known: Option<NodeId> = server.borrow_and_update().current_leader;
+    while server.changed().await.is_ok() {
+        let leader = server.borrow_and_update().current_leader;
+        if leader.is_some() && leader != known {
+            metrics.leader_changes.inc();
+            known = leader;
+        }
+    }
+}
+
+fn saturating(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
+
+    use super::*;
+
+    const ACK_MS_MAX: u64 = 600;
+
+    /// A member of three voters that applied up to `applied`.
+    fn metrics(state: ServerState, leader: Option<NodeId>, applied: u64) -> RaftMetrics {
+        let mut m = RaftMetrics::new_initial(1);
+        m.current_term = 3;
+        m.state = state;
+        m.current_leader = leader;
+        m.last_applied = Some(LogId::new(CommittedLeaderId::new(3, 1), applied));
+        let voters = BTreeSet::from([1, 2, 3]);
+        let nodes: BTreeMap<NodeId, BasicNode> = voters
+            .iter()
+            .map(|&id| (id, BasicNode::default()))
+            .collect();
+        let membership = Membership::new(vec![voters], nodes);
+        m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        m
+    }
+
+    #[test]
+    fn a_follower_knowing_a_leader_and_caught_up_is_ready() {
+        let m = metrics(ServerState::Follower, Some(2), 10);
+        assert_eq!(readiness(&m, 10, ACK_MS_MAX), Ok(()));
+        assert_eq!(
+            readiness(&m, 10 + READY_APPLY_LAG_ENTRIES_MAX, ACK_MS_MAX),
+            Ok(())
+        );
+        let behind = readiness(&m, 11 + READY_APPLY_LAG_ENTRIES_MAX, ACK_MS_MAX);
+        assert!(behind.unwrap_err().contains("behind the committed index"));
+    }
+
+    #[test]
+    fn without_a_leader_it_is_not_ready() {
+        let m = metrics(ServerState::Candidate, None, 10);
+        assert_eq!(
+            readiness(&m, 10, ACK_MS_MAX),
+            Err("no known leader in term 3".into())
+        );
+    }
+
+    #[test]
+    fn a_leader_cut_off_from_its_quorum_is_not_ready() {
+        let mut m = metrics(ServerState::Leader, Some(1), 10);
+        m.millis_since_quorum_ack = Some(ACK_MS_MAX);
+        assert_eq!(readiness(&m, 10, ACK_MS_MAX), Ok(()));
+        m.millis_since_quorum_ack = Some(ACK_MS_MAX + 1);
+        let error = readiness(&m, 10, ACK_MS_MAX).unwrap_err();
+        assert!(error.contains("has not heard from a quorum"), "{error}");
+        m.millis_since_quorum_ack = None;
+        assert!(readiness(&m, 10, ACK_MS_MAX).is_err());
+    }
+
+    #[test]
+    fn counters_and_labels_reach_the_exposition() {
+        let metrics = Arc::new(Metrics::new(
+            Arc::new(AtomicU64::new(7)),
+            PathBuf::from("/nonexistent/state.redb"),
+            PathBuf::from("/nonexistent/raft-log.redb"),
+            ACK_MS_MAX,
+            vec![("node", 1_000)],
+        ));
+        metrics.transitioned(DeploymentStatus::Ready);
+        let watch = metrics.watch_opened("us-east");
+        watch.full_sync();
+        watch.event_sent();
+        let raft = metrics_of_leader();
+        let dir = tempfile::tempdir().unwrap();
+        let store = storage::Store::open(dir.path().join("state.redb")).unwrap();
+        let text = metrics.render(&raft, store.read(), 400_000);
+        for line in [
+            "ctrl_raft_has_leader 1",
+            "ctrl_raft_commit_index 7",
+            "ctrl_raft_applied_index 10",
+            "deployment_workflow_transitions_total{to=\"ready\"} 1",
+            "ctrl_watch_streams_open{region=\"us-east\"} 1",
+            "ctrl_watch_full_syncs_total{region=\"us-east\"} 1",
+            "ctrl_watch_events_sent_total{region=\"us-east\"} 1",
+            "deployment_workflow_status{status=\"ready\"} 0",
+            "deployment_instances_by_status{status=\"running\"} 0",
+            "ctrl_scrape_truncated 0",
+            "ctrl_tls_cert_expiry_seconds{cert=\"node\"} 600",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
+        drop(watch);
+        let text = metrics.render(&raft, store.read(), 400_000);
+        assert!(text.contains("ctrl_watch_streams_open{region=\"us-east\"} 0"));
+    }
+
+    fn metrics_of_leader() -> RaftMetrics {
+        metrics(ServerState::Leader, Some(1), 10)
+    }
+}
