@@ -43,6 +43,9 @@ const NAMESPACE: &str = "krane";
 /// Kubernetes writes of one deployment topology and of one sentinel.
 const TOPOLOGY_WRITES: usize = 2;
 const SENTINEL_WRITES: usize = 3;
+/// Namespaces a krane start may write (those of deployments, policies and
+/// sentinels), at most.
+const NAMESPACE_WRITES_PER_START: usize = 3;
 /// What krane logs when a report could not reach ctrl (it stays queued).
 const RETRY_LINE: &str = "status report failed; kept for a retry";
 
@@ -78,6 +81,22 @@ fn applied(view: &View<'_>, ids: &[String]) -> usize {
     ids.iter()
         .filter(|id| view.get(&STATEFUL_SETS, NAMESPACE, &k8s_name(id)).is_some())
         .count()
+}
+
+/// The resourceVersion of each deployment's StatefulSet in `region`.
+fn resource_versions(region: &integration::fleet::Region, ids: &[String]) -> Vec<Option<String>> {
+    region.sim.inspect(|v| {
+        ids.iter()
+            .map(|id| {
+                v.get(&STATEFUL_SETS, NAMESPACE, &k8s_name(id))
+                    .and_then(|o| {
+                        o["metadata"]["resourceVersion"]
+                            .as_str()
+                            .map(str::to_string)
+                    })
+            })
+            .collect()
+    })
 }
 
 fn ready_pods(view: &View<'_>, id: &str) -> usize {
@@ -163,6 +182,15 @@ async fn scenario(binary: &Path) {
     assert!(cursor >= target, "the cursor never goes back");
     eprintln!("recorded {recorded}, cursor {cursor} (from {target})");
     let writes = region.sim.write_requests();
+    // The StatefulSets krane recorded before the kill, as they are now.
+    let recorded_ids: Vec<String> = snapshot
+        .iter()
+        .filter(|(key, _, _)| {
+            key.resource_type == ResourceType::DeploymentTopology && ids.contains(&key.resource_id)
+        })
+        .map(|(key, _, _)| key.resource_id.clone())
+        .collect();
+    let versions_before = resource_versions(region, &recorded_ids);
 
     // Restarted: converges, each deployment once.
     let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
@@ -174,12 +202,16 @@ async fn scenario(binary: &Path) {
     wait_for_instances(&operator, &ids, "two running instances each", running_once).await;
     let restart_writes = region.sim.write_requests() - writes;
     let max_concurrent = config::agent::DEFAULT_MAX_CONCURRENT_APPLIES;
+    // What was recorded is not written again: its StatefulSets are as
+    // they were.
+    assert_eq!(resource_versions(region, &recorded_ids), versions_before);
     // The writes of what was not recorded: a topology's Service and
     // StatefulSet, a sentinel's Service, Deployment and disruption budget,
-    // a policy.
+    // a policy; and the namespaces krane makes sure of once per start.
     let unrecorded_writes = TOPOLOGY_WRITES * (BATCH - recorded)
         + SENTINEL_WRITES * (BATCH - recorded_sentinels)
-        + (BATCH - recorded_policies);
+        + (BATCH - recorded_policies)
+        + NAMESPACE_WRITES_PER_START;
     assert!(
         restart_writes <= unrecorded_writes as u64,
         "{restart_writes} writes after the restart: what was recorded is not applied again \

@@ -415,6 +415,9 @@ pub async fn start_with_clock(
         clock,
         raft_runtime,
         metrics: metrics.clone(),
+        // Paths only: a node config names its certificate and key files,
+        // never their contents.
+        config_toml: toml::to_string(config).unwrap_or_else(|e| format!("# not encodable: {e}\n")),
     });
     tokio::spawn(metrics::follow_leader(state.raft.server_metrics(), metrics));
     let metrics_server = match config.metrics_addr {
@@ -469,11 +472,7 @@ struct NodeProbe(Arc<NodeState>);
 
 impl Probe for NodeProbe {
     fn metrics(&self) -> String {
-        let state = &self.0;
-        let raft = state.raft.metrics().borrow().clone();
-        state
-            .metrics
-            .render(&raft, state.store.read(), state.clock.now_ms())
+        self.0.metrics_text()
     }
 
     fn ready(&self) -> Result<(), String> {

@@ -265,6 +265,9 @@ pub enum OperatorRequest {
         /// Most entries to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
+    /// This node's config (as TOML) and metrics, for a support bundle;
+    /// answered by `NodeDiagnostics`.
+    NodeDiagnostics,
 }
 
 impl OperatorRequest {
@@ -295,6 +298,7 @@ impl OperatorRequest {
             | OperatorRequest::WaitDeployment { .. }
             | OperatorRequest::GetEnvironment { .. }
             | OperatorRequest::History { .. }
+            | OperatorRequest::NodeDiagnostics
             | OperatorRequest::ListRegions => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
@@ -303,6 +307,18 @@ impl OperatorRequest {
             }
         }
     }
+}
+
+/// What one node tells a support bundle about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDiagnostics {
+    /// The node's Raft id.
+    pub node_id: u64,
+    /// Its config file as it runs, in TOML (certificate and key file
+    /// paths, never their contents).
+    pub config_toml: String,
+    /// Its metrics, in the exposition its `/metrics` serves.
+    pub metrics: String,
 }
 
 /// The cluster's membership after a change.
@@ -739,6 +755,8 @@ pub enum OperatorResponse {
         /// Pass as `after` to read on; `None` at the end.
         next_after: Option<u64>,
     },
+    /// This node's config and metrics (answer to `NodeDiagnostics`).
+    NodeDiagnostics(NodeDiagnostics),
 }
 
 #[cfg(test)]

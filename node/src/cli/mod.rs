@@ -2,6 +2,7 @@
 
 mod certs;
 mod cluster;
+mod debug;
 #[cfg(test)]
 mod json_shapes;
 mod ops;
@@ -94,6 +95,9 @@ pub(crate) enum Command {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Support: `ctrl debug bundle --out FILE`.
+    #[command(subcommand)]
+    Debug(debug::DebugCommand),
     /// Print a shell completion script: `ctrl completion bash >
     /// /etc/bash_completion.d/ctrl` (zsh: into a directory of `$fpath` as
     /// `_ctrl`; fish: `~/.config/fish/completions/ctrl.fish`).
@@ -197,6 +201,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
         Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
         Command::Status { output } => status::run(&operator_config(&cli.config)?, output).await,
+        Command::Debug(command) => debug::run(&operator_config(&cli.config)?, command).await,
         Command::Completion { shell } => {
             // Written to memory first: the generator panics on a write
             // error (a closed pipe), which must be an error instead.

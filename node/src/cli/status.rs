@@ -66,6 +66,16 @@ impl DeployLine {
 }
 
 pub(super) async fn run(config: &OperatorConfig, output: Output) -> Result<()> {
+    let status = collect(config).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+        Output::Text => print!("{}", text(&status)),
+    }
+    Ok(())
+}
+
+/// Reads the site's status from the nodes of `config`.
+pub(super) async fn collect(config: &OperatorConfig) -> Result<SiteStatus> {
     let nodes = rows(config).await;
     let leaders: Vec<Option<u64>> = nodes
         .iter()
@@ -107,19 +117,14 @@ pub(super) async fn run(config: &OperatorConfig, output: Output) -> Result<()> {
             None => break,
         }
     }
-    let status = SiteStatus {
+    Ok(SiteStatus {
         as_of_ms,
         leader_id,
         nodes,
         regions: regions.regions,
         in_progress,
         failed_recently,
-    };
-    match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
-        Output::Text => print!("{}", text(&status)),
-    }
-    Ok(())
+    })
 }
 
 /// The one-screen text form.

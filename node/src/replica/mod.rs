@@ -80,9 +80,18 @@ pub struct NodeState {
     /// The node's metrics (counters bumped by the watch and the workflow
     /// driver).
     pub metrics: Arc<Metrics>,
+    /// The config this node runs with, as TOML (for support bundles).
+    pub config_toml: String,
 }
 
 impl NodeState {
+    /// The metrics exposition, its gauges read now.
+    pub fn metrics_text(&self) -> String {
+        let raft = self.raft.metrics().borrow().clone();
+        self.metrics
+            .render(&raft, self.store.read(), self.clock.now_ms())
+    }
+
     /// The last log index applied here, as Raft's metrics show it (they
     /// may lag an apply whose answer has already gone out).
     pub fn applied_index(&self) -> Option<u64> {

@@ -137,6 +137,13 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
                 .map(OperatorResponse::Region)
         }
         OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
+        OperatorRequest::NodeDiagnostics => Ok(OperatorResponse::NodeDiagnostics(
+            wire::operator::NodeDiagnostics {
+                node_id: state.node_id,
+                config_toml: state.config_toml.clone(),
+                metrics: state.metrics_text(),
+            },
+        )),
         // Every state-changing request is taken by the first arm.
         mutating => requests::apply(state, clock, &state.deploy, mutating).await,
     };

@@ -24,8 +24,8 @@ use crate::model::{
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId,
-    SentinelView, StateHash,
+    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList,
+    RegionView, RequestId, SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -549,6 +549,15 @@ pub fn state_hash() -> StateHash {
     }
 }
 
+/// A fixture [`NodeDiagnostics`], every field set.
+pub fn node_diagnostics() -> NodeDiagnostics {
+    NodeDiagnostics {
+        node_id: 2,
+        config_toml: "node_id = 2\nlisten_addr = \"10.0.0.2:7400\"\n".into(),
+        metrics: "ctrl_raft_term 7\n# EOF\n".into(),
+    }
+}
+
 /// A fixture [`NodeStatus`], every field set.
 pub fn node_status() -> NodeStatus {
     NodeStatus {
@@ -653,6 +662,7 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             after: 3_999,
             limit: 200,
         },
+        OperatorRequest::NodeDiagnostics,
     ]
 }
 
@@ -696,6 +706,7 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             entries: vec![journal_entry()],
             next_after: Some(4_000),
         },
+        OperatorResponse::NodeDiagnostics(node_diagnostics()),
     ]
 }
 
