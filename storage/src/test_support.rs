@@ -62,6 +62,11 @@ pub(crate) fn submit(id: &str, regions: &[&str], replicas: u32) -> Mutation {
 /// The deploy workflow's start of a deployment just submitted: its
 /// topologies in namespace `apps`, no sentinel, no policy.
 pub(crate) fn start(id: &str) -> Mutation {
+    start_with(id, Vec::new())
+}
+
+/// [`start`] with the sentinels the leader proposes.
+pub(crate) fn start_with(id: &str, sentinels: Vec<Sentinel>) -> Mutation {
     Mutation::Deploy(crate::command::DeployTransition {
         deployment_id: id.to_string(),
         expected: crate::Guard {
@@ -70,7 +75,7 @@ pub(crate) fn start(id: &str) -> Mutation {
         },
         action: crate::command::DeployAction::Start {
             k8s_namespace: "apps".into(),
-            sentinels: Vec::new(),
+            sentinels,
             policies: Vec::new(),
         },
     })

@@ -388,25 +388,15 @@ mod tests {
     /// The start of `id` as a leader decides it: a sentinel of its own
     /// minting for each region (`snt-{id}-{region}`).
     fn start_with_sentinels(id: &str, regions: &[&str]) -> crate::Mutation {
-        crate::Mutation::Deploy(crate::command::DeployTransition {
-            deployment_id: id.to_string(),
-            expected: crate::Guard {
-                step: "pending".into(),
-                revision: 1,
-            },
-            action: crate::command::DeployAction::Start {
-                k8s_namespace: "apps".into(),
-                sentinels: regions
-                    .iter()
-                    .map(|r| {
-                        let mut s = sentinel(&format!("snt-{id}-{r}"), r);
-                        s.environment_id = "env".into();
-                        s
-                    })
-                    .collect(),
-                policies: Vec::new(),
-            },
-        })
+        let sentinels = regions
+            .iter()
+            .map(|r| {
+                let mut s = sentinel(&format!("snt-{id}-{r}"), r);
+                s.environment_id = "env".into();
+                s
+            })
+            .collect();
+        start_with(id, sentinels)
     }
 
     #[test]
