@@ -21,31 +21,11 @@ use tracing::{debug, warn};
 
 /// The server-side apply field manager of every object krane writes.
 pub const FIELD_MANAGER: &str = "krane";
-/// The label every object krane creates carries, with value
-/// [`MANAGED_BY_VALUE`]; objects without it are never changed or deleted.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`] on krane's objects.
-pub const MANAGED_BY_VALUE: &str = "krane";
-/// `managed-by=krane`, as a label selector.
-pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=krane";
-/// Label: the deployment an object belongs to.
-pub const DEPLOYMENT_ID_LABEL: &str = "unkey.com/deployment.id";
-/// Label: the owning workspace.
-pub const WORKSPACE_ID_LABEL: &str = "unkey.com/workspace.id";
-/// Label: the owning project.
-pub const PROJECT_ID_LABEL: &str = "unkey.com/project.id";
-/// Label: the environment.
-pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
-/// Label: the app a sentinel fronts.
-pub const APP_ID_LABEL: &str = "unkey.com/app.id";
-/// Label: the sentinel an object belongs to.
-pub const SENTINEL_ID_LABEL: &str = "unkey.com/sentinel.id";
-/// Label: the cilium policy an object realises.
-pub const POLICY_ID_LABEL: &str = "unkey.com/cilium-network-policy.id";
-/// `app.kubernetes.io/component`: what part of the product an object is.
-pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
-/// Longest label value Kubernetes accepts.
-pub const LABEL_VALUE_BYTES_MAX: usize = 63;
+pub use wire::k8s_name::{
+    APP_ID_LABEL, COMPONENT_LABEL, DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL,
+    LABEL_VALUE_BYTES_MAX, MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE,
+    POLICY_ID_LABEL, PROJECT_ID_LABEL, SENTINEL_ID_LABEL, WORKSPACE_ID_LABEL, label_value,
+};
 /// Most namespaces krane remembers having checked or created.
 pub const KNOWN_NAMESPACES_MAX: usize = 1_024;
 
@@ -81,6 +61,10 @@ pub enum K8sError {
     /// An object krane built or read is invalid; says why.
     #[error("{0}")]
     Invalid(String),
+    /// What was applied could not be recorded in the local state (the
+    /// apply is retried).
+    #[error("cannot record the apply in the local state: {0}")]
+    LocalState(Box<crate::state::StateError>),
 }
 
 impl From<kube::Error> for K8sError {
@@ -132,26 +116,6 @@ pub fn is_managed(meta: &ObjectMeta) -> bool {
         .as_ref()
         .and_then(|labels| labels.get(MANAGED_BY_LABEL))
         .is_some_and(|value| value == MANAGED_BY_VALUE)
-}
-
-/// `value` made a valid label value: characters outside `[A-Za-z0-9._-]`
-/// become `-`, at most [`LABEL_VALUE_BYTES_MAX`] bytes, starting and
-/// ending with an alphanumeric character (empty if none is left).
-pub fn label_value(value: &str) -> String {
-    let mapped: String = value
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(LABEL_VALUE_BYTES_MAX)
-        .collect();
-    mapped
-        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string()
 }
 
 /// What a guarded operation did.

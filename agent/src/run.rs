@@ -16,7 +16,7 @@ use transport::http::HttpServer;
 use wire::model::Resource;
 
 use crate::backoff::Backoff;
-use crate::controller::Controller;
+use crate::controller::{ApplyRecorder, Controller};
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::drift::Repairer;
 use crate::heartbeat::{FailedApplies, Heartbeater};
@@ -114,7 +114,13 @@ pub async fn run(
         }
     }
     let (notices, notices_rx) = mpsc::channel(NOTICE_QUEUE_MAX);
-    let controller = Arc::new(Controller::new(client.clone(), &config.namespace, notices));
+    let applied = ApplyRecorder::new(state.clone(), &config.region, system_clock());
+    let controller = Arc::new(Controller::new(
+        client.clone(),
+        &config.namespace,
+        notices,
+        applied,
+    ));
     let locks = Arc::new(KeyLocks::default());
     let drift_client = client.clone();
     let reporter = Reporter::new(

@@ -35,7 +35,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 use wire::Pk;
 use wire::agent::{DeploymentReport, ResourceChange};
-use wire::model::{Resource, ResourceKey, SentinelStatus};
+use wire::model::{ApplyReport, Resource, ResourceKey, SentinelStatus};
 
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
@@ -50,6 +50,9 @@ const APPLIED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new
 const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
 /// Sentinel id → postcard [`SentinelStatus`] not yet acknowledged.
 const SENTINEL_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("sentinel_outbox");
+/// Policy id → postcard [`ApplyReport`] (the newest version applied) not
+/// yet acknowledged.
+const APPLY_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("apply_outbox");
 
 /// Keys of the [`META`] table.
 mod meta {
@@ -196,6 +199,7 @@ impl LocalState {
             txn.open_table(APPLIED).map_err(storage)?;
             txn.open_table(OUTBOX).map_err(storage)?;
             txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
+            txn.open_table(APPLY_OUTBOX).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         Ok(LocalState { db })
@@ -493,6 +497,65 @@ impl LocalState {
                 None => None,
             };
             if stored.as_ref() == Some(status) {
+                table.remove(id).map_err(storage)?;
+                true
+            } else {
+                false
+            }
+        };
+        txn.commit().map_err(storage)?;
+        Ok(removed)
+    }
+}
+
+impl LocalState {
+    /// Puts an apply report in its outbox, replacing an unacknowledged one
+    /// of the same resource; committed before it returns, so a version
+    /// applied is reported even if krane stops right after.
+    pub fn apply_outbox_put(&self, report: &ApplyReport) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        {
+            let mut table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+            let bytes = postcard::to_stdvec(report)?;
+            table
+                .insert(report.key.resource_id.as_str(), bytes.as_slice())
+                .map_err(storage)?;
+        }
+        txn.commit().map_err(storage)?;
+        Ok(())
+    }
+
+    /// Up to `max` unacknowledged apply reports, in resource id order.
+    pub fn apply_outbox(&self, max: usize) -> Result<Vec<ApplyReport>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(storage)?.take(max) {
+            let (_, bytes) = entry.map_err(storage)?;
+            out.push(postcard::from_bytes(bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    /// How many apply reports wait.
+    pub fn apply_outbox_len(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+        table.len().map_err(storage)
+    }
+
+    /// Removes `report` once ctrl acknowledged (or refused) it, only if it
+    /// is still the stored one. Returns whether it was removed.
+    pub fn apply_outbox_ack(&self, report: &ApplyReport) -> Result<bool, StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let removed = {
+            let mut table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+            let id = report.key.resource_id.as_str();
+            let stored = match table.get(id).map_err(storage)? {
+                Some(bytes) => Some(postcard::from_bytes::<ApplyReport>(bytes.value())?),
+                None => None,
+            };
+            if stored.as_ref() == Some(report) {
                 table.remove(id).map_err(storage)?;
                 true
             } else {

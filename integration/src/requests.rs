@@ -13,6 +13,11 @@ use wire::operator::{CreateDeployment, OperatorRequest};
 /// region the tests and benchmarks deploy to.
 pub const TEST_REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
 
+/// Change rows a started deploy writes in each of its regions when its
+/// environment is new there: its topology, the environment's sentinel, its
+/// ingress and its egress policy.
+pub const ROWS_PER_STARTED_REGION: u64 = 4;
+
 /// The request registering region `name` (idempotent).
 pub fn add_region(name: &str) -> OperatorRequest {
     OperatorRequest::AddRegion { name: name.into() }

@@ -28,15 +28,15 @@ fn compacting(config: &mut NodeConfig) {
 }
 
 /// Creates a deployment in an environment of its own (none supersedes
-/// another) and waits until the workflow started it: three change rows
-/// (its topology, its environment's sentinel, its policy).
+/// another) and waits until the workflow started it: [`ROWS_PER_DEPLOY`]
+/// change rows.
 async fn deploy(operator: &Operator) -> String {
     let deployment = integration::requests::deployment([REGION]).own_environment();
     operator.deploy(deployment.build()).await.expect("deploy").0
 }
 
 /// Change rows a started deployment writes (see [`deploy`]).
-const ROWS_PER_DEPLOY: u64 = 3;
+const ROWS_PER_DEPLOY: u64 = integration::requests::ROWS_PER_STARTED_REGION;
 
 /// Waits until the floor reaches `pk` (read again: no event announces a
 /// compaction).

@@ -30,6 +30,9 @@ use wire::agent::DeploymentReport;
 use wire::model::{InstanceStatus, ResourceType};
 use wire::operator::{CreateDeployment, DeploymentView};
 
+/// Policies of each deployment: ingress and egress.
+const POLICIES_PER_DEPLOY: usize = 2;
+
 /// Bound on the scenario (building krane comes before it, bounded by
 /// [`binaries::BUILD_TIMEOUT`]).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -162,20 +165,20 @@ async fn scenario(binary: &Path) {
     assert!(at_kill < BATCH, "killed in the middle of the batch");
     let state = LocalState::open_in(&data_dir).expect("state after the crash");
     // The first deployment is in the snapshot too, with its environment's
-    // sentinel and its policy (every deployment has an environment of its
-    // own: three resources each).
+    // sentinel and its two policies (every deployment has an environment of
+    // its own: four resources each).
     let snapshot = state.applied().expect("snapshot");
-    let recorded_of = |resource_type: ResourceType| {
+    let recorded_of = |resource_type: ResourceType, per_deployment: usize| {
         let n = snapshot
             .iter()
             .filter(|(key, _, _)| key.resource_type == resource_type)
             .count();
-        n.checked_sub(1)
+        n.checked_sub(per_deployment)
             .expect("the first deployment's resources recorded")
     };
-    let recorded = recorded_of(ResourceType::DeploymentTopology);
-    let recorded_sentinels = recorded_of(ResourceType::Sentinel);
-    let recorded_policies = recorded_of(ResourceType::CiliumNetworkPolicy);
+    let recorded = recorded_of(ResourceType::DeploymentTopology, 1);
+    let recorded_sentinels = recorded_of(ResourceType::Sentinel, 1);
+    let recorded_policies = recorded_of(ResourceType::CiliumNetworkPolicy, POLICIES_PER_DEPLOY);
     let cursor = state.cursor().expect("cursor");
     drop(state);
     assert!(recorded <= at_kill, "recorded only what was applied");
@@ -213,7 +216,7 @@ async fn scenario(binary: &Path) {
     let _ = recorded_policies;
     let unrecorded_writes = TOPOLOGY_WRITES * (BATCH - recorded)
         + SENTINEL_WRITES * (BATCH - recorded_sentinels)
-        + BATCH
+        + POLICIES_PER_DEPLOY * BATCH
         + NAMESPACE_WRITES_PER_START;
     assert!(
         restart_writes <= unrecorded_writes as u64,
@@ -315,8 +318,12 @@ async fn scenario(binary: &Path) {
     wait_for_instances(&operator, &ids, "all running once", running_once).await;
     krane.kill();
     let state = LocalState::open_in(&data_dir).expect("state at the end");
-    // Per deployment: its topology, its environment's sentinel, its policy.
-    assert_eq!(state.applied().expect("snapshot").len(), 3 * (BATCH + 1));
+    // Per deployment: its topology, its environment's sentinel, its policies.
+    let per_deploy = usize::try_from(integration::requests::ROWS_PER_STARTED_REGION).unwrap();
+    assert_eq!(
+        state.applied().expect("snapshot").len(),
+        per_deploy * (BATCH + 1)
+    );
     drop(state);
     assert_eq!(
         log_count(&log, "full_sync_started"),

@@ -226,7 +226,7 @@ async fn scenario() {
         "no Kubernetes write after ctrl returned"
     );
 
-    // A new deploy after the return is applied: exactly its three writes.
+    // A new deploy after the return is applied: exactly its four writes.
     let second = operator
         .create(create_deployment("nginx:1.28"))
         .await
@@ -247,9 +247,9 @@ async fn scenario() {
         .expect("krane caught up again");
     assert_eq!(
         region.sim.write_requests(),
-        writes + 3,
-        "a Service, a StatefulSet and the deployment's policy (its environment's sentinel \
-         exists), nothing else"
+        writes + 4,
+        "a Service, a StatefulSet and the deployment's two policies (its environment's \
+         sentinel exists), nothing else"
     );
     fleet.shutdown().await.unwrap();
 }

@@ -32,7 +32,7 @@ const WRITES: usize = 5;
 const REGION: &str = "us-east";
 
 /// A deploy in an environment of its own: once started, its topology, its
-/// environment's sentinel and its policy ([`ROWS_PER_DEPLOY`] change rows).
+/// environment's sentinel and its policies ([`ROWS_PER_DEPLOY`] change rows).
 fn create() -> OperatorRequest {
     integration::requests::deployment([REGION])
         .own_environment()
@@ -40,7 +40,7 @@ fn create() -> OperatorRequest {
 }
 
 /// Change rows a started deploy writes (see [`create`]).
-const ROWS_PER_DEPLOY: Pk = 3;
+const ROWS_PER_DEPLOY: Pk = integration::requests::ROWS_PER_STARTED_REGION;
 
 /// Runs one step of the scenario within [`STEP_TIMEOUT`] and prints how
 /// long it took.
@@ -209,7 +209,7 @@ async fn scenario() {
     assert_eq!(
         during,
         before + WRITES as Pk * ROWS_PER_DEPLOY,
-        "three change rows per deploy made during the partition"
+        "the change rows of each deploy made during the partition"
     );
     for id in &majority {
         // Only an agent of the region may watch it.

@@ -85,8 +85,8 @@ async fn heartbeats_register_the_region_and_cordon_refuses_deploys() {
         let heartbeat = caught_up.region.last_heartbeat.as_ref().unwrap();
         assert!(heartbeat.cursor > 0);
         assert_eq!(
-            heartbeat.applied_resources, 3,
-            "the topology, the environment's sentinel, the deployment's policy"
+            heartbeat.applied_resources, 4,
+            "the topology, the environment's sentinel, the deployment's two policies"
         );
         assert!(!caught_up.stale, "{caught_up:?}");
         assert!(caught_up.heartbeat_age_ms.is_some());

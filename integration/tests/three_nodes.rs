@@ -19,7 +19,7 @@ const READ_YOUR_WRITES_ROUNDS: usize = 20;
 
 /// A deploy in an environment of its own; started, it writes
 /// [`ROWS_PER_DEPLOY`] change rows (its topology, its environment's
-/// sentinel, its policy).
+/// sentinel, its policies).
 fn deployment(region: &str) -> CreateDeployment {
     integration::requests::deployment([region])
         .own_environment()
@@ -27,7 +27,7 @@ fn deployment(region: &str) -> CreateDeployment {
 }
 
 /// Change rows of one started deploy.
-const ROWS_PER_DEPLOY: u64 = 3;
+const ROWS_PER_DEPLOY: u64 = integration::requests::ROWS_PER_STARTED_REGION;
 /// Deploys through the client that knows every node.
 const DEPLOYS: u64 = 20;
 

@@ -59,7 +59,9 @@ async fn a_deadline_passed_without_a_leader_fails_once_after_the_grace() {
         let survivor = cluster.node(others[1]).unwrap();
         let view = survivor.state.store.read().unwrap();
         let d = view.deployment(&id).unwrap().unwrap();
-        assert_eq!(d.status, DeploymentStatus::Deploying, "no leader failed it");
+        // Still in flight: deploying, or pending if the leader stopped
+        // before this follower learnt that the start was committed.
+        assert!(d.status.in_flight(), "no leader failed it: {:?}", d.status);
         drop(view);
 
         // The majority is back: a new leader, then the failure after its grace.

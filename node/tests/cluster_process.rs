@@ -126,7 +126,7 @@ fn init_status_and_replicated_deploys() {
         String::from_utf8_lossy(&added.stderr)
     );
     // Each in an environment of its own, each started by the leader's
-    // workflow: three change rows apiece (topology, sentinel, policy).
+    // workflow: four change rows apiece (topology, sentinel, two policies).
     for n in 1..=5 {
         let environment = format!("env-{n}");
         let out = ctrl(
@@ -150,7 +150,7 @@ fn init_status_and_replicated_deploys() {
         common::deployments::wait_started(&operator, &id);
     }
     status_until(&operator, |rows| {
-        rows.iter().all(|r| r["last_change_pk"] == 15)
+        rows.iter().all(|r| r["last_change_pk"] == 20)
     });
 }
 
@@ -243,13 +243,13 @@ fn add_node_then_remove_node() {
         .map(|n| n["node_id"].as_u64().unwrap())
         .collect();
     assert_eq!(checked, remaining, "{report:#}");
-    // Seven deploys, three rows each.
-    assert_eq!(report["nodes"][0]["last_change_pk"], 21, "{report:#}");
+    // Seven deploys, four rows each.
+    assert_eq!(report["nodes"][0]["last_change_pk"], 28, "{report:#}");
 
     // From after the second deploy: the other five deploys' rows.
-    let expected = cluster.served(leader, "us-east", 6, 21);
-    assert_eq!(expected.len(), 15, "{expected:#?}");
-    assert_eq!(cluster.served(4, "us-east", 6, 21), expected);
+    let expected = cluster.served(leader, "us-east", 8, 28);
+    assert_eq!(expected.len(), 20, "{expected:#?}");
+    assert_eq!(cluster.served(4, "us-east", 8, 28), expected);
     let full = cluster.served(leader, "us-east", 0, 0);
     assert_eq!(cluster.served(4, "us-east", 0, 0), full);
 }
@@ -295,13 +295,13 @@ fn stopped_follower_catches_up_by_snapshot() {
         cluster.deploy(&live, "us-east");
     }
     cluster.ctrl_ok(&live, &["stop", &first]);
-    // 14 deploys of three rows each; the stop cancels the first (still
-    // deploying: no agent runs) in two, its topology set stopped and its
-    // policy deleted: pk 44.
+    // 14 deploys of four rows each; the stop cancels the first (still
+    // deploying: no agent runs) in three, its topology set stopped and its
+    // two policies deleted: pk 59.
     let rows = cluster.status_until(&live, |rows| {
         rows.iter().any(|r| {
             r["role"] == "leader"
-                && r["last_change_pk"] == 44
+                && r["last_change_pk"] == 59
                 && r["purged_index"].as_u64().is_some_and(|p| p > stopped_log)
         })
     });
@@ -313,7 +313,7 @@ fn stopped_follower_catches_up_by_snapshot() {
         let back = row_of(rows, stopped);
         back["reachable"] == true
             && back["applied_index"] == lead["applied_index"]
-            && back["last_change_pk"] == 44
+            && back["last_change_pk"] == 59
     });
     // The entries it missed are gone from the leader's log: it can only
     // have caught up from the snapshot.
@@ -327,11 +327,11 @@ fn stopped_follower_catches_up_by_snapshot() {
     cluster.check(&all);
 
     // From after the first deploy: 13 deploys and the stop.
-    let expected = cluster.served(leader, "us-east", 3, 44);
-    assert_eq!(expected.len(), 41, "{expected:#?}");
+    let expected = cluster.served(leader, "us-east", 4, 59);
+    assert_eq!(expected.len(), 55, "{expected:#?}");
     let full = cluster.served(leader, "us-east", 0, 0);
     for id in 1..=3 {
-        assert_eq!(cluster.served(id, "us-east", 3, 44), expected, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 4, 59), expected, "node {id}");
         assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
     }
 }
@@ -353,15 +353,15 @@ fn full_cluster_restart_keeps_state_and_cursors() {
         cluster.deploy(&all, "us-east");
     }
     cluster.ctrl_ok(&all, &["stop", &second]);
-    // Three rows per region for each deploy (six for the first), two for
-    // the stop of the second, still deploying (its topology stopped, its
-    // policy deleted): pk 26 is the last, in us-east.
+    // Four rows per region for each deploy (eight for the first), three
+    // for the stop of the second, still deploying (its topology stopped,
+    // its two policies deleted): pk 35 is the last, in us-east.
     let leader = cluster.settled(&[1, 2, 3]);
     let before = cluster.check(&all);
     let hash = before["nodes"][0]["hash"].clone();
     // From after the second deploy: five deploys and the stop.
-    let changes = cluster.served(leader, "us-east", 9, 26);
-    assert_eq!(changes.len(), 17, "{changes:#?}");
+    let changes = cluster.served(leader, "us-east", 12, 35);
+    assert_eq!(changes.len(), 23, "{changes:#?}");
     let full = cluster.served(leader, "us-east", 0, 0);
 
     for id in 1..=3 {
@@ -373,20 +373,20 @@ fn full_cluster_restart_keeps_state_and_cursors() {
     // Entries committed before the crash are applied again once the new
     // leader commits one of its term: until then the nodes may agree on
     // an older applied index. Wait for the last write.
-    cluster.status_until(&all, |rows| rows.iter().all(|r| r["last_change_pk"] == 26));
+    cluster.status_until(&all, |rows| rows.iter().all(|r| r["last_change_pk"] == 35));
     cluster.settled(&[1, 2, 3]);
     let after = cluster.check(&all);
     for node in after["nodes"].as_array().unwrap() {
         assert_eq!(node["hash"], hash, "{after:#}");
-        assert_eq!(node["last_change_pk"], 26, "{after:#}");
+        assert_eq!(node["last_change_pk"], 35, "{after:#}");
     }
     for id in 1..=3 {
-        assert_eq!(cluster.served(id, "us-east", 9, 26), changes, "node {id}");
+        assert_eq!(cluster.served(id, "us-east", 12, 35), changes, "node {id}");
         assert_eq!(cluster.served(id, "us-east", 0, 0), full, "node {id}");
     }
 
     cluster.deploy(&all, "eu-west");
     cluster.settled(&[1, 2, 3]);
     let report = cluster.check(&all);
-    assert_eq!(report["nodes"][0]["last_change_pk"], 29, "{report:#}");
+    assert_eq!(report["nodes"][0]["last_change_pk"], 39, "{report:#}");
 }

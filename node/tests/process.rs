@@ -131,26 +131,32 @@ fn read_change(watcher: &Watcher) -> Changed {
 
 /// The change rows a started deploy of `deployment` in environment
 /// `environment` writes in one region, as [`Changed::what`] names them.
-fn started(deployment: &str, environment: &str) -> [String; 3] {
+fn started(deployment: &str, environment: &str) -> [String; 4] {
     [
         format!("topology {deployment}"),
         format!("sentinel {environment}"),
         format!("policy {}", policy(deployment)),
+        format!("policy {}", egress(deployment)),
     ]
 }
 
-/// The id of `deployment`'s policy.
+/// The id of `deployment`'s ingress policy.
 fn policy(deployment: &str) -> String {
     wire::k8s_name::deployment_policy(deployment)
 }
 
+/// The id of `deployment`'s egress policy.
+fn egress(deployment: &str) -> String {
+    wire::k8s_name::deployment_egress_policy(deployment)
+}
+
 /// Every deploy is in an environment of its own (`env-N` for the N-th
-/// deploy of the site): once the workflow started it, it has written three
-/// change rows per region — its topology, its environment's sentinel and
-/// its policy, in that order. A stop of a deploy still in flight (no agent
-/// runs, so none gets further than deploying) cancels it: one row per
-/// region setting its topology stopped, then one per region deleting its
-/// policy.
+/// deploy of the site): once the workflow started it, it has written four
+/// change rows per region — its topology, its environment's sentinel, its
+/// ingress and its egress policy, in that order. A stop of a deploy still
+/// in flight (no agent runs, so none gets further than deploying) cancels
+/// it: one row per region setting its topology stopped, then two per
+/// region deleting its policies.
 #[test]
 fn full_sync_then_incremental_changes_per_region() {
     let site = Site::new();
@@ -162,14 +168,14 @@ fn full_sync_then_incremental_changes_per_region() {
     let east = site.watch("us-east", 0);
     let synced = read_full_sync(&east);
     let cursor = synced.cursor;
-    assert_eq!(cursor, 12, "three rows per region: a in two, b, c");
+    assert_eq!(cursor, 16, "four rows per region: a in two, b, c");
     assert_eq!(
         synced,
         Synced {
             cursor,
             deployments: BTreeSet::from([a.clone(), b.clone()]),
             sentinel_environments: BTreeSet::from(["env-1".into(), "env-2".into()]),
-            policies: BTreeSet::from([policy(&a), policy(&b)]),
+            policies: BTreeSet::from([policy(&a), egress(&a), policy(&b), egress(&b)]),
         },
         "exactly the region's resources"
     );
@@ -185,14 +191,15 @@ fn full_sync_then_incremental_changes_per_region() {
     );
     let f = site.deploy("us-east", 1);
 
-    // Each region: d's three rows, then e's (west) or a's stop, then a's
-    // stop (west) or f's three rows.
-    let east_changes: Vec<Changed> = (0..8).map(|_| read_change(&east)).collect();
-    let west_changes: Vec<Changed> = (0..8).map(|_| read_change(&west)).collect();
+    // Each region: d's four rows, then e's (west) or a's stop, then a's
+    // stop (west) or f's four rows.
+    let east_changes: Vec<Changed> = (0..11).map(|_| read_change(&east)).collect();
+    let west_changes: Vec<Changed> = (0..11).map(|_| read_change(&west)).collect();
     let stopped = |id: &str| {
         [
             format!("topology {id}"),
             format!("delete CiliumNetworkPolicy {}", policy(id)),
+            format!("delete CiliumNetworkPolicy {}", egress(id)),
         ]
     };
     let whats =
@@ -234,11 +241,11 @@ fn full_sync_then_incremental_changes_per_region() {
     all.sort();
     assert_eq!(
         all,
-        (cursor + 1..=cursor + 16).collect::<Vec<_>>(),
+        (cursor + 1..=cursor + 22).collect::<Vec<_>>(),
         "no gaps, no duplicates"
     );
     // Stopping is a state change: stopped, zero replicas.
-    for stop in [&east_changes[3].state, &west_changes[6].state] {
+    for stop in [&east_changes[4].state, &west_changes[8].state] {
         assert_eq!(stop["deployment_id"], a.as_str());
         assert_eq!(stop["desired_state"], "Stopped");
         assert_eq!(stop["replicas"], 0);
@@ -333,7 +340,7 @@ fn ctrl_watch_presents_the_regions_agent_certificate() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("SyncStart"));
 }
 
-/// Ten deploys (each started: three rows in us-east, pks 3k+1..=3k+3 for
+/// Ten deploys (each started: four rows in us-east, pks 4k+1..=4k+4 for
 /// the k-th from 0), a SIGKILL, a restart: the same full sync, a cursor
 /// resumes after itself, and new writes continue the pk sequence.
 #[test]
@@ -343,10 +350,10 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     let ids: Vec<String> = (0..10).map(|_| site.deploy("us-east", 1)).collect();
     let before = site.watch("us-east", 0);
     let synced = read_full_sync(&before);
-    assert_eq!(synced.cursor, 30);
+    assert_eq!(synced.cursor, 40);
     assert_eq!(synced.deployments, ids.iter().cloned().collect());
     assert_eq!(synced.sentinel_environments.len(), 10);
-    assert_eq!(synced.policies.len(), 10);
+    assert_eq!(synced.policies.len(), 20);
     drop(before);
     node.kill9();
 
@@ -366,17 +373,17 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
         "same state after the restart"
     );
     // An old cursor (after the fifth deploy) resumes exactly after itself.
-    let resumed = site.watch("us-east", 15);
+    let resumed = site.watch("us-east", 20);
     for (k, id) in (5u64..).zip(&ids[5..]) {
         let environment = format!("env-{}", k + 1);
         for (row, what) in (1..).zip(started(id, &environment)) {
             let change = read_change(&resumed);
-            assert_eq!((change.version, change.what), (3 * k + row, what));
+            assert_eq!((change.version, change.what), (4 * k + row, what));
         }
     }
     // New writes continue the pk sequence.
     let next = site.deploy("us-east", 1);
-    for (version, what) in (31..).zip(started(&next, "env-11")) {
+    for (version, what) in (41..).zip(started(&next, "env-11")) {
         let change = read_change(&resumed);
         assert_eq!((change.version, change.what), (version, what));
     }

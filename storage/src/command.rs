@@ -205,6 +205,11 @@ pub enum Mutation {
         /// The deployment to make live; `None`: the previous live one.
         to: Option<String>,
     },
+    /// Records that krane applied a version of a policy (the only kind
+    /// reported so far): kept if it is newer than the one recorded; a
+    /// policy that does not exist is `NotFound`, a version the policy
+    /// never had `BadRequest`. No change row.
+    ReportApply(wire::model::ApplyReport),
 }
 
 /// A step of the deploy workflow for one deployment, with the guard it was
@@ -233,7 +238,8 @@ pub enum DeployAction {
         /// The sentinel to create in each region that has none for the
         /// environment.
         sentinels: Vec<Sentinel>,
-        /// The deployment's network policies, one per region.
+        /// The deployment's network policies: ingress and egress, in each
+        /// region.
         policies: Vec<CiliumNetworkPolicy>,
     },
     /// Records what the workflow observed without changing the step:

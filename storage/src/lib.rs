@@ -199,6 +199,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::SENTINELS)?;
     txn.open_table(tables::SENTINEL_STATUS)
         .ctx_table(op, name::SENTINEL_STATUS)?;
+    txn.open_table(tables::POLICY_APPLIED)
+        .ctx_table(op, name::POLICY_APPLIED)?;
     txn.open_table(tables::CILIUM_NETWORK_POLICIES)
         .ctx_table(op, name::CILIUM_NETWORK_POLICIES)?;
     txn.open_table(tables::INSTANCES)

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use wire::agent::ResourceChange;
 use wire::digest::Fnv1a;
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
-    Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
+    JournalEntry, Pk, Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 
 use crate::command::RaftMeta;
@@ -36,6 +36,7 @@ pub struct ReadView {
     pub(crate) topology: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) sentinels: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) sentinel_status: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) policy_applied: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) policies: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) instances: ReadOnlyTable<InstanceKey, Bytes>,
     pub(crate) changes: ReadOnlyTable<u64, Bytes>,
@@ -114,6 +115,9 @@ impl ReadView {
             sentinel_status: txn
                 .open_table(tables::SENTINEL_STATUS)
                 .ctx_table(OP, name::SENTINEL_STATUS)?,
+            policy_applied: txn
+                .open_table(tables::POLICY_APPLIED)
+                .ctx_table(OP, name::POLICY_APPLIED)?,
             policies: txn
                 .open_table(tables::CILIUM_NETWORK_POLICIES)
                 .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?,
@@ -422,6 +426,16 @@ impl ReadView {
         )
     }
 
+    /// The latest version of policy `policy_id` krane reported applied in
+    /// `region`, if any.
+    pub fn policy_applied(&self, policy_id: &str, region: &str) -> Result<Option<ApplyReport>> {
+        load(
+            &self.policy_applied,
+            name::POLICY_APPLIED,
+            (region, policy_id),
+        )
+    }
+
     /// The cilium policy `id` of `region`, if it exists.
     pub fn policy(&self, id: &str, region: &str) -> Result<Option<CiliumNetworkPolicy>> {
         load(&self.policies, name::CILIUM_NETWORK_POLICIES, (region, id))
@@ -514,6 +528,7 @@ impl ReadView {
         hash_table(&mut hash, name::DEPLOYMENT_TOPOLOGY, &self.topology)?;
         hash_table(&mut hash, name::SENTINELS, &self.sentinels)?;
         hash_table(&mut hash, name::SENTINEL_STATUS, &self.sentinel_status)?;
+        hash_table(&mut hash, name::POLICY_APPLIED, &self.policy_applied)?;
         hash_table(&mut hash, name::CILIUM_NETWORK_POLICIES, &self.policies)?;
         hash_table(&mut hash, name::INSTANCES, &self.instances)?;
         hash_table(&mut hash, name::CHANGES, &self.changes)?;

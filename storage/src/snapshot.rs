@@ -14,8 +14,8 @@ use redb::{Durability, ReadOnlyTable, ReadableTable, ReadableTableMetadata, Writ
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance, JournalEntry, Pk,
-    Region, Sentinel, SentinelStatus,
+    ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
+    JournalEntry, Pk, Region, Sentinel, SentinelStatus,
 };
 
 use crate::Store;
@@ -55,6 +55,8 @@ struct SnapshotBody {
     regions: Vec<Region>,
     /// Request records by id; their age index is derived on import.
     requests: Vec<(String, RequestRecord)>,
+    /// krane's latest applied version of each policy.
+    policy_applied: Vec<ApplyReport>,
 }
 
 impl Store {
@@ -104,6 +106,11 @@ impl Store {
             journal_seq: view.journal_seq(),
             regions: rows(&view.regions, name::REGIONS, |r: &Region| r.name.as_str())?,
             requests: request_rows(&view)?,
+            policy_applied: rows(
+                &view.policy_applied,
+                name::POLICY_APPLIED,
+                |a: &ApplyReport| (a.key.region.as_str(), a.key.resource_id.as_str()),
+            )?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -290,6 +297,12 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             .map(|s| (&s.region, &s.sentinel_id)),
     )?;
     strictly_ascending(
+        name::POLICY_APPLIED,
+        body.policy_applied
+            .iter()
+            .map(|a| (&a.key.region, &a.key.resource_id)),
+    )?;
+    strictly_ascending(
         name::CILIUM_NETWORK_POLICIES,
         body.policies.iter().map(|p| (&p.region, &p.id)),
     )?;
@@ -397,6 +410,16 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             s.region, s.sentinel_id
         )));
     }
+    if let Some(a) = body.policy_applied.iter().find(|a| {
+        body.policies
+            .binary_search_by(|x| (&x.region, &x.id).cmp(&(&a.key.region, &a.key.resource_id)))
+            .is_err()
+    }) {
+        return Err(invalid(format!(
+            "applied version of policy {:?}/{:?} that does not exist",
+            a.key.region, a.key.resource_id
+        )));
+    }
     Ok(())
 }
 
@@ -447,6 +470,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::SENTINELS)?;
     txn.delete_table(tables::SENTINEL_STATUS)
         .ctx_table(OP, name::SENTINEL_STATUS)?;
+    txn.delete_table(tables::POLICY_APPLIED)
+        .ctx_table(OP, name::POLICY_APPLIED)?;
     txn.delete_table(tables::CILIUM_NETWORK_POLICIES)
         .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
     txn.delete_table(tables::INSTANCES)
@@ -520,6 +545,15 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
                 bytes.as_slice(),
             )
             .ctx_table(OP_IMPORT, name::SENTINEL_STATUS)?;
+    }
+    for a in &body.policy_applied {
+        let bytes = encode("a policy's applied version", a)?;
+        t.policy_applied
+            .insert(
+                (a.key.region.as_str(), a.key.resource_id.as_str()),
+                bytes.as_slice(),
+            )
+            .ctx_table(OP_IMPORT, name::POLICY_APPLIED)?;
     }
     for p in &body.policies {
         let bytes = encode("a cilium network policy", p)?;
@@ -732,6 +766,7 @@ mod tests {
             topologies: vec![],
             sentinels: vec![],
             sentinel_status: vec![],
+            policy_applied: vec![],
             policies: vec![],
             instances: vec![],
             changes: vec![],

@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -66,6 +66,8 @@ pub mod name {
     pub const REQUESTS: &str = "requests";
     /// The request records' index by (created_at_ms, request id).
     pub const REQUESTS_BY_AGE: &str = "requests_by_age";
+    /// krane's latest applied version of each policy, by (region, policy id).
+    pub const POLICY_APPLIED: &str = "policy_applied";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -108,6 +110,10 @@ pub const REQUESTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::RE
 /// first (compaction and eviction take them from the front).
 pub const REQUESTS_BY_AGE: TableDefinition<RequestAgeKey, ()> =
     TableDefinition::new(name::REQUESTS_BY_AGE);
+/// `(region, policy_id)` → [`wire::model::ApplyReport`]: the latest
+/// version of an existing policy krane reported applied.
+pub const POLICY_APPLIED: TableDefinition<RegionKey, Bytes> =
+    TableDefinition::new(name::POLICY_APPLIED);
 
 /// Keys of the [`METADATA`] table.
 pub mod meta {

@@ -125,6 +125,7 @@ fn mutations() -> Vec<Mutation> {
             id: "cnp_01hx".into(),
             region: "eu-west".into(),
         },
+        Mutation::ReportApply(fixtures::apply_report()),
         Mutation::Compact {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
@@ -248,6 +249,10 @@ fn populated(store: &Store) {
                 instances: vec![fixtures::instance()],
             },
             Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
+            Mutation::ReportApply(wire::model::ApplyReport {
+                version: 1,
+                ..fixtures::apply_report()
+            }),
         ],
         vec![
             request(),
@@ -298,6 +303,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.journal", &[fixtures::journal_entry()]);
     g.check("tables.regions", &[fixtures::region()]);
     g.check("tables.requests", &[request_record()]);
+    g.check("tables.policy_applied", &[fixtures::apply_report()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -337,6 +343,7 @@ fn state_formats_match_their_goldens() {
             name::REGIONS,
             name::REQUESTS,
             name::REQUESTS_BY_AGE,
+            name::POLICY_APPLIED,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
 use crate::model::{
-    CiliumNetworkPolicy, DeploymentTopology, FailedApply, Heartbeat, Instance, Pk, Resource,
-    ResourceKey, Sentinel, SentinelStatus, UnixMs,
+    ApplyReport, CiliumNetworkPolicy, DeploymentTopology, FailedApply, Heartbeat, Instance, Pk,
+    Resource, ResourceKey, Sentinel, SentinelStatus, UnixMs,
 };
 
 /// ALPN of the agent protocol.
@@ -56,6 +56,8 @@ pub enum AgentRequest {
     /// The agent is alive: its version, cursor and apply health, answered
     /// `Ack`. The first one registers the region.
     Heartbeat(HeartbeatReport),
+    /// A resource version krane applied, answered `Ack`.
+    ReportApply(ApplyReport),
 }
 
 /// What krane sends every `heartbeat_interval_ms`: ctrl records it as the

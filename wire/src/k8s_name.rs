@@ -1,7 +1,9 @@
 //! Kubernetes naming, a contract between ctrl and krane: the names ctrl
 //! gives a resource's Kubernetes objects (stored in the resource, and
 //! derived again by krane for a resource it only knows by id), the
-//! namespace sentinels run in, and the checks of names an operator sends.
+//! namespace sentinels run in, the labels krane puts on every object (and
+//! the policies ctrl writes select pods by), and the checks of names an
+//! operator sends.
 //!
 //! Kubernetes has two name shapes: a DNS label (RFC 1123/1035: at most
 //! [`DNS_LABEL_BYTES_MAX`] bytes of `[a-z0-9-]`, used for namespaces and
@@ -18,6 +20,34 @@ pub const DNS_SUBDOMAIN_BYTES_MAX: usize = 253;
 /// The namespace sentinels run in.
 pub const SENTINEL_NAMESPACE: &str = "sentinel";
 
+/// The label every object krane creates carries, with value
+/// [`MANAGED_BY_VALUE`]; objects without it are never changed or deleted.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on krane's objects.
+pub const MANAGED_BY_VALUE: &str = "krane";
+/// `managed-by=krane`, as a label selector.
+pub const MANAGED_BY_SELECTOR: &str = "app.kubernetes.io/managed-by=krane";
+/// Label: the deployment an object belongs to.
+pub const DEPLOYMENT_ID_LABEL: &str = "unkey.com/deployment.id";
+/// Label: the owning workspace.
+pub const WORKSPACE_ID_LABEL: &str = "unkey.com/workspace.id";
+/// Label: the owning project.
+pub const PROJECT_ID_LABEL: &str = "unkey.com/project.id";
+/// Label: the environment.
+pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
+/// Label: the app a sentinel fronts.
+pub const APP_ID_LABEL: &str = "unkey.com/app.id";
+/// Label: the sentinel an object belongs to.
+pub const SENTINEL_ID_LABEL: &str = "unkey.com/sentinel.id";
+/// Label: the cilium policy an object realises.
+pub const POLICY_ID_LABEL: &str = "unkey.com/cilium-network-policy.id";
+/// `app.kubernetes.io/component`: what part of the product an object is.
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// The label Cilium gives every endpoint: its pod's namespace (policies
+/// select pods of another namespace by it).
+pub const POD_NAMESPACE_LABEL: &str = "k8s:io.kubernetes.pod.namespace";
+/// Longest label value Kubernetes accepts.
+pub const LABEL_VALUE_BYTES_MAX: usize = 63;
 /// The Kubernetes name of a deployment's objects: `dep-<id>`, lowercased,
 /// every character outside `[a-z0-9-]` replaced by `-`, cut to
 /// [`DNS_LABEL_BYTES_MAX`] bytes, trailing dashes removed (a DNS-1035
@@ -32,14 +62,46 @@ pub fn sentinel(sentinel_id: &str) -> String {
     prefixed("snt", sentinel_id)
 }
 
-/// The id of a deployment's network policy (one per region): the
-/// deployment's Kubernetes name with a `-net` suffix, kept a DNS label.
+/// The id of a deployment's ingress policy (one per region, in the
+/// deployment's namespace): the deployment's Kubernetes name with a `-net`
+/// suffix, kept a DNS label.
 pub fn deployment_policy(deployment_id: &str) -> String {
+    suffixed(deployment_id, "-net")
+}
+
+/// The id of a deployment's egress policy (one per region, in the
+/// sentinels' namespace: lets the environment's sentinel reach the
+/// deployment): its Kubernetes name with an `-egress` suffix.
+pub fn deployment_egress_policy(deployment_id: &str) -> String {
+    suffixed(deployment_id, "-egress")
+}
+
+fn suffixed(deployment_id: &str, suffix: &str) -> String {
     let mut name = deployment(deployment_id);
-    name.truncate(DNS_LABEL_BYTES_MAX - "-net".len());
+    name.truncate(DNS_LABEL_BYTES_MAX - suffix.len());
     let mut name = name.trim_end_matches('-').to_string();
-    name.push_str("-net");
+    name.push_str(suffix);
     name
+}
+
+/// `value` made a valid label value: characters outside `[A-Za-z0-9._-]`
+/// become `-`, at most [`LABEL_VALUE_BYTES_MAX`] bytes, starting and
+/// ending with an alphanumeric character (empty if none is left).
+pub fn label_value(value: &str) -> String {
+    let mapped: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(LABEL_VALUE_BYTES_MAX)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 fn prefixed(prefix: &str, id: &str) -> String {

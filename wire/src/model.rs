@@ -384,6 +384,18 @@ pub enum Health {
     Paused,
 }
 
+impl Health {
+    /// The lowercase name shown to operators (`healthy`, `unhealthy`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Unknown => "unknown",
+            Health::Healthy => "healthy",
+            Health::Unhealthy => "unhealthy",
+            Health::Paused => "paused",
+        }
+    }
+}
+
 /// The per-environment, per-region proxy (a Kubernetes Deployment in the
 /// `sentinel` namespace).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -555,6 +567,28 @@ pub struct SentinelStatus {
     pub health: Health,
     /// When krane observed this state (krane's clock).
     pub updated_at_ms: UnixMs,
+}
+
+/// What became of krane's apply of one version of a resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApplyOutcome {
+    /// The Kubernetes API accepted the object.
+    Applied,
+}
+
+/// krane's word on one resource version it applied: ctrl records the
+/// latest per resource (a deploy's `network` step waits for its policies'
+/// `Applied`), and forgets it when the resource is deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyReport {
+    /// The resource applied (its region is the reporting agent's).
+    pub key: ResourceKey,
+    /// The resource's version (its change's pk) that was applied.
+    pub version: Pk,
+    /// What came of it.
+    pub outcome: ApplyOutcome,
+    /// When krane applied it (krane's clock).
+    pub at_ms: UnixMs,
 }
 
 /// Most failed applies one [`Heartbeat`] may carry.

@@ -32,6 +32,8 @@ fn wire_formats_match_their_goldens() {
     g.check("model.InstanceStatus", &instance_statuses());
     g.check("model.Instance", &[instance()]);
     g.check("model.SentinelStatus", &[sentinel_status()]);
+    g.check("model.ApplyOutcome", &apply_outcomes());
+    g.check("model.ApplyReport", &[apply_report()]);
     g.check("model.RegionSource", &region_sources());
     g.check("model.FailedApply", &[failed_apply()]);
     g.check("model.Heartbeat", &[heartbeat()]);

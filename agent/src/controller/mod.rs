@@ -2,7 +2,9 @@
 //! cluster. [`Reconciler`] is the seam the watch loop drives (a fake in
 //! tests); [`Controller`] is the real one over kube-rs, dispatching by
 //! resource type, and telling the status reporter which deployments it
-//! converged or removed ([`Notice`]).
+//! converged or removed ([`Notice`]). The policy versions it applies are
+//! recorded in the local state's apply outbox before the apply returns
+//! (so before the cursor moves past them), for the reporter to send.
 //!
 //! Every operation is idempotent, in the manner of kube-rs's
 //! `reconcile`: the watch loop retries a failed one from the stored cursor,
@@ -13,14 +15,19 @@ pub mod deployment;
 pub mod gc;
 pub mod sentinel;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use kube::Client;
 use tokio::sync::mpsc;
-use wire::model::{Resource, ResourceKey, ResourceType};
+use wire::model::{
+    ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Pk, Resource, ResourceKey, ResourceType,
+};
 
 use crate::k8s::{K8sError, Namespaces, Outcome};
+use crate::state::LocalState;
+use crate::status::Clock;
 
 /// What the controller tells the status reporter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +49,68 @@ pub enum Notice {
         /// The deployment deleted.
         deployment_id: String,
     },
+    /// An apply report was put in the local state's apply outbox.
+    ApplyRecorded,
+}
+
+/// Where the controller records the policy versions it applied: the local
+/// state's apply outbox, once per version.
+pub struct ApplyRecorder {
+    state: Arc<LocalState>,
+    region: String,
+    clock: Clock,
+    /// The newest version recorded per policy (a re-apply of the same
+    /// version, by drift repair or a full sync, is not reported again).
+    recorded: Mutex<HashMap<String, Pk>>,
+}
+
+impl ApplyRecorder {
+    /// Records into `state`, for the agent of `region`, stamped by `clock`.
+    pub fn new(state: Arc<LocalState>, region: &str, clock: Clock) -> ApplyRecorder {
+        ApplyRecorder {
+            state,
+            region: region.to_string(),
+            clock,
+            recorded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records that `policy` was applied; whether a new report was stored.
+    pub fn policy_applied(&self, policy: &CiliumNetworkPolicy) -> Result<bool, K8sError> {
+        let mut recorded = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if recorded
+            .get(&policy.id)
+            .is_some_and(|&v| v >= policy.version)
+        {
+            return Ok(false);
+        }
+        let report = ApplyReport {
+            key: ResourceKey {
+                resource_type: ResourceType::CiliumNetworkPolicy,
+                resource_id: policy.id.clone(),
+                region: self.region.clone(),
+            },
+            version: policy.version,
+            outcome: ApplyOutcome::Applied,
+            at_ms: (self.clock)(),
+        };
+        self.state
+            .apply_outbox_put(&report)
+            .map_err(|e| K8sError::LocalState(Box::new(e)))?;
+        recorded.insert(policy.id.clone(), policy.version);
+        Ok(true)
+    }
+
+    /// Forgets a deleted policy: made again, it is reported again.
+    pub fn policy_deleted(&self, policy_id: &str) {
+        self.recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(policy_id);
+    }
 }
 
 /// Converges the cluster towards one resource, or removes it.
@@ -73,16 +142,26 @@ pub struct Controller {
     /// Where a deployment's objects are when no applied spec says.
     default_namespace: String,
     notices: mpsc::Sender<Notice>,
+    applied: ApplyRecorder,
 }
 
 impl Controller {
-    /// A controller writing through `client`; objects without a namespace of their own go to `default_namespace`, and what it did is sent on `notices`.
-    pub fn new(client: Client, default_namespace: &str, notices: mpsc::Sender<Notice>) -> Self {
+    /// A controller writing through `client`; objects without a namespace
+    /// of their own go to `default_namespace`, what it did is sent on
+    /// `notices`, and the policy versions it applied are recorded by
+    /// `applied`.
+    pub fn new(
+        client: Client,
+        default_namespace: &str,
+        notices: mpsc::Sender<Notice>,
+        applied: ApplyRecorder,
+    ) -> Self {
         Controller {
             client,
             namespaces: Namespaces::default(),
             default_namespace: default_namespace.to_string(),
             notices,
+            applied,
         }
     }
 
@@ -119,7 +198,10 @@ impl Reconciler for Controller {
                 sentinel::apply(&self.client, &self.namespaces, s).await?;
             }
             Resource::CiliumNetworkPolicy(policy) => {
-                cilium::apply(&self.client, &self.namespaces, policy).await?;
+                let outcome = cilium::apply(&self.client, &self.namespaces, policy).await?;
+                if outcome == Outcome::Done && self.applied.policy_applied(policy)? {
+                    self.notify(Notice::ApplyRecorded).await;
+                }
             }
         }
         Ok(())
@@ -153,16 +235,66 @@ impl Reconciler for Controller {
                 };
                 sentinel::delete(&self.client, &namespace, &name).await?;
             }
-            ResourceType::CiliumNetworkPolicy => match last {
-                Some(Resource::CiliumNetworkPolicy(p)) => {
-                    cilium::delete(&self.client, &p.k8s_namespace, &p.k8s_name).await?;
+            ResourceType::CiliumNetworkPolicy => {
+                self.applied.policy_deleted(&key.resource_id);
+                match last {
+                    Some(Resource::CiliumNetworkPolicy(p)) => {
+                        cilium::delete(&self.client, &p.k8s_namespace, &p.k8s_name).await?;
+                    }
+                    // Its name is the operator's: find it by its id label.
+                    _ => {
+                        cilium::delete_by_id(&self.client, &key.resource_id).await?;
+                    }
                 }
-                // Its name is the operator's: find it by its id label.
-                _ => {
-                    cilium::delete_by_id(&self.client, &key.resource_id).await?;
-                }
-            },
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::cilium_policy;
+
+    #[test]
+    fn each_policy_version_is_recorded_once_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = Arc::new(LocalState::open_in(dir.path()).unwrap());
+        let recorder = ApplyRecorder::new(state.clone(), "eu", Arc::new(|| 77));
+        let v3 = cilium_policy("cnp_a", 3);
+        assert!(recorder.policy_applied(&v3).unwrap());
+        // Re-applied by drift repair or a full sync: nothing new to say.
+        assert!(!recorder.policy_applied(&v3).unwrap());
+        let v5 = cilium_policy("cnp_a", 5);
+        assert!(recorder.policy_applied(&v5).unwrap());
+        let pending = state.apply_outbox(10).unwrap();
+        assert_eq!(pending.len(), 1, "the newest version replaces the older");
+        assert_eq!(
+            (
+                pending[0].version,
+                pending[0].at_ms,
+                pending[0].key.region.as_str()
+            ),
+            (5, 77, "eu")
+        );
+        // Deleted and made again: reported again.
+        recorder.policy_deleted("cnp_a");
+        assert!(recorder.policy_applied(&v5).unwrap());
+        // The outbox is durable until ctrl acknowledges the stored report.
+        drop(recorder);
+        drop(state);
+        let state = LocalState::open_in(dir.path()).unwrap();
+        let pending = state.apply_outbox(10).unwrap();
+        assert!(
+            !state
+                .apply_outbox_ack(&ApplyReport {
+                    version: 3,
+                    ..pending[0].clone()
+                })
+                .unwrap()
+        );
+        assert!(state.apply_outbox_ack(&pending[0]).unwrap());
+        assert_eq!(state.apply_outbox_len().unwrap(), 0);
     }
 }

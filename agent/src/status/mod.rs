@@ -223,9 +223,13 @@ impl Reporter {
                 },
                 notice = self.notices.recv() => match notice {
                     Some(notice) => {
-                        if let Notice::DeploymentApplied { namespace, .. } = &notice {
-                            let namespace = namespace.clone();
-                            self.watch_namespace(&namespace);
+                        match &notice {
+                            Notice::DeploymentApplied { namespace, .. } => {
+                                let namespace = namespace.clone();
+                                self.watch_namespace(&namespace);
+                            }
+                            Notice::ApplyRecorded => self.outbox_pending = true,
+                            Notice::DeploymentDeleted { .. } => {}
                         }
                         self.tracker.on_notice(notice);
                     }
@@ -310,6 +314,9 @@ impl Reporter {
         if let Some(wait) = self.send_sentinels().await {
             return Some(wait);
         }
+        if let Some(wait) = self.send_applied().await {
+            return Some(wait);
+        }
         self.retry.reset();
         self.outbox_pending = !self.outbox.is_empty().unwrap_or(true);
         let fresh =
@@ -350,6 +357,42 @@ impl Reporter {
             self.breaker.success();
             if let Err(e) = self.outbox.sentinel_done(status) {
                 warn!("cannot update the sentinel outbox: {e}");
+            }
+        }
+        None
+    }
+}
+
+impl Reporter {
+    /// Sends up to a batch of the apply reports in the outbox; returns when
+    /// to try again after a failure.
+    async fn send_applied(&mut self) -> Option<Duration> {
+        let pending = match self.outbox.pending_applied(self.batch_max) {
+            Ok(pending) => pending,
+            Err(e) => {
+                warn!("cannot read the apply outbox; retrying: {e}");
+                return Some(self.retry.next_delay(&mut self.rng));
+            }
+        };
+        for report in &pending {
+            let request = AgentRequest::ReportApply(report.clone());
+            match self.ctrl.call(&request).await {
+                Ok(AgentResponse::Ack) => debug!(?report, "apply reported"),
+                Ok(other) => warn!(?other, "unexpected answer to an apply report; dropped"),
+                Err(e) if e.is_retryable() => {
+                    let opened = self.breaker.failure((self.clock)());
+                    warn!(opened, "apply report failed; kept for a retry: {e}");
+                    let delay = self.retry.next_delay(&mut self.rng);
+                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    return Some(delay.max(wait));
+                }
+                // The policy is gone, or ctrl was restored to before it:
+                // nothing to wait for.
+                Err(e) => warn!(?report, "apply report refused; dropped: {e}"),
+            }
+            self.breaker.success();
+            if let Err(e) = self.outbox.applied_done(report) {
+                warn!("cannot update the apply outbox: {e}");
             }
         }
         None

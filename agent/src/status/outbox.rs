@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wire::agent::DeploymentReport;
-use wire::model::{SentinelStatus, UnixMs};
+use wire::model::{ApplyReport, SentinelStatus, UnixMs};
 
 use crate::state::{LocalState, StateError};
 
@@ -90,9 +90,22 @@ impl Outbox {
         self.state.outbox(max)
     }
 
-    /// Whether any report (of a deployment or a sentinel) waits.
+    /// Whether any report (of a deployment, a sentinel or an apply) waits.
     pub fn is_empty(&self) -> Result<bool, StateError> {
-        Ok(self.state.outbox_len()? == 0 && self.state.sentinel_outbox_len()? == 0)
+        Ok(self.state.outbox_len()? == 0
+            && self.state.sentinel_outbox_len()? == 0
+            && self.state.apply_outbox_len()? == 0)
+    }
+
+    /// Up to `max` apply reports waiting to be sent (the controller puts
+    /// them there).
+    pub fn pending_applied(&self, max: usize) -> Result<Vec<ApplyReport>, StateError> {
+        self.state.apply_outbox(max)
+    }
+
+    /// ctrl recorded (or refused for good) `report`.
+    pub fn applied_done(&mut self, report: &ApplyReport) -> Result<(), StateError> {
+        self.state.apply_outbox_ack(report).map(|_| ())
     }
 
     /// Stores sentinel statuses (the tracker already dropped unchanged

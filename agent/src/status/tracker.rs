@@ -99,6 +99,8 @@ impl Tracker {
                 self.deleted.insert(deployment_id.clone());
                 self.dirty.insert(deployment_id);
             }
+            // Not about pods: the reporter sends the apply outbox.
+            Notice::ApplyRecorded => {}
         }
     }
 

@@ -48,6 +48,7 @@ pub async fn answer<S: Propose + ReadState>(
         AgentRequest::ReportDeploymentStatus(report) => report_mutation(report)?,
         AgentRequest::ReportSentinelStatus(status) => Mutation::ReportSentinelStatus(status),
         AgentRequest::Heartbeat(report) => heartbeat_mutation(report)?,
+        AgentRequest::ReportApply(report) => Mutation::ReportApply(report),
     };
     propose_one(state, mutation).await?;
     Ok(AgentResponse::Ack)

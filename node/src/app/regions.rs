@@ -156,12 +156,12 @@ mod tests {
     #[tokio::test]
     async fn the_list_computes_lag_and_staleness_at_the_clocks_time() {
         let node = MemoryNode::with_regions(&["ap", "eu-west"]);
-        // Six change rows (per region: the topology, the environment's
-        // sentinel, the deployment's policy): the cluster's last pk is 6.
+        // Eight change rows (per region: the topology, the environment's
+        // sentinel, the deployment's two policies): the last pk is 8.
         crate::app::testing::deployed(&node, &["ap", "eu-west"]).await;
-        node.propose(vec![heartbeat(5, 1_000)]).await.unwrap();
+        node.propose(vec![heartbeat(7, 1_000)]).await.unwrap();
         let fresh = list(&node, &FixedTimeClock(NOW_MS + 3_000)).unwrap();
-        assert_eq!(fresh.last_pk, 6);
+        assert_eq!(fresh.last_pk, 8);
         assert_eq!(fresh.as_of_ms, NOW_MS + 3_000);
         let names: Vec<&str> = fresh
             .regions
@@ -180,7 +180,7 @@ mod tests {
         let late = list(&node, &FixedTimeClock(NOW_MS + 3_001)).unwrap();
         assert!(late.regions[2].stale, "more than 3 intervals old");
 
-        node.propose(vec![heartbeat(6, 1_000)]).await.unwrap();
+        node.propose(vec![heartbeat(8, 1_000)]).await.unwrap();
         let caught_up = list(&node, &FixedTimeClock(NOW_MS)).unwrap();
         assert_eq!(caught_up.regions[2].lag, Some(0));
         assert_eq!(caught_up.regions[2].heartbeat_age_ms, Some(0));

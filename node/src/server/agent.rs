@@ -155,6 +155,7 @@ fn region_of(request: &AgentRequest) -> &str {
         AgentRequest::ReportDeploymentStatus(report) => report.region(),
         AgentRequest::ReportSentinelStatus(status) => &status.region,
         AgentRequest::Heartbeat(report) => &report.region,
+        AgentRequest::ReportApply(report) => &report.key.region,
         AgentRequest::GetDesiredDeployment { region, .. }
         | AgentRequest::GetDesiredSentinel { region, .. }
         | AgentRequest::GetDesiredPolicy { region, .. } => region,

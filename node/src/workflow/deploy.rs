@@ -10,8 +10,10 @@
 //!   region, the deployment's policies).
 //! - `deploying`: ready rule — at least `min_ready_regions` regions run
 //!   every replica — then `network`.
-//! - `network`: the environment's sentinel healthy in every target region,
-//!   then `finalizing`.
+//! - `network`: in every target region, the environment's sentinel healthy
+//!   and the deployment's policies (ingress to it, egress from the
+//!   sentinels to it) applied by krane at their current version, then
+//!   `finalizing`.
 //! - `finalizing`: becomes live (the replaced deployment goes to standby
 //!   after the live grace), then `ready`.
 //! - In flight, always: more instances running is progress (the deadline
@@ -29,7 +31,7 @@ use storage::command::{DeployAction, DeployTransition};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Environment, Health, Instance,
-    InstanceStatus, Sentinel, SentinelStatus, UnixMs,
+    InstanceStatus, Pk, Sentinel, SentinelStatus, UnixMs,
 };
 
 use super::{Decision, Workflow};
@@ -55,6 +57,38 @@ pub struct Observed {
     pub instances: Vec<Instance>,
     /// Per target region, the environment's sentinel and its last status.
     pub sentinels: BTreeMap<String, (Sentinel, Option<SentinelStatus>)>,
+    /// The deployment's policies in every target region.
+    pub policies: Vec<PolicyState>,
+}
+
+/// One of a deployment's policies in one region, as stored and as krane
+/// reported it applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyState {
+    /// The policy's id.
+    pub id: String,
+    /// Its region.
+    pub region: String,
+    /// Its current version; `None` if it does not exist.
+    pub version: Option<Pk>,
+    /// The newest version krane reported applied, if any.
+    pub applied: Option<Pk>,
+}
+
+impl PolicyState {
+    /// Whether krane applied the policy's current version.
+    pub fn is_applied(&self) -> bool {
+        matches!((self.version, self.applied), (Some(v), Some(a)) if a >= v)
+    }
+}
+
+/// The ids of `deployment_id`'s policies in each region: ingress to it in
+/// its namespace, egress to it from the sentinels' namespace.
+pub fn policy_ids(deployment_id: &str) -> [String; 2] {
+    [
+        wire::k8s_name::deployment_policy(deployment_id),
+        wire::k8s_name::deployment_egress_policy(deployment_id),
+    ]
 }
 
 /// The deploy workflow.
@@ -86,10 +120,24 @@ impl DeployWorkflow {
                 sentinels.insert(region.clone(), (sentinel, status));
             }
         }
+        let mut policies = Vec::new();
+        for region in &deployment.regions {
+            for id in policy_ids(&deployment.id) {
+                let version = view.policy(&id, region)?.map(|p| p.version);
+                let applied = view.policy_applied(&id, region)?.map(|a| a.version);
+                policies.push(PolicyState {
+                    id,
+                    region: region.clone(),
+                    version,
+                    applied,
+                });
+            }
+        }
         Ok(Observed {
             environment: view.environment(&deployment.environment_id)?,
             instances: view.instances(&deployment.id)?,
             sentinels,
+            policies,
         })
     }
 }
@@ -238,20 +286,12 @@ fn decide_in_flight(
             }
         }
         DeploymentStatus::Network => {
-            let unhealthy: Vec<&String> = deployment
-                .regions
-                .iter()
-                .filter(|region| {
-                    !matches!(
-                        observed.sentinels.get(*region),
-                        Some((_, Some(status))) if status.health == Health::Healthy
-                    )
-                })
-                .collect();
-            if unhealthy.is_empty() {
+            if network_waits(deployment, observed).is_empty() {
                 return Ok(DeployAction::Advance {
                     to: DeploymentStatus::Finalizing,
-                    reason: "the environment's sentinel is healthy in every region".into(),
+                    reason: "the environment's sentinel is healthy and the deployment's \
+                             policies are applied in every region"
+                        .into(),
                 });
             }
         }
@@ -285,12 +325,15 @@ fn decide_in_flight(
         wake_at_ms = wake_at_ms.min(fires_at_ms);
     }
     if now_ms >= deadline_fires_at_ms {
+        let waiting = match deployment.status {
+            DeploymentStatus::Network => network_waits(deployment, observed).join("; "),
+            _ => describe(deployment, &regions),
+        };
         return Ok(DeployAction::Fail {
             reason: format!(
-                "no progress for {} s (the progress deadline) in {}; {}",
+                "no progress for {} s (the progress deadline) in {}; {waiting}",
                 workflow.progress_deadline_ms / 1_000,
                 deployment.status.as_str(),
-                describe(deployment, &regions)
             ),
         });
     }
@@ -309,7 +352,7 @@ fn start(deployment: &Deployment, observed: &Observed, settings: &DeploySettings
     let policies = deployment
         .regions
         .iter()
-        .map(|region| policy(deployment, region))
+        .flat_map(|region| policies(deployment, region))
         .collect();
     DeployAction::Start {
         k8s_namespace: DEPLOYMENT_NAMESPACE.to_string(),
@@ -365,35 +408,52 @@ fn new_sentinel(deployment: &Deployment, region: &str, settings: &DeploySettings
     }
 }
 
-/// The deployment's policy in `region`: ingress to its pods only from its
-/// environment's sentinel.
-fn policy(deployment: &Deployment, region: &str) -> CiliumNetworkPolicy {
-    let id = wire::k8s_name::deployment_policy(&deployment.id);
-    let document = serde_json::json!({
-        "endpointSelector": {
-            "matchLabels": { "deployment-id": deployment.id }
-        },
-        "ingress": [{
-            "fromEndpoints": [{
-                "matchLabels": {
-                    "k8s:io.kubernetes.pod.namespace": wire::k8s_name::SENTINEL_NAMESPACE,
-                    "environment-id": deployment.environment_id,
-                }
-            }]
-        }]
+/// The deployment's policies in `region` (ids from [`policy_ids`]),
+/// selecting pods by the labels krane puts on them:
+///
+/// - ingress, in the deployment's namespace: its pods accept traffic only
+///   from its environment's sentinel pods (in the sentinels' namespace);
+/// - egress, in the sentinels' namespace: the environment's sentinel pods
+///   may reach the deployment's pods.
+fn policies(deployment: &Deployment, region: &str) -> [CiliumNetworkPolicy; 2] {
+    use wire::k8s_name::{
+        DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL, POD_NAMESPACE_LABEL, SENTINEL_NAMESPACE,
+        label_value,
+    };
+    let deployment_pods = serde_json::json!({
+        POD_NAMESPACE_LABEL: DEPLOYMENT_NAMESPACE,
+        DEPLOYMENT_ID_LABEL: label_value(&deployment.id),
     });
-    CiliumNetworkPolicy {
-        k8s_name: id.clone(),
-        id,
-        workspace_id: deployment.workspace_id.clone(),
-        environment_id: deployment.environment_id.clone(),
-        region: region.to_string(),
-        k8s_namespace: DEPLOYMENT_NAMESPACE.to_string(),
-        policy_json: document.to_string(),
-        version: 0,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-    }
+    let sentinel_pods = serde_json::json!({
+        POD_NAMESPACE_LABEL: SENTINEL_NAMESPACE,
+        ENVIRONMENT_ID_LABEL: label_value(&deployment.environment_id),
+    });
+    let ingress = serde_json::json!({
+        "endpointSelector": { "matchLabels": deployment_pods },
+        "ingress": [{ "fromEndpoints": [{ "matchLabels": sentinel_pods }] }]
+    });
+    let egress = serde_json::json!({
+        "endpointSelector": { "matchLabels": sentinel_pods },
+        "egress": [{ "toEndpoints": [{ "matchLabels": deployment_pods }] }]
+    });
+    let [ingress_id, egress_id] = policy_ids(&deployment.id);
+    let policy =
+        |id: String, k8s_namespace: &str, document: serde_json::Value| CiliumNetworkPolicy {
+            k8s_name: id.clone(),
+            id,
+            workspace_id: deployment.workspace_id.clone(),
+            environment_id: deployment.environment_id.clone(),
+            region: region.to_string(),
+            k8s_namespace: k8s_namespace.to_string(),
+            policy_json: document.to_string(),
+            version: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        };
+    [
+        policy(ingress_id, DEPLOYMENT_NAMESPACE, ingress),
+        policy(egress_id, SENTINEL_NAMESPACE, egress),
+    ]
 }
 
 /// Instance counts of one region.
@@ -443,6 +503,36 @@ fn region_counts(
         ));
     }
     regions
+}
+
+/// What the `network` step waits for, one line each: a target region
+/// whose environment sentinel is not healthy, a policy not applied at its
+/// current version. Empty: the step is done.
+fn network_waits(deployment: &Deployment, observed: &Observed) -> Vec<String> {
+    let mut waits = Vec::new();
+    for region in &deployment.regions {
+        match observed.sentinels.get(region) {
+            Some((_, Some(status))) if status.health == Health::Healthy => {}
+            Some((sentinel, Some(status))) => waits.push(format!(
+                "{region}: sentinel {} is {}",
+                sentinel.id,
+                status.health.as_str()
+            )),
+            Some((sentinel, None)) => {
+                waits.push(format!("{region}: sentinel {} not reported", sentinel.id));
+            }
+            None => waits.push(format!("{region}: no sentinel for the environment")),
+        }
+    }
+    for policy in observed.policies.iter().filter(|p| !p.is_applied()) {
+        let state = match (policy.version, policy.applied) {
+            (None, _) => "missing".to_string(),
+            (Some(v), None) => format!("version {v} not applied"),
+            (Some(v), Some(a)) => format!("version {v} not applied (applied: {a})"),
+        };
+        waits.push(format!("{}: policy {} {state}", policy.region, policy.id));
+    }
+    waits
 }
 
 /// Each unready region and its pods' states, for a failure's reason.
@@ -569,7 +659,22 @@ mod tests {
                 .all(|s| s.id == sentinel_id("env_prod", &s.region) && s.replicas == 3)
         );
         assert_ne!(sentinels[0].id, sentinels[1].id, "an id per region");
-        assert_eq!(policies.len(), 2);
+        // Per region: ingress in the deployment's namespace, egress in the
+        // sentinels'.
+        let placed: Vec<(&str, &str, &str)> = policies
+            .iter()
+            .map(|p| (p.region.as_str(), p.id.as_str(), p.k8s_namespace.as_str()))
+            .collect();
+        let [ingress, egress] = policy_ids("dep_1");
+        assert_eq!(
+            placed,
+            [
+                ("eu", ingress.as_str(), DEPLOYMENT_NAMESPACE),
+                ("eu", egress.as_str(), wire::k8s_name::SENTINEL_NAMESPACE),
+                ("us", ingress.as_str(), DEPLOYMENT_NAMESPACE),
+                ("us", egress.as_str(), wire::k8s_name::SENTINEL_NAMESPACE),
+            ]
+        );
         let Mutation::Deploy(t) = &decision.proposals[0] else {
             unreachable!()
         };
@@ -685,6 +790,105 @@ mod tests {
     }
 
     #[test]
+    fn the_policies_select_pods_by_the_labels_krane_puts_on_them() {
+        use wire::k8s_name::{
+            DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL, POD_NAMESPACE_LABEL, SENTINEL_NAMESPACE,
+        };
+        let d = record(DeploymentStatus::Pending, &["eu"]);
+        let [ingress, egress] = policies(&d, "eu");
+        let document = |p: &CiliumNetworkPolicy| -> serde_json::Value {
+            serde_json::from_str(&p.policy_json).unwrap()
+        };
+        let app = serde_json::json!({
+            POD_NAMESPACE_LABEL: DEPLOYMENT_NAMESPACE,
+            DEPLOYMENT_ID_LABEL: "dep_1",
+        });
+        let sentinel = serde_json::json!({
+            POD_NAMESPACE_LABEL: SENTINEL_NAMESPACE,
+            ENVIRONMENT_ID_LABEL: "env_prod",
+        });
+        let ingress = document(&ingress);
+        assert_eq!(ingress["endpointSelector"]["matchLabels"], app);
+        assert_eq!(
+            ingress["ingress"][0]["fromEndpoints"][0]["matchLabels"],
+            sentinel
+        );
+        let egress = document(&egress);
+        assert_eq!(egress["endpointSelector"]["matchLabels"], sentinel);
+        assert_eq!(egress["egress"][0]["toEndpoints"][0]["matchLabels"], app);
+        assert_eq!(
+            app[DEPLOYMENT_ID_LABEL], "dep_1",
+            "the constant is the key, not its name"
+        );
+    }
+
+    #[test]
+    fn network_waits_for_a_healthy_sentinel_and_applied_policies_naming_what_it_waits_for() {
+        let d = record(DeploymentStatus::Network, &["eu"]);
+        let sentinel = new_sentinel(&d, "eu", &settings());
+        let status = |health| SentinelStatus {
+            sentinel_id: sentinel.id.clone(),
+            region: "eu".into(),
+            available_replicas: 3,
+            updated_replicas: 3,
+            ready_replicas: 3,
+            observed_generation: 1,
+            running_image: sentinel.image.clone(),
+            health,
+            updated_at_ms: NOW,
+        };
+        let [ingress, egress] = policy_ids("dep_1");
+        let policy = |id: &str, version, applied| PolicyState {
+            id: id.into(),
+            region: "eu".into(),
+            version,
+            applied,
+        };
+        let mut observed = Observed {
+            sentinels: BTreeMap::from([(
+                "eu".to_string(),
+                (sentinel.clone(), Some(status(Health::Unhealthy))),
+            )]),
+            policies: vec![
+                policy(&ingress, Some(7), Some(7)),
+                policy(&egress, Some(8), None),
+            ],
+            ..Observed::default()
+        };
+        let advances = |observed: &Observed| {
+            matches!(
+                action(&decide(&d, observed, 0, NOW)),
+                Some(DeployAction::Advance {
+                    to: DeploymentStatus::Finalizing,
+                    ..
+                })
+            )
+        };
+        assert!(!advances(&observed));
+        // Past the deadline, the reason names each thing still awaited.
+        let failed = decide(&d, &observed, 0, d.workflow.deadline_at_ms);
+        let Some(DeployAction::Fail { reason }) = action(&failed) else {
+            panic!("{failed:?}")
+        };
+        assert!(
+            reason.contains(&format!("eu: sentinel {} is unhealthy", sentinel.id))
+                && reason.contains(&format!("eu: policy {egress} version 8 not applied")),
+            "{reason}"
+        );
+        // A healthy sentinel is not enough: the egress policy waits.
+        observed.sentinels.get_mut("eu").unwrap().1 = Some(status(Health::Healthy));
+        assert!(!advances(&observed));
+        // An older version applied is not the current one.
+        observed.policies[1].applied = Some(6);
+        assert!(!advances(&observed));
+        observed.policies[1].applied = Some(8);
+        assert!(advances(&observed));
+        // A policy gone (deleted by an operator) is never applied.
+        observed.policies[0].version = None;
+        assert!(!advances(&observed));
+    }
+
+    #[test]
     fn an_older_deploy_in_flight_is_superseded_by_the_environments_latest_attempt() {
         let d = record(DeploymentStatus::Network, &["eu"]);
         let environment = Environment {
@@ -770,6 +974,30 @@ mod tests {
         })])
         .await
         .unwrap();
+        // The sentinel is healthy; krane has not applied the policies yet.
+        assert!(matches!(step().await, RoundResult::Wait(_)));
+        let view = node.read().unwrap();
+        let applied: Vec<Mutation> = policy_ids(&id)
+            .iter()
+            .map(|policy_id| {
+                let policy = view
+                    .policy(policy_id, "eu")
+                    .unwrap()
+                    .expect("written at start");
+                Mutation::ReportApply(wire::model::ApplyReport {
+                    key: wire::model::ResourceKey {
+                        resource_type: wire::model::ResourceType::CiliumNetworkPolicy,
+                        resource_id: policy.id,
+                        region: "eu".into(),
+                    },
+                    version: policy.version,
+                    outcome: wire::model::ApplyOutcome::Applied,
+                    at_ms: NOW,
+                })
+            })
+            .collect();
+        drop(view);
+        node.propose(applied).await.unwrap();
         assert_eq!(step().await, RoundResult::Progressed, "finalizing");
         assert_eq!(step().await, RoundResult::Progressed, "ready");
         let view = node.read().unwrap();

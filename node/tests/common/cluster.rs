@@ -226,8 +226,8 @@ impl Cluster {
     /// regions registered first (`ctrl region add`, idempotent), in an
     /// environment of its own (`env-1`, `env-2`, … in call order, so no
     /// deploy supersedes another); returns once the workflow started it,
-    /// having written three change rows per region (topology, the
-    /// environment's sentinel, policy). With every deploy started the
+    /// having written four change rows per region (topology, the
+    /// environment's sentinel, two policies). With every deploy started the
     /// workflow idles (it waits for instances or the progress deadline),
     /// so the nodes' applied indexes can settle.
     pub(crate) fn deploy(&self, operator: &Path, regions: &str) -> String {

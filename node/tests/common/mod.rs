@@ -123,8 +123,9 @@ impl Site {
     /// `ctrl deploy` (its regions registered first) in an environment of
     /// its own (`env-1`, `env-2`, … in call order, so no deploy supersedes
     /// another), then waits until the workflow started it; returns the
-    /// deployment id. Started, each deploy has written three change rows
-    /// per region: its topology, its environment's sentinel, its policy.
+    /// deployment id. Started, each deploy has written four change rows
+    /// per region: its topology, its environment's sentinel, its ingress
+    /// and egress policies.
     pub(crate) fn deploy(&self, regions: &str, replicas: u32) -> String {
         self.add_regions(regions);
         self.deploys.set(self.deploys.get() + 1);

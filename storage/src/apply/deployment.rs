@@ -210,9 +210,13 @@ impl Applier<'_> {
         self.stop_topologies(deployment)?;
         for region in &deployment.regions {
             self.remove_instances(&deployment.id, region)?;
-            let policy_id = wire::k8s_name::deployment_policy(&deployment.id);
-            // Absent when the deploy never started: nothing to delete.
-            let _ = self.delete_policy(&policy_id, region)?;
+            for policy_id in [
+                wire::k8s_name::deployment_policy(&deployment.id),
+                wire::k8s_name::deployment_egress_policy(&deployment.id),
+            ] {
+                // Absent when the deploy never started: nothing to delete.
+                let _ = self.delete_policy(&policy_id, region)?;
+            }
         }
         Ok(())
     }

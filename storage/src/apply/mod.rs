@@ -159,6 +159,7 @@ impl Applier<'_> {
             Mutation::ReportSentinelStatus(status) => self.report_sentinel_status(status),
             Mutation::UpsertCiliumNetworkPolicy(policy) => self.upsert_policy(policy),
             Mutation::DeleteCiliumNetworkPolicy { id, region } => self.delete_policy(id, region),
+            Mutation::ReportApply(result) => self.report_apply(result),
             Mutation::Compact {
                 created_before_ms,
                 rows_max,

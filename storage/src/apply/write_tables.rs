@@ -15,6 +15,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) topology: Table<'t, RegionKey, Bytes>,
     pub(crate) sentinels: Table<'t, RegionKey, Bytes>,
     pub(crate) sentinel_status: Table<'t, RegionKey, Bytes>,
+    pub(crate) policy_applied: Table<'t, RegionKey, Bytes>,
     pub(crate) policies: Table<'t, RegionKey, Bytes>,
     pub(crate) instances: Table<'t, InstanceKey, Bytes>,
     pub(crate) changes: Table<'t, u64, Bytes>,
@@ -45,6 +46,9 @@ impl<'t> WriteTables<'t> {
             sentinel_status: txn
                 .open_table(tables::SENTINEL_STATUS)
                 .ctx_table(op, name::SENTINEL_STATUS)?,
+            policy_applied: txn
+                .open_table(tables::POLICY_APPLIED)
+                .ctx_table(op, name::POLICY_APPLIED)?,
             policies: txn
                 .open_table(tables::CILIUM_NETWORK_POLICIES)
                 .ctx_table(op, name::CILIUM_NETWORK_POLICIES)?,

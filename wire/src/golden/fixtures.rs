@@ -17,10 +17,10 @@ use crate::agent::{
 use crate::error::{ErrorCode, WireError};
 use crate::hello::{Hello, Protocol};
 use crate::model::{
-    Actor, CiliumNetworkPolicy, DeployWorkflow, Deployment, DeploymentStatus, DeploymentTopology,
-    DesiredState, Environment, FailedApply, Health, Heartbeat, Instance, InstanceStatus,
-    JournalEntry, Region, RegionSource, Resource, ResourceKey, ResourceType, ScheduledChange,
-    Sentinel, SentinelStatus, StepRecord,
+    Actor, ApplyOutcome, ApplyReport, CiliumNetworkPolicy, DeployWorkflow, Deployment,
+    DeploymentStatus, DeploymentTopology, DesiredState, Environment, FailedApply, Health,
+    Heartbeat, Instance, InstanceStatus, JournalEntry, Region, RegionSource, Resource, ResourceKey,
+    ResourceType, ScheduledChange, Sentinel, SentinelStatus, StepRecord,
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
@@ -283,6 +283,25 @@ pub fn sentinel_status() -> SentinelStatus {
     }
 }
 
+/// A fixture [`ApplyReport`], every field set.
+pub fn apply_report() -> ApplyReport {
+    ApplyReport {
+        key: ResourceKey {
+            resource_type: ResourceType::CiliumNetworkPolicy,
+            resource_id: "cnp_01hx".into(),
+            region: "eu-west".into(),
+        },
+        version: 42,
+        outcome: ApplyOutcome::Applied,
+        at_ms: NOW_MS + 7,
+    }
+}
+
+/// Every variant of [`ApplyOutcome`], each with every field set.
+pub fn apply_outcomes() -> Vec<ApplyOutcome> {
+    vec![ApplyOutcome::Applied]
+}
+
 /// Every variant of [`RegionSource`], each with every field set.
 pub fn region_sources() -> Vec<RegionSource> {
     vec![RegionSource::Operator, RegionSource::Heartbeat]
@@ -432,6 +451,7 @@ pub fn agent_requests() -> Vec<AgentRequest> {
             region: "eu-west".into(),
         },
         AgentRequest::Heartbeat(heartbeat_report()),
+        AgentRequest::ReportApply(apply_report()),
     ]
 }
 

@@ -18,9 +18,9 @@ use wire::agent::{
 };
 use wire::hello::{self, Hello, Protocol};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
-    FailedApply, Health, Heartbeat, Instance, InstanceStatus, Region, RegionSource, Resource,
-    ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentStatus,
+    DeploymentTopology, DesiredState, FailedApply, Health, Heartbeat, Instance, InstanceStatus,
+    Region, RegionSource, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
@@ -375,6 +375,16 @@ prop_compose! {
 }
 
 prop_compose! {
+    pub fn apply_report()(
+        key in resource_key(),
+        version in any::<u64>(),
+        at_ms in any::<u64>(),
+    ) -> ApplyReport {
+        ApplyReport { key, version, outcome: ApplyOutcome::Applied, at_ms }
+    }
+}
+
+prop_compose! {
     pub fn heartbeat_report()(
         region in short_string(),
         agent_version in short_string(),
@@ -450,6 +460,7 @@ pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
         (short_string(), short_string())
             .prop_map(|(policy_id, region)| AgentRequest::GetDesiredPolicy { policy_id, region }),
         heartbeat_report().prop_map(AgentRequest::Heartbeat),
+        apply_report().prop_map(AgentRequest::ReportApply),
     ]
 }
 
