@@ -285,15 +285,13 @@ fn decide_in_flight(
                 });
             }
         }
-        DeploymentStatus::Network => {
-            if network_waits(deployment, observed).is_empty() {
-                return Ok(DeployAction::Advance {
-                    to: DeploymentStatus::Finalizing,
-                    reason: "the environment's sentinel is healthy and the deployment's \
-                             policies are applied in every region"
-                        .into(),
-                });
-            }
+        DeploymentStatus::Network if network_waits(deployment, observed).is_empty() => {
+            return Ok(DeployAction::Advance {
+                to: DeploymentStatus::Finalizing,
+                reason: "the environment's sentinel is healthy and the deployment's policies \
+                         are applied in every region"
+                    .into(),
+            });
         }
         DeploymentStatus::Finalizing => {
             return Ok(DeployAction::Finalize {
