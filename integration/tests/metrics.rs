@@ -221,6 +221,52 @@ async fn a_deploy_moves_the_metrics_of_ctrl_and_krane() {
             must(&after, "ctrl_raft_applied_index", &[])
                 > must(&before, "ctrl_raft_applied_index", &[])
         );
+        // Histograms: the deploy's whole duration, its instances' start,
+        // and the Raft log's commits.
+        assert_eq!(
+            must(
+                &after,
+                "deployment_workflow_duration_seconds_count",
+                &[("status", "ready")]
+            ),
+            1.0
+        );
+        assert!(
+            must(
+                &after,
+                "deployment_workflow_duration_seconds_sum",
+                &[("status", "ready")]
+            ) > 0.0
+        );
+        assert_eq!(
+            must(
+                &after,
+                "deployment_instance_startup_time_seconds_count",
+                &[]
+            ),
+            2.0
+        );
+        for name in [
+            "ctrl_raft_log_fsync_seconds_count",
+            "ctrl_raft_log_entries_per_commit_count",
+            "ctrl_raft_apply_entries_per_batch_count",
+        ] {
+            assert!(
+                must(&after, name, &[]) > must(&before, name, &[]),
+                "{name} did not move"
+            );
+        }
+        assert_eq!(must(&after, "deployment_instances_total", &[]), 2.0);
+        assert_eq!(must(&after, "deployment_topology_regions", &[]), 1.0);
+        assert_eq!(
+            must(
+                &after,
+                "deployment_topology_status",
+                &[("status", "running")]
+            ),
+            1.0
+        );
+        assert!(must(&after, "ctrl_change_log_rows", &[]) >= 4.0);
         assert!(
             must(&after, "ctrl_change_log_last_pk", &[])
                 > must(&before, "ctrl_change_log_last_pk", &[])

@@ -272,13 +272,6 @@ pub async fn start_with_clock(
         })?,
     ));
     let (log_closed, store_closed) = (log_store.closed(), store.closed());
-    let metrics = Arc::new(Metrics::new(
-        log_store.committed_index(),
-        state_path.clone(),
-        log_path.clone(),
-        config.raft.election_timeout_max_ms,
-        certificate_expiries(&[("node", &config.tls.cert), ("ca", &config.tls.ca_cert)]),
-    ));
     let snapshot_dir = data_dir.join(SNAPSHOT_DIR);
     let state_machine = StateMachine::new(store.clone(), &snapshot_dir).map_err(|source| {
         StartError::StateMachine {
@@ -287,6 +280,15 @@ pub async fn start_with_clock(
             source,
         }
     })?;
+    let metrics = Arc::new(Metrics::new(
+        log_store.committed_index(),
+        state_path.clone(),
+        log_path.clone(),
+        config.raft.election_timeout_max_ms,
+        certificate_expiries(&[("node", &config.tls.cert), ("ca", &config.tls.ca_cert)]),
+        log_store.stats(),
+        state_machine.stats(),
+    ));
     let applied_pk = state_machine.applied_pk();
 
     let tls_paths = transport::tls::TlsPaths {

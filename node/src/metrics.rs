@@ -18,18 +18,21 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use openraft::ServerState;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use storage::ReadView;
 use tracing::warn;
-use wire::model::{DeploymentStatus, InstanceStatus};
+use wire::model::{DeploymentStatus, DesiredState, InstanceStatus};
 
 use crate::raft::NodeId;
+use crate::raft::stats::{ApplyStats, LogStats};
 
 /// This node's Raft metrics.
 pub type RaftMetrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
@@ -74,6 +77,12 @@ pub struct Metrics {
     raft_log_file_bytes: Gauge,
     workflow_status: Family<StatusLabel, Gauge>,
     instances_by_status: Family<StatusLabel, Gauge>,
+    instances_total: Gauge,
+    topology_regions: Gauge,
+    topology_status: Family<StatusLabel, Gauge>,
+    change_rows: Gauge,
+    workflow_duration: Family<StatusLabel, Histogram>,
+    instance_startup: Histogram,
     scrape_truncated: Gauge,
     leader_changes: Counter,
     transitions: Family<StatusLabel, Counter>,
@@ -81,21 +90,60 @@ pub struct Metrics {
     watch_events: Family<RegionLabel, Counter>,
     watch_full_syncs: Family<RegionLabel, Counter>,
     watch_slow_consumer_resets: Family<RegionLabel, Counter>,
+    watch_resyncs_required: Family<RegionLabel, Counter>,
+}
+
+/// Buckets of a deploy's whole duration, in seconds: 10 ms to about 2.7 h.
+fn workflow_duration_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 20))
 }
 
 impl Metrics {
     /// Metrics over the committed index the Raft log reports, the sizes of
     /// `state_file` and `raft_log_file`, the readiness bound
     /// `quorum_ack_ms_max` and the loaded `certificates` (name and expiry
-    /// in seconds since the Unix epoch).
+    /// in seconds since the Unix epoch), with the Raft log writer's and
+    /// the state machine's histograms.
     pub fn new(
         committed_index: Arc<AtomicU64>,
         state_file: PathBuf,
         raft_log_file: PathBuf,
         quorum_ack_ms_max: u64,
         certificates: Vec<(&'static str, u64)>,
+        log: LogStats,
+        apply: ApplyStats,
     ) -> Metrics {
         let mut registry = Registry::default();
+        registry.register(
+            "ctrl_raft_log_fsync_seconds",
+            "Time of each Raft log commit, its fsync included",
+            log.fsync_seconds,
+        );
+        registry.register(
+            "ctrl_raft_log_writes_per_commit",
+            "Log writes (appends, votes, truncations, purges) per Raft log commit",
+            log.writes_per_commit,
+        );
+        registry.register(
+            "ctrl_raft_log_entries_per_commit",
+            "Entries appended per Raft log commit",
+            log.entries_per_commit,
+        );
+        registry.register(
+            "ctrl_raft_apply_entries_per_batch",
+            "Entries per batch applied to the state",
+            apply.entries_per_apply,
+        );
+        registry.register(
+            "ctrl_raft_snapshot_build_seconds",
+            "Time to build a snapshot (export and write its file)",
+            apply.snapshot_build_seconds,
+        );
+        registry.register(
+            "ctrl_raft_snapshot_install_seconds",
+            "Time to install a snapshot received from the leader",
+            apply.snapshot_install_seconds,
+        );
         let mut gauge = |name: &str, help: &str| {
             let gauge = Gauge::default();
             registry.register(name, help, gauge.clone());
@@ -127,6 +175,18 @@ impl Metrics {
             "ctrl_raft_log_file_bytes",
             "Size of the Raft log database file, in bytes",
         );
+        let instances_total = gauge(
+            "deployment_instances_total",
+            "Reported instances, every status",
+        );
+        let topology_regions = gauge(
+            "deployment_topology_regions",
+            "Regions targeted by the deployments, summed over deployments",
+        );
+        let change_rows = gauge(
+            "ctrl_change_log_rows",
+            "Change rows kept (above the compaction floor)",
+        );
         let scrape_truncated = gauge(
             "ctrl_scrape_truncated",
             "1 when the per-status counts cover only the first deployments",
@@ -142,6 +202,25 @@ impl Metrics {
             "deployment_instances_by_status",
             "Reported instances per status",
             instances_by_status.clone(),
+        );
+        let topology_status = Family::<StatusLabel, Gauge>::default();
+        registry.register(
+            "deployment_topology_status",
+            "Deployment topologies per desired state (running, stopped)",
+            topology_status.clone(),
+        );
+        let workflow_duration =
+            Family::<StatusLabel, Histogram>::new_with_constructor(workflow_duration_seconds);
+        registry.register(
+            "deployment_workflow_duration_seconds",
+            "Time from a deploy's request to its end, by how it ended (seen by the leader)",
+            workflow_duration.clone(),
+        );
+        let instance_startup = workflow_duration_seconds();
+        registry.register(
+            "deployment_instance_startup_time_seconds",
+            "Time from a deploy's start to each of its instances reported running",
+            instance_startup.clone(),
         );
         let cert_expiry = Family::<StatusLabel, Gauge>::default();
         registry.register(
@@ -185,8 +264,21 @@ impl Metrics {
             "Watch streams reset because the agent stopped reading, per region",
             watch_slow_consumer_resets.clone(),
         );
+        let watch_resyncs_required = Family::<RegionLabel, Counter>::default();
+        registry.register(
+            "ctrl_watch_resyncs_required",
+            "Watches answered that their cursor is below the compaction floor, per region",
+            watch_resyncs_required.clone(),
+        );
         Metrics {
             registry,
+            instances_total,
+            topology_regions,
+            topology_status,
+            change_rows,
+            workflow_duration,
+            instance_startup,
+            watch_resyncs_required,
             committed_index,
             files: [state_file, raft_log_file],
             quorum_ack_ms_max,
@@ -217,9 +309,24 @@ impl Metrics {
         self.committed_index.load(Ordering::Relaxed)
     }
 
-    /// The workflow driver saw a transition to `to` applied.
-    pub fn transitioned(&self, to: DeploymentStatus) {
+    /// The workflow driver saw a transition to `to` applied, `since_request_ms`
+    /// after the deploy was requested (observed as its duration when it
+    /// ends there).
+    pub fn transitioned(&self, to: DeploymentStatus, since_request_ms: u64) {
         self.transitions.get_or_create(&[("to", to.as_str())]).inc();
+        if to == DeploymentStatus::Ready || to.unsuccessful() {
+            self.workflow_duration
+                .get_or_create(&[("status", to.as_str())])
+                .observe(seconds(since_request_ms));
+        }
+    }
+
+    /// The workflow driver saw `count` more instances running,
+    /// `since_start_ms` after the deploy started.
+    pub fn instances_started(&self, count: u32, since_start_ms: u64) {
+        for _ in 0..count {
+            self.instance_startup.observe(seconds(since_start_ms));
+        }
     }
 
     /// A watch stream of `region` opened; it counts as open until the
@@ -238,6 +345,7 @@ impl Metrics {
                 .watch_slow_consumer_resets
                 .get_or_create(&label)
                 .clone(),
+            resyncs_required: self.watch_resyncs_required.get_or_create(&label).clone(),
         }
     }
 
@@ -285,6 +393,17 @@ impl Metrics {
     fn count_deployments(&self, view: &ReadView) -> Result<(), storage::StorageError> {
         self.change_last_pk.set(saturating(view.last_pk()));
         self.change_floor_pk.set(saturating(view.floor_pk()));
+        // Every pk names one row; compaction removes those at or below
+        // the floor.
+        self.change_rows
+            .set(saturating(view.last_pk().saturating_sub(view.floor_pk())));
+        let mut topologies: BTreeMap<&'static str, i64> =
+            [DesiredState::Running, DesiredState::Stopped]
+                .iter()
+                .map(|s| (s.as_str(), 0))
+                .collect();
+        let mut regions = 0_i64;
+        let mut instances_total = 0_i64;
         let mut deployments: BTreeMap<&'static str, i64> = DeploymentStatus::ALL
             .iter()
             .map(|s| (s.as_str(), 0))
@@ -307,6 +426,15 @@ impl Metrics {
                 *deployments.entry(deployment.status.as_str()).or_default() += 1;
                 for instance in view.instances(&deployment.id)? {
                     *instances.entry(instance.status.as_str()).or_default() += 1;
+                    instances_total += 1;
+                }
+                for region in &deployment.regions {
+                    if let Some(topology) = view.topology(&deployment.id, region)? {
+                        regions += 1;
+                        *topologies
+                            .entry(topology.desired_state.as_str())
+                            .or_default() += 1;
+                    }
                 }
             }
             seen += items.len();
@@ -328,6 +456,13 @@ impl Metrics {
                 .get_or_create(&[("status", status)])
                 .set(count);
         }
+        for (state, count) in topologies {
+            self.topology_status
+                .get_or_create(&[("status", state)])
+                .set(count);
+        }
+        self.topology_regions.set(regions);
+        self.instances_total.set(instances_total);
         self.scrape_truncated.set(i64::from(truncated));
         Ok(())
     }
@@ -340,9 +475,15 @@ pub struct WatchGuard {
     events: Counter,
     full_syncs: Counter,
     slow_consumer_resets: Counter,
+    resyncs_required: Counter,
 }
 
 impl WatchGuard {
+    /// The agent was told to resync (its cursor is below the floor).
+    pub fn resync_required(&self) {
+        self.resyncs_required.inc();
+    }
+
     /// An event went out.
     pub fn event_sent(&self) {
         self.events.inc();
@@ -412,6 +553,11 @@ pub async fn follow_leader(
             known = leader;
         }
     }
+}
+
+/// `ms` in seconds, for a histogram.
+fn seconds(ms: u64) -> f64 {
+    Duration::from_millis(ms).as_secs_f64()
 }
 
 fn saturating(value: u64) -> i64 {
@@ -486,8 +632,12 @@ mod tests {
             PathBuf::from("/nonexistent/raft-log.redb"),
             ACK_MS_MAX,
             vec![("node", 1_000)],
+            LogStats::default(),
+            ApplyStats::default(),
         ));
-        metrics.transitioned(DeploymentStatus::Ready);
+        metrics.transitioned(DeploymentStatus::Deploying, 100);
+        metrics.transitioned(DeploymentStatus::Ready, 2_500);
+        metrics.instances_started(2, 1_000);
         let watch = metrics.watch_opened("us-east");
         watch.full_sync();
         watch.event_sent();
@@ -507,6 +657,11 @@ mod tests {
             "deployment_instances_by_status{status=\"running\"} 0",
             "ctrl_scrape_truncated 0",
             "ctrl_tls_cert_expiry_seconds{cert=\"node\"} 600",
+            // Only the end of a deploy is its duration.
+            "deployment_workflow_duration_seconds_sum{status=\"ready\"} 2.5",
+            "deployment_workflow_duration_seconds_count{status=\"ready\"} 1",
+            "deployment_instance_startup_time_seconds_sum 2.0",
+            "deployment_instance_startup_time_seconds_count 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

@@ -52,10 +52,18 @@ pub trait Propose: Sync {
         mutations: Vec<Mutation>,
     ) -> impl Future<Output = Result<Vec<MutationResult>, WireError>> + Send;
 
-    /// The workflow driver saw a deployment's status change to `to` (for
-    /// metrics; nothing by default).
-    fn transitioned(&self, to: wire::model::DeploymentStatus) {
-        let _ = to;
+    /// The workflow driver saw a deployment's status change to `to`,
+    /// `since_request_ms` after the deploy was requested (for metrics;
+    /// nothing by default).
+    fn transitioned(&self, to: wire::model::DeploymentStatus, since_request_ms: u64) {
+        let _ = (to, since_request_ms);
+    }
+
+    /// The workflow driver saw `count` more of a deploy's instances
+    /// running, `since_start_ms` after it started (for metrics; nothing by
+    /// default).
+    fn instances_started(&self, count: u32, since_start_ms: u64) {
+        let _ = (count, since_start_ms);
     }
 }
 

@@ -27,6 +27,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
@@ -35,6 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
+use super::stats::LogStats;
 use super::{NodeId, TypeConfig};
 use transport::closing::{Closed, Tracked};
 
@@ -128,6 +130,8 @@ struct Shared {
     /// The index of the latest committed log id openraft reported (0
     /// before the first), for metrics and readiness.
     committed_index: Arc<AtomicU64>,
+    /// Each commit's time and size, for metrics.
+    stats: LogStats,
 }
 
 /// One write, queued for the writer thread in openraft's order.
@@ -169,6 +173,7 @@ impl LogStore {
             unflushed: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(None),
             committed_index: Arc::new(AtomicU64::new(0)),
+            stats: LogStats::default(),
         });
         let (writer, queue) = std::sync::mpsc::channel();
         let for_writer = shared.clone();
@@ -189,6 +194,11 @@ impl LogStore {
     /// log (0 before the first report); it does not hold the log open.
     pub fn committed_index(&self) -> Arc<AtomicU64> {
         self.shared.committed_index.clone()
+    }
+
+    /// The log writer's commit timings and sizes.
+    pub fn stats(&self) -> LogStats {
+        self.shared.stats.clone()
     }
 
     fn meta<T: DeserializeOwned>(&self, key: &str) -> StoreResult<Option<T>> {
@@ -294,7 +304,18 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
                 Err(_) => break,
             }
         }
+        let started = Instant::now();
         let result = commit_ops(shared, &ops).map_err(|e| e.to_string());
+        let entries = ops
+            .iter()
+            .map(|op| match op {
+                Op::Append { entries, .. } => entries.len(),
+                _ => 0,
+            })
+            .sum();
+        shared
+            .stats
+            .committed(ops.len(), entries, started.elapsed());
         for op in ops {
             match op {
                 Op::Append { entries, callback } => {

@@ -8,6 +8,7 @@
 pub mod log_store;
 pub mod network;
 pub mod state_machine;
+pub mod stats;
 
 use std::io::Cursor;
 

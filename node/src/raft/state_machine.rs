@@ -18,6 +18,7 @@
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
@@ -29,7 +30,9 @@ use storage::{RaftMeta, Store};
 use tokio::sync::watch;
 use wire::Pk;
 
+use super::stats::ApplyStats;
 use super::{CommandResponse, NodeId, TypeConfig};
+use prometheus_client::metrics::histogram::Histogram;
 use transport::closing::Tracked;
 
 /// The state machine's store, shared by the state machine and the node
@@ -76,6 +79,8 @@ pub struct StateMachine {
     snapshot_dir: PathBuf,
     /// Applies committed without fsync since the last durable one.
     applies_since_durable: u64,
+    /// Batch sizes and snapshot timings, for metrics.
+    stats: ApplyStats,
 }
 
 impl StateMachine {
@@ -93,7 +98,13 @@ impl StateMachine {
             membership,
             snapshot_dir: snapshot_dir.to_path_buf(),
             applies_since_durable: 0,
+            stats: ApplyStats::default(),
         })
+    }
+
+    /// The apply batch sizes and snapshot timings.
+    pub fn stats(&self) -> ApplyStats {
+        self.stats.clone()
     }
 
     /// Subscribes to the last applied change pk.
@@ -139,10 +150,12 @@ fn encode_meta(applied: &Applied, membership: &Membership) -> StoreResult<RaftMe
 pub struct SnapshotBuilder {
     store: SharedStore,
     snapshot_dir: PathBuf,
+    build_seconds: Histogram,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let started = Instant::now();
         let (data, meta) = self.store.export_snapshot().map_err(sm_read_err)?;
         // The log may be purged up to this snapshot once openraft has it:
         // the state it was cut from must survive a crash first.
@@ -165,6 +178,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             data,
         };
         persist_snapshot(&self.snapshot_dir, &file)?;
+        self.build_seconds.observe(started.elapsed().as_secs_f64());
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(file.data)),
@@ -203,6 +217,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(Vec::new());
         };
         let last_applied = Some(last.log_id);
+        self.stats
+            .entries_per_apply
+            .observe(f64::from(u32::try_from(entries.len()).unwrap_or(u32::MAX)));
         let mut membership = self.membership.clone();
         let mut commands = Vec::with_capacity(entries.len());
         let mut durable = self.applies_since_durable + 1 >= DURABLE_EVERY_APPLIES;
@@ -241,6 +258,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             store: self.store.clone(),
             snapshot_dir: self.snapshot_dir.clone(),
+            build_seconds: self.stats.snapshot_build_seconds.clone(),
         }
     }
 
@@ -253,6 +271,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
+        let started = Instant::now();
         let data = snapshot.into_inner();
         self.store.import_snapshot(&data).map_err(sm_write_err)?;
         let view = self.store.read().map_err(sm_read_err)?;
@@ -273,6 +292,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             },
         )?;
         self.applied_pk.send_replace(view.last_pk());
+        self.stats
+            .snapshot_install_seconds
+            .observe(started.elapsed().as_secs_f64());
         Ok(())
     }
 

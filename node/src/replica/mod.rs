@@ -156,8 +156,12 @@ impl Propose for NodeState {
         write::propose(self, mutations)
     }
 
-    fn transitioned(&self, to: wire::model::DeploymentStatus) {
-        self.metrics.transitioned(to);
+    fn transitioned(&self, to: wire::model::DeploymentStatus, since_request_ms: u64) {
+        self.metrics.transitioned(to, since_request_ms);
+    }
+
+    fn instances_started(&self, count: u32, since_start_ms: u64) {
+        self.metrics.instances_started(count, since_start_ms);
     }
 }
 

@@ -51,6 +51,7 @@ pub async fn serve(
         }
         WatchStart::Incremental { after } => server.resume(after)?,
         WatchStart::ResyncRequired { floor } => {
+            metrics.resync_required();
             send(state, metrics, stream, &server.resync_required(floor)).await?;
             return Ok(());
         }
@@ -126,6 +127,7 @@ async fn stream_changes(
         let view = state.store.read()?;
         let cursor = server.cursor();
         if cursor < view.floor_pk() {
+            metrics.resync_required();
             send(
                 state,
                 metrics,

@@ -18,10 +18,11 @@
 
 use std::time::Duration;
 
+use storage::ReadView;
 use storage::command::DeployAction;
 use storage::{Mutation, Outcome};
-use tracing::{debug, warn};
-use wire::model::DeploymentStatus;
+use tracing::{debug, info, info_span, warn};
+use wire::model::{DeploymentStatus, UnixMs};
 
 use super::{Decision, Round};
 use crate::app::{Propose, ReadState};
@@ -90,7 +91,7 @@ pub async fn round<N: Propose + ReadState>(
         }
     };
     if !decision.proposals.is_empty() {
-        return if propose(node, decision.proposals).await {
+        return if propose(node, decision.proposals, now_ms).await {
             RoundResult::Progressed
         } else {
             RoundResult::Retry
@@ -123,10 +124,14 @@ fn decide(
 /// thousand starts is many commands, each replicable in a frame), one after
 /// the other; whether any of them changed the state (a refused guard or a
 /// rejected mutation changes nothing).
-async fn propose(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
+async fn propose(
+    node: &(impl Propose + ReadState),
+    mutations: Vec<Mutation>,
+    now_ms: UnixMs,
+) -> bool {
     let mut progressed = false;
     for command in commands(mutations) {
-        progressed |= propose_command(node, command).await;
+        progressed |= propose_command(node, command, now_ms).await;
     }
     progressed
 }
@@ -156,14 +161,26 @@ pub fn commands(mutations: Vec<Mutation>) -> Vec<Vec<Mutation>> {
 }
 
 /// Proposes one command; whether any of its mutations changed the state.
-async fn propose_command(node: &impl Propose, mutations: Vec<Mutation>) -> bool {
-    let targets: Vec<Option<DeploymentStatus>> = mutations.iter().map(target).collect();
+/// Each transition applied is logged in its deployment's
+/// `deployment.workflow` span and counted in the metrics.
+async fn propose_command(
+    node: &(impl Propose + ReadState),
+    mutations: Vec<Mutation>,
+    now_ms: UnixMs,
+) -> bool {
+    let seen = match node.read() {
+        Ok(view) => mutations.iter().map(|m| seen(&view, m, now_ms)).collect(),
+        Err(e) => {
+            debug!("workflow driver cannot read the records it proposes for: {e}");
+            vec![None; mutations.len()]
+        }
+    };
     match node.propose(mutations).await {
         Ok(results) => {
             let mut progressed = false;
-            for (result, to) in results.into_iter().zip(targets) {
-                if let (Ok(Outcome::Recorded), Some(to)) = (&result, to) {
-                    node.transitioned(to);
+            for (result, seen) in results.into_iter().zip(seen) {
+                if let (Ok(Outcome::Recorded), Some(seen)) = (&result, seen) {
+                    seen.report(node);
                 }
                 match result {
                     Ok(Outcome::GuardFailed { expected, found }) => {
@@ -184,6 +201,89 @@ async fn propose_command(node: &impl Propose, mutations: Vec<Mutation>) -> bool 
             false
         }
     }
+}
+
+/// A deploy transition as the driver reports it once applied.
+#[derive(Debug, Clone)]
+struct Seen {
+    deployment_id: String,
+    from: DeploymentStatus,
+    /// The status it moves to, if it moves.
+    to: Option<DeploymentStatus>,
+    reason: Option<String>,
+    /// The regions whose topologies a start writes.
+    started_regions: Vec<String>,
+    since_request_ms: u64,
+    /// More instances running: how many, and since the deploy started.
+    started_running: Option<(u32, u64)>,
+}
+
+impl Seen {
+    /// Logs the transition in the deployment's span and counts it.
+    fn report(&self, node: &impl Propose) {
+        let span = info_span!("deployment.workflow", deployment_id = %self.deployment_id);
+        let _entered = span.enter();
+        if !self.started_regions.is_empty() {
+            let create = info_span!("deployment.topology.create");
+            let _create = create.enter();
+            for region in &self.started_regions {
+                info!(
+                    region,
+                    "deployment.apply: topology, sentinel and policies written"
+                );
+            }
+        }
+        if let Some((count, since_start_ms)) = self.started_running {
+            node.instances_started(count, since_start_ms);
+        }
+        if let Some(to) = self.to {
+            info!(
+                from = self.from.as_str(),
+                to = to.as_str(),
+                reason = self.reason.as_deref().unwrap_or(""),
+                "deployment moved"
+            );
+            node.transitioned(to, self.since_request_ms);
+        }
+    }
+}
+
+/// What to report of `mutation` once applied, read from its record in
+/// `view` at `now_ms`; `None` for anything but a deploy transition.
+fn seen(view: &ReadView, mutation: &Mutation, now_ms: UnixMs) -> Option<Seen> {
+    let Mutation::Deploy(transition) = mutation else {
+        return None;
+    };
+    let deployment = view.deployment(&transition.deployment_id).ok()??;
+    let workflow = &deployment.workflow;
+    let started_ms = workflow
+        .steps
+        .iter()
+        .find(|s| s.step == DeploymentStatus::Deploying)
+        .map_or(deployment.created_at_ms, |s| s.started_at_ms);
+    let (reason, started_regions, started_running) = match &transition.action {
+        DeployAction::Start { .. } => (None, deployment.regions.clone(), None),
+        DeployAction::Advance { reason, .. } | DeployAction::Fail { reason } => {
+            (Some(reason.clone()), Vec::new(), None)
+        }
+        DeployAction::Observe {
+            observed_running, ..
+        } => {
+            let more = observed_running.saturating_sub(workflow.observed_running);
+            let running = (more > 0).then(|| (more, now_ms.saturating_sub(started_ms)));
+            (None, Vec::new(), running)
+        }
+        _ => (None, Vec::new(), None),
+    };
+    Some(Seen {
+        deployment_id: deployment.id.clone(),
+        from: deployment.status,
+        to: target(mutation),
+        reason,
+        started_regions,
+        since_request_ms: now_ms.saturating_sub(deployment.created_at_ms),
+        started_running,
+    })
 }
 
 /// The status a deploy transition moves its deployment to, if it moves it
