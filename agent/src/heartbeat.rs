@@ -26,6 +26,8 @@ use tracing::{debug, warn};
 use wire::agent::{AgentRequest, AgentResponse, HeartbeatReport};
 use wire::model::{FailedApply, HEARTBEAT_FAILED_APPLIES_MAX, ResourceKey};
 
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::state::LocalState;
 
@@ -35,11 +37,24 @@ pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The resources whose last apply failed, with the error; at most
 /// [`HEARTBEAT_FAILED_APPLIES_MAX`] (further failures are not kept until
 /// some of these apply).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FailedApplies {
     failed: Mutex<BTreeMap<ResourceKey, String>>,
     /// Applies finished, by [`APPLY_RESULTS`] (for metrics).
     applies: [AtomicU64; 4],
+    /// How long each apply took, its retries included (for metrics).
+    apply_seconds: Histogram,
+}
+
+impl Default for FailedApplies {
+    fn default() -> FailedApplies {
+        FailedApplies {
+            failed: Mutex::default(),
+            applies: Default::default(),
+            // 1 ms to about 33 s.
+            apply_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        }
+    }
 }
 
 /// What an apply can come to, as [`FailedApplies::apply_counts`] names
@@ -59,6 +74,16 @@ impl FailedApplies {
         if let Some(index) = APPLY_RESULTS.iter().position(|r| *r == result) {
             self.applies[index].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// An apply finished after `took`.
+    pub fn timed(&self, took: std::time::Duration) {
+        self.apply_seconds.observe(took.as_secs_f64());
+    }
+
+    /// The histogram of apply durations (a shared handle).
+    pub fn apply_seconds(&self) -> Histogram {
+        self.apply_seconds.clone()
     }
 
     /// Applies finished so far, by result.

@@ -67,6 +67,16 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
         gauge(status.cursor),
     );
     registry.register(
+        "krane_lag_pk",
+        "Change pks announced by ctrl and not applied yet",
+        gauge(status.received.saturating_sub(status.cursor)),
+    );
+    registry.register(
+        "krane_collected_objects",
+        "Objects garbage-collected after full syncs",
+        ConstCounter::new(status.collected),
+    );
+    registry.register(
         "krane_full_syncs",
         "Full syncs begun by this process",
         ConstCounter::new(status.full_syncs),
@@ -109,6 +119,11 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
             "Resources whose last apply failed",
             gauge(u64::try_from(failures.failing()).unwrap_or(u64::MAX)),
         );
+        registry.register(
+            "krane_apply_seconds",
+            "Time of each apply, its retries included",
+            failures.apply_seconds(),
+        );
     }
     if let Some(reports) = reports {
         let outcomes = Family::<[(&'static str, &'static str); 1], Counter>::default();
@@ -126,10 +141,24 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
             "Deployment status reports by outcome (sent; failed and kept for a retry; refused)",
             outcomes,
         );
+        registry.register(
+            "krane_breaker_open",
+            "1 from when the circuit breaker over calls to ctrl opens until a call succeeds",
+            gauge(reports.breaker_open.load(Ordering::Relaxed)),
+        );
     }
     if let Some(state) = state {
-        match (state.outbox_len(), state.sentinel_outbox_len()) {
-            (Ok(reports), Ok(sentinels)) => {
+        match (
+            state.outbox_len(),
+            state.sentinel_outbox_len(),
+            state.apply_outbox_len(),
+        ) {
+            (Ok(reports), Ok(sentinels), Ok(applies)) => {
+                registry.register(
+                    "krane_outbox_apply_reports",
+                    "Applied policy versions waiting to be reported to ctrl",
+                    gauge(applies),
+                );
                 registry.register(
                     "krane_outbox_reports",
                     "Instance reports waiting to be sent to ctrl",
@@ -141,7 +170,9 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
                     gauge(sentinels),
                 );
             }
-            (Err(e), _) | (_, Err(e)) => warn!("metrics cannot read the outboxes: {e}"),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                warn!("metrics cannot read the outboxes: {e}")
+            }
         }
     }
     let mut out = String::new();
@@ -218,13 +249,17 @@ mod tests {
             full_syncs: 1,
             streams: 3,
             drift_repairs: 2,
+            received: 45,
+            collected: 4,
         };
         let failures = FailedApplies::default();
         failures.count_apply("written");
         failures.count_apply("written");
         failures.count_apply("failed");
+        failures.timed(std::time::Duration::from_millis(250));
         let reports = ReportCounters::default();
         reports.sent.fetch_add(3, Ordering::Relaxed);
+        reports.breaker_open.store(1, Ordering::Relaxed);
         let text = render(
             &status,
             Scraped {
@@ -249,6 +284,11 @@ mod tests {
             "krane_applies_total{result=\"stale\"} 0",
             "krane_status_reports_total{outcome=\"sent\"} 3",
             "krane_status_reports_total{outcome=\"refused\"} 0",
+            "krane_lag_pk 3",
+            "krane_collected_objects_total 4",
+            "krane_apply_seconds_sum 0.25",
+            "krane_apply_seconds_count 1",
+            "krane_breaker_open 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }

@@ -146,6 +146,10 @@ pub struct WatchStatus {
     /// Resources the drift repairer applied again (published by
     /// [`crate::drift::Repairer`] on the same channel).
     pub drift_repairs: u64,
+    /// The highest pk a stream announced: `received - cursor` is the lag.
+    pub received: Pk,
+    /// Objects garbage-collected after full syncs, by this process.
+    pub collected: u64,
 }
 
 /// What the driver does after an event.
@@ -173,7 +177,11 @@ enum Applied {
     Stale,
 }
 
-type Done = (Queued<ResourceChange>, Result<Applied, WatchError>);
+type Done = (
+    Queued<ResourceChange>,
+    Result<Applied, WatchError>,
+    std::time::Duration,
+);
 
 /// The events of one watch stream, applied.
 pub struct StreamHandler<'a, R> {
@@ -193,6 +201,10 @@ pub struct StreamHandler<'a, R> {
     stopped: bool,
     /// Where failed and succeeded applies are told (the heartbeat's).
     failures: Option<&'a FailedApplies>,
+    /// The highest pk the stream has announced (applied or not yet).
+    received: Pk,
+    /// Objects the full syncs of this stream garbage-collected.
+    collected: u64,
 }
 
 impl<'a, R: Reconciler> StreamHandler<'a, R> {
@@ -200,6 +212,18 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
     /// sync ends).
     pub fn cursor(&self) -> Pk {
         self.watermark.base()
+    }
+
+    /// The highest pk the stream has announced: the cursor trails it while
+    /// applies run (krane's lag).
+    pub fn received(&self) -> Pk {
+        self.received.max(self.cursor())
+    }
+
+    /// Objects the full syncs of this stream garbage-collected (resources
+    /// ctrl no longer mentions, and managed objects of none).
+    pub fn collected(&self) -> u64 {
+        self.collected
     }
 
     /// A stream requested with `requested` (0: a full sync), applying at
@@ -221,6 +245,8 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             scheduler: Scheduler::new(max_concurrent),
             running: FuturesUnordered::new(),
             watermark: Watermark::new(requested),
+            received: requested,
+            collected: 0,
             stopped: false,
             failures: None,
         }
@@ -247,6 +273,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
     pub async fn on_event(&mut self, event: WatchEvent) -> Result<Flow, WatchError> {
         match self.session.on_event(event)? {
             ClientAction::BeginFullSync { cursor } => {
+                self.received = self.received.max(cursor);
                 let stored = self.state.cursor()?;
                 if cursor < stored {
                     return Err(WatchError::LaggingSync {
@@ -289,6 +316,9 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                     .map(|k| (k.resource_type, k.resource_id.clone()))
                     .collect();
                 let stale_objects = self.reconciler.collect(&desired).await?;
+                self.collected = self.collected.saturating_add(
+                    u64::try_from(garbage.len().saturating_add(stale_objects)).unwrap_or(u64::MAX),
+                );
                 self.state.record_progress(cursor)?;
                 self.session.applied(cursor)?;
                 self.watermark = Watermark::new(cursor);
@@ -303,6 +333,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 return Ok(Flow::Synced { cursor });
             }
             ClientAction::Apply { version, change } => {
+                self.received = self.received.max(version);
                 // Accepted: the session checks the order of what follows;
                 // the watermark says what is applied.
                 self.session.applied(version)?;
@@ -315,6 +346,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 .await?;
             }
             ClientAction::Progress { cursor } => {
+                self.received = self.received.max(cursor);
                 self.watermark.skip(cursor)?;
                 self.store_progress()?;
             }
@@ -335,9 +367,12 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
     /// is dropped before an apply finished). An apply that failed after
     /// its retries stops the pipeline and is returned.
     pub async fn next_done(&mut self) -> Result<(), WatchError> {
-        let Some((queued, result)) = self.running.next().await else {
+        let Some((queued, result, took)) = self.running.next().await else {
             return Ok(());
         };
+        if let Some(failures) = self.failures {
+            failures.timed(took);
+        }
         self.scheduler.finished(&queued.key);
         let applied = match result {
             Ok(applied) => applied,
@@ -416,8 +451,9 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
         while let Some(queued) = self.scheduler.next_ready() {
             let (state, reconciler, locks) = (self.state, self.reconciler, self.locks);
             self.running.push(Box::pin(async move {
+                let started = tokio::time::Instant::now();
                 let result = apply_one(state, reconciler, locks, &queued.item).await;
-                (queued, result)
+                (queued, result, started.elapsed())
             }));
         }
     }
@@ -603,7 +639,10 @@ impl<R: Reconciler> WatchLoop<R> {
     ) -> Result<End, WatchError> {
         let (stream, connection, addr) = self.ctrl.watch(requested).await?;
         info!(%addr, requested, "watching");
-        let stored = self.status.borrow().cursor;
+        let (stored, collected_before) = {
+            let status = self.status.borrow();
+            (status.cursor, status.collected)
+        };
         self.status.send_modify(|s| {
             s.watching = true;
             s.streams += 1;
@@ -656,6 +695,7 @@ impl<R: Reconciler> WatchLoop<R> {
                 self.backoff.reset();
             }
             self.publish_cursor(handler.cursor().max(stored));
+            self.publish_received(handler.received(), collected_before + handler.collected());
         };
         // What is running finishes and is stored before the stream goes.
         handler.drain().await;
@@ -664,6 +704,15 @@ impl<R: Reconciler> WatchLoop<R> {
             self.ctrl.fail_over(&connection);
         }
         result
+    }
+
+    fn publish_received(&self, received: Pk, collected: u64) {
+        self.status.send_if_modified(|s| {
+            let moved = s.received != received.max(s.received) || s.collected != collected;
+            s.received = s.received.max(received);
+            s.collected = collected;
+            moved
+        });
     }
 
     fn publish_cursor(&self, cursor: Pk) {

@@ -297,6 +297,11 @@ async fn a_deploy_moves_the_metrics_of_ctrl_and_krane() {
         .unwrap();
         assert!(last_pk > cursor_before);
         let krane_after = scrape(krane).await;
+        assert!(must(&krane_after, "krane_apply_seconds_count", &[]) >= 1.0);
+        assert_eq!(must(&krane_after, "krane_breaker_open", &[]), 0.0);
+        must(&krane_after, "krane_lag_pk", &[]);
+        must(&krane_after, "krane_collected_objects_total", &[]);
+        must(&krane_after, "krane_outbox_apply_reports", &[]);
         assert!(
             must(
                 &krane_after,

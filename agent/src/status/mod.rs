@@ -89,6 +89,8 @@ pub struct ReportCounters {
     pub failed: AtomicU64,
     /// Refused by ctrl and dropped.
     pub refused: AtomicU64,
+    /// 1 while the circuit breaker over calls to ctrl is open.
+    pub breaker_open: AtomicU64,
 }
 
 /// What the reporter starts from.
@@ -295,6 +297,9 @@ impl Reporter {
                 Err(e) if e.is_retryable() => {
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
                     let opened = self.breaker.failure((self.clock)());
+                    if opened {
+                        self.counters.breaker_open.store(1, Ordering::Relaxed);
+                    }
                     warn!(opened, "status report failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
                     let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
@@ -307,6 +312,7 @@ impl Reporter {
                 }
             };
             self.breaker.success();
+            self.counters.breaker_open.store(0, Ordering::Relaxed);
             if let Err(e) = stored {
                 warn!("cannot update the report outbox: {e}");
             }
@@ -347,6 +353,9 @@ impl Reporter {
                 Ok(other) => warn!(?other, "unexpected answer to a sentinel status; dropped"),
                 Err(e) if e.is_retryable() => {
                     let opened = self.breaker.failure((self.clock)());
+                    if opened {
+                        self.counters.breaker_open.store(1, Ordering::Relaxed);
+                    }
                     warn!(opened, "sentinel status failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
                     let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
@@ -355,6 +364,7 @@ impl Reporter {
                 Err(e) => warn!(?status, "sentinel status refused; dropped: {e}"),
             }
             self.breaker.success();
+            self.counters.breaker_open.store(0, Ordering::Relaxed);
             if let Err(e) = self.outbox.sentinel_done(status) {
                 warn!("cannot update the sentinel outbox: {e}");
             }
@@ -381,6 +391,9 @@ impl Reporter {
                 Ok(other) => warn!(?other, "unexpected answer to an apply report; dropped"),
                 Err(e) if e.is_retryable() => {
                     let opened = self.breaker.failure((self.clock)());
+                    if opened {
+                        self.counters.breaker_open.store(1, Ordering::Relaxed);
+                    }
                     warn!(opened, "apply report failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
                     let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
@@ -391,6 +404,7 @@ impl Reporter {
                 Err(e) => warn!(?report, "apply report refused; dropped: {e}"),
             }
             self.breaker.success();
+            self.counters.breaker_open.store(0, Ordering::Relaxed);
             if let Err(e) = self.outbox.applied_done(report) {
                 warn!("cannot update the apply outbox: {e}");
             }
