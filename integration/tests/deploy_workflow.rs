@@ -18,13 +18,13 @@ use config::NodeConfig;
 use integration::fleet::{Fleet, FleetConfig, Region};
 use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
-use k8s_sim::resources::{SERVICES, STATEFUL_SETS};
+use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, SERVICES, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
 use node::client::ClientError;
 use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::{DeploymentStatus, Resource};
-use wire::operator::{CreateDeployment, DeploymentView};
+use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for a condition.
@@ -244,6 +244,43 @@ async fn rollback_makes_the_previous_deployment_live_again() {
             .await
             .unwrap();
         ready(&operator, &v1).await;
+        // Ready only once krane applied both policies everywhere: ingress
+        // in the deployments' namespace, egress in the sentinels'.
+        let policies = match operator
+            .call(&OperatorRequest::ListPolicies {
+                after: None,
+                limit: 100,
+            })
+            .await
+            .unwrap()
+        {
+            OperatorResponse::Policies(views) => views,
+            other => panic!("unexpected answer {other:?}"),
+        };
+        let ingress = wire::k8s_name::deployment_policy(&v1);
+        let egress = wire::k8s_name::deployment_egress_policy(&v1);
+        for region in REGIONS {
+            for (id, namespace) in [(&ingress, NAMESPACE), (&egress, "sentinel")] {
+                let view = policies
+                    .iter()
+                    .find(|p| &p.policy.id == id && p.policy.region == region)
+                    .unwrap_or_else(|| panic!("no {id} in {region}: {policies:#?}"));
+                assert_eq!(view.policy.k8s_namespace, namespace);
+                assert_eq!(view.applied_version, Some(view.policy.version), "{view:#?}");
+            }
+        }
+        for region in &fleet.regions {
+            region.sim.inspect(|v| {
+                assert!(
+                    v.get(&CILIUM_NETWORK_POLICIES, NAMESPACE, &ingress)
+                        .is_some()
+                );
+                assert!(
+                    v.get(&CILIUM_NETWORK_POLICIES, "sentinel", &egress)
+                        .is_some()
+                );
+            });
+        }
         let (v2, _) = operator
             .deploy(deployment(env, "nginx:1.28"))
             .await

@@ -452,6 +452,33 @@ impl ReadView {
         )
     }
 
+    /// Cilium policies of every region in (region, id) order, after
+    /// `after` (exclusive), at most `limit`.
+    pub fn list_policies(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<CiliumNetworkPolicy>> {
+        let start = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        let range = self
+            .policies
+            .range::<(&str, &str)>((start, Bound::Unbounded))
+            .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
+        for entry in range.take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
+            out.push(decode(
+                name::CILIUM_NETWORK_POLICIES,
+                &key.value(),
+                value.value(),
+            )?);
+        }
+        Ok(out)
+    }
+
     /// The cilium policies of `region` in id order, at most `limit`.
     pub fn region_policies(&self, region: &str, limit: usize) -> Result<Vec<CiliumNetworkPolicy>> {
         scan_region(

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
 use crate::model::{
-    Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region, Sentinel,
-    SentinelStatus, UnixMs,
+    CiliumNetworkPolicy, Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region,
+    Sentinel, SentinelStatus, UnixMs,
 };
 
 /// ALPN of the operator protocol.
@@ -268,6 +268,16 @@ pub enum OperatorRequest {
     /// This node's config (as TOML) and metrics, for a support bundle;
     /// answered by `NodeDiagnostics`.
     NodeDiagnostics,
+    /// Cilium policies ordered by (region, id), starting after `after`,
+    /// each with the version krane reported applied; answered by
+    /// `Policies`.
+    ListPolicies {
+        /// Exclusive lower bound on (region, id); `None` starts at the
+        /// first.
+        after: Option<(String, String)>,
+        /// Most policies to return (at most [`LIST_PAGE_MAX`]).
+        limit: u32,
+    },
 }
 
 impl OperatorRequest {
@@ -299,7 +309,8 @@ impl OperatorRequest {
             | OperatorRequest::GetEnvironment { .. }
             | OperatorRequest::History { .. }
             | OperatorRequest::NodeDiagnostics
-            | OperatorRequest::ListRegions => false,
+            | OperatorRequest::ListRegions
+            | OperatorRequest::ListPolicies { .. } => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
@@ -635,6 +646,15 @@ pub struct SentinelView {
     pub status: Option<SentinelStatus>,
 }
 
+/// A cilium policy with the newest version krane reported applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyView {
+    /// The policy as stored.
+    pub policy: CiliumNetworkPolicy,
+    /// The newest version of it krane applied, `None` before its report.
+    pub applied_version: Option<Pk>,
+}
+
 /// A deployment with the instances agents reported for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeploymentView {
@@ -757,6 +777,9 @@ pub enum OperatorResponse {
     },
     /// This node's config and metrics (answer to `NodeDiagnostics`).
     NodeDiagnostics(NodeDiagnostics),
+    /// A page of policies (answer to `ListPolicies`), in (region, id)
+    /// order; fewer than the limit at the end.
+    Policies(Vec<PolicyView>),
 }
 
 #[cfg(test)]

@@ -73,6 +73,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.ApplySentinel", &[apply_sentinel()]);
     g.check("operator.ApplyPolicy", &[apply_policy()]);
     g.check("operator.SentinelView", &[sentinel_view()]);
+    g.check("operator.PolicyView", &[policy_view()]);
     g.check("operator.DeploymentView", &[deployment_view()]);
     g.check("operator.RegionView", &[region_view()]);
     g.check("operator.RegionList", &[region_list()]);

@@ -6,12 +6,40 @@
 
 use storage::Mutation;
 use wire::model::CiliumNetworkPolicy;
-use wire::operator::ApplyPolicy;
+use wire::operator::{ApplyPolicy, LIST_PAGE_MAX, PolicyView};
 use wire::{ErrorCode, WireError};
 
 use super::sentinels::REGION_SCAN_MAX;
 use super::{Propose, ReadState, internal, not_found, recorded};
 use crate::clock::{Clock, prefixed_id};
+
+/// A page of policies in (region, id) order after `after`, at most
+/// `limit` (itself at most [`LIST_PAGE_MAX`]), each with the version krane
+/// reported applied.
+pub fn list<S: ReadState>(
+    state: &S,
+    after: Option<(String, String)>,
+    limit: u32,
+) -> Result<Vec<PolicyView>, WireError> {
+    let limit = usize::try_from(limit.clamp(1, LIST_PAGE_MAX))
+        .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
+    let view = state.read().map_err(internal)?;
+    let after = after.as_ref().map(|(r, i)| (r.as_str(), i.as_str()));
+    view.list_policies(after, limit)
+        .map_err(internal)?
+        .into_iter()
+        .map(|policy| {
+            let applied_version = view
+                .policy_applied(&policy.id, &policy.region)
+                .map_err(internal)?
+                .map(|a| a.version);
+            Ok(PolicyView {
+                policy,
+                applied_version,
+            })
+        })
+        .collect()
+}
 
 /// Creates the policy (region, environment, namespace, name) or replaces
 /// the document of the one that exists; returns its id.

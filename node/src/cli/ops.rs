@@ -112,6 +112,11 @@ pub(crate) enum ListCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Every cilium policy, with whether krane applied its current version.
+    Policies {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -253,6 +258,7 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
             output,
         } => (environment, output),
         ListCommand::Regions { output } => return super::region::list(config, output).await,
+        ListCommand::Policies { output } => return super::policy::list(config, output).await,
     };
     let client = Client::new(config)?;
     let mut after = None;

@@ -1,4 +1,5 @@
-//! `ctrl policy apply | delete`: cilium network policies.
+//! `ctrl policy apply | delete` and `ctrl list policies`: cilium network
+//! policies.
 
 use std::path::PathBuf;
 
@@ -6,9 +7,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
-use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse};
+use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse, PolicyView};
 
-use super::RequestIdArg;
+use super::{Output, RequestIdArg};
+
+/// Policies asked for per call of `ctrl list policies`.
+const LIST_PAGE: u32 = 500;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum PolicyCommand {
@@ -140,5 +144,80 @@ mod tests {
     fn default_names_are_kubernetes_names() {
         assert_eq!(default_name("env_Prod"), "policy-env-prod");
         assert_eq!(default_name("x_").len(), "policy-x".len());
+    }
+}
+
+/// `ctrl list policies`: every policy, fetched page by page, as a table or
+/// as JSON (an array of the answer's views).
+pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> {
+    let client = Client::new(config)?;
+    let mut all: Vec<PolicyView> = Vec::new();
+    loop {
+        let after = all
+            .last()
+            .map(|v| (v.policy.region.clone(), v.policy.id.clone()));
+        let request = OperatorRequest::ListPolicies {
+            after,
+            limit: LIST_PAGE,
+        };
+        match client.call(&request).await? {
+            OperatorResponse::Policies(page) => {
+                let done = page.len() < usize::try_from(LIST_PAGE)?;
+                all.extend(page);
+                if done {
+                    break;
+                }
+            }
+            OperatorResponse::Error(e) => bail!("{e}"),
+            other => bail!("unexpected answer: {other:?}"),
+        }
+    }
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
+        Output::Text => print!("{}", table(&all)),
+    }
+    Ok(())
+}
+
+/// The text table of `ctrl list policies`.
+fn table(views: &[PolicyView]) -> String {
+    let mut out = format!(
+        "{:<28} {:<12} {:<20} {:<12} {:<8} APPLIED\n",
+        "ID", "REGION", "ENVIRONMENT", "NAMESPACE", "VERSION"
+    );
+    for view in views {
+        let p = &view.policy;
+        let applied = match view.applied_version {
+            Some(v) if v >= p.version => "yes".to_string(),
+            Some(v) => format!("v{v}"),
+            None => "no".to_string(),
+        };
+        out.push_str(&format!(
+            "{:<28} {:<12} {:<20} {:<12} {:<8} {applied}\n",
+            p.id, p.region, p.environment_id, p.k8s_namespace, p.version
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn the_table_says_whether_the_current_version_is_applied() {
+        let mut view = wire::golden::fixtures::policy_view();
+        view.policy.version = 41;
+        let mut older = view.clone();
+        older.applied_version = Some(40);
+        let mut none = view.clone();
+        none.applied_version = None;
+        let text = table(&[view, older, none]);
+        let applied: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().last().unwrap())
+            .collect();
+        assert_eq!(applied, ["yes", "v40", "no"]);
     }
 }

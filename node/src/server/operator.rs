@@ -14,7 +14,7 @@ use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, regions, requests, sentinels};
+use crate::app::{deployments, policies, regions, requests, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -137,6 +137,9 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
                 .map(OperatorResponse::Region)
         }
         OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
+        OperatorRequest::ListPolicies { after, limit } => {
+            policies::list(state, after, limit).map(OperatorResponse::Policies)
+        }
         OperatorRequest::NodeDiagnostics => Ok(OperatorResponse::NodeDiagnostics(
             wire::operator::NodeDiagnostics {
                 node_id: state.node_id,

@@ -24,8 +24,8 @@ use crate::model::{
 };
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList,
-    RegionView, RequestId, SentinelView, StateHash,
+    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, PolicyView,
+    RegionList, RegionView, RequestId, SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -683,7 +683,19 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             limit: 200,
         },
         OperatorRequest::NodeDiagnostics,
+        OperatorRequest::ListPolicies {
+            after: Some(("eu-west".into(), "cnp_01hx".into())),
+            limit: 500,
+        },
     ]
+}
+
+/// A fixture [`PolicyView`], every field set.
+pub fn policy_view() -> PolicyView {
+    PolicyView {
+        policy: policy(),
+        applied_version: Some(41),
+    }
 }
 
 /// Every variant of [`OperatorResponse`], each with every field set.
@@ -727,6 +739,7 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             next_after: Some(4_000),
         },
         OperatorResponse::NodeDiagnostics(node_diagnostics()),
+        OperatorResponse::Policies(vec![policy_view()]),
     ]
 }
 

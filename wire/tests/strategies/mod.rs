@@ -24,7 +24,7 @@ use wire::model::{
 };
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
-    OperatorRequest, OperatorResponse, RegionList, RegionView, RequestId, SentinelView,
+    OperatorRequest, OperatorResponse, PolicyView, RegionList, RegionView, RequestId, SentinelView,
 };
 use wire::{ErrorCode, WireError};
 
@@ -589,6 +589,8 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
             OperatorRequest::SetRegionSchedulable { name, schedulable }
         }),
         Just(OperatorRequest::ListRegions),
+        (option::of((short_string(), short_string())), any::<u32>())
+            .prop_map(|(after, limit)| OperatorRequest::ListPolicies { after, limit }),
     ]
 }
 
@@ -648,6 +650,16 @@ pub(crate) fn operator_response() -> impl Strategy<Value = OperatorResponse> {
         wire_error().prop_map(OperatorResponse::Error),
         region().prop_map(OperatorResponse::Region),
         region_list().prop_map(OperatorResponse::Regions),
+        vec(
+            (cilium_network_policy(), option::of(any::<u64>())).prop_map(
+                |(policy, applied_version)| PolicyView {
+                    policy,
+                    applied_version
+                }
+            ),
+            0..3
+        )
+        .prop_map(OperatorResponse::Policies),
     ]
 }
 
