@@ -23,8 +23,8 @@ use wire::notify::{Delivery, NotifyEndpoint};
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, ChangeRow, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, RequestRecord,
-    decode, meta, name,
+    self, Bytes, ChangeRow, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
+    RequestRecord, decode, meta, name,
 };
 
 const OP: &str = "read";
@@ -622,7 +622,11 @@ impl ReadView {
         hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;
         hash_table(&mut hash, name::NOTIFY_ENDPOINTS, &self.notify_endpoints)?;
         hash_table(&mut hash, name::DELIVERIES, &self.deliveries)?;
-        hash_table(&mut hash, name::PENDING_DELIVERIES, &self.pending_deliveries)?;
+        hash_table(
+            &mut hash,
+            name::PENDING_DELIVERIES,
+            &self.pending_deliveries,
+        )?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());

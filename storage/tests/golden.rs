@@ -13,9 +13,7 @@
 
 use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
-use storage::tables::{
-    self, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name,
-};
+use storage::tables::{self, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
 use storage::command::{DeliveryAction, DeliveryTransition, DeployAction, DeployTransition};
 use storage::{

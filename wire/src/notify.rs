@@ -302,9 +302,7 @@ impl NotifyEvent {
                 ..
             } => {
                 let live = if *live { " and live" } else { "" };
-                format!(
-                    "Deployment {deployment_id} of {environment_id} is ready{live} ({image})"
-                )
+                format!("Deployment {deployment_id} of {environment_id} is ready{live} ({image})")
             }
             NotifyEvent::DeploymentFailed {
                 deployment_id,
@@ -312,9 +310,9 @@ impl NotifyEvent {
                 image,
                 reason,
                 ..
-            } => format!(
-                "Deployment {deployment_id} of {environment_id} failed ({image}): {reason}"
-            ),
+            } => {
+                format!("Deployment {deployment_id} of {environment_id} failed ({image}): {reason}")
+            }
             NotifyEvent::RolloutStarted {
                 rollout_id,
                 image,
@@ -369,9 +367,7 @@ impl NotifyEvent {
                 rollout_id,
                 image,
                 sentinels,
-            } => format!(
-                "Rollout {rollout_id} of {image}: rolling back {sentinels} sentinels"
-            ),
+            } => format!("Rollout {rollout_id} of {image}: rolling back {sentinels} sentinels"),
             NotifyEvent::RolloutRollbackCompleted {
                 rollout_id,
                 image,

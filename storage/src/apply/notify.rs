@@ -126,11 +126,7 @@ impl Applier<'_> {
         let event_id = self.meta_u64(meta::NOTIFY_EVENT_SEQ)? + 1;
         self.t.put_meta_u64(meta::NOTIFY_EVENT_SEQ, event_id)?;
         let endpoints: Vec<String> = match to {
-            Some(only) => self
-                .endpoint(only)?
-                .map(|e| e.name)
-                .into_iter()
-                .collect(),
+            Some(only) => self.endpoint(only)?.map(|e| e.name).into_iter().collect(),
             None => self.endpoint_names()?,
         };
         if endpoints.is_empty() {
@@ -139,7 +135,10 @@ impl Applier<'_> {
         let wanted = u64::try_from(endpoints.len()).unwrap_or(u64::MAX);
         let room = self.make_room(wanted)?;
         let mut next_id = self.meta_u64(meta::DELIVERY_SEQ)?;
-        for endpoint in endpoints.into_iter().take(usize::try_from(room).unwrap_or(0)) {
+        for endpoint in endpoints
+            .into_iter()
+            .take(usize::try_from(room).unwrap_or(0))
+        {
             next_id += 1;
             let delivery = Delivery {
                 id: next_id,
@@ -281,10 +280,7 @@ impl Applier<'_> {
         }
         let Some(was) = found else {
             // The guard held, so the record exists.
-            return Ok(not_found(format!(
-                "no delivery {}",
-                transition.delivery_id
-            )));
+            return Ok(not_found(format!("no delivery {}", transition.delivery_id)));
         };
         if was.state != DeliveryState::Pending {
             return Ok(failed_precondition(format!(
@@ -454,16 +450,31 @@ mod tests {
 
         // A late result decided on the first version changes nothing.
         let hash = store.read().unwrap().state_hash().unwrap();
-        let out = apply_one(&store, 200, vec![attempt(&first, DeliveryAction::Delivered)]);
+        let out = apply_one(
+            &store,
+            200,
+            vec![attempt(&first, DeliveryAction::Delivered)],
+        );
         assert!(matches!(out[0], Ok(Outcome::GuardFailed { .. })), "{out:?}");
         assert_eq!(store.read().unwrap().state_hash().unwrap(), hash);
 
-        apply_one(&store, 300, vec![attempt(&second, DeliveryAction::Delivered)]);
+        apply_one(
+            &store,
+            300,
+            vec![attempt(&second, DeliveryAction::Delivered)],
+        );
         let delivered = deliveries(&store).remove(0);
         assert_eq!(delivered.state, DeliveryState::Delivered);
         assert_eq!(delivered.delivered_at_ms, Some(300));
         assert_eq!(delivered.attempts, 2);
-        assert!(store.read().unwrap().pending_deliveries(10).unwrap().is_empty());
+        assert!(
+            store
+                .read()
+                .unwrap()
+                .pending_deliveries(10)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -476,20 +487,37 @@ mod tests {
             delivery_id: row.id,
         };
         let out = apply_one(&store, 20, vec![replay.clone()]);
-        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::FailedPrecondition);
+        assert_eq!(
+            out[0].as_ref().unwrap_err().code,
+            ErrorCode::FailedPrecondition
+        );
         let gave_up = DeliveryAction::GaveUp {
             error: "refused".into(),
         };
         apply_one(&store, 30, vec![attempt(&row, gave_up)]);
         let dead = deliveries(&store).remove(0);
         assert_eq!(dead.state, DeliveryState::Dead);
-        assert!(store.read().unwrap().pending_deliveries(10).unwrap().is_empty());
-        assert_eq!(apply_one(&store, 40, vec![replay]), vec![Ok(Outcome::Recorded)]);
+        assert!(
+            store
+                .read()
+                .unwrap()
+                .pending_deliveries(10)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            apply_one(&store, 40, vec![replay]),
+            vec![Ok(Outcome::Recorded)]
+        );
         let again = deliveries(&store).remove(0);
         assert_eq!(again.state, DeliveryState::Pending);
         assert_eq!((again.attempts, again.next_attempt_at_ms), (0, 40));
         assert_eq!(again.event_id, row.event_id, "the same event id");
-        let out = apply_one(&store, 50, vec![Mutation::ReplayDelivery { delivery_id: 99 }]);
+        let out = apply_one(
+            &store,
+            50,
+            vec![Mutation::ReplayDelivery { delivery_id: 99 }],
+        );
         assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
     }
 
@@ -513,18 +541,32 @@ mod tests {
         assert_eq!(rows[0].state, DeliveryState::Dead);
         assert_eq!(rows[0].last_error.as_deref(), Some(ENDPOINT_REMOVED));
         assert_eq!(rows[1].state, DeliveryState::Pending);
-        let out = apply_one(&store, 30, vec![Mutation::ReplayDelivery { delivery_id: 1 }]);
-        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::FailedPrecondition);
-        let out = apply_one(&store, 30, vec![Mutation::RemoveNotifyEndpoint {
-            name: "chat".into(),
-        }]);
+        let out = apply_one(
+            &store,
+            30,
+            vec![Mutation::ReplayDelivery { delivery_id: 1 }],
+        );
+        assert_eq!(
+            out[0].as_ref().unwrap_err().code,
+            ErrorCode::FailedPrecondition
+        );
+        let out = apply_one(
+            &store,
+            30,
+            vec![Mutation::RemoveNotifyEndpoint {
+                name: "chat".into(),
+            }],
+        );
         assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
     }
 
     #[test]
     fn endpoints_are_validated_unique_and_bounded() {
         let store = store();
-        assert_eq!(apply_one(&store, 1, vec![endpoint("chat")]), vec![Ok(Outcome::Recorded)]);
+        assert_eq!(
+            apply_one(&store, 1, vec![endpoint("chat")]),
+            vec![Ok(Outcome::Recorded)]
+        );
         let out = apply_one(&store, 2, vec![endpoint("chat")]);
         assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::Conflict);
         let bad = Mutation::AddNotifyEndpoint(NotifyEndpoint {
@@ -535,7 +577,9 @@ mod tests {
         });
         let out = apply_one(&store, 3, vec![bad]);
         assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::BadRequest);
-        let more: Vec<Mutation> = (1..ENDPOINTS_MAX).map(|i| endpoint(&format!("e{i}"))).collect();
+        let more: Vec<Mutation> = (1..ENDPOINTS_MAX)
+            .map(|i| endpoint(&format!("e{i}")))
+            .collect();
         let out = apply_one(&store, 4, more);
         assert!(out.iter().all(Result::is_ok), "{out:?}");
         let out = apply_one(&store, 5, vec![endpoint("one-too-many")]);
@@ -543,7 +587,10 @@ mod tests {
         let view = store.read().unwrap();
         let stored = view.notify_endpoints().unwrap();
         assert_eq!(stored.len(), ENDPOINTS_MAX);
-        assert_eq!(stored[0].created_at_ms, 1, "stamped with the command's time");
+        assert_eq!(
+            stored[0].created_at_ms, 1,
+            "stamped with the command's time"
+        );
     }
 
     #[test]
@@ -556,7 +603,11 @@ mod tests {
         let rows = deliveries(&store);
         assert_eq!(rows.len(), 3);
         // The second is delivered: the fourth event takes its place.
-        apply_one(&store, 20, vec![attempt(&rows[1], DeliveryAction::Delivered)]);
+        apply_one(
+            &store,
+            20,
+            vec![attempt(&rows[1], DeliveryAction::Delivered)],
+        );
         fail(&store, 30, "d4");
         let ids: Vec<u64> = deliveries(&store).iter().map(|d| d.id).collect();
         assert_eq!(ids, [1, 3, 4]);

@@ -26,9 +26,9 @@ use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
 };
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentView, LogStatus, Membership,
-    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList,
-    RegionView, RequestId, SentinelView, StateHash,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentView, LogStatus,
+    Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse,
+    RegionList, RegionView, RequestId, SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
