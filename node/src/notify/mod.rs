@@ -57,6 +57,9 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     out
 }
 
+/// Most steps [`backoff_ms`] takes through the backoff sequence.
+const BACKOFF_STEPS_MAX: u32 = 64;
+
 /// How long to wait after the `failures`-th failed attempt (from 1):
 /// `backoff_initial_ms`, doubled each time, at most `backoff_max_ms`.
 pub fn backoff_ms(settings: &NotifySettings, failures: u32) -> u64 {
@@ -66,7 +69,8 @@ pub fn backoff_ms(settings: &NotifySettings, failures: u32) -> u64 {
         .with_factor(2.0)
         .without_max_times()
         .build();
-    let nth = usize::try_from(failures.saturating_sub(1)).unwrap_or(usize::MAX);
+    // Past 64 doublings any delay is at the cap: no need to step further.
+    let nth = usize::try_from(failures.saturating_sub(1).min(BACKOFF_STEPS_MAX)).unwrap_or(0);
     delays
         .nth(nth)
         .map_or(settings.backoff_max_ms, |d| {

@@ -422,6 +422,59 @@ mod tests {
     }
 
     #[test]
+    fn reaching_ready_creates_a_notification() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        apply_one(&store, 2, create("d1", &["eu"], 1));
+        let step = |step: &str, revision, action| {
+            Mutation::Deploy(crate::command::DeployTransition {
+                deployment_id: "d1".into(),
+                expected: Guard {
+                    step: step.into(),
+                    revision,
+                },
+                action,
+            })
+        };
+        let advance = |to| DeployAction::Advance {
+            to,
+            reason: "ready".into(),
+        };
+        let out = apply_one(
+            &store,
+            3,
+            vec![
+                step(
+                    "deploying",
+                    2,
+                    advance(wire::model::DeploymentStatus::Network),
+                ),
+                step(
+                    "network",
+                    3,
+                    advance(wire::model::DeploymentStatus::Finalizing),
+                ),
+                step(
+                    "finalizing",
+                    4,
+                    DeployAction::Finalize {
+                        standby_replaced_at_ms: 100,
+                    },
+                ),
+            ],
+        );
+        assert!(out.iter().all(|o| *o == Ok(Outcome::Recorded)), "{out:?}");
+        let rows = deliveries(&store);
+        assert_eq!(rows.len(), 1, "one event, at ready only");
+        assert!(matches!(
+            &rows[0].event,
+            NotifyEvent::DeploymentReady { deployment_id, image, .. }
+                if deployment_id == "d1" && !image.is_empty()
+        ));
+        assert_eq!(rows[0].created_at_ms, 3, "in the apply of the transition");
+    }
+
+    #[test]
     fn attempts_are_guarded_and_move_the_due_time() {
         let store = store();
         apply_one(&store, 1, vec![endpoint("chat")]);
