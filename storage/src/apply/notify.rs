@@ -2,7 +2,7 @@
 //! workflow transitions announce.
 //!
 //! - **Creating.** Apply code that makes a transition worth announcing
-//!   calls [`Applier::notify`] in the same transaction: the event gets the
+//!   calls `Applier::notify` in the same transaction: the event gets the
 //!   next event id (`meta::NOTIFY_EVENT_SEQ`, the same on every replica)
 //!   and one [`Delivery`] per endpoint, `pending`, due at once. A
 //!   transition never fails because of its notification.
