@@ -93,11 +93,10 @@ pub async fn replay<S: Propose + ReadState>(state: &S, id: u64) -> Result<Delive
 
 #[cfg(test)]
 mod tests {
-    use storage::command::{DeployAction, DeployTransition};
     use wire::notify::DeliveryState;
 
     use super::*;
-    use crate::app::testing::{MemoryNode, deployed};
+    use crate::app::testing::{MemoryNode, failed_deploy};
 
     fn endpoint(name: &str, secret: Option<&str>) -> AddEndpoint {
         AddEndpoint {
@@ -140,7 +139,7 @@ mod tests {
         let node = MemoryNode::new();
         add(&node, endpoint("chat", None)).await.unwrap();
         for _ in 0..3 {
-            fail_one(&node).await;
+            failed_deploy(&node).await;
         }
         let first = deliveries(&node, 0, 2).unwrap();
         assert_eq!(first.items.len(), 2);
@@ -160,22 +159,5 @@ mod tests {
         // Only a delivery whose endpoint exists may be replayed.
         let e = replay(&node, 1).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::FailedPrecondition);
-    }
-
-    /// Deploys and fails one deployment: one event.
-    async fn fail_one(node: &MemoryNode) {
-        let id = deployed(node, &["eu-west"]).await;
-        let deployment = node.read().unwrap().deployment(&id).unwrap().unwrap();
-        let out = node
-            .propose(vec![Mutation::Deploy(DeployTransition {
-                deployment_id: id,
-                expected: storage::apply::workflow::deploy_guard(&deployment),
-                action: DeployAction::Fail {
-                    reason: "deadline".into(),
-                },
-            })])
-            .await
-            .unwrap();
-        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
     }
 }

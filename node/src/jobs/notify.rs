@@ -164,3 +164,56 @@ pub async fn record(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use wire::notify::AddEndpoint;
+
+    use super::*;
+    use crate::app::testing::{MemoryNode, NOW_MS, failed_deploy};
+
+    fn settings() -> NotifySettings {
+        NotifySettings {
+            backoff_initial_ms: 1_000,
+            ..NotifySettings::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_round_takes_the_due_deliveries_not_being_sent_and_wakes_at_the_next() {
+        let node = MemoryNode::new();
+        let add = AddEndpoint {
+            name: "chat".into(),
+            url: "http://127.0.0.1:9/hook".into(),
+            secret: None,
+        };
+        crate::app::notify::add(&node, add).await.unwrap();
+        failed_deploy(&node).await;
+        let (due, wake, dropped) = read(&node, &HashSet::new(), NOW_MS).unwrap();
+        assert_eq!(due.len(), 1);
+        assert_eq!((wake, dropped), (None, Some(0)));
+        let (delivery, endpoint) = &due[0];
+        assert_eq!(endpoint.name, "chat");
+
+        // Being sent: not taken again.
+        let sending = HashSet::from([delivery.id]);
+        assert!(read(&node, &sending, NOW_MS).unwrap().0.is_empty());
+
+        // A failure moves it to the backoff: not due now, the wake time.
+        record(&node, &settings(), delivery, Err("HTTP 500".into()), NOW_MS).await;
+        let (due, wake, _) = read(&node, &HashSet::new(), NOW_MS).unwrap();
+        assert!(due.is_empty());
+        assert_eq!(wake, Some(NOW_MS + 1_000));
+        let (due, _, _) = read(&node, &HashSet::new(), NOW_MS + 1_000).unwrap();
+        assert_eq!(due[0].0.attempts, 1);
+
+        // A result decided on the old version changes nothing.
+        record(&node, &settings(), delivery, Ok(()), NOW_MS).await;
+        let again = node.read().unwrap().delivery(delivery.id).unwrap().unwrap();
+        assert_eq!(again.state, wire::notify::DeliveryState::Pending);
+        record(&node, &settings(), &again, Ok(()), NOW_MS + 1_000).await;
+        let done = node.read().unwrap().delivery(delivery.id).unwrap().unwrap();
+        assert_eq!(done.state, wire::notify::DeliveryState::Delivered);
+        assert!(read(&node, &HashSet::new(), u64::MAX).unwrap().0.is_empty());
+    }
+}
