@@ -77,6 +77,7 @@ pub struct Metrics {
     scrape_truncated: Gauge,
     leader_changes: Counter,
     transitions: Family<StatusLabel, Counter>,
+    notify_attempts: Family<StatusLabel, Counter>,
     watch_streams: Family<RegionLabel, Gauge>,
     watch_events: Family<RegionLabel, Counter>,
     watch_full_syncs: Family<RegionLabel, Counter>,
@@ -161,6 +162,13 @@ impl Metrics {
             "Status changes the workflow driver proposed and saw applied, by target status",
             transitions.clone(),
         );
+        let notify_attempts = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "ctrl_notify_attempts",
+            "Webhook delivery attempts this node recorded as leader, by result \
+             (delivered, failed, dead)",
+            notify_attempts.clone(),
+        );
         let watch_streams = Family::<RegionLabel, Gauge>::default();
         registry.register(
             "ctrl_watch_streams_open",
@@ -205,6 +213,7 @@ impl Metrics {
             scrape_truncated,
             leader_changes,
             transitions,
+            notify_attempts,
             watch_streams,
             watch_events,
             watch_full_syncs,
@@ -220,6 +229,14 @@ impl Metrics {
     /// The workflow driver saw a transition to `to` applied.
     pub fn transitioned(&self, to: DeploymentStatus) {
         self.transitions.get_or_create(&[("to", to.as_str())]).inc();
+    }
+
+    /// The delivery job recorded an attempt with `result` (`delivered`,
+    /// `failed` or `dead`).
+    pub fn notify_attempted(&self, result: &'static str) {
+        self.notify_attempts
+            .get_or_create(&[("result", result)])
+            .inc();
     }
 
     /// A watch stream of `region` opened; it counts as open until the
@@ -488,6 +505,7 @@ mod tests {
             vec![("node", 1_000)],
         ));
         metrics.transitioned(DeploymentStatus::Ready);
+        metrics.notify_attempted("failed");
         let watch = metrics.watch_opened("us-east");
         watch.full_sync();
         watch.event_sent();
@@ -500,6 +518,7 @@ mod tests {
             "ctrl_raft_commit_index 7",
             "ctrl_raft_applied_index 10",
             "deployment_workflow_transitions_total{to=\"ready\"} 1",
+            "ctrl_notify_attempts_total{result=\"failed\"} 1",
             "ctrl_watch_streams_open{region=\"us-east\"} 1",
             "ctrl_watch_full_syncs_total{region=\"us-east\"} 1",
             "ctrl_watch_events_sent_total{region=\"us-east\"} 1",

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use config::NotifySettings;
+use storage::Outcome;
 use storage::apply::notify::delivery_guard;
-use storage::command::{DeliveryTransition, Mutation};
+use storage::command::{DeliveryAction, DeliveryTransition, Mutation};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 use wire::notify::{Delivery, NotifyEndpoint};
@@ -84,7 +85,10 @@ pub async fn run(state: Arc<NodeState>, settings: NotifySettings) {
                     );
                 }
                 let now_ms = state.clock.now_ms();
-                record(state.as_ref(), &settings, &delivery, result, now_ms).await;
+                let recorded = record(state.as_ref(), &settings, &delivery, result, now_ms).await;
+                if let Some(result) = recorded {
+                    state.metrics.notify_attempted(result);
+                }
                 delivery.id
             });
         }
@@ -142,26 +146,43 @@ fn read(
 
 /// Records an attempt's `result` on `delivery`, ended at `now_ms` (the
 /// leader's time), guarded by the version of the delivery it was sent
-/// from.
+/// from. What was recorded (`delivered`, `failed`, `dead`), `None` if
+/// nothing was (not committed, or the guard no longer held).
 pub async fn record(
     state: &impl Propose,
     settings: &NotifySettings,
     delivery: &Delivery,
     result: Result<(), String>,
     now_ms: u64,
-) {
+) -> Option<&'static str> {
     let action = decide(delivery, result, settings, now_ms);
+    let label = match &action {
+        DeliveryAction::Delivered => "delivered",
+        DeliveryAction::Failed { .. } => "failed",
+        DeliveryAction::GaveUp { .. } => "dead",
+    };
     let mutation = Mutation::Deliver(DeliveryTransition {
         delivery_id: delivery.id,
         expected: delivery_guard(delivery),
         action,
     });
-    if let Err(e) = state.propose(vec![mutation]).await {
-        // Not committed: the delivery stays pending and is sent again.
-        warn!(
-            delivery = delivery.id,
-            "cannot record a delivery attempt: {e}"
-        );
+    match state.propose(vec![mutation]).await {
+        Ok(outcomes) if matches!(outcomes.as_slice(), [Ok(Outcome::Recorded)]) => Some(label),
+        Ok(outcomes) => {
+            debug!(
+                delivery = delivery.id,
+                "a delivery attempt not recorded: {outcomes:?}"
+            );
+            None
+        }
+        Err(e) => {
+            // Not committed: the delivery stays pending and is sent again.
+            warn!(
+                delivery = delivery.id,
+                "cannot record a delivery attempt: {e}"
+            );
+            None
+        }
     }
 }
 
@@ -200,7 +221,8 @@ mod tests {
         assert!(read(&node, &sending, NOW_MS).unwrap().0.is_empty());
 
         // A failure moves it to the backoff: not due now, the wake time.
-        record(&node, &settings(), delivery, Err("HTTP 500".into()), NOW_MS).await;
+        let recorded = record(&node, &settings(), delivery, Err("HTTP 500".into()), NOW_MS).await;
+        assert_eq!(recorded, Some("failed"));
         let (due, wake, _) = read(&node, &HashSet::new(), NOW_MS).unwrap();
         assert!(due.is_empty());
         assert_eq!(wake, Some(NOW_MS + 1_000));
@@ -208,7 +230,8 @@ mod tests {
         assert_eq!(due[0].0.attempts, 1);
 
         // A result decided on the old version changes nothing.
-        record(&node, &settings(), delivery, Ok(()), NOW_MS).await;
+        let recorded = record(&node, &settings(), delivery, Ok(()), NOW_MS).await;
+        assert_eq!(recorded, None, "the guard no longer holds");
         let again = node.read().unwrap().delivery(delivery.id).unwrap().unwrap();
         assert_eq!(again.state, wire::notify::DeliveryState::Pending);
         record(&node, &settings(), &again, Ok(()), NOW_MS + 1_000).await;
