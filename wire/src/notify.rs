@@ -30,8 +30,9 @@ pub const EVENT_ID_HEADER: &str = "x-ctrl-event-id";
 pub const SIGNATURE_HEADER: &str = "x-ctrl-signature";
 
 /// A webhook endpoint as stored (with its secret, which never leaves the
-/// cluster's state: operators see an [`EndpointView`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// cluster's state: operators see an [`EndpointView`]; `Debug` shows
+/// whether it is set, never the secret).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotifyEndpoint {
     /// Its name, a lowercase DNS label, unique.
     pub name: String,
@@ -69,8 +70,8 @@ pub struct EndpointView {
     pub created_at_ms: UnixMs,
 }
 
-/// `ctrl notify add`: a new endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `ctrl notify add`: a new endpoint (`Debug` hides the secret).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddEndpoint {
     /// Its name, a lowercase DNS label.
     pub name: String,
@@ -93,6 +94,32 @@ impl AddEndpoint {
             )));
         }
         Ok(())
+    }
+}
+
+/// How `Debug` shows a secret: whether it is set.
+fn redacted(secret: &Option<String>) -> &'static str {
+    if secret.is_some() { "<set>" } else { "<none>" }
+}
+
+impl std::fmt::Debug for NotifyEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifyEndpoint")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("secret", &redacted(&self.secret))
+            .field("created_at_ms", &self.created_at_ms)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for AddEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AddEndpoint")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("secret", &redacted(&self.secret))
+            .finish()
     }
 }
 
@@ -464,6 +491,27 @@ mod tests {
         }
         let long = format!("http://h/{}", "a".repeat(URL_BYTES_MAX));
         assert!(validate_url(&long).unwrap_err().message.contains("longer"));
+    }
+
+    #[test]
+    fn debug_never_shows_a_secret() {
+        let request = AddEndpoint {
+            name: "chat".into(),
+            url: "https://chat.example/".into(),
+            secret: Some("s3cret".into()),
+        };
+        let shown = format!("{request:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<set>"),
+            "{shown}"
+        );
+        let stored = NotifyEndpoint {
+            name: "chat".into(),
+            url: "https://chat.example/".into(),
+            secret: Some("s3cret".into()),
+            created_at_ms: 1,
+        };
+        assert!(!format!("{stored:?}").contains("s3cret"));
     }
 
     #[test]
