@@ -48,5 +48,7 @@ pub use file::CONFIG_FILE_BYTES_MAX;
 pub use log::LogFormat;
 pub use node::{NodeConfig, PeerConfig};
 pub use operator::OperatorConfig;
-pub use settings::{CompactionSettings, DeploySettings, NodeLimits, RaftSettings, WatchSettings};
+pub use settings::{
+    CompactionSettings, DeploySettings, NodeLimits, NotifySettings, RaftSettings, WatchSettings,
+};
 pub use tls::TlsFiles;

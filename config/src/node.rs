@@ -25,7 +25,7 @@ use crate::error::ConfigError;
 use crate::file::{ConfigFile, resolve, serialize_path};
 use crate::log::LogFormat;
 use crate::settings::{
-    CompactionSettings, DeploySettings, NodeLimits, RaftSettings, WatchSettings,
+    CompactionSettings, DeploySettings, NodeLimits, NotifySettings, RaftSettings, WatchSettings,
 };
 use crate::tls::TlsFiles;
 use crate::validate::Check;
@@ -90,6 +90,9 @@ pub struct NodeConfig {
     /// The deploy workflow's settings (`[deploy]`).
     #[serde(default)]
     pub deploy: DeploySettings,
+    /// Webhook delivery settings (`[notify]`: attempts, timeout, backoff).
+    #[serde(default)]
+    pub notify: NotifySettings,
     /// How the node writes its logs: `text` (default) or `json`.
     #[serde(default)]
     pub log_format: LogFormat,
@@ -134,6 +137,7 @@ impl NodeConfig {
             watch: WatchSettings::default(),
             compaction: CompactionSettings::default(),
             deploy: DeploySettings::default(),
+            notify: NotifySettings::default(),
             log_format: LogFormat::Text,
             metrics_addr: None,
         }
@@ -213,7 +217,8 @@ impl ConfigFile for NodeConfig {
         self.limits.check(&check)?;
         self.watch.check(&check)?;
         self.compaction.check(&check)?;
-        self.deploy.check(&check)
+        self.deploy.check(&check)?;
+        self.notify.check(&check)
     }
 
     /// Makes relative paths (`data_dir`, `[tls]`) relative to `base_dir`.

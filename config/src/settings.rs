@@ -1,5 +1,5 @@
 //! The tuning sections of the node config — `[raft]`, `[limits]`,
-//! `[watch]` and `[compaction]` — with their defaults and bounds. Every
+//! `[watch]`, `[compaction]`, `[deploy]` and `[notify]` — with their defaults and bounds. Every
 //! field of a section is optional; a missing section is all defaults.
 
 use std::ops::RangeInclusive;
@@ -323,6 +323,73 @@ impl DeploySettings {
     }
 }
 
+/// Default [`NotifySettings::max_attempts`].
+pub const DEFAULT_NOTIFY_MAX_ATTEMPTS: u32 = 10;
+/// Bounds of [`NotifySettings::max_attempts`].
+pub const NOTIFY_MAX_ATTEMPTS_RANGE: RangeInclusive<u32> = 1..=1_000;
+/// Default [`NotifySettings::request_timeout_ms`].
+pub const DEFAULT_NOTIFY_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// Default [`NotifySettings::backoff_initial_ms`].
+pub const DEFAULT_NOTIFY_BACKOFF_INITIAL_MS: u64 = 1_000;
+/// Default [`NotifySettings::backoff_max_ms`] (five minutes).
+pub const DEFAULT_NOTIFY_BACKOFF_MAX_MS: u64 = 5 * 60 * 1_000;
+/// Default [`NotifySettings::in_flight_max`].
+pub const DEFAULT_NOTIFY_IN_FLIGHT_MAX: usize = 16;
+/// Bounds of [`NotifySettings::in_flight_max`].
+pub const NOTIFY_IN_FLIGHT_MAX_RANGE: RangeInclusive<usize> = 1..=256;
+
+/// `[notify]`: how the leader delivers webhook notifications.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifySettings {
+    /// Attempts per delivery before it is given up as `dead`.
+    pub max_attempts: u32,
+    /// Longest one attempt (connect, send, answer) may take.
+    pub request_timeout_ms: u64,
+    /// Wait after the first failed attempt; doubled after each next one.
+    pub backoff_initial_ms: u64,
+    /// Longest wait between two attempts.
+    pub backoff_max_ms: u64,
+    /// Most attempts in flight at once.
+    pub in_flight_max: usize,
+}
+
+impl Default for NotifySettings {
+    fn default() -> NotifySettings {
+        NotifySettings {
+            max_attempts: DEFAULT_NOTIFY_MAX_ATTEMPTS,
+            request_timeout_ms: DEFAULT_NOTIFY_REQUEST_TIMEOUT_MS,
+            backoff_initial_ms: DEFAULT_NOTIFY_BACKOFF_INITIAL_MS,
+            backoff_max_ms: DEFAULT_NOTIFY_BACKOFF_MAX_MS,
+            in_flight_max: DEFAULT_NOTIFY_IN_FLIGHT_MAX,
+        }
+    }
+}
+
+impl NotifySettings {
+    pub(crate) fn check(&self, check: &Check<'_>) -> Result<(), ConfigError> {
+        check.in_range(
+            "notify.max_attempts",
+            self.max_attempts,
+            &NOTIFY_MAX_ATTEMPTS_RANGE,
+        )?;
+        check.duration_ms("notify.request_timeout_ms", self.request_timeout_ms)?;
+        check.duration_ms("notify.backoff_initial_ms", self.backoff_initial_ms)?;
+        check.duration_ms("notify.backoff_max_ms", self.backoff_max_ms)?;
+        check.at_least(
+            "notify.backoff_max_ms",
+            self.backoff_max_ms,
+            "backoff_initial_ms",
+            self.backoff_initial_ms,
+        )?;
+        check.in_range(
+            "notify.in_flight_max",
+            self.in_flight_max,
+            &NOTIFY_IN_FLIGHT_MAX_RANGE,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -339,6 +406,24 @@ mod tests {
         NodeLimits::default().check(&check()).unwrap();
         WatchSettings::default().check(&check()).unwrap();
         CompactionSettings::default().check(&check()).unwrap();
+        NotifySettings::default().check(&check()).unwrap();
+    }
+
+    #[test]
+    fn notify_settings_are_bounded() {
+        let bad = NotifySettings {
+            max_attempts: 0,
+            ..NotifySettings::default()
+        };
+        let e = bad.check(&check()).unwrap_err().to_string();
+        assert!(e.contains("notify.max_attempts"), "{e}");
+        let bad = NotifySettings {
+            backoff_initial_ms: 10_000,
+            backoff_max_ms: 1_000,
+            ..NotifySettings::default()
+        };
+        let e = bad.check(&check()).unwrap_err().to_string();
+        assert!(e.contains("notify.backoff_max_ms"), "{e}");
     }
 
     #[test]

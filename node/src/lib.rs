@@ -15,7 +15,9 @@
 //! - [`app`]: the operator's and agents' rules as plain functions over two
 //!   seams, `Propose` and `ReadState`, tested without sockets or Raft;
 //!   [`workflow`]: durable workflows — the pure `decide(record, view,
-//!   now)` shape and the leader's driver, over the same seams.
+//!   now)` shape and the leader's driver, over the same seams;
+//!   [`notify`]: webhook deliveries — the pure decisions (body, signature,
+//!   backoff) and the HTTP client the leader's delivery job uses.
 //! - [`raft`]: type configuration, log store, state machine, network;
 //!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,
 //!   passed in.
@@ -34,6 +36,7 @@ pub mod client;
 pub mod clock;
 pub mod jobs;
 pub mod metrics;
+pub mod notify;
 pub mod raft;
 pub mod replica;
 pub mod runtime;

@@ -86,6 +86,7 @@ pub struct Metrics {
     scrape_truncated: Gauge,
     leader_changes: Counter,
     transitions: Family<StatusLabel, Counter>,
+    notify_attempts: Family<StatusLabel, Counter>,
     watch_streams: Family<RegionLabel, Gauge>,
     watch_events: Family<RegionLabel, Counter>,
     watch_full_syncs: Family<RegionLabel, Counter>,
@@ -240,6 +241,13 @@ impl Metrics {
             "Status changes the workflow driver proposed and saw applied, by target status",
             transitions.clone(),
         );
+        let notify_attempts = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "ctrl_notify_attempts",
+            "Webhook delivery attempts this node recorded as leader, by result \
+             (delivered, failed, dead)",
+            notify_attempts.clone(),
+        );
         let watch_streams = Family::<RegionLabel, Gauge>::default();
         registry.register(
             "ctrl_watch_streams_open",
@@ -297,6 +305,7 @@ impl Metrics {
             scrape_truncated,
             leader_changes,
             transitions,
+            notify_attempts,
             watch_streams,
             watch_events,
             watch_full_syncs,
@@ -327,6 +336,14 @@ impl Metrics {
         for _ in 0..count {
             self.instance_startup.observe(seconds(since_start_ms));
         }
+    }
+
+    /// The delivery job recorded an attempt with `result` (`delivered`,
+    /// `failed` or `dead`).
+    pub fn notify_attempted(&self, result: &'static str) {
+        self.notify_attempts
+            .get_or_create(&[("result", result)])
+            .inc();
     }
 
     /// A watch stream of `region` opened; it counts as open until the
@@ -638,6 +655,7 @@ mod tests {
         metrics.transitioned(DeploymentStatus::Deploying, 100);
         metrics.transitioned(DeploymentStatus::Ready, 2_500);
         metrics.instances_started(2, 1_000);
+        metrics.notify_attempted("failed");
         let watch = metrics.watch_opened("us-east");
         watch.full_sync();
         watch.event_sent();
@@ -650,6 +668,7 @@ mod tests {
             "ctrl_raft_commit_index 7",
             "ctrl_raft_applied_index 10",
             "deployment_workflow_transitions_total{to=\"ready\"} 1",
+            "ctrl_notify_attempts_total{result=\"failed\"} 1",
             "ctrl_watch_streams_open{region=\"us-east\"} 1",
             "ctrl_watch_full_syncs_total{region=\"us-east\"} 1",
             "ctrl_watch_events_sent_total{region=\"us-east\"} 1",

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wire::WireError;
+use wire::notify::NotifyEndpoint;
 
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Heartbeat, Instance, Pk,
@@ -210,6 +211,59 @@ pub enum Mutation {
     /// policy that does not exist is `NotFound`, a version the policy
     /// never had `BadRequest`. No change row.
     ReportApply(wire::model::ApplyReport),
+    /// Adds a webhook endpoint (validated again here); a name already used
+    /// is `Conflict`, more than [`wire::notify::ENDPOINTS_MAX`] endpoints
+    /// `BadRequest`. Its `created_at_ms` is set to the command's time.
+    AddNotifyEndpoint(NotifyEndpoint),
+    /// Removes a webhook endpoint; its pending deliveries become dead
+    /// ("endpoint removed"). Answered by [`Outcome::EndpointRemoved`].
+    RemoveNotifyEndpoint {
+        /// The endpoint's name.
+        name: String,
+    },
+    /// A guarded step of a delivery, decided by the leader's delivery job:
+    /// made only if the delivery still has the guard it was decided
+    /// against, else [`Outcome::GuardFailed`] and nothing written.
+    Deliver(DeliveryTransition),
+    /// An operator makes a dead or delivered delivery pending again, due
+    /// now, its attempts reset. Refused for a pending one, or one whose
+    /// endpoint is gone.
+    ReplayDelivery {
+        /// The delivery's id.
+        delivery_id: u64,
+    },
+}
+
+/// A step of a notification delivery, with the guard (its state and
+/// revision) it was decided against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryTransition {
+    /// The delivery.
+    pub delivery_id: u64,
+    /// Its state (by name) and revision when this was decided.
+    pub expected: Guard,
+    /// What the attempt got.
+    pub action: DeliveryAction,
+}
+
+/// What one delivery attempt got, as the leader records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeliveryAction {
+    /// The endpoint answered 2xx: `delivered`.
+    Delivered,
+    /// The attempt failed; try again at `next_attempt_at_ms`.
+    Failed {
+        /// What went wrong (kept cut to
+        /// [`wire::notify::DELIVERY_ERROR_BYTES_MAX`]).
+        error: String,
+        /// When the next attempt is due (leader's clock and backoff).
+        next_attempt_at_ms: UnixMs,
+    },
+    /// The attempt failed and it was the last one allowed: `dead`.
+    GaveUp {
+        /// What went wrong.
+        error: String,
+    },
 }
 
 /// A step of the deploy workflow for one deployment, with the guard it was
@@ -321,6 +375,11 @@ pub enum Outcome {
     /// [`Mutation::AddRegion`], [`Mutation::SetRegionSchedulable`]: the
     /// region as it now is.
     Region(Region),
+    /// [`Mutation::RemoveNotifyEndpoint`].
+    EndpointRemoved {
+        /// How many of its pending deliveries became dead.
+        deliveries_dead: u64,
+    },
 }
 
 /// What a workflow transition expects of its record: the step it is at and

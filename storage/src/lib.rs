@@ -78,6 +78,9 @@ pub struct Store {
     db: Database,
     /// Most request records kept: [`REQUESTS_MAX`] but in unit tests.
     requests_max: u64,
+    /// Most deliveries kept (`apply::notify::DELIVERIES_MAX`; lower in
+    /// unit tests).
+    deliveries_max: u64,
 }
 
 // The store is used behind `Arc` from a dedicated thread and by readers.
@@ -160,6 +163,7 @@ impl Store {
         Ok(Store {
             db,
             requests_max: REQUESTS_MAX,
+            deliveries_max: apply::notify::DELIVERIES_MAX,
         })
     }
 
@@ -169,6 +173,14 @@ impl Store {
     #[cfg(test)]
     pub(crate) fn with_requests_max(mut self, requests_max: u64) -> Store {
         self.requests_max = requests_max;
+        self
+    }
+
+    /// The same store keeping at most `deliveries_max` deliveries (unit
+    /// tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn with_deliveries_max(mut self, deliveries_max: u64) -> Store {
+        self.deliveries_max = deliveries_max;
         self
     }
 
@@ -221,6 +233,12 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::REQUESTS)?;
     txn.open_table(tables::REQUESTS_BY_AGE)
         .ctx_table(op, name::REQUESTS_BY_AGE)?;
+    txn.open_table(tables::NOTIFY_ENDPOINTS)
+        .ctx_table(op, name::NOTIFY_ENDPOINTS)?;
+    txn.open_table(tables::DELIVERIES)
+        .ctx_table(op, name::DELIVERIES)?;
+    txn.open_table(tables::PENDING_DELIVERIES)
+        .ctx_table(op, name::PENDING_DELIVERIES)?;
     Ok(())
 }
 

@@ -18,11 +18,13 @@ use wire::model::{
     JournalEntry, Pk, Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
 
+use wire::notify::{Delivery, NotifyEndpoint};
+
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, ChangeRow, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, RequestRecord,
-    decode, meta, name,
+    self, Bytes, ChangeRow, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
+    RequestRecord, decode, meta, name,
 };
 
 const OP: &str = "read";
@@ -47,10 +49,16 @@ pub struct ReadView {
     pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests_by_age: ReadOnlyTable<RequestAgeKey, ()>,
+    pub(crate) notify_endpoints: ReadOnlyTable<&'static str, Bytes>,
+    pub(crate) deliveries: ReadOnlyTable<u64, Bytes>,
+    pub(crate) pending_deliveries: ReadOnlyTable<DueKey, ()>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
     journal_seq: u64,
+    notify_event_seq: u64,
+    delivery_seq: u64,
+    notify_dropped: u64,
     raft_meta: Option<RaftMeta>,
     // Dropped after the tables.
     _txn: ReadTransaction,
@@ -85,6 +93,9 @@ impl ReadView {
         let last_pk = meta_u64(meta::LAST_PK)?;
         let floor_pk = meta_u64(meta::FLOOR_PK)?;
         let journal_seq = meta_u64(meta::JOURNAL_SEQ)?;
+        let notify_event_seq = meta_u64(meta::NOTIFY_EVENT_SEQ)?;
+        let delivery_seq = meta_u64(meta::DELIVERY_SEQ)?;
+        let notify_dropped = meta_u64(meta::NOTIFY_DROPPED)?;
         let raft_meta = match (
             load_raw(&metadata, meta::RAFT_APPLIED)?,
             load_raw(&metadata, meta::RAFT_MEMBERSHIP)?,
@@ -148,10 +159,22 @@ impl ReadView {
             requests_by_age: txn
                 .open_table(tables::REQUESTS_BY_AGE)
                 .ctx_table(OP, name::REQUESTS_BY_AGE)?,
+            notify_endpoints: txn
+                .open_table(tables::NOTIFY_ENDPOINTS)
+                .ctx_table(OP, name::NOTIFY_ENDPOINTS)?,
+            deliveries: txn
+                .open_table(tables::DELIVERIES)
+                .ctx_table(OP, name::DELIVERIES)?,
+            pending_deliveries: txn
+                .open_table(tables::PENDING_DELIVERIES)
+                .ctx_table(OP, name::PENDING_DELIVERIES)?,
             schema_version,
             last_pk,
             floor_pk,
             journal_seq,
+            notify_event_seq,
+            delivery_seq,
+            notify_dropped,
             raft_meta,
             _txn: txn,
         })
@@ -314,6 +337,16 @@ impl ReadView {
             out.push(decode(name::DEPLOYMENTS, &key.value(), value.value())?);
         }
         Ok(out)
+    }
+
+    /// The id of the newest notification event (0: none yet).
+    pub fn notify_event_seq(&self) -> u64 {
+        self.notify_event_seq
+    }
+
+    /// The id of the newest delivery (0: none yet).
+    pub fn delivery_seq(&self) -> u64 {
+        self.delivery_seq
     }
 
     /// The sequence number of the newest journal entry (0: none yet).
@@ -538,6 +571,69 @@ impl ReadView {
         load(&self.requests, name::REQUESTS, request_id)
     }
 
+    /// Every webhook endpoint, by name (with its secret: for the delivery
+    /// job; operators are shown [`wire::notify::EndpointView`]s).
+    pub fn notify_endpoints(&self) -> Result<Vec<NotifyEndpoint>> {
+        let mut out = Vec::new();
+        for entry in self
+            .notify_endpoints
+            .iter()
+            .ctx_table(OP, name::NOTIFY_ENDPOINTS)?
+        {
+            let (key, value) = entry.ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+            out.push(decode(name::NOTIFY_ENDPOINTS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The delivery `id`, if it is kept.
+    pub fn delivery(&self, id: u64) -> Result<Option<Delivery>> {
+        load(&self.deliveries, name::DELIVERIES, id)
+    }
+
+    /// Deliveries with ids after `after`, oldest first, at most `limit`.
+    pub fn deliveries(&self, after: u64, limit: usize) -> Result<Vec<Delivery>> {
+        let mut out = Vec::new();
+        let range = self
+            .deliveries
+            .range(after.saturating_add(1)..)
+            .ctx_table(OP, name::DELIVERIES)?;
+        for entry in range.take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::DELIVERIES)?;
+            out.push(decode(name::DELIVERIES, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Pending deliveries, the earliest due first, at most `limit`
+    /// (whether due yet or not: the caller compares with its clock).
+    pub fn pending_deliveries(&self, limit: usize) -> Result<Vec<Delivery>> {
+        let mut out = Vec::new();
+        let range = self
+            .pending_deliveries
+            .iter()
+            .ctx_table(OP, name::PENDING_DELIVERIES)?;
+        for entry in range.take(limit) {
+            let (key, _) = entry.ctx_table(OP, name::PENDING_DELIVERIES)?;
+            let (_, id) = key.value();
+            let delivery = self.delivery(id)?.ok_or_else(|| {
+                StorageError::corrupt(
+                    name::PENDING_DELIVERIES,
+                    &id,
+                    "a pending delivery that does not exist",
+                )
+            })?;
+            out.push(delivery);
+        }
+        Ok(out)
+    }
+
+    /// Deliveries never stored because the table was full of undelivered
+    /// ones (see [`crate::apply::notify`]).
+    pub fn notify_dropped(&self) -> u64 {
+        self.notify_dropped
+    }
+
     /// How many request records are kept.
     pub fn request_count(&self) -> Result<u64> {
         self.requests.len().ctx_table(OP, name::REQUESTS)
@@ -566,11 +662,21 @@ impl ReadView {
         hash_table(&mut hash, name::REGIONS, &self.regions)?;
         hash_table(&mut hash, name::REQUESTS, &self.requests)?;
         hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;
+        hash_table(&mut hash, name::NOTIFY_ENDPOINTS, &self.notify_endpoints)?;
+        hash_table(&mut hash, name::DELIVERIES, &self.deliveries)?;
+        hash_table(
+            &mut hash,
+            name::PENDING_DELIVERIES,
+            &self.pending_deliveries,
+        )?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());
         hash.write(&self.floor_pk.to_le_bytes());
         hash.write(&self.journal_seq.to_le_bytes());
+        hash.write(&self.notify_event_seq.to_le_bytes());
+        hash.write(&self.delivery_seq.to_le_bytes());
+        hash.write(&self.notify_dropped.to_le_bytes());
         Ok(hash.finish())
     }
 }

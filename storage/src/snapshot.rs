@@ -18,8 +18,11 @@ use wire::model::{
     JournalEntry, Pk, Region, Sentinel, SentinelStatus,
 };
 
+use wire::notify::{Delivery, DeliveryState, NotifyEndpoint};
+
 use crate::Store;
 use crate::apply::WriteTables;
+use crate::apply::notify::DELIVERIES_MAX;
 use crate::command::{REQUESTS_MAX, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::read::ReadView;
@@ -57,6 +60,12 @@ struct SnapshotBody {
     requests: Vec<(String, RequestRecord)>,
     /// krane's latest applied version of each policy.
     policy_applied: Vec<ApplyReport>,
+    notify_endpoints: Vec<NotifyEndpoint>,
+    /// Deliveries by id; the pending index is derived on import.
+    deliveries: Vec<Delivery>,
+    notify_event_seq: u64,
+    delivery_seq: u64,
+    notify_dropped: u64,
 }
 
 impl Store {
@@ -111,6 +120,15 @@ impl Store {
                 name::POLICY_APPLIED,
                 |a: &ApplyReport| (a.key.region.as_str(), a.key.resource_id.as_str()),
             )?,
+            notify_endpoints: rows(
+                &view.notify_endpoints,
+                name::NOTIFY_ENDPOINTS,
+                |e: &NotifyEndpoint| e.name.as_str(),
+            )?,
+            deliveries: rows(&view.deliveries, name::DELIVERIES, |d: &Delivery| d.id)?,
+            notify_event_seq: view.notify_event_seq(),
+            delivery_seq: view.delivery_seq(),
+            notify_dropped: view.notify_dropped(),
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -332,6 +350,32 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             body.requests.len()
         )));
     }
+    strictly_ascending(
+        name::NOTIFY_ENDPOINTS,
+        body.notify_endpoints.iter().map(|e| &e.name),
+    )?;
+    if body.notify_endpoints.len() > wire::notify::ENDPOINTS_MAX {
+        return Err(invalid(format!(
+            "{} endpoints, more than {}",
+            body.notify_endpoints.len(),
+            wire::notify::ENDPOINTS_MAX
+        )));
+    }
+    strictly_ascending(name::DELIVERIES, body.deliveries.iter().map(|d| d.id))?;
+    if body.deliveries.len() as u64 > DELIVERIES_MAX {
+        return Err(invalid(format!(
+            "{} deliveries, more than {DELIVERIES_MAX}",
+            body.deliveries.len()
+        )));
+    }
+    if let Some(last) = body.deliveries.last()
+        && (last.id > body.delivery_seq || last.event_id > body.notify_event_seq)
+    {
+        return Err(invalid(format!(
+            "delivery {} (event {}) is above the sequence numbers {} (event {})",
+            last.id, last.event_id, body.delivery_seq, body.notify_event_seq
+        )));
+    }
     if let Some((id, _)) = body
         .requests
         .iter()
@@ -494,6 +538,12 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::REQUESTS)?;
     txn.delete_table(tables::REQUESTS_BY_AGE)
         .ctx_table(OP, name::REQUESTS_BY_AGE)?;
+    txn.delete_table(tables::NOTIFY_ENDPOINTS)
+        .ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+    txn.delete_table(tables::DELIVERIES)
+        .ctx_table(OP, name::DELIVERIES)?;
+    txn.delete_table(tables::PENDING_DELIVERIES)
+        .ctx_table(OP, name::PENDING_DELIVERIES)?;
     Ok(())
 }
 
@@ -600,6 +650,27 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert((record.created_at_ms, id.as_str()), ())
             .ctx_table(OP_IMPORT, name::REQUESTS_BY_AGE)?;
     }
+    for e in &body.notify_endpoints {
+        let bytes = encode("an endpoint", e)?;
+        t.notify_endpoints
+            .insert(e.name.as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::NOTIFY_ENDPOINTS)?;
+    }
+    for d in &body.deliveries {
+        let bytes = encode("a delivery", d)?;
+        t.deliveries
+            .insert(d.id, bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::DELIVERIES)?;
+        // The index is derived, not carried.
+        if d.state == DeliveryState::Pending {
+            t.pending_deliveries
+                .insert((d.next_attempt_at_ms, d.id), ())
+                .ctx_table(OP_IMPORT, name::PENDING_DELIVERIES)?;
+        }
+    }
+    t.put_meta_u64(meta::NOTIFY_EVENT_SEQ, body.notify_event_seq)?;
+    t.put_meta_u64(meta::DELIVERY_SEQ, body.delivery_seq)?;
+    t.put_meta_u64(meta::NOTIFY_DROPPED, body.notify_dropped)?;
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
         .ctx_table(OP_IMPORT, name::METADATA)?;
@@ -776,6 +847,11 @@ mod tests {
             region_changes: vec![],
             regions: vec![],
             requests: vec![],
+            notify_endpoints: vec![],
+            deliveries: vec![],
+            notify_event_seq: 0,
+            delivery_seq: 0,
+            notify_dropped: 0,
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,

@@ -33,6 +33,8 @@ pub type InstanceKey = (&'static str, &'static str, &'static str);
 pub type RegionChangeKey = (&'static str, u64);
 /// `(created_at_ms, request_id)`: the request records by age.
 pub type RequestAgeKey = (u64, &'static str);
+/// `(next_attempt_at_ms, delivery_id)`: the pending deliveries by due time.
+pub type DueKey = (u64, u64);
 
 /// Table names, for error messages and the state hash.
 pub mod name {
@@ -68,6 +70,12 @@ pub mod name {
     pub const REQUESTS_BY_AGE: &str = "requests_by_age";
     /// krane's latest applied version of each policy, by (region, policy id).
     pub const POLICY_APPLIED: &str = "policy_applied";
+    /// Webhook endpoints by name.
+    pub const NOTIFY_ENDPOINTS: &str = "notify_endpoints";
+    /// Notification deliveries by id.
+    pub const DELIVERIES: &str = "deliveries";
+    /// The pending deliveries by (next attempt time, id).
+    pub const PENDING_DELIVERIES: &str = "pending_deliveries";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -115,6 +123,18 @@ pub const REQUESTS_BY_AGE: TableDefinition<RequestAgeKey, ()> =
 pub const POLICY_APPLIED: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::POLICY_APPLIED);
 
+/// `name` → [`wire::notify::NotifyEndpoint`] (with its secret).
+pub const NOTIFY_ENDPOINTS: TableDefinition<&str, Bytes> =
+    TableDefinition::new(name::NOTIFY_ENDPOINTS);
+/// `delivery_id` → [`wire::notify::Delivery`]: one event to one endpoint,
+/// at most [`crate::apply::notify::DELIVERIES_MAX`].
+pub const DELIVERIES: TableDefinition<u64, Bytes> = TableDefinition::new(name::DELIVERIES);
+/// `(next_attempt_at_ms, delivery_id)` → `()`: the pending deliveries, the
+/// earliest due first (what the delivery job reads). Derived from
+/// [`DELIVERIES`] by apply, rebuilt by snapshot import.
+pub const PENDING_DELIVERIES: TableDefinition<DueKey, ()> =
+    TableDefinition::new(name::PENDING_DELIVERIES);
+
 /// Keys of the [`METADATA`] table.
 pub mod meta {
     /// `u32` little-endian: the [`super::SCHEMA_VERSION`] the file was written with.
@@ -130,6 +150,13 @@ pub mod meta {
     pub const RAFT_MEMBERSHIP: &str = "raft_membership";
     /// `u64` little-endian: the sequence number of the newest journal entry.
     pub const JOURNAL_SEQ: &str = "journal_seq";
+    /// `u64` little-endian: the id of the newest notification event.
+    pub const NOTIFY_EVENT_SEQ: &str = "notify_event_seq";
+    /// `u64` little-endian: the id of the newest delivery.
+    pub const DELIVERY_SEQ: &str = "delivery_seq";
+    /// `u64` little-endian: deliveries never stored because the table was
+    /// full of undelivered ones.
+    pub const NOTIFY_DROPPED: &str = "notify_dropped";
 }
 
 /// One row of the change log: a pointer to the resource that changed, never

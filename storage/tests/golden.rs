@@ -13,9 +13,9 @@
 
 use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
-use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
+use storage::tables::{self, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
-use storage::command::{DeployAction, DeployTransition};
+use storage::command::{DeliveryAction, DeliveryTransition, DeployAction, DeployTransition};
 use storage::{
     ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
     RequestRecord, SCHEMA_VERSION, Store,
@@ -153,8 +153,73 @@ fn mutations() -> Vec<Mutation> {
             environment_id: "env_prod".into(),
             to: Some("dep_01hx3k8".into()),
         },
+        Mutation::AddNotifyEndpoint(fixtures::notify_endpoint()),
+        Mutation::RemoveNotifyEndpoint {
+            name: "ops-alerts".into(),
+        },
     ]);
+    all.extend(delivery_transitions());
+    all.push(Mutation::ReplayDelivery {
+        delivery_id: 70_001,
+    });
     all
+}
+
+/// Every variant of [`DeliveryAction`], each in a transition.
+fn delivery_transitions() -> Vec<Mutation> {
+    let transition = |action| {
+        Mutation::Deliver(DeliveryTransition {
+            delivery_id: 70_000,
+            expected: Guard {
+                step: "pending".into(),
+                revision: 4,
+            },
+            action,
+        })
+    };
+    vec![
+        transition(DeliveryAction::Delivered),
+        transition(DeliveryAction::Failed {
+            error: "HTTP 502 Bad Gateway".into(),
+            next_attempt_at_ms: NOW_MS + 8_000,
+        }),
+        transition(DeliveryAction::GaveUp {
+            error: "connection refused".into(),
+        }),
+    ]
+}
+
+/// A second deployment of the fixture's environment, created, started
+/// and failed: its failure creates a notification.
+fn failed_deployment() -> Vec<Mutation> {
+    let mut deployment = pending_deployment();
+    deployment.id = "dep_01hx3kc".into();
+    let revision = deployment.workflow.revision;
+    vec![
+        Mutation::CreateDeployment { deployment },
+        Mutation::Deploy(DeployTransition {
+            deployment_id: "dep_01hx3kc".into(),
+            expected: Guard {
+                step: "pending".into(),
+                revision,
+            },
+            action: DeployAction::Start {
+                k8s_namespace: "shop".into(),
+                sentinels: vec![fixtures::sentinel()],
+                policies: Vec::new(),
+            },
+        }),
+        Mutation::Deploy(DeployTransition {
+            deployment_id: "dep_01hx3kc".into(),
+            expected: Guard {
+                step: "deploying".into(),
+                revision: revision + 1,
+            },
+            action: DeployAction::Fail {
+                reason: "progress deadline passed".into(),
+            },
+        }),
+    ]
 }
 
 fn fingerprint() -> Fingerprint {
@@ -214,6 +279,9 @@ fn outcomes() -> Vec<Outcome> {
             }),
         },
         Outcome::Region(fixtures::region()),
+        Outcome::EndpointRemoved {
+            deliveries_dead: 17,
+        },
     ]
 }
 
@@ -241,7 +309,9 @@ fn populated(store: &Store) {
             },
             start(fixtures::deploy_workflow().revision),
             Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
+            Mutation::AddNotifyEndpoint(fixtures::notify_endpoint()),
         ],
+        failed_deployment(),
         vec![
             Mutation::ReportInstances {
                 deployment_id: "dep_01hx3k9".into(),
@@ -279,8 +349,10 @@ fn populated(store: &Store) {
         assert!(accepted.iter().all(|r| r.is_ok()), "{accepted:?}");
     }
     let view = store.read().expect("read");
-    assert_eq!((view.floor_pk(), view.last_pk()), (2, 5));
+    assert_eq!((view.floor_pk(), view.last_pk()), (2, 9));
     assert_eq!(view.request_count().expect("count"), 1);
+    let deliveries = view.pending_deliveries(10).expect("deliveries");
+    assert_eq!(deliveries.len(), 1, "the failure's notification");
 }
 
 fn key<K: Value>(label: &str, value: &K::SelfType<'_>) -> (String, Vec<u8>) {
@@ -304,6 +376,8 @@ fn state_formats_match_their_goldens() {
     g.check("tables.regions", &[fixtures::region()]);
     g.check("tables.requests", &[request_record()]);
     g.check("tables.policy_applied", &[fixtures::apply_report()]);
+    g.check("tables.notify_endpoints", &[fixtures::notify_endpoint()]);
+    g.check("tables.deliveries", &[fixtures::delivery()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -322,6 +396,9 @@ fn state_formats_match_their_goldens() {
                 "request_age_key",
                 &(NOW_MS, fixtures::request_id().as_str()),
             ),
+            key::<&str>("endpoint_name", &"chat"),
+            key::<u64>("delivery_id", &70_000),
+            key::<DueKey>("due_key", &(NOW_MS + 8_000, 70_000)),
         ],
     );
     g.check_bytes(
@@ -344,6 +421,9 @@ fn state_formats_match_their_goldens() {
             name::REQUESTS,
             name::REQUESTS_BY_AGE,
             name::POLICY_APPLIED,
+            name::NOTIFY_ENDPOINTS,
+            name::DELIVERIES,
+            name::PENDING_DELIVERIES,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

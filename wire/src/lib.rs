@@ -12,6 +12,8 @@
 //!   object names, the sentinel namespace, name checks).
 //! - [`digest`]: FNV-1a, the stable 64-bit hash of state checks and
 //!   snapshots.
+//! - [`notify`]: webhook endpoints, the events workflow transitions
+//!   announce, and their per-endpoint delivery records.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
 //! - `golden` (feature `golden`, for tests): golden-byte checks that pin
@@ -37,6 +39,7 @@ pub mod golden;
 pub mod hello;
 pub mod k8s_name;
 pub mod model;
+pub mod notify;
 pub mod operator;
 pub mod session;
 

@@ -11,6 +11,7 @@ use crate::model::{
     CiliumNetworkPolicy, Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region,
     Sentinel, SentinelStatus, UnixMs,
 };
+use crate::notify::{AddEndpoint, Delivery, EndpointView};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";
@@ -278,6 +279,31 @@ pub enum OperatorRequest {
         /// Most policies to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
+    /// Add a webhook endpoint (`ctrl notify add`); answered by
+    /// `NotifyEndpoint`. A name already used is refused (`Conflict`).
+    AddNotifyEndpoint(AddEndpoint),
+    /// Remove a webhook endpoint; its pending deliveries become dead.
+    /// Answered by `NotifyEndpointRemoved`.
+    RemoveNotifyEndpoint {
+        /// The endpoint's name.
+        name: String,
+    },
+    /// Every webhook endpoint, by name (secrets shown as set or not);
+    /// answered by `NotifyEndpoints`.
+    ListNotifyEndpoints,
+    /// Deliveries by id, starting after `after`; answered by `Deliveries`.
+    ListDeliveries {
+        /// Exclusive lower bound on the delivery id (0: from the first).
+        after: u64,
+        /// Most deliveries to return (at most [`LIST_PAGE_MAX`]).
+        limit: u32,
+    },
+    /// Make a dead or delivered delivery pending again, attempts reset;
+    /// answered by `DeliveryReplayed`.
+    ReplayDelivery {
+        /// The delivery's id.
+        id: u64,
+    },
 }
 
 impl OperatorRequest {
@@ -295,7 +321,10 @@ impl OperatorRequest {
             | OperatorRequest::ApplyPolicy(_)
             | OperatorRequest::DeletePolicy { .. }
             | OperatorRequest::CancelDeployment { .. }
-            | OperatorRequest::Rollback { .. } => true,
+            | OperatorRequest::Rollback { .. }
+            | OperatorRequest::AddNotifyEndpoint(_)
+            | OperatorRequest::RemoveNotifyEndpoint { .. }
+            | OperatorRequest::ReplayDelivery { .. } => true,
             OperatorRequest::GetDeployment { .. }
             | OperatorRequest::ListDeployments { .. }
             | OperatorRequest::InitCluster
@@ -310,7 +339,9 @@ impl OperatorRequest {
             | OperatorRequest::History { .. }
             | OperatorRequest::NodeDiagnostics
             | OperatorRequest::ListRegions
-            | OperatorRequest::ListPolicies { .. } => false,
+            | OperatorRequest::ListPolicies { .. }
+            | OperatorRequest::ListNotifyEndpoints
+            | OperatorRequest::ListDeliveries { .. } => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
@@ -780,6 +811,33 @@ pub enum OperatorResponse {
     /// A page of policies (answer to `ListPolicies`), in (region, id)
     /// order; fewer than the limit at the end.
     Policies(Vec<PolicyView>),
+    /// The endpoint added (answer to `AddNotifyEndpoint`).
+    NotifyEndpoint(EndpointView),
+    /// The endpoint was removed.
+    NotifyEndpointRemoved {
+        /// Its name.
+        name: String,
+        /// How many of its pending deliveries became dead.
+        deliveries_dead: u64,
+    },
+    /// Every endpoint, by name (answer to `ListNotifyEndpoints`).
+    NotifyEndpoints(Vec<EndpointView>),
+    /// A page of deliveries (answer to `ListDeliveries`).
+    Deliveries(DeliveryPage),
+    /// The delivery, pending again (answer to `ReplayDelivery`).
+    DeliveryReplayed(Delivery),
+}
+
+/// A page of deliveries, by id, with what the table's bound cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryPage {
+    /// The deliveries of this page, oldest first.
+    pub items: Vec<Delivery>,
+    /// Pass as `after` to read on; `None` at the end.
+    pub next_after: Option<u64>,
+    /// Notifications never stored because the delivery table was full of
+    /// undelivered ones (since the cluster started).
+    pub dropped: u64,
 }
 
 #[cfg(test)]

@@ -78,6 +78,15 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.RegionView", &[region_view()]);
     g.check("operator.RegionList", &[region_list()]);
     g.check("operator.OperatorResponse", &operator_responses());
+    g.check("operator.DeliveryPage", &[delivery_page()]);
+
+    // notifications
+    g.check("notify.NotifyEndpoint", &[notify_endpoint()]);
+    g.check("notify.EndpointView", &[endpoint_view()]);
+    g.check("notify.AddEndpoint", &[add_endpoint()]);
+    g.check("notify.NotifyEvent", &notify_events());
+    g.check("notify.DeliveryState", &delivery_states());
+    g.check("notify.Delivery", &[delivery()]);
 
     // The framing: a length prefix, then the payload.
     let framed = frame::encode(&hello(), FRAME_BYTES_MAX).expect("a hello fits a frame");

@@ -21,6 +21,8 @@
 //! - [`regions`]: add, cordon and uncordon, the list with each agent's
 //!   heartbeat age, lag and staleness, and the early check that a
 //!   deployment names only schedulable regions.
+//! - [`notify`]: webhook endpoints (add, remove, list without secrets),
+//!   the deliveries and their replay.
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
 //!   status reports and heartbeats.
 //! - [`requests`]: the state-changing operator requests, and their
@@ -29,6 +31,7 @@
 
 pub mod agent;
 pub mod deployments;
+pub mod notify;
 pub mod policies;
 pub mod regions;
 pub mod requests;

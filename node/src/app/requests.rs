@@ -19,7 +19,7 @@ use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageE
 use wire::operator::{OperatorRequest, OperatorResponse, RequestId};
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, deployments, internal, policies, sentinels};
+use super::{Propose, ReadState, deployments, internal, notify, policies, sentinels};
 use crate::clock::Clock;
 use config::DeploySettings;
 
@@ -79,6 +79,18 @@ pub async fn apply<S: Propose + ReadState>(
         OperatorRequest::DeletePolicy { id } => policies::delete(state, &id)
             .await
             .map(|()| OperatorResponse::PolicyDeleted { policy_id: id }),
+        OperatorRequest::AddNotifyEndpoint(add) => notify::add(state, add)
+            .await
+            .map(OperatorResponse::NotifyEndpoint),
+        OperatorRequest::RemoveNotifyEndpoint { name } => notify::remove(state, name.clone())
+            .await
+            .map(|deliveries_dead| OperatorResponse::NotifyEndpointRemoved {
+                name,
+                deliveries_dead,
+            }),
+        OperatorRequest::ReplayDelivery { id } => notify::replay(state, id)
+            .await
+            .map(OperatorResponse::DeliveryReplayed),
         other => Err(WireError::new(
             ErrorCode::Internal,
             format!("{other:?} does not change state"),
@@ -151,6 +163,13 @@ fn replayed(
                 sentinel_id: id.clone(),
             }
         }
+        (
+            OperatorRequest::RemoveNotifyEndpoint { name },
+            Outcome::EndpointRemoved { deliveries_dead },
+        ) => OperatorResponse::NotifyEndpointRemoved {
+            name: name.clone(),
+            deliveries_dead,
+        },
         (OperatorRequest::DeletePolicy { id }, Outcome::Recorded) => {
             OperatorResponse::PolicyDeleted {
                 policy_id: id.clone(),

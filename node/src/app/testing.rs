@@ -180,3 +180,27 @@ pub(crate) async fn deployed(node: &MemoryNode, regions: &[&str]) -> String {
     crate::workflow::driver::round(&workflows, node, node.clock()).await;
     id
 }
+
+/// Deploys one deployment and fails it (an event for every webhook
+/// endpoint); its id.
+pub(crate) async fn failed_deploy(node: &MemoryNode) -> String {
+    let id = deployed(node, &["eu-west"]).await;
+    let deployment = node
+        .read()
+        .expect("read")
+        .deployment(&id)
+        .expect("read")
+        .expect("the deployment");
+    let out = node
+        .propose(vec![Mutation::Deploy(storage::command::DeployTransition {
+            deployment_id: id.clone(),
+            expected: storage::apply::workflow::deploy_guard(&deployment),
+            action: storage::command::DeployAction::Fail {
+                reason: "deadline".into(),
+            },
+        })])
+        .await
+        .expect("proposed");
+    assert_eq!(out, vec![Ok(storage::Outcome::Recorded)]);
+    id
+}

@@ -12,6 +12,7 @@ use wire::golden::fixtures;
 use wire::model::DeploymentStatus;
 
 use super::cluster::Row;
+use super::notify::{DeliveryList, EndpointLine};
 use super::status::{DeployLine, SiteStatus};
 
 /// Where the pinned shapes live.
@@ -87,6 +88,17 @@ fn the_read_commands_json_shapes_match_their_goldens() {
         check("history", &vec![fixtures::journal_entry()]),
         check("get_sentinel", &fixtures::sentinel_view()),
         check("list_policies", &vec![fixtures::policy_view()]),
+        check(
+            "notify_list",
+            &vec![EndpointLine::from(&fixtures::endpoint_view())],
+        ),
+        check(
+            "notify_deliveries",
+            &DeliveryList {
+                deliveries: vec![fixtures::delivery()],
+                dropped: 12,
+            },
+        ),
         check("cluster_status", &vec![row(), unreachable_row()]),
         check(
             "status",

@@ -5,6 +5,7 @@ mod cluster;
 mod debug;
 #[cfg(test)]
 mod json_shapes;
+mod notify;
 mod ops;
 mod policy;
 mod region;
@@ -88,6 +89,9 @@ pub(crate) enum Command {
     /// Register, cordon or uncordon regions.
     #[command(subcommand)]
     Region(region::RegionCommand),
+    /// Webhook notifications: endpoints, deliveries, replays.
+    #[command(subcommand)]
+    Notify(notify::NotifyCommand),
     /// The site on one screen: nodes and the leader, regions with their
     /// agents' last heartbeat and lag, deploys in progress and those that
     /// failed in the last hour.
@@ -200,6 +204,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
         Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
+        Command::Notify(command) => notify::run(&operator_config(&cli.config)?, command).await,
         Command::Status { output } => status::run(&operator_config(&cli.config)?, output).await,
         Command::Debug(command) => debug::run(&operator_config(&cli.config)?, command).await,
         Command::Completion { shell } => {

@@ -12,8 +12,10 @@
 //! - [`compaction`]: change-log compaction on a schedule.
 //! - [`workflows`]: the workflow driver (deploys, their deadlines and
 //!   schedules).
+//! - [`notify`]: webhook deliveries (at least once, retried with backoff).
 
 pub mod compaction;
+pub mod notify;
 pub mod workflows;
 
 use std::future::Future;
@@ -70,7 +72,13 @@ pub fn leader_jobs(state: &Arc<NodeState>, config: &NodeConfig) -> Vec<LeaderJob
         let state = state.clone();
         LeaderJob::new("workflows", move || workflows::run(state.clone()))
     };
-    vec![compaction, workflows]
+    let notify = {
+        let (state, settings) = (state.clone(), config.notify.clone());
+        LeaderJob::new("notify", move || {
+            notify::run(state.clone(), settings.clone())
+        })
+    };
+    vec![compaction, workflows, notify]
 }
 
 /// Runs `jobs` on this node while it leads, as Raft's server metrics say,

@@ -15,6 +15,20 @@ use crate::workflow::{Round, driver};
 
 /// Runs the workflows while this node leads.
 pub async fn run(state: Arc<NodeState>) {
+    caught_up(&state).await;
+    let leader_since_ms = state.clock.now_ms();
+    info!(leader_since_ms, "workflow driver started");
+    let workflows: Vec<Box<dyn Round>> = vec![Box::new(DeployWorkflow::new(
+        state.deploy.clone(),
+        leader_since_ms,
+    ))];
+    driver::drive(&workflows, state.as_ref(), state.clock.as_ref()).await;
+}
+
+/// Returns once this node leads and has applied an entry of its own term
+/// (its state then holds everything its predecessors committed); never,
+/// if Raft stops first.
+pub async fn caught_up(state: &NodeState) {
     let mut metrics = state.raft.metrics();
     loop {
         let caught_up = {
@@ -27,14 +41,7 @@ pub async fn run(state: Arc<NodeState>) {
             break;
         }
         if metrics.changed().await.is_err() {
-            return;
+            std::future::pending::<()>().await;
         }
     }
-    let leader_since_ms = state.clock.now_ms();
-    info!(leader_since_ms, "workflow driver started");
-    let workflows: Vec<Box<dyn Round>> = vec![Box::new(DeployWorkflow::new(
-        state.deploy.clone(),
-        leader_since_ms,
-    ))];
-    driver::drive(&workflows, state.as_ref(), state.clock.as_ref()).await;
 }

@@ -14,7 +14,7 @@ use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, policies, regions, requests, sentinels};
+use crate::app::{deployments, notify, policies, regions, requests, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -147,6 +147,12 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
                 metrics: state.metrics_text(),
             },
         )),
+        OperatorRequest::ListNotifyEndpoints => {
+            notify::list(state).map(OperatorResponse::NotifyEndpoints)
+        }
+        OperatorRequest::ListDeliveries { after, limit } => {
+            notify::deliveries(state, after, limit).map(OperatorResponse::Deliveries)
+        }
         // Every state-changing request is taken by the first arm.
         mutating => requests::apply(state, clock, &state.deploy, mutating).await,
     };

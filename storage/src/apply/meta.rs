@@ -32,6 +32,7 @@ impl<'t> Applier<'t> {
             now_ms: 0,
             caller: None,
             requests_max,
+            deliveries_max: super::notify::DELIVERIES_MAX,
         })
     }
 

@@ -28,6 +28,9 @@
 //! - [`workflow`]: durable workflow records and their guarded
 //!   (compare-and-set) transitions: the deploy workflow's steps, its step
 //!   records and its journal.
+//! - [`notify`]: webhook endpoints and notification deliveries: the
+//!   deliveries an event creates (in the transaction of the transition it
+//!   announces), their guarded attempts, replays, and the table's bound.
 //! - `write_tables`: every table opened for writing (shared with snapshot
 //!   import).
 //!
@@ -44,6 +47,7 @@ mod deployment;
 mod environment;
 mod instances;
 mod meta;
+pub mod notify;
 mod region;
 mod requests;
 mod sentinel;
@@ -93,6 +97,7 @@ impl Store {
             .ctx("apply: set durability")?;
         let (outcomes, last_pk) = {
             let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
+            applier.deliveries_max = self.deliveries_max;
             let mut outcomes = Vec::with_capacity(entries.len());
             for entry in entries {
                 outcomes.push(match entry {
@@ -125,6 +130,8 @@ struct Applier<'t> {
     caller: Option<Caller>,
     /// Most request records kept ([`crate::REQUESTS_MAX`]).
     requests_max: u64,
+    /// Most deliveries kept ([`notify::DELIVERIES_MAX`]).
+    deliveries_max: u64,
 }
 
 impl Applier<'_> {
@@ -183,6 +190,10 @@ impl Applier<'_> {
                 actor,
                 mutation,
             } => self.request(request_id, fingerprint, actor, mutation),
+            Mutation::AddNotifyEndpoint(endpoint) => self.add_notify_endpoint(endpoint),
+            Mutation::RemoveNotifyEndpoint { name } => self.remove_notify_endpoint(name),
+            Mutation::Deliver(transition) => self.delivery_transition(transition),
+            Mutation::ReplayDelivery { delivery_id } => self.replay_delivery(*delivery_id),
         }
     }
 }

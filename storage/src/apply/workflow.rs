@@ -22,11 +22,15 @@
 //! [`JournalEntry`] — in the same apply, so the step records and the
 //! journal hold each transition exactly once. Every write of a deployment
 //! also keeps the open-deployments index (what the driver reads) in step.
+//! Reaching `ready` and `failed` creates a notification
+//! ([`Applier::notify`](super::notify)) in the same apply.
 
 use redb::ReadableTable;
 use wire::model::{
     Actor, DeployWorkflow, Deployment, DeploymentStatus, JournalEntry, STEP_RECORDS_MAX, StepRecord,
 };
+
+use wire::notify::NotifyEvent;
 
 use super::{Applier, OP, failed_precondition, not_found};
 use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
@@ -256,7 +260,8 @@ impl Applier<'_> {
                         deployment.status.as_str()
                     )));
                 }
-                let reason = if deployment.workflow.make_live {
+                let live = deployment.workflow.make_live;
+                let reason = if live {
                     self.make_live(&deployment, *standby_replaced_at_ms)?;
                     "ready and live"
                 } else {
@@ -265,6 +270,16 @@ impl Applier<'_> {
                 deployment.workflow.make_live = false;
                 deployment.workflow.scheduled = None;
                 self.change_status(&mut deployment, DeploymentStatus::Ready, reason, None)?;
+                self.notify(
+                    NotifyEvent::DeploymentReady {
+                        deployment_id: deployment.id.clone(),
+                        environment_id: deployment.environment_id.clone(),
+                        project_id: deployment.project_id.clone(),
+                        image: deployment.image.clone(),
+                        live,
+                    },
+                    None,
+                )?;
             }
             DeployAction::Fail { reason } => {
                 if !deployment.status.in_flight() {
@@ -275,6 +290,16 @@ impl Applier<'_> {
                     )));
                 }
                 self.end_unsuccessfully(&mut deployment, DeploymentStatus::Failed, reason)?;
+                self.notify(
+                    NotifyEvent::DeploymentFailed {
+                        deployment_id: deployment.id.clone(),
+                        environment_id: deployment.environment_id.clone(),
+                        project_id: deployment.project_id.clone(),
+                        image: deployment.image.clone(),
+                        reason: reason.clone(),
+                    },
+                    None,
+                )?;
             }
             DeployAction::Supersede { by } => {
                 if !deployment.status.in_flight() {

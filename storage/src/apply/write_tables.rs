@@ -6,7 +6,7 @@ use redb::{Table, WriteTransaction};
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result};
 use crate::tables::{
-    self, Bytes, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, meta, name,
+    self, Bytes, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, meta, name,
 };
 
 /// Every table, opened for writing in one transaction.
@@ -27,6 +27,9 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) open_deployments: Table<'t, &'static str, ()>,
     pub(crate) requests: Table<'t, &'static str, Bytes>,
     pub(crate) requests_by_age: Table<'t, RequestAgeKey, ()>,
+    pub(crate) notify_endpoints: Table<'t, &'static str, Bytes>,
+    pub(crate) deliveries: Table<'t, u64, Bytes>,
+    pub(crate) pending_deliveries: Table<'t, DueKey, ()>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -82,6 +85,15 @@ impl<'t> WriteTables<'t> {
             requests_by_age: txn
                 .open_table(tables::REQUESTS_BY_AGE)
                 .ctx_table(op, name::REQUESTS_BY_AGE)?,
+            notify_endpoints: txn
+                .open_table(tables::NOTIFY_ENDPOINTS)
+                .ctx_table(op, name::NOTIFY_ENDPOINTS)?,
+            deliveries: txn
+                .open_table(tables::DELIVERIES)
+                .ctx_table(op, name::DELIVERIES)?,
+            pending_deliveries: txn
+                .open_table(tables::PENDING_DELIVERIES)
+                .ctx_table(op, name::PENDING_DELIVERIES)?,
             op,
         })
     }

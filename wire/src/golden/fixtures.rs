@@ -22,10 +22,13 @@ use crate::model::{
     Heartbeat, Instance, InstanceStatus, JournalEntry, Region, RegionSource, Resource, ResourceKey,
     ResourceType, ScheduledChange, Sentinel, SentinelStatus, StepRecord,
 };
+use crate::notify::{
+    AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
+};
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
-    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, PolicyView,
-    RegionList, RegionView, RequestId, SentinelView, StateHash,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentView, LogStatus,
+    Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse,
+    PolicyView, RegionList, RegionView, RequestId, SentinelView, StateHash,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -687,6 +690,16 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             after: Some(("eu-west".into(), "cnp_01hx".into())),
             limit: 500,
         },
+        OperatorRequest::AddNotifyEndpoint(add_endpoint()),
+        OperatorRequest::RemoveNotifyEndpoint {
+            name: "chat".into(),
+        },
+        OperatorRequest::ListNotifyEndpoints,
+        OperatorRequest::ListDeliveries {
+            after: 4_096,
+            limit: 300,
+        },
+        OperatorRequest::ReplayDelivery { id: 70_000 },
     ]
 }
 
@@ -740,7 +753,147 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         },
         OperatorResponse::NodeDiagnostics(node_diagnostics()),
         OperatorResponse::Policies(vec![policy_view()]),
+        OperatorResponse::NotifyEndpoint(endpoint_view()),
+        OperatorResponse::NotifyEndpointRemoved {
+            name: "chat".into(),
+            deliveries_dead: 3,
+        },
+        OperatorResponse::NotifyEndpoints(vec![endpoint_view()]),
+        OperatorResponse::Deliveries(delivery_page()),
+        OperatorResponse::DeliveryReplayed(delivery()),
     ]
+}
+
+/// A fixture [`NotifyEndpoint`], every field set.
+pub fn notify_endpoint() -> NotifyEndpoint {
+    NotifyEndpoint {
+        name: "chat".into(),
+        url: "https://chat.example/hooks/ctrl".into(),
+        secret: Some("s3crét".into()),
+        created_at_ms: NOW_MS - 86_400_000,
+    }
+}
+
+/// A fixture [`EndpointView`], every field set.
+pub fn endpoint_view() -> EndpointView {
+    notify_endpoint().view()
+}
+
+/// A fixture [`AddEndpoint`], every field set.
+pub fn add_endpoint() -> AddEndpoint {
+    AddEndpoint {
+        name: "ops-alerts".into(),
+        url: "http://10.0.0.9:9093/hook".into(),
+        secret: Some("k3y".into()),
+    }
+}
+
+/// Every variant of [`NotifyEvent`], each with every field set.
+pub fn notify_events() -> Vec<NotifyEvent> {
+    let rollout_id = || "ro_01hx".to_string();
+    let image = || "ghcr.io/acme/sentinel:2.1".to_string();
+    vec![
+        NotifyEvent::DeploymentReady {
+            deployment_id: "dep_01hx3k9".into(),
+            environment_id: "env_prod".into(),
+            project_id: "proj_api".into(),
+            image: "ghcr.io/acme/api:1.4".into(),
+            live: true,
+        },
+        NotifyEvent::DeploymentFailed {
+            deployment_id: "dep_01hx3ka".into(),
+            environment_id: "env_stage".into(),
+            project_id: "proj_web".into(),
+            image: "ghcr.io/acme/web:0.9".into(),
+            reason: "eu-west: 3 pods CrashLoopBackOff — grüße".into(),
+        },
+        NotifyEvent::RolloutStarted {
+            rollout_id: rollout_id(),
+            image: image(),
+            waves: 5,
+            sentinels: 1_000,
+        },
+        NotifyEvent::RolloutWaveStarted {
+            rollout_id: rollout_id(),
+            image: image(),
+            wave: 2,
+            waves: 5,
+            sentinels: 40,
+        },
+        NotifyEvent::RolloutWaveCompleted {
+            rollout_id: rollout_id(),
+            image: image(),
+            wave: 3,
+            waves: 5,
+            succeeded: 199,
+            failed: 1,
+        },
+        NotifyEvent::RolloutPaused {
+            rollout_id: rollout_id(),
+            image: image(),
+            wave: 4,
+            failed: 2,
+            reason: "snt_a, snt_b did not converge".into(),
+        },
+        NotifyEvent::RolloutResumed {
+            rollout_id: rollout_id(),
+            image: image(),
+            wave: 5,
+        },
+        NotifyEvent::RolloutCompleted {
+            rollout_id: rollout_id(),
+            image: image(),
+            succeeded: 997,
+            failed: 3,
+        },
+        NotifyEvent::RolloutRollbackStarted {
+            rollout_id: rollout_id(),
+            image: image(),
+            sentinels: 250,
+        },
+        NotifyEvent::RolloutRollbackCompleted {
+            rollout_id: rollout_id(),
+            image: image(),
+            reverted: 248,
+            failed: 2,
+        },
+    ]
+}
+
+/// Every variant of [`DeliveryState`].
+pub fn delivery_states() -> Vec<DeliveryState> {
+    vec![
+        DeliveryState::Pending,
+        DeliveryState::Delivered,
+        DeliveryState::Dead,
+    ]
+}
+
+/// A fixture [`Delivery`], every field set.
+pub fn delivery() -> Delivery {
+    Delivery {
+        id: 70_000,
+        event_id: 35_000,
+        endpoint: "chat".into(),
+        event: notify_events().remove(1),
+        created_at_ms: NOW_MS - 60_000,
+        state: DeliveryState::Dead,
+        revision: 11,
+        attempts: 10,
+        next_attempt_at_ms: NOW_MS - 1_000,
+        last_attempt_at_ms: Some(NOW_MS - 2_000),
+        last_error: Some("HTTP 503 Service Unavailable".into()),
+        delivered_at_ms: Some(NOW_MS - 500),
+    }
+}
+
+/// A fixture [`DeliveryPage`], every field set.
+pub fn delivery_page() -> DeliveryPage {
+    DeliveryPage {
+        items: vec![delivery()],
+        next_after: Some(70_000),
+        dropped: 12,
+    }
 }
 
 /// A fixture [`RequestId`], every field set.

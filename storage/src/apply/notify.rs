@@ -1,0 +1,693 @@
+//! Notifications: webhook endpoints and the deliveries of the events
+//! workflow transitions announce.
+//!
+//! - **Creating.** Apply code that makes a transition worth announcing
+//!   calls `Applier::notify` in the same transaction: the event gets the
+//!   next event id (`meta::NOTIFY_EVENT_SEQ`, the same on every replica)
+//!   and one [`Delivery`] per endpoint, `pending`, due at once. A
+//!   transition never fails because of its notification.
+//! - **Delivering.** The leader's delivery job reads the pending ones by
+//!   due time (`PENDING_DELIVERIES`), POSTs, and records each attempt with
+//!   a guarded [`Mutation::Deliver`]: `delivered`, `failed` (attempts + 1,
+//!   the error, the next attempt time the leader computed), or `gave up`
+//!   (`dead`). The guard is the delivery's state and revision, so a
+//!   deposed leader's late result, or the same one twice, changes nothing.
+//! - **Replaying.** An operator makes a `dead` or `delivered` delivery
+//!   pending again, attempts reset.
+//! - **The bound.** At most [`DELIVERIES_MAX`] deliveries are kept. To make
+//!   room for new ones, the oldest *delivered* ones are deleted. Pending
+//!   and dead ones are never deleted: if the table is full of them, the
+//!   new deliveries are not stored and counted in `meta::NOTIFY_DROPPED`
+//!   (shown by `ctrl notify deliveries`, logged by the delivery job).
+//!
+//! [`Mutation::Deliver`]: crate::Mutation::Deliver
+
+use redb::{ReadableTable, ReadableTableMetadata};
+use wire::notify::{
+    AddEndpoint, DELIVERY_ERROR_BYTES_MAX, Delivery, DeliveryState, ENDPOINTS_MAX, NotifyEndpoint,
+    NotifyEvent,
+};
+
+use super::{Applier, OP, bad_request, conflict, failed_precondition, not_found};
+use crate::command::{DeliveryAction, DeliveryTransition, Guard, MutationResult, Outcome};
+use crate::error::{RedbContext, Result};
+use crate::read::{load, load_raw};
+use crate::tables::{self, decode, encode, meta, name};
+
+/// Most deliveries kept (see the module doc for what happens at the bound).
+pub const DELIVERIES_MAX: u64 = 10_000;
+
+/// The error reason a delivery of a removed endpoint is given up with.
+pub const ENDPOINT_REMOVED: &str = "endpoint removed";
+
+/// A delivery's guard: its state and revision.
+pub fn delivery_guard(delivery: &Delivery) -> Guard {
+    Guard {
+        step: delivery.state.as_str().to_string(),
+        revision: delivery.revision,
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+impl Applier<'_> {
+    fn meta_u64(&self, key: &'static str) -> Result<u64> {
+        match load_raw(&self.t.metadata, key)? {
+            Some(bytes) => tables::decode_u64(key, &bytes),
+            None => Ok(0),
+        }
+    }
+
+    fn endpoint(&self, endpoint: &str) -> Result<Option<NotifyEndpoint>> {
+        load(&self.t.notify_endpoints, name::NOTIFY_ENDPOINTS, endpoint)
+    }
+
+    fn endpoint_names(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in self
+            .t
+            .notify_endpoints
+            .iter()
+            .ctx_table(OP, name::NOTIFY_ENDPOINTS)?
+        {
+            let (key, _) = entry.ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+            names.push(key.value().to_string());
+        }
+        Ok(names)
+    }
+
+    fn delivery(&self, id: u64) -> Result<Option<Delivery>> {
+        load(&self.t.deliveries, name::DELIVERIES, id)
+    }
+
+    /// Writes a delivery and keeps the pending index in step (`was`: the
+    /// row it replaces, if any).
+    fn put_delivery(&mut self, delivery: &Delivery, was: Option<&Delivery>) -> Result<()> {
+        if let Some(was) = was
+            && was.state == DeliveryState::Pending
+        {
+            self.t
+                .pending_deliveries
+                .remove((was.next_attempt_at_ms, was.id))
+                .ctx_table(OP, name::PENDING_DELIVERIES)?;
+        }
+        let bytes = encode("a delivery", delivery)?;
+        self.t
+            .deliveries
+            .insert(delivery.id, bytes.as_slice())
+            .ctx_table(OP, name::DELIVERIES)?;
+        if delivery.state == DeliveryState::Pending {
+            self.t
+                .pending_deliveries
+                .insert((delivery.next_attempt_at_ms, delivery.id), ())
+                .ctx_table(OP, name::PENDING_DELIVERIES)?;
+        }
+        Ok(())
+    }
+
+    /// Announces `event`: one pending delivery, due now, to each endpoint
+    /// (only to `to` when named; nothing if it does not exist), all with
+    /// the next event id. Call it in the apply of the transition the event
+    /// announces. At the bound, the oldest delivered deliveries make room;
+    /// deliveries that still do not fit are counted as dropped. Returns the
+    /// event id (also when no endpoint is configured, so ids stay
+    /// gap-free per event).
+    pub(crate) fn notify(&mut self, event: NotifyEvent, to: Option<&str>) -> Result<u64> {
+        let event_id = self.meta_u64(meta::NOTIFY_EVENT_SEQ)? + 1;
+        self.t.put_meta_u64(meta::NOTIFY_EVENT_SEQ, event_id)?;
+        let endpoints: Vec<String> = match to {
+            Some(only) => self.endpoint(only)?.map(|e| e.name).into_iter().collect(),
+            None => self.endpoint_names()?,
+        };
+        if endpoints.is_empty() {
+            return Ok(event_id);
+        }
+        let wanted = u64::try_from(endpoints.len()).unwrap_or(u64::MAX);
+        let room = self.make_room(wanted)?;
+        let mut next_id = self.meta_u64(meta::DELIVERY_SEQ)?;
+        for endpoint in endpoints
+            .into_iter()
+            .take(usize::try_from(room).unwrap_or(0))
+        {
+            next_id += 1;
+            let delivery = Delivery {
+                id: next_id,
+                event_id,
+                endpoint,
+                event: event.clone(),
+                created_at_ms: self.now_ms,
+                state: DeliveryState::Pending,
+                revision: 1,
+                attempts: 0,
+                next_attempt_at_ms: self.now_ms,
+                last_attempt_at_ms: None,
+                last_error: None,
+                delivered_at_ms: None,
+            };
+            self.put_delivery(&delivery, None)?;
+        }
+        self.t.put_meta_u64(meta::DELIVERY_SEQ, next_id)?;
+        if room < wanted {
+            let dropped = self.meta_u64(meta::NOTIFY_DROPPED)? + (wanted - room);
+            self.t.put_meta_u64(meta::NOTIFY_DROPPED, dropped)?;
+        }
+        Ok(event_id)
+    }
+
+    /// Makes room for `wanted` more deliveries by deleting the oldest
+    /// delivered ones; how many fit now (at most `wanted`).
+    fn make_room(&mut self, wanted: u64) -> Result<u64> {
+        let count = self.t.deliveries.len().ctx_table(OP, name::DELIVERIES)?;
+        let excess = (count + wanted).saturating_sub(self.deliveries_max);
+        if excess == 0 {
+            return Ok(wanted);
+        }
+        let mut doomed = Vec::new();
+        for entry in self.t.deliveries.iter().ctx_table(OP, name::DELIVERIES)? {
+            if doomed.len() as u64 >= excess {
+                break;
+            }
+            let (key, value) = entry.ctx_table(OP, name::DELIVERIES)?;
+            let row: Delivery = decode(name::DELIVERIES, &key.value(), value.value())?;
+            if row.state == DeliveryState::Delivered {
+                doomed.push(row.id);
+            }
+        }
+        for id in &doomed {
+            self.t
+                .deliveries
+                .remove(id)
+                .ctx_table(OP, name::DELIVERIES)?;
+        }
+        let count = count - doomed.len() as u64;
+        Ok(self.deliveries_max.saturating_sub(count).min(wanted))
+    }
+
+    pub(super) fn add_notify_endpoint(
+        &mut self,
+        endpoint: &NotifyEndpoint,
+    ) -> Result<MutationResult> {
+        let request = AddEndpoint {
+            name: endpoint.name.clone(),
+            url: endpoint.url.clone(),
+            secret: endpoint.secret.clone(),
+        };
+        if let Err(e) = request.validate() {
+            return Ok(Err(e));
+        }
+        if self.endpoint(&endpoint.name)?.is_some() {
+            return Ok(conflict(format!(
+                "endpoint {:?} exists; remove it first to change it",
+                endpoint.name
+            )));
+        }
+        let count = self
+            .t
+            .notify_endpoints
+            .len()
+            .ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+        if count >= ENDPOINTS_MAX as u64 {
+            return Ok(bad_request(format!(
+                "the cluster already has {ENDPOINTS_MAX} endpoints"
+            )));
+        }
+        let mut row = endpoint.clone();
+        row.created_at_ms = self.now_ms;
+        let bytes = encode("an endpoint", &row)?;
+        self.t
+            .notify_endpoints
+            .insert(row.name.as_str(), bytes.as_slice())
+            .ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+        Ok(Ok(Outcome::Recorded))
+    }
+
+    pub(super) fn remove_notify_endpoint(&mut self, endpoint: &str) -> Result<MutationResult> {
+        if self.endpoint(endpoint)?.is_none() {
+            return Ok(not_found(format!("no endpoint {endpoint:?}")));
+        }
+        self.t
+            .notify_endpoints
+            .remove(endpoint)
+            .ctx_table(OP, name::NOTIFY_ENDPOINTS)?;
+        let mut pending = Vec::new();
+        for entry in self
+            .t
+            .pending_deliveries
+            .iter()
+            .ctx_table(OP, name::PENDING_DELIVERIES)?
+        {
+            let (key, _) = entry.ctx_table(OP, name::PENDING_DELIVERIES)?;
+            pending.push(key.value().1);
+        }
+        let mut dead = 0;
+        for id in pending {
+            let Some(was) = self.delivery(id)? else {
+                continue;
+            };
+            if was.endpoint != endpoint {
+                continue;
+            }
+            let mut row = was.clone();
+            row.state = DeliveryState::Dead;
+            row.revision += 1;
+            row.last_error = Some(ENDPOINT_REMOVED.to_string());
+            self.put_delivery(&row, Some(&was))?;
+            dead += 1;
+        }
+        Ok(Ok(Outcome::EndpointRemoved {
+            deliveries_dead: dead,
+        }))
+    }
+
+    pub(super) fn delivery_transition(
+        &mut self,
+        transition: &DeliveryTransition,
+    ) -> Result<MutationResult> {
+        let found = self.delivery(transition.delivery_id)?;
+        let found_guard = found.as_ref().map(delivery_guard);
+        if let Some(refusal) = super::workflow::guard_refusal(&transition.expected, found_guard) {
+            return Ok(Ok(refusal));
+        }
+        let Some(was) = found else {
+            // The guard held, so the record exists.
+            return Ok(not_found(format!("no delivery {}", transition.delivery_id)));
+        };
+        if was.state != DeliveryState::Pending {
+            return Ok(failed_precondition(format!(
+                "delivery {} is {}, not pending",
+                was.id,
+                was.state.as_str()
+            )));
+        }
+        let mut row = was.clone();
+        row.revision += 1;
+        row.attempts = row.attempts.saturating_add(1);
+        row.last_attempt_at_ms = Some(self.now_ms);
+        match &transition.action {
+            DeliveryAction::Delivered => {
+                row.state = DeliveryState::Delivered;
+                row.delivered_at_ms = Some(self.now_ms);
+            }
+            DeliveryAction::Failed {
+                error,
+                next_attempt_at_ms,
+            } => {
+                row.last_error = Some(truncate(error, DELIVERY_ERROR_BYTES_MAX));
+                row.next_attempt_at_ms = *next_attempt_at_ms;
+            }
+            DeliveryAction::GaveUp { error } => {
+                row.state = DeliveryState::Dead;
+                row.last_error = Some(truncate(error, DELIVERY_ERROR_BYTES_MAX));
+            }
+        }
+        self.put_delivery(&row, Some(&was))?;
+        Ok(Ok(Outcome::Recorded))
+    }
+
+    pub(super) fn replay_delivery(&mut self, id: u64) -> Result<MutationResult> {
+        let Some(was) = self.delivery(id)? else {
+            return Ok(not_found(format!("no delivery {id}")));
+        };
+        if was.state == DeliveryState::Pending {
+            return Ok(failed_precondition(format!(
+                "delivery {id} is pending already"
+            )));
+        }
+        if self.endpoint(&was.endpoint)?.is_none() {
+            return Ok(failed_precondition(format!(
+                "delivery {id}'s endpoint {:?} was removed",
+                was.endpoint
+            )));
+        }
+        let mut row = was.clone();
+        row.state = DeliveryState::Pending;
+        row.revision += 1;
+        row.attempts = 0;
+        row.next_attempt_at_ms = self.now_ms;
+        row.delivered_at_ms = None;
+        self.put_delivery(&row, Some(&was))?;
+        Ok(Ok(Outcome::Recorded))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::ErrorCode;
+    use wire::notify::{DeliveryState, NotifyEndpoint};
+
+    use super::*;
+    use crate::command::DeployAction;
+    use crate::test_support::*;
+    use crate::{Mutation, Store};
+
+    fn endpoint(name: &str) -> Mutation {
+        Mutation::AddNotifyEndpoint(NotifyEndpoint {
+            name: name.into(),
+            url: format!("http://127.0.0.1:9/{name}"),
+            secret: None,
+            created_at_ms: 0,
+        })
+    }
+
+    /// Creates deployment `id`, starts it and fails it: one event.
+    fn fail(store: &Store, now_ms: u64, id: &str) {
+        let out = apply_one(store, now_ms, create(id, &["eu"], 1));
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let out = apply_one(
+            store,
+            now_ms,
+            vec![Mutation::Deploy(crate::command::DeployTransition {
+                deployment_id: id.into(),
+                expected: Guard {
+                    step: "deploying".into(),
+                    revision: 2,
+                },
+                action: DeployAction::Fail {
+                    reason: "deadline".into(),
+                },
+            })],
+        );
+        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
+    }
+
+    fn deliveries(store: &Store) -> Vec<Delivery> {
+        store.read().unwrap().deliveries(0, 1_000).unwrap()
+    }
+
+    fn attempt(delivery: &Delivery, action: DeliveryAction) -> Mutation {
+        Mutation::Deliver(DeliveryTransition {
+            delivery_id: delivery.id,
+            expected: delivery_guard(delivery),
+            action,
+        })
+    }
+
+    #[test]
+    fn a_failure_creates_one_delivery_per_endpoint_with_one_event_id() {
+        let store = store();
+        fail(&store, 10, "d0");
+        assert!(deliveries(&store).is_empty(), "no endpoint, no delivery");
+        assert_eq!(store.read().unwrap().notify_event_seq(), 1);
+        let out = apply_one(&store, 20, vec![endpoint("chat"), endpoint("pager")]);
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        fail(&store, 30, "d1");
+        let rows = deliveries(&store);
+        assert_eq!(rows.len(), 2);
+        for row in &rows {
+            assert_eq!(row.event_id, 2);
+            assert_eq!(row.state, DeliveryState::Pending);
+            assert_eq!((row.created_at_ms, row.next_attempt_at_ms), (30, 30));
+            assert!(matches!(
+                &row.event,
+                NotifyEvent::DeploymentFailed { deployment_id, reason, .. }
+                    if deployment_id == "d1" && reason == "deadline"
+            ));
+        }
+        assert_eq!(
+            rows.iter().map(|r| r.endpoint.as_str()).collect::<Vec<_>>(),
+            ["chat", "pager"]
+        );
+        let view = store.read().unwrap();
+        assert_eq!(view.pending_deliveries(10).unwrap(), rows);
+    }
+
+    #[test]
+    fn reaching_ready_creates_a_notification() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        apply_one(&store, 2, create("d1", &["eu"], 1));
+        let step = |step: &str, revision, action| {
+            Mutation::Deploy(crate::command::DeployTransition {
+                deployment_id: "d1".into(),
+                expected: Guard {
+                    step: step.into(),
+                    revision,
+                },
+                action,
+            })
+        };
+        let advance = |to| DeployAction::Advance {
+            to,
+            reason: "ready".into(),
+        };
+        let out = apply_one(
+            &store,
+            3,
+            vec![
+                step(
+                    "deploying",
+                    2,
+                    advance(wire::model::DeploymentStatus::Network),
+                ),
+                step(
+                    "network",
+                    3,
+                    advance(wire::model::DeploymentStatus::Finalizing),
+                ),
+                step(
+                    "finalizing",
+                    4,
+                    DeployAction::Finalize {
+                        standby_replaced_at_ms: 100,
+                    },
+                ),
+            ],
+        );
+        assert!(out.iter().all(|o| *o == Ok(Outcome::Recorded)), "{out:?}");
+        let rows = deliveries(&store);
+        assert_eq!(rows.len(), 1, "one event, at ready only");
+        assert!(matches!(
+            &rows[0].event,
+            NotifyEvent::DeploymentReady { deployment_id, image, .. }
+                if deployment_id == "d1" && !image.is_empty()
+        ));
+        assert_eq!(rows[0].created_at_ms, 3, "in the apply of the transition");
+    }
+
+    #[test]
+    fn attempts_are_guarded_and_move_the_due_time() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        fail(&store, 10, "d1");
+        let first = deliveries(&store).remove(0);
+        let failed = DeliveryAction::Failed {
+            error: "HTTP 500 ".to_string() + &"x".repeat(2 * DELIVERY_ERROR_BYTES_MAX),
+            next_attempt_at_ms: 5_000,
+        };
+        let out = apply_one(&store, 100, vec![attempt(&first, failed.clone())]);
+        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
+        let second = deliveries(&store).remove(0);
+        assert_eq!(second.attempts, 1);
+        assert_eq!(second.state, DeliveryState::Pending);
+        assert_eq!(second.next_attempt_at_ms, 5_000);
+        assert_eq!(second.last_attempt_at_ms, Some(100));
+        assert_eq!(
+            second.last_error.as_ref().map(String::len),
+            Some(DELIVERY_ERROR_BYTES_MAX)
+        );
+        assert_eq!(
+            store.read().unwrap().pending_deliveries(10).unwrap(),
+            vec![second.clone()],
+            "the index follows the due time"
+        );
+
+        // A late result decided on the first version changes nothing.
+        let hash = store.read().unwrap().state_hash().unwrap();
+        let out = apply_one(
+            &store,
+            200,
+            vec![attempt(&first, DeliveryAction::Delivered)],
+        );
+        assert!(matches!(out[0], Ok(Outcome::GuardFailed { .. })), "{out:?}");
+        assert_eq!(store.read().unwrap().state_hash().unwrap(), hash);
+
+        apply_one(
+            &store,
+            300,
+            vec![attempt(&second, DeliveryAction::Delivered)],
+        );
+        let delivered = deliveries(&store).remove(0);
+        assert_eq!(delivered.state, DeliveryState::Delivered);
+        assert_eq!(delivered.delivered_at_ms, Some(300));
+        assert_eq!(delivered.attempts, 2);
+        assert!(
+            store
+                .read()
+                .unwrap()
+                .pending_deliveries(10)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_dead_delivery_is_replayed_and_a_pending_one_is_not() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        fail(&store, 10, "d1");
+        let row = deliveries(&store).remove(0);
+        let replay = Mutation::ReplayDelivery {
+            delivery_id: row.id,
+        };
+        let out = apply_one(&store, 20, vec![replay.clone()]);
+        assert_eq!(
+            out[0].as_ref().unwrap_err().code,
+            ErrorCode::FailedPrecondition
+        );
+        let gave_up = DeliveryAction::GaveUp {
+            error: "refused".into(),
+        };
+        apply_one(&store, 30, vec![attempt(&row, gave_up)]);
+        let dead = deliveries(&store).remove(0);
+        assert_eq!(dead.state, DeliveryState::Dead);
+        assert!(
+            store
+                .read()
+                .unwrap()
+                .pending_deliveries(10)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            apply_one(&store, 40, vec![replay]),
+            vec![Ok(Outcome::Recorded)]
+        );
+        let again = deliveries(&store).remove(0);
+        assert_eq!(again.state, DeliveryState::Pending);
+        assert_eq!((again.attempts, again.next_attempt_at_ms), (0, 40));
+        assert_eq!(again.event_id, row.event_id, "the same event id");
+        let out = apply_one(
+            &store,
+            50,
+            vec![Mutation::ReplayDelivery { delivery_id: 99 }],
+        );
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn removing_an_endpoint_kills_its_pending_deliveries() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat"), endpoint("pager")]);
+        fail(&store, 10, "d1");
+        let out = apply_one(
+            &store,
+            20,
+            vec![Mutation::RemoveNotifyEndpoint {
+                name: "chat".into(),
+            }],
+        );
+        assert_eq!(
+            out,
+            vec![Ok(Outcome::EndpointRemoved { deliveries_dead: 1 })]
+        );
+        let rows = deliveries(&store);
+        assert_eq!(rows[0].state, DeliveryState::Dead);
+        assert_eq!(rows[0].last_error.as_deref(), Some(ENDPOINT_REMOVED));
+        assert_eq!(rows[1].state, DeliveryState::Pending);
+        let out = apply_one(
+            &store,
+            30,
+            vec![Mutation::ReplayDelivery { delivery_id: 1 }],
+        );
+        assert_eq!(
+            out[0].as_ref().unwrap_err().code,
+            ErrorCode::FailedPrecondition
+        );
+        let out = apply_one(
+            &store,
+            30,
+            vec![Mutation::RemoveNotifyEndpoint {
+                name: "chat".into(),
+            }],
+        );
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn endpoints_are_validated_unique_and_bounded() {
+        let store = store();
+        assert_eq!(
+            apply_one(&store, 1, vec![endpoint("chat")]),
+            vec![Ok(Outcome::Recorded)]
+        );
+        let out = apply_one(&store, 2, vec![endpoint("chat")]);
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::Conflict);
+        let bad = Mutation::AddNotifyEndpoint(NotifyEndpoint {
+            name: "x".into(),
+            url: "ftp://h/".into(),
+            secret: None,
+            created_at_ms: 0,
+        });
+        let out = apply_one(&store, 3, vec![bad]);
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::BadRequest);
+        let more: Vec<Mutation> = (1..ENDPOINTS_MAX)
+            .map(|i| endpoint(&format!("e{i}")))
+            .collect();
+        let out = apply_one(&store, 4, more);
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let out = apply_one(&store, 5, vec![endpoint("one-too-many")]);
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::BadRequest);
+        let view = store.read().unwrap();
+        let stored = view.notify_endpoints().unwrap();
+        assert_eq!(stored.len(), ENDPOINTS_MAX);
+        assert_eq!(
+            stored[0].created_at_ms, 1,
+            "stamped with the command's time"
+        );
+    }
+
+    #[test]
+    fn at_the_bound_delivered_ones_go_first_and_undelivered_ones_are_never_dropped() {
+        let store = store().with_deliveries_max(3);
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        for (i, id) in ["d1", "d2", "d3"].into_iter().enumerate() {
+            fail(&store, 10 + i as u64, id);
+        }
+        let rows = deliveries(&store);
+        assert_eq!(rows.len(), 3);
+        // The second is delivered: the fourth event takes its place.
+        apply_one(
+            &store,
+            20,
+            vec![attempt(&rows[1], DeliveryAction::Delivered)],
+        );
+        fail(&store, 30, "d4");
+        let ids: Vec<u64> = deliveries(&store).iter().map(|d| d.id).collect();
+        assert_eq!(ids, [1, 3, 4]);
+        assert_eq!(store.read().unwrap().notify_dropped(), 0);
+        // Full of undelivered ones: the fifth is not stored, and counted.
+        fail(&store, 40, "d5");
+        let ids: Vec<u64> = deliveries(&store).iter().map(|d| d.id).collect();
+        assert_eq!(ids, [1, 3, 4], "no pending delivery was deleted");
+        let view = store.read().unwrap();
+        assert_eq!(view.notify_dropped(), 1);
+        assert_eq!(view.notify_event_seq(), 5);
+    }
+
+    #[test]
+    fn a_snapshot_carries_endpoints_deliveries_and_counters() {
+        let store = store();
+        apply_one(&store, 1, vec![endpoint("chat")]);
+        fail(&store, 10, "d1");
+        fail(&store, 11, "d2");
+        let row = deliveries(&store).remove(0);
+        apply_one(&store, 20, vec![attempt(&row, DeliveryAction::Delivered)]);
+        let (bytes, _) = store.export_snapshot().unwrap();
+        let copy = Store::in_memory().unwrap();
+        copy.import_snapshot(&bytes).unwrap();
+        let (a, b) = (store.read().unwrap(), copy.read().unwrap());
+        assert_eq!(a.state_hash().unwrap(), b.state_hash().unwrap());
+        assert_eq!(b.pending_deliveries(10).unwrap().len(), 1, "index rebuilt");
+        assert_eq!(b.delivery_seq(), 2);
+    }
+}
