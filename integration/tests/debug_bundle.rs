@@ -73,6 +73,7 @@ async fn a_bundle_holds_status_journal_configs_and_metrics_and_no_key() {
             "ctrl-bundle/status.json".to_string(),
             "ctrl-bundle/deployments.json".to_string(),
             "ctrl-bundle/journal.json".to_string(),
+            "ctrl-bundle/cluster_check.json".to_string(),
             format!("{node_dir}/config.toml"),
             format!("{node_dir}/metrics.txt"),
         ] {
@@ -80,6 +81,9 @@ async fn a_bundle_holds_status_journal_configs_and_metrics_and_no_key() {
         }
         assert!(files["ctrl-bundle/deployments.json"].contains(&id));
         assert!(files["ctrl-bundle/journal.json"].contains(&id));
+        let check: serde_json::Value =
+            serde_json::from_str(&files["ctrl-bundle/cluster_check.json"]).unwrap();
+        assert_eq!(check["ok"], true, "{check:#}");
         assert!(files[&format!("{node_dir}/config.toml")].contains("node_id = 1"));
         assert!(files[&format!("{node_dir}/metrics.txt")].contains("ctrl_raft_term"));
 

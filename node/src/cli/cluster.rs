@@ -1,7 +1,7 @@
 //! `ctrl cluster`: initialise a fresh cluster, show every node's view, add
 //! and remove nodes, and check that the replicas hold the same state.
 
-mod check;
+pub(crate) mod check;
 
 use anyhow::{Result, bail};
 use clap::Subcommand;

@@ -1,7 +1,8 @@
 //! `ctrl debug bundle --out FILE`: what support needs, in one gzipped tar
 //! archive: the site's status (nodes, leader, regions, deploys in progress
 //! and failed lately), every deployment, the most recent journal entries,
-//! and each node's config and metrics as it answers for itself. Key
+//! `cluster check` (every member's state hash against the leader's), and
+//! each node's config and metrics as it answers for itself. Key
 //! material never enters it: configs name their certificate and key files,
 //! never their contents, and nothing else is read from disk.
 
@@ -21,6 +22,8 @@ use wire::operator::{OperatorRequest, OperatorResponse};
 pub(super) const BUNDLE_JOURNAL_ENTRIES_MAX: usize = 1_000;
 /// Page size of the reads.
 const PAGE: u32 = 500;
+/// How long each node may take to reach the checked index.
+const CHECK_WAIT_MS: u64 = 5_000;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DebugCommand {
@@ -52,6 +55,15 @@ async fn collect(config: &OperatorConfig) -> Result<Vec<(String, Vec<u8>)>> {
         json(&deployments(&client).await?)?,
     ));
     files.push(("journal.json".to_string(), json(&journal(&client).await?)?));
+    // A cluster that cannot be checked is what support most needs to see:
+    // the failure goes in the bundle instead.
+    match super::cluster::check::report(config, CHECK_WAIT_MS).await {
+        Ok(report) => files.push(("cluster_check.json".to_string(), json(&report)?)),
+        Err(e) => files.push((
+            "cluster_check.error.txt".to_string(),
+            format!("{e:#}\n").into_bytes(),
+        )),
+    }
     for endpoint in &config.endpoints {
         let single = OperatorConfig {
             endpoints: vec![*endpoint],

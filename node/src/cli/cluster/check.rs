@@ -48,8 +48,9 @@ struct Row {
     error: Option<String>,
 }
 
+/// What `ctrl cluster check` found (its `-o json`).
 #[derive(Debug, Serialize)]
-struct Report {
+pub(crate) struct Report {
     ok: bool,
     leader_id: u64,
     /// The applied index the hashes were compared at.
@@ -62,6 +63,33 @@ struct Report {
 }
 
 pub(super) async fn run(config: &OperatorConfig, args: CheckArgs) -> Result<()> {
+    let report = report(config, args.wait_ms).await?;
+    print(&report, args.output)?;
+    if report.ok {
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    if !report.differ.is_empty() {
+        problems.push(format!(
+            "node(s) {} differ from leader {} at applied index {}",
+            list(&report.differ),
+            report.leader_id,
+            report.applied_index
+        ));
+    }
+    if !report.unanswered.is_empty() {
+        problems.push(format!(
+            "node(s) {} could not answer",
+            list(&report.unanswered)
+        ));
+    }
+    bail!("{}", problems.join("; "))
+}
+
+/// Every member's state hash compared with the leader's, each node given
+/// `wait_ms` to reach the checked index; an error only when no leader
+/// answers.
+pub(crate) async fn report(config: &OperatorConfig, wait_ms: u64) -> Result<Report> {
     let leader = leader_status(config).await?;
     let mut target = leader.applied_index.unwrap_or(0);
     let mut rounds = 0;
@@ -69,7 +97,7 @@ pub(super) async fn run(config: &OperatorConfig, args: CheckArgs) -> Result<()> 
         rounds += 1;
         let mut answers = Vec::with_capacity(leader.members.len());
         for (id, addr) in &leader.members {
-            let answer = state_hash(config, addr, target, args.wait_ms).await;
+            let answer = state_hash(config, addr, target, wait_ms).await;
             answers.push((*id, addr.clone(), answer));
         }
         let indexes: Vec<u64> = answers
@@ -133,26 +161,7 @@ pub(super) async fn run(config: &OperatorConfig, args: CheckArgs) -> Result<()> 
         report.nodes.push(row);
     }
     report.ok = report.differ.is_empty() && report.unanswered.is_empty();
-    print(&report, args.output)?;
-    if report.ok {
-        return Ok(());
-    }
-    let mut problems = Vec::new();
-    if !report.differ.is_empty() {
-        problems.push(format!(
-            "node(s) {} differ from leader {} at applied index {}",
-            list(&report.differ),
-            report.leader_id,
-            report.applied_index
-        ));
-    }
-    if !report.unanswered.is_empty() {
-        problems.push(format!(
-            "node(s) {} could not answer",
-            list(&report.unanswered)
-        ));
-    }
-    bail!("{}", problems.join("; "))
+    Ok(report)
 }
 
 fn print(report: &Report, output: Output) -> Result<()> {
