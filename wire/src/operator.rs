@@ -307,6 +307,55 @@ pub enum OperatorRequest {
 }
 
 impl OperatorRequest {
+    /// The request's name in logs and spans (`create_deployment`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            OperatorRequest::CreateDeployment(_) => "create_deployment",
+            OperatorRequest::GetDeployment { .. } => "get_deployment",
+            OperatorRequest::ListDeployments { .. } => "list_deployments",
+            OperatorRequest::SetDesiredState { .. } => "set_desired_state",
+            OperatorRequest::InitCluster => "init_cluster",
+            OperatorRequest::NodeStatus => "node_status",
+            OperatorRequest::AddNode { .. } => "add_node",
+            OperatorRequest::RemoveNode { .. } => "remove_node",
+            OperatorRequest::LogStatus => "log_status",
+            OperatorRequest::StateHash { .. } => "state_hash",
+            OperatorRequest::ApplySentinel(_) => "apply_sentinel",
+            OperatorRequest::StopSentinel { .. } => "stop_sentinel",
+            OperatorRequest::GetSentinel { .. } => "get_sentinel",
+            OperatorRequest::ApplyPolicy(_) => "apply_policy",
+            OperatorRequest::DeletePolicy { .. } => "delete_policy",
+            OperatorRequest::WaitDeployment { .. } => "wait_deployment",
+            OperatorRequest::AddRegion { .. } => "add_region",
+            OperatorRequest::SetRegionSchedulable { .. } => "set_region_schedulable",
+            OperatorRequest::ListRegions => "list_regions",
+            OperatorRequest::CancelDeployment { .. } => "cancel_deployment",
+            OperatorRequest::Rollback { .. } => "rollback",
+            OperatorRequest::GetEnvironment { .. } => "get_environment",
+            OperatorRequest::History { .. } => "history",
+            OperatorRequest::NodeDiagnostics => "node_diagnostics",
+            OperatorRequest::ListPolicies { .. } => "list_policies",
+            OperatorRequest::AddNotifyEndpoint(_) => "add_notify_endpoint",
+            OperatorRequest::RemoveNotifyEndpoint { .. } => "remove_notify_endpoint",
+            OperatorRequest::ListNotifyEndpoints => "list_notify_endpoints",
+            OperatorRequest::ListDeliveries { .. } => "list_deliveries",
+            OperatorRequest::ReplayDelivery { .. } => "replay_delivery",
+        }
+    }
+
+    /// Whether the request waits by design (a long poll, or a node
+    /// catching up), so its duration says nothing about the node's health.
+    pub fn waits(&self) -> bool {
+        matches!(
+            self,
+            OperatorRequest::WaitDeployment { .. }
+                | OperatorRequest::StateHash { .. }
+                | OperatorRequest::AddNode { .. }
+                | OperatorRequest::RemoveNode { .. }
+                | OperatorRequest::InitCluster
+        )
+    }
+
     /// Whether the request changes replicated state through a Raft write
     /// of the state machine (and so is made idempotent by a request id).
     /// Reads, the cluster calls (initialisation and membership, which

@@ -98,3 +98,20 @@ fn wire_formats_match_their_goldens() {
 
     g.assert_all();
 }
+
+#[test]
+fn every_operator_request_has_a_name_of_its_own() {
+    let mut by_variant = std::collections::BTreeMap::new();
+    for request in operator_requests() {
+        let variant = format!("{:?}", std::mem::discriminant(&request));
+        by_variant.insert(variant, request.name());
+    }
+    let names: std::collections::BTreeSet<&str> = by_variant.values().copied().collect();
+    assert_eq!(names.len(), by_variant.len(), "{by_variant:?}");
+    for name in names {
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{name:?}"
+        );
+    }
+}

@@ -6,7 +6,10 @@
 //! ([`crate::app::requests::apply_once`]), with the caller's certificate
 //! identity as its actor; the other requests ignore the id.
 
+use std::time::Instant;
+
 use quinn::{RecvStream, SendStream};
+use tracing::{Instrument, info_span, warn};
 use transport::identity::Identity;
 use wire::hello::Protocol as Hello;
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
@@ -56,7 +59,32 @@ pub async fn serve_stream(
     .await
 }
 
+/// Operator requests that take longer than this (and do not wait by
+/// design, see [`OperatorRequest::waits`]) are logged as slow, in their
+/// span.
+pub const SLOW_REQUEST_MS: u64 = 1_000;
+
+/// Answers one call inside an `operator.request` span (its name and
+/// request id); a slow one is logged there.
 async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> OperatorResponse {
+    let span = info_span!(
+        "operator.request",
+        request = call.request.name(),
+        request_id = call.request_id.as_ref().map(|id| id.as_str())
+    );
+    let waits = call.request.waits();
+    let started = Instant::now();
+    let response = answer(state, identity, call)
+        .instrument(span.clone())
+        .await;
+    let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if took_ms > SLOW_REQUEST_MS && !waits {
+        span.in_scope(|| warn!(took_ms, "slow operator request"));
+    }
+    response
+}
+
+async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> OperatorResponse {
     let clock = state.clock.as_ref();
     let OperatorCall {
         request_id,
