@@ -40,6 +40,10 @@ pub const ENVIRONMENT_ID_LABEL: &str = "unkey.com/environment.id";
 pub const APP_ID_LABEL: &str = "unkey.com/app.id";
 /// Label: the sentinel an object belongs to.
 pub const SENTINEL_ID_LABEL: &str = "unkey.com/sentinel.id";
+/// Annotation of a sentinel's Deployment: the sentinel version (ctrl's
+/// change pk) whose spec it carries, so krane can tell which version a
+/// generation Kubernetes observed belongs to.
+pub const SENTINEL_VERSION_ANNOTATION: &str = "unkey.com/sentinel.version";
 /// Label: the cilium policy an object realises.
 pub const POLICY_ID_LABEL: &str = "unkey.com/cilium-network-policy.id";
 /// `app.kubernetes.io/component`: what part of the product an object is.

@@ -219,6 +219,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::REQUESTS)?;
     txn.open_table(tables::REQUESTS_BY_AGE)
         .ctx_table(op, name::REQUESTS_BY_AGE)?;
+    txn.open_table(tables::ROLLOUTS)
+        .ctx_table(op, name::ROLLOUTS)?;
     Ok(())
 }
 

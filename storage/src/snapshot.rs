@@ -26,6 +26,7 @@ use crate::read::ReadView;
 use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
 use wire::digest::Fnv1a;
 use wire::operator::validate_request_id;
+use wire::rollout::Rollout;
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"ctrlsnap";
@@ -55,6 +56,7 @@ struct SnapshotBody {
     regions: Vec<Region>,
     /// Request records by id; their age index is derived on import.
     requests: Vec<(String, RequestRecord)>,
+    rollouts: Vec<Rollout>,
 }
 
 impl Store {
@@ -104,6 +106,7 @@ impl Store {
             journal_seq: view.journal_seq(),
             regions: rows(&view.regions, name::REGIONS, |r: &Region| r.name.as_str())?,
             requests: request_rows(&view)?,
+            rollouts: rows(&view.rollouts, name::ROLLOUTS, |r: &Rollout| r.seq)?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -279,6 +282,7 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             .iter()
             .map(|t| (&t.region, &t.deployment_id)),
     )?;
+    strictly_ascending(name::ROLLOUTS, body.rollouts.iter().map(|r| r.seq))?;
     strictly_ascending(
         name::SENTINELS,
         body.sentinels.iter().map(|s| (&s.region, &s.id)),
@@ -469,6 +473,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::REQUESTS)?;
     txn.delete_table(tables::REQUESTS_BY_AGE)
         .ctx_table(OP, name::REQUESTS_BY_AGE)?;
+    txn.delete_table(tables::ROLLOUTS)
+        .ctx_table(OP, name::ROLLOUTS)?;
     Ok(())
 }
 
@@ -565,6 +571,12 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.requests_by_age
             .insert((record.created_at_ms, id.as_str()), ())
             .ctx_table(OP_IMPORT, name::REQUESTS_BY_AGE)?;
+    }
+    for r in &body.rollouts {
+        let bytes = encode("a rollout", r)?;
+        t.rollouts
+            .insert(r.seq, bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::ROLLOUTS)?;
     }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
@@ -741,6 +753,7 @@ mod tests {
             region_changes: vec![],
             regions: vec![],
             requests: vec![],
+            rollouts: vec![],
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,

@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -66,6 +66,8 @@ pub mod name {
     pub const REQUESTS: &str = "requests";
     /// The request records' index by (created_at_ms, request id).
     pub const REQUESTS_BY_AGE: &str = "requests_by_age";
+    /// Fleet rollouts by sequence number (the last one is the current).
+    pub const ROLLOUTS: &str = "rollouts";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -108,6 +110,10 @@ pub const REQUESTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::RE
 /// first (compaction and eviction take them from the front).
 pub const REQUESTS_BY_AGE: TableDefinition<RequestAgeKey, ()> =
     TableDefinition::new(name::REQUESTS_BY_AGE);
+
+/// `seq` → [`wire::rollout::Rollout`]: the fleet rollouts, the newest
+/// last (at most [`crate::command::ROLLOUTS_KEPT_MAX`]).
+pub const ROLLOUTS: TableDefinition<u64, Bytes> = TableDefinition::new(name::ROLLOUTS);
 
 /// Keys of the [`METADATA`] table.
 pub mod meta {

@@ -15,14 +15,19 @@ use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
 use storage::tables::{self, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
-use storage::command::{DeployAction, DeployTransition};
+use storage::command::{
+    DeployAction, DeployTransition, RolloutStep, RolloutTransition, SentinelAction,
+    SentinelTransition,
+};
 use storage::{
     ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
     RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
-use wire::model::{Deployment, DeploymentStatus, DesiredState, ResourceType};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, ResourceType, SentinelDeployStatus};
+use wire::operator::RolloutCommand;
+use wire::rollout::RolloutState;
 
 fn goldens() -> Goldens {
     Goldens::new(
@@ -152,8 +157,62 @@ fn mutations() -> Vec<Mutation> {
             environment_id: "env_prod".into(),
             to: Some("dep_01hx3k8".into()),
         },
+        Mutation::DeploySentinel {
+            sentinel: fixtures::sentinel(),
+            deadline_ms: 600_000,
+        },
+        Mutation::Sentinel(SentinelTransition {
+            sentinel_id: "snt_01hx".into(),
+            region: "eu-west".into(),
+            expected: guard(),
+            action: SentinelAction::Ready,
+        }),
+        Mutation::Sentinel(SentinelTransition {
+            sentinel_id: "snt_01hx".into(),
+            region: "eu-west".into(),
+            expected: guard(),
+            action: SentinelAction::Fail {
+                reason: "not converged within 10m".into(),
+            },
+        }),
+        Mutation::StartRollout(fixtures::rollout_options()),
+        Mutation::ControlRollout(RolloutCommand::Resume),
+        Mutation::ControlRollout(RolloutCommand::Cancel),
+        Mutation::ControlRollout(RolloutCommand::RollbackAll),
+        Mutation::Rollout(RolloutTransition {
+            seq: 7,
+            expected: guard(),
+            steps: rollout_steps(),
+        }),
     ]);
     all
+}
+
+/// Every variant of [`RolloutStep`].
+fn rollout_steps() -> Vec<RolloutStep> {
+    vec![
+        RolloutStep::Settle {
+            member: 3,
+            failed: Some("fell out of convergence during the bake".into()),
+        },
+        RolloutStep::StartWave,
+        RolloutStep::Deploy {
+            members: vec![4, 5],
+        },
+        RolloutStep::Bake {
+            until_ms: NOW_MS + 300_000,
+        },
+        RolloutStep::CompleteWave,
+        RolloutStep::Pause {
+            reason: "wave 2: 1 failed, at most 0 allowed".into(),
+        },
+        RolloutStep::Complete,
+        RolloutStep::Revert {
+            members: vec![2, 1],
+        },
+        RolloutStep::NextRollbackWave { wave: 1 },
+        RolloutStep::FinishRollback,
+    ]
 }
 
 fn fingerprint() -> Fingerprint {
@@ -213,6 +272,15 @@ fn outcomes() -> Vec<Outcome> {
             }),
         },
         Outcome::Region(fixtures::region()),
+        Outcome::SentinelDeployed {
+            sentinel_id: "snt_01hx".into(),
+            version: 310,
+            status: SentinelDeployStatus::Ready,
+        },
+        Outcome::Rollout {
+            seq: 7,
+            state: RolloutState::RollingBack,
+        },
     ]
 }
 
@@ -248,6 +316,7 @@ fn populated(store: &Store) {
                 instances: vec![fixtures::instance()],
             },
             Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
+            Mutation::StartRollout(fixtures::rollout_options()),
         ],
         vec![
             request(),
@@ -298,6 +367,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.journal", &[fixtures::journal_entry()]);
     g.check("tables.regions", &[fixtures::region()]);
     g.check("tables.requests", &[request_record()]);
+    g.check("tables.rollouts", &[fixtures::rollout()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -337,6 +407,7 @@ fn state_formats_match_their_goldens() {
             name::REGIONS,
             name::REQUESTS,
             name::REQUESTS_BY_AGE,
+            name::ROLLOUTS,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))
@@ -354,6 +425,7 @@ fn state_formats_match_their_goldens() {
     g.check("command.Mutation", &mutations());
     g.check("command.Outcome", &outcomes());
     g.check("command.Guard", &[guard()]);
+    g.check("command.RolloutStep", &rollout_steps());
     g.check(
         "command.MutationResult",
         &[Ok(Outcome::Recorded), Err(fixtures::wire_error())],

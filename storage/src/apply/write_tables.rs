@@ -26,6 +26,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) open_deployments: Table<'t, &'static str, ()>,
     pub(crate) requests: Table<'t, &'static str, Bytes>,
     pub(crate) requests_by_age: Table<'t, RequestAgeKey, ()>,
+    pub(crate) rollouts: Table<'t, u64, Bytes>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -78,6 +79,9 @@ impl<'t> WriteTables<'t> {
             requests_by_age: txn
                 .open_table(tables::REQUESTS_BY_AGE)
                 .ctx_table(op, name::REQUESTS_BY_AGE)?,
+            rollouts: txn
+                .open_table(tables::ROLLOUTS)
+                .ctx_table(op, name::ROLLOUTS)?,
             op,
         })
     }
