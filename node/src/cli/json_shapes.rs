@@ -12,6 +12,8 @@ use wire::golden::fixtures;
 use wire::model::DeploymentStatus;
 
 use super::cluster::Row;
+use super::rollout::StatusView;
+use super::sentinel::SentinelLine;
 use super::status::{DeployLine, SiteStatus};
 
 /// Where the pinned shapes live.
@@ -40,6 +42,14 @@ fn check(name: &str, value: &impl Serialize) -> Option<String> {
             path.display()
         )),
     }
+}
+
+fn sentinel_line() -> SentinelLine {
+    SentinelLine::new(&fixtures::sentinel(), Some(&fixtures::sentinel_status()))
+}
+
+fn unreported_sentinel_line() -> SentinelLine {
+    SentinelLine::new(&fixtures::sentinel(), None)
 }
 
 fn deploy_line() -> DeployLine {
@@ -85,7 +95,17 @@ fn the_read_commands_json_shapes_match_their_goldens() {
         check("list_deployments", &vec![fixtures::deployment()]),
         check("list_regions", &regions),
         check("history", &vec![fixtures::journal_entry()]),
-        check("get_sentinel", &fixtures::sentinel_view()),
+        check("get_sentinel", &sentinel_line()),
+        check(
+            "list_sentinels",
+            &vec![sentinel_line(), unreported_sentinel_line()],
+        ),
+        check("rollout_plan", &fixtures::rollout_plan()),
+        check(
+            "rollout_status",
+            &StatusView::new(&fixtures::rollout(), fixtures::NOW_MS + 500_000),
+        ),
+        check("rollout_history", &vec![fixtures::rollout_summary()]),
         check("cluster_status", &vec![row(), unreachable_row()]),
         check(
             "status",

@@ -8,6 +8,7 @@ mod json_shapes;
 mod ops;
 mod policy;
 mod region;
+mod rollout;
 mod sentinel;
 mod serve;
 mod status;
@@ -82,6 +83,10 @@ pub(crate) enum Command {
     /// Apply or stop sentinels.
     #[command(subcommand)]
     Sentinel(sentinel::SentinelCommand),
+    /// Roll a sentinel image across the fleet in waves: plan, start,
+    /// status, resume, cancel, rollback-all, history.
+    #[command(subcommand)]
+    Rollout(rollout::RolloutCommand),
     /// Apply or delete cilium network policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -198,6 +203,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
+        Command::Rollout(command) => rollout::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
         Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
         Command::Status { output } => status::run(&operator_config(&cli.config)?, output).await,

@@ -14,7 +14,7 @@ use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, regions, requests, sentinels};
+use crate::app::{deployments, regions, requests, rollouts, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -137,6 +137,16 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
                 .map(OperatorResponse::Region)
         }
         OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
+        OperatorRequest::ListSentinels { after, limit } => sentinels::list(state, after, limit)
+            .map(|(items, next_after)| OperatorResponse::Sentinels { items, next_after }),
+        OperatorRequest::PlanRollout {
+            image,
+            wave_percents,
+        } => rollouts::plan(state, &image, &wave_percents).map(OperatorResponse::RolloutPlan),
+        OperatorRequest::RolloutStatus => rollouts::status(state).map(OperatorResponse::Rollout),
+        OperatorRequest::RolloutHistory { limit } => {
+            rollouts::history(state, limit).map(OperatorResponse::Rollouts)
+        }
         OperatorRequest::NodeDiagnostics => Ok(OperatorResponse::NodeDiagnostics(
             wire::operator::NodeDiagnostics {
                 node_id: state.node_id,

@@ -362,6 +362,7 @@ fn new_sentinel(deployment: &Deployment, region: &str, settings: &DeploySettings
         version: 0,
         created_at_ms: 0,
         updated_at_ms: 0,
+        deploy: wire::model::SentinelDeploy::default(),
     }
 }
 
@@ -767,6 +768,7 @@ mod tests {
             running_image: sentinel.image.clone(),
             health: Health::Healthy,
             updated_at_ms: NOW,
+            applied_version: 0,
         })])
         .await
         .unwrap();
