@@ -209,7 +209,7 @@ impl Operator {
             )
             .await?
         {
-            OperatorResponse::SentinelApplied { sentinel_id } => Ok(sentinel_id),
+            OperatorResponse::SentinelDeployed { sentinel_id, .. } => Ok(sentinel_id),
             other => bail!("sentinel not applied: {other:?}"),
         }
     }

@@ -150,13 +150,16 @@ pub fn get(state: &impl ReadState, id: &str) -> Result<SentinelView, WireError> 
     Ok(SentinelView { sentinel, status })
 }
 
+/// A page of sentinels with their status, and the `after` of the next.
+pub type SentinelPage = (Vec<SentinelView>, Option<(String, String)>);
+
 /// A page of sentinels with their status, in (region, id) order after
 /// `after`; the next page's `after`, if there may be more.
 pub fn list(
     state: &impl ReadState,
     after: Option<(String, String)>,
     limit: u32,
-) -> Result<(Vec<SentinelView>, Option<(String, String)>), WireError> {
+) -> Result<SentinelPage, WireError> {
     if limit == 0 || limit > LIST_PAGE_MAX {
         return Err(WireError::new(
             ErrorCode::BadRequest,

@@ -112,7 +112,7 @@ fn millis(d: Duration) -> u64 {
 fn now_ms() -> UnixMs {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| millis(d))
+        .map_or(0, millis)
 }
 
 pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Result<()> {

@@ -664,7 +664,7 @@ mod tests {
         assert!(site.decide().proposals.is_empty());
         // Resume: past wave 1, its failed sentinel not retried.
         site.failing.clear();
-        assert!(matches!(site.control(RolloutCommand::Resume), Ok(_)));
+        assert!(site.control(RolloutCommand::Resume).is_ok());
         site.converge();
         let r = site.rollout();
         assert_eq!(r.state, RolloutState::Completed);

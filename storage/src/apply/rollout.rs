@@ -256,7 +256,7 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
             if wave >= waves || !wave_done(rollout) {
                 return Err(format!("wave {wave} is not done"));
             }
-            if rollout.options.bake_ms > 0 && !rollout.bake_until_ms.is_some_and(|t| t <= now_ms) {
+            if rollout.options.bake_ms > 0 && rollout.bake_until_ms.is_none_or(|t| t > now_ms) {
                 return Err(format!("wave {wave} has not baked"));
             }
             let counts = rollout.wave_counts()[usize::try_from(wave).unwrap_or(0)];
