@@ -9,6 +9,11 @@
 //!   a resume (once the image works) moves past the failed wave and
 //!   completes; a cancel in the middle of a wave stops it at once — each
 //!   ends with the right images in the clusters.
+//! - The command line, as an operator runs it: `ctrl sentinel apply
+//!   --wait` (ready; ready at once when nothing changed; the replicas
+//!   alone; a failing image fails at its deadline, exit 2), `ctrl get
+//!   sentinel` and `ctrl list sentinels -o json`, `ctrl rollout plan |
+//!   start | status --watch | history`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -278,6 +283,138 @@ async fn a_failing_image_pauses_in_wave_one_then_rollback_resume_and_cancel_end_
         let later = operator.rollout().await.unwrap();
         assert_eq!(later.state, RolloutState::Cancelled);
         assert!(later.members[1..].iter().all(|m| m.writes == 0));
+    })
+    .await;
+}
+
+/// `ctrl ARGS`: its stdout, and whether it exited with `code`.
+async fn ctrl(cli: &integration::kit::process::Cli, args: &[&str], code: i32) -> String {
+    let output = cli.run(args).await.expect("ctrl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "ctrl {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_command_line_deploys_sentinels_and_rolls_out() {
+    integration::kit::binaries::ctrl()
+        .await
+        .expect("the ctrl binary");
+    let dir = tempfile::tempdir().unwrap();
+    bounded(TEST_TIMEOUT, async {
+        let fleet = fleet(&dir).await;
+        let cli = integration::kit::ctrl::with_config(&fleet.operator_path)
+            .await
+            .unwrap();
+        let apply = |region: &'static str, extra: &[&'static str]| {
+            let mut args = vec![
+                "sentinel",
+                "apply",
+                "--environment",
+                "env-cli",
+                "--region",
+                region,
+            ];
+            args.extend_from_slice(extra);
+            args
+        };
+        // A new sentinel, followed until ready.
+        let out = ctrl(&cli, &apply("us-east", &["--image", FIRST, "--wait"]), 0).await;
+        let id = out.split_whitespace().next().unwrap().to_string();
+        assert!(out.contains("progressing"), "{out}");
+        assert!(out.trim_end().ends_with("available"), "{out}");
+        // Nothing changed: ready at once, the same version.
+        let again = ctrl(&cli, &apply("us-east", &[]), 0).await;
+        assert!(again.ends_with("ready\n"), "{again}");
+        assert_eq!(
+            again.split_whitespace().nth(2),
+            out.split_whitespace().nth(2)
+        );
+        // The replicas alone: the image is kept.
+        ctrl(&cli, &apply("us-east", &["--replicas", "2", "--wait"]), 0).await;
+        let json = ctrl(&cli, &["get", "sentinel", &id, "-o", "json"], 0).await;
+        let view: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(view["image"], FIRST);
+        assert_eq!(view["replicas"], 2);
+        assert_eq!(view["deploy_status"], "Ready");
+        assert_eq!(view["available_replicas"], 2);
+        // A second region; then a failing image fails at its deadline.
+        ctrl(&cli, &apply("eu-west", &["--image", FIRST, "--wait"]), 0).await;
+        for region in &fleet.regions {
+            region.sim.add_failing_image("sentinel:broken");
+        }
+        let failed = ctrl(
+            &cli,
+            &apply(
+                "eu-west",
+                &["--image", "sentinel:broken", "--deadline", "2s", "--wait"],
+            ),
+            2,
+        )
+        .await;
+        assert!(failed.contains("progressing"), "{failed}");
+        let list = ctrl(&cli, &["list", "sentinels", "-o", "json"], 0).await;
+        let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+        let statuses: Vec<&str> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["deploy_status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses.len(), 2);
+        assert!(
+            statuses.contains(&"Failed") && statuses.contains(&"Ready"),
+            "{statuses:?}"
+        );
+        for region in &fleet.regions {
+            region.sim.remove_failing_image("sentinel:broken");
+        }
+
+        // A rollout: planned, started, watched to its end, in the history.
+        let plan = ctrl(
+            &cli,
+            &[
+                "rollout",
+                "plan",
+                "--image",
+                "sentinel:9",
+                "--waves",
+                "50,100",
+                "-o",
+                "json",
+            ],
+            0,
+        )
+        .await;
+        let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+        assert_eq!(plan["waves"].as_array().unwrap().len(), 2);
+        ctrl(
+            &cli,
+            &[
+                "rollout",
+                "start",
+                "--image",
+                "sentinel:9",
+                "--waves",
+                "50,100",
+            ],
+            0,
+        )
+        .await;
+        let watched = ctrl(&cli, &["rollout", "status", "--watch"], 0).await;
+        assert!(watched.contains("completed"), "{watched}");
+        let status = ctrl(&cli, &["rollout", "status", "-o", "json"], 0).await;
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        assert_eq!(status["state"], "Completed");
+        let history = ctrl(&cli, &["rollout", "history"], 0).await;
+        assert!(history.contains("sentinel:9"), "{history}");
+        // Nothing to resume.
+        ctrl(&cli, &["rollout", "resume"], 1).await;
     })
     .await;
 }
