@@ -12,7 +12,10 @@
 //!
 //! Every event appended to a rollout's record is a transition operators
 //! are told of (started, wave started, wave completed, paused, resumed,
-//! completed, cancelled, rollback started, rollback completed).
+//! completed, cancelled, rollback started, rollback completed). The pure
+//! rules append them (the decider's copies too); apply hands the ones a
+//! mutation appended to `Applier::rollout_transitions_made`, in the same
+//! transaction, before the record is saved.
 
 use redb::ReadableTableMetadata;
 use wire::model::{DesiredState, Sentinel, UnixMs};
@@ -105,7 +108,7 @@ pub fn bounded_reason(reason: &str) -> String {
     reason[..end].to_string()
 }
 
-/// Appends an event to the record (the oldest goes past
+/// Appends an event to the record (saving it keeps the newest
 /// [`ROLLOUT_EVENTS_MAX`]).
 fn event(
     rollout: &mut Rollout,
@@ -120,8 +123,6 @@ fn event(
         wave,
         message,
     });
-    let excess = rollout.events.len().saturating_sub(ROLLOUT_EVENTS_MAX);
-    rollout.events.drain(..excess);
 }
 
 /// Whether a member took the new image (written by the rollout and not
@@ -215,7 +216,6 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
                 wave + 1,
                 rollout.wave_range(wave).len()
             );
-            // notify: wave started
             event(
                 rollout,
                 RolloutEventKind::WaveStarted,
@@ -266,7 +266,6 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
                 counts.done,
                 counts.failed
             );
-            // notify: wave completed
             event(
                 rollout,
                 RolloutEventKind::WaveCompleted,
@@ -282,7 +281,6 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
             require(rollout, &[InProgress], "pause")?;
             rollout.state = Paused;
             rollout.reason = Some(bounded_reason(reason));
-            // notify: paused
             event(
                 rollout,
                 RolloutEventKind::Paused,
@@ -303,7 +301,6 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
                 rollout.members.len(),
                 rollout.options.image
             );
-            // notify: completed
             event(rollout, RolloutEventKind::Completed, wave, message, now_ms);
         }
         RolloutStep::Revert { members } => {
@@ -343,7 +340,6 @@ pub fn advance(rollout: &mut Rollout, step: &RolloutStep, now_ms: UnixMs) -> Res
             rollout.state = RolloutState::Cancelled;
             rollout.ended_at_ms = Some(now_ms);
             let message = format!("{} sentinels reverted", rollout.reverted);
-            // notify: rollback completed
             event(
                 rollout,
                 RolloutEventKind::RollbackCompleted,
@@ -379,7 +375,6 @@ pub fn control(
             rollout.wave_started_at_ms = None;
             rollout.bake_until_ms = None;
             let message = format!("past wave {}", wave + 1);
-            // notify: resumed
             event(rollout, RolloutEventKind::Resumed, wave, message, now_ms);
         }
         RolloutCommand::Cancel => {
@@ -399,7 +394,6 @@ pub fn control(
             let waves = u32::try_from(rollout.waves.len()).unwrap_or(u32::MAX);
             let to_revert = rollout.members.iter().filter(|m| took_image(m)).count();
             let message = format!("{to_revert} sentinels to revert");
-            // notify: rollback started
             event(
                 rollout,
                 RolloutEventKind::RollbackStarted,
@@ -418,7 +412,6 @@ pub fn control(
                 None => {
                     rollout.state = Cancelled;
                     rollout.ended_at_ms = Some(now_ms);
-                    // notify: rollback completed
                     event(
                         rollout,
                         RolloutEventKind::RollbackCompleted,
@@ -441,6 +434,29 @@ impl Applier<'_> {
             Some((key, value)) => decode(name::ROLLOUTS, &key.value(), value.value()).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The rollout transitions this apply made: `events`, just appended
+    /// to rollout `seq` (started, wave started, wave completed, paused,
+    /// resumed, completed, cancelled, rollback started, rollback
+    /// completed), in the transaction that made them.
+    fn rollout_transitions_made(&mut self, seq: u64, events: &[RolloutEvent]) {
+        // notify: create one notification per event here (issue 15, item
+        // 3), in this same apply.
+        let _ = (seq, events);
+    }
+
+    /// Saves `rollout`, whose events from index `events_before` on were
+    /// appended by this apply: they are handed to
+    /// `rollout_transitions_made`, then the oldest events past
+    /// [`ROLLOUT_EVENTS_MAX`] go.
+    fn save_rollout(&mut self, rollout: &mut Rollout, events_before: usize) -> Result<()> {
+        let from = events_before.min(rollout.events.len());
+        let appended: Vec<RolloutEvent> = rollout.events[from..].to_vec();
+        self.rollout_transitions_made(rollout.seq, &appended);
+        let excess = rollout.events.len().saturating_sub(ROLLOUT_EVENTS_MAX);
+        rollout.events.drain(..excess);
+        self.put_rollout(rollout)
     }
 
     fn put_rollout(&mut self, rollout: &Rollout) -> Result<()> {
@@ -514,7 +530,6 @@ impl Applier<'_> {
             rollout.waves.len(),
             plan.already_on_image
         );
-        // notify: started
         event(
             &mut rollout,
             RolloutEventKind::Started,
@@ -525,7 +540,6 @@ impl Applier<'_> {
         if rollout.members.is_empty() {
             rollout.state = RolloutState::Completed;
             rollout.ended_at_ms = Some(self.now_ms);
-            // notify: completed
             event(
                 &mut rollout,
                 RolloutEventKind::Completed,
@@ -546,7 +560,7 @@ impl Applier<'_> {
                 break;
             }
         }
-        self.put_rollout(&rollout)?;
+        self.save_rollout(&mut rollout, 0)?;
         Ok(Ok(Outcome::Rollout {
             seq,
             state: rollout.state,
@@ -557,11 +571,12 @@ impl Applier<'_> {
         let Some(mut rollout) = self.latest_rollout()? else {
             return Ok(not_found("no rollout ever started"));
         };
+        let events_before = rollout.events.len();
         if let Err(e) = control(&mut rollout, command, self.now_ms) {
             return Ok(failed_precondition(e));
         }
         rollout.revision += 1;
-        self.put_rollout(&rollout)?;
+        self.save_rollout(&mut rollout, events_before)?;
         Ok(Ok(Outcome::Rollout {
             seq: rollout.seq,
             state: rollout.state,
@@ -584,6 +599,7 @@ impl Applier<'_> {
             return Ok(bad_request("a rollout transition needs a step"));
         }
         // Every step on the record first: all or none.
+        let events_before = rollout.events.len();
         let mut writes: Vec<(u32, String)> = Vec::new();
         for step in &transition.steps {
             if let Err(e) = advance(&mut rollout, step, self.now_ms) {
@@ -627,7 +643,7 @@ impl Applier<'_> {
             }
         }
         rollout.revision += 1;
-        self.put_rollout(&rollout)?;
+        self.save_rollout(&mut rollout, events_before)?;
         Ok(Ok(Outcome::Recorded))
     }
 }
