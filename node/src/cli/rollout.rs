@@ -269,7 +269,7 @@ pub(crate) struct FailedLine {
     pub sentinel_id: String,
     pub region: String,
     pub wave: u32,
-    pub state: String,
+    pub state: MemberState,
     pub reason: Option<String>,
 }
 
@@ -316,7 +316,7 @@ impl StatusView {
                 sentinel_id: m.sentinel_id.clone(),
                 region: m.region.clone(),
                 wave: m.wave + 1,
-                state: m.state.as_str().to_string(),
+                state: m.state,
                 reason: m.reason.clone(),
             })
             .collect();
@@ -384,7 +384,7 @@ impl StatusView {
         for f in &self.failed {
             out += &format!(
                 "\n  {} {} ({}, wave {}): {}",
-                f.state,
+                f.state.as_str(),
                 f.sentinel_id,
                 f.region,
                 f.wave,

@@ -8,7 +8,9 @@ use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
-use wire::model::{Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs};
+use wire::model::{
+    DesiredState, Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
+};
 use wire::operator::{ApplySentinel, OperatorRequest, OperatorResponse, SentinelView};
 
 use super::{Exit, Output, RequestIdArg};
@@ -187,7 +189,7 @@ pub(crate) struct SentinelLine {
     pub region: String,
     pub image: String,
     pub replicas: u32,
-    pub desired_state: String,
+    pub desired_state: DesiredState,
     pub version: Pk,
     pub deploy_status: SentinelDeployStatus,
     pub deploy_deadline_at_ms: UnixMs,
@@ -210,7 +212,7 @@ impl SentinelLine {
             region: sentinel.region.clone(),
             image: sentinel.image.clone(),
             replicas: sentinel.replicas,
-            desired_state: sentinel.desired_state.as_str().to_string(),
+            desired_state: sentinel.desired_state,
             version: sentinel.version,
             deploy_status: sentinel.deploy.status,
             deploy_deadline_at_ms: sentinel.deploy.deadline_at_ms,
