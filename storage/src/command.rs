@@ -264,7 +264,7 @@ pub struct SentinelTransition {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SentinelAction {
     /// `progressing → ready`: krane's last report shows it converged
-    /// (checked again at apply).
+    /// (checked again at apply, before the deadline).
     Ready,
     /// `progressing → failed`: the deadline passed (checked again at
     /// apply against the entry's time).

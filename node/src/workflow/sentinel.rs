@@ -2,13 +2,13 @@
 //! is `progressing`, from its row and krane's last report at one time, the
 //! guarded transition to propose and when to look again. Pure.
 //!
-//! - Converged ([`wire::model::sentinel_converged`]): `ready`. Usually the
-//!   apply of the report itself has done so already (`storage::apply::
-//!   sentinel`); this is the same condition, for a report applied while
-//!   the record could not move (nothing is ever waited on but the stored
-//!   condition).
+//! - Converged ([`wire::model::sentinel_converged`]) before the deadline:
+//!   `ready`. The apply of the report itself has normally done so already
+//!   (`storage::apply::sentinel`); this is the same condition again
+//!   (nothing is ever waited on but the stored condition).
 //! - Else, once the deadline stored in the record has passed (and this
-//!   leader's grace, as the deploy workflow's): `failed`. The guard is the
+//!   leader's grace, as the deploy workflow's): `failed` — also when krane
+//!   reported convergence only after the deadline. The guard is the
 //!   deploy status and the version, so a failure decided before a report
 //!   made it ready changes nothing; apply checks the deadline again
 //!   against the entry's time.
@@ -98,13 +98,17 @@ pub fn decide_sentinel(
             action,
         })])
     };
-    if status.is_some_and(|s| sentinel_converged(sentinel, s)) {
+    let converged = status.is_some_and(|s| sentinel_converged(sentinel, s));
+    if converged && now_ms < sentinel.deploy.deadline_at_ms {
         return transition(SentinelAction::Ready);
     }
     if now_ms >= fires_at_ms {
-        return transition(SentinelAction::Fail {
-            reason: failure(sentinel, status),
-        });
+        let reason = if converged {
+            "converged only after its deadline".to_string()
+        } else {
+            failure(sentinel, status)
+        };
+        return transition(SentinelAction::Fail { reason });
     }
     Decision::wake_at(fires_at_ms)
 }
@@ -225,9 +229,6 @@ mod tests {
         let done = report("sentinel:2", 2, 7);
         let d = decide_sentinel(&s, Some(&done), DEADLINE, NOW + 1);
         assert_eq!(action(&d), Some(&SentinelAction::Ready));
-        // Converged is ready even past the deadline (before it failed).
-        let d = decide_sentinel(&s, Some(&done), DEADLINE, DEADLINE + 5);
-        assert_eq!(action(&d), Some(&SentinelAction::Ready));
         // The guard is the deploy status and the version.
         let Mutation::Sentinel(t) = &d.proposals[0] else {
             unreachable!()
@@ -236,6 +237,17 @@ mod tests {
             (t.expected.step.as_str(), t.expected.revision),
             ("progressing", 7)
         );
+        // Converged only after the deadline: failed, saying so.
+        let d = decide_sentinel(&s, Some(&done), DEADLINE, DEADLINE);
+        assert_eq!(
+            action(&d),
+            Some(&SentinelAction::Fail {
+                reason: "converged only after its deadline".into()
+            })
+        );
+        // Under a new leader's grace the failure waits for its end.
+        let d = decide_sentinel(&s, Some(&done), DEADLINE + 9, DEADLINE + 1);
+        assert_eq!((action(&d), d.wake_at_ms), (None, Some(DEADLINE + 9)));
     }
 
     #[test]

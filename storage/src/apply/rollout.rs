@@ -647,3 +647,133 @@ impl Applier<'_> {
         Ok(Ok(Outcome::Recorded))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use wire::model::DesiredState;
+    use wire::rollout::MemberState;
+
+    use super::*;
+    use crate::test_support::sentinel;
+
+    fn on(id: &str, region: &str, image: &str) -> Sentinel {
+        Sentinel {
+            image: image.into(),
+            ..sentinel(id, region)
+        }
+    }
+
+    #[test]
+    fn a_plan_takes_the_running_sentinels_off_the_image_by_id_with_their_images() {
+        let mut stopped = on("s0", "eu", "img:1");
+        stopped.desired_state = DesiredState::Stopped;
+        let sentinels = [
+            on("s3", "eu", "img:1"),
+            on("s1", "us", "img:0"),
+            on("s2", "eu", "img:2"),
+            on("s1", "eu", "img:1"),
+            stopped,
+        ];
+        let plan = plan(&sentinels, "img:2", &[50, 100]);
+        let order: Vec<(&str, &str, &str, u32)> = plan
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.sentinel_id.as_str(),
+                    m.region.as_str(),
+                    m.previous_image.as_str(),
+                    m.wave,
+                )
+            })
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("s1", "eu", "img:1", 0),
+                ("s1", "us", "img:0", 0),
+                ("s3", "eu", "img:1", 1)
+            ]
+        );
+        assert_eq!(plan.waves, [2, 1]);
+        assert_eq!((plan.running, plan.already_on_image), (4, 1));
+        assert!(plan.members.iter().all(|m| m.state == MemberState::Pending));
+    }
+
+    #[test]
+    fn steps_out_of_order_are_refused_and_a_rollback_reverts_what_took_the_image() {
+        let plan = plan(&[on("s1", "eu", "img:1")], "img:2", &[100]);
+        let mut rollout = Rollout {
+            seq: 1,
+            options: RolloutOptions {
+                image: "img:2".into(),
+                wave_percents: vec![100],
+                bake_ms: 0,
+                max_failures: 0,
+                concurrency: 0,
+                deadline_ms: 1_000,
+            },
+            state: RolloutState::InProgress,
+            waves: plan.waves,
+            members: plan.members,
+            current_wave: 0,
+            wave_started_at_ms: None,
+            bake_until_ms: None,
+            revision: 1,
+            started_at_ms: 0,
+            ended_at_ms: None,
+            reverted: 0,
+            reason: None,
+            events: Vec::new(),
+        };
+        // Deploying before the wave started, completing a wave not done,
+        // settling a member not in flight, reverting while in progress.
+        for step in [
+            RolloutStep::Deploy { members: vec![0] },
+            RolloutStep::CompleteWave,
+            RolloutStep::Settle {
+                member: 0,
+                failed: None,
+            },
+            RolloutStep::Revert { members: vec![0] },
+            RolloutStep::Complete,
+        ] {
+            assert!(advance(&mut rollout, &step, 5).is_err(), "{step:?}");
+        }
+        advance(&mut rollout, &RolloutStep::StartWave, 5).unwrap();
+        advance(&mut rollout, &RolloutStep::Deploy { members: vec![0] }, 5).unwrap();
+        // Twice is refused: the member is no longer pending.
+        assert!(advance(&mut rollout, &RolloutStep::Deploy { members: vec![0] }, 5).is_err());
+        // Cancel, then resume is refused; rollback-all reverts the member.
+        control(&mut rollout, RolloutCommand::Cancel, 6).unwrap();
+        assert!(control(&mut rollout, RolloutCommand::Resume, 6).is_err());
+        control(&mut rollout, RolloutCommand::RollbackAll, 7).unwrap();
+        assert_eq!(rollout.state, RolloutState::RollingBack);
+        advance(&mut rollout, &RolloutStep::Revert { members: vec![0] }, 8).unwrap();
+        assert!(advance(&mut rollout, &RolloutStep::FinishRollback, 8).is_err());
+        advance(
+            &mut rollout,
+            &RolloutStep::Settle {
+                member: 0,
+                failed: None,
+            },
+            9,
+        )
+        .unwrap();
+        advance(&mut rollout, &RolloutStep::FinishRollback, 9).unwrap();
+        assert_eq!(
+            (rollout.state, rollout.reverted),
+            (RolloutState::Cancelled, 1)
+        );
+        let kinds: Vec<RolloutEventKind> = rollout.events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                RolloutEventKind::WaveStarted,
+                RolloutEventKind::Cancelled,
+                RolloutEventKind::RollbackStarted,
+                RolloutEventKind::RollbackCompleted
+            ]
+        );
+    }
+}

@@ -7,11 +7,11 @@
 //! writes) is tracked on the row (`Sentinel::deploy`): written
 //! `progressing` with an absolute deadline, it becomes `ready` in the
 //! apply of the first status report that shows it converged
-//! ([`wire::model::sentinel_converged`]) — the wait is a condition
-//! re-checked at every report's apply, so no report is missed whenever it
-//! lands — or, by the driver's guarded [`SentinelTransition`], `ready`
-//! (the same check) or `failed` once the entry's time is past the
-//! deadline. The guard is (deploy status, version): a failure decided
+//! ([`wire::model::sentinel_converged`]) before its deadline — the wait
+//! is a condition re-checked at every report's apply, so no report is
+//! missed whenever it lands — or, by the driver's guarded
+//! [`SentinelTransition`], `ready` (the same check) or `failed` once the
+//! entry's time is past the deadline. The guard is (deploy status, version): a failure decided
 //! before a report made it ready, or before a newer version, changes
 //! nothing.
 
@@ -185,9 +185,11 @@ impl Applier<'_> {
         }
         match &transition.action {
             SentinelAction::Ready => {
-                if !status.is_some_and(|s| sentinel_converged(&sentinel, &s)) {
+                if !status.is_some_and(|s| sentinel_converged(&sentinel, &s))
+                    || self.now_ms >= sentinel.deploy.deadline_at_ms
+                {
                     return Ok(failed_precondition(format!(
-                        "sentinel {:?} has not converged",
+                        "sentinel {:?} has not converged before its deadline",
                         sentinel.id
                     )));
                 }
