@@ -26,6 +26,10 @@ pub use wire::k8s_name::{
     LABEL_VALUE_BYTES_MAX, MANAGED_BY_LABEL, MANAGED_BY_SELECTOR, MANAGED_BY_VALUE,
     POLICY_ID_LABEL, PROJECT_ID_LABEL, SENTINEL_ID_LABEL, WORKSPACE_ID_LABEL, label_value,
 };
+/// Annotation of a sentinel's Deployment: the sentinel version (ctrl's
+/// change pk) whose spec it carries, so krane can tell which version a
+/// generation Kubernetes observed belongs to.
+pub const SENTINEL_VERSION_ANNOTATION: &str = "unkey.com/sentinel.version";
 /// Most namespaces krane remembers having checked or created.
 pub const KNOWN_NAMESPACES_MAX: usize = 1_024;
 

@@ -846,6 +846,7 @@ mod tests {
             running_image: "sentinel:1".into(),
             health: wire::model::Health::Healthy,
             updated_at_ms: 1,
+            applied_version: 1,
         }
     }
 

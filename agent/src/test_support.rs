@@ -63,6 +63,7 @@ pub(crate) fn sentinel(id: &str, version: Pk) -> wire::model::Sentinel {
         version,
         created_at_ms: 1,
         updated_at_ms: 2,
+        deploy: wire::model::SentinelDeploy::default(),
     }
 }
 

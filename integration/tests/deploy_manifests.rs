@@ -133,10 +133,11 @@ async fn sentinel_and_policy(fleet: &mut Fleet, operator: &Operator) {
         app_id: "app".into(),
         environment_id: "env".into(),
         region: REGION.into(),
-        image: "sentinel:1".into(),
+        image: Some("sentinel:1".into()),
         replicas: Some(1),
         cpu_millicores: None,
         memory_mib: None,
+        deadline_ms: None,
     };
     let sentinel_id = operator.apply_sentinel(sentinel).await.unwrap();
     let name = sentinel_id.replacen("snt_", "snt-", 1);

@@ -80,10 +80,11 @@ async fn scenario() {
             app_id: "app_1".into(),
             environment_id: "env_1".into(),
             region: REGION.into(),
-            image: "sentinel:1.0".into(),
+            image: Some("sentinel:1.0".into()),
             replicas: Some(2),
             cpu_millicores: None,
             memory_mib: None,
+            deadline_ms: None,
         })
         .await
         .unwrap();

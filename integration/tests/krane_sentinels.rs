@@ -43,10 +43,11 @@ fn sentinel_request(image: &str, replicas: Option<u32>) -> ApplySentinel {
         app_id: "app_1".into(),
         environment_id: "env_1".into(),
         region: US.into(),
-        image: image.into(),
+        image: Some(image.into()),
         replicas,
         cpu_millicores: Some(300),
         memory_mib: Some(384),
+        deadline_ms: None,
     }
 }
 

@@ -594,12 +594,14 @@ async fn step(
                 app_id: "app".into(),
                 environment_id: format!("env-{env}"),
                 region: region(*r).into(),
-                image: format!("sentinel:1.{replicas}"),
+                image: Some(format!("sentinel:1.{replicas}")),
                 replicas: Some(*replicas),
                 cpu_millicores: None,
                 memory_mib: None,
+                deadline_ms: None,
             });
-            if let OperatorResponse::SentinelApplied { sentinel_id } = call(client, request).await?
+            if let OperatorResponse::SentinelDeployed { sentinel_id, .. } =
+                call(client, request).await?
             {
                 model
                     .live

@@ -28,19 +28,16 @@
 //! shares one machine clock) and printed; for those two transient steps
 //! the kill may land just after the step ended, and the test says so.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use config::{AgentConfig, ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
-use integration::cluster::{as_agent, plan};
+use config::{ConfigFile, OperatorConfig};
+use integration::cluster::as_agent;
 use integration::kit::binaries;
-use integration::kit::krane::Krane;
 use integration::kit::operator::Operator;
-use integration::kit::process::Process;
+use integration::kit::site::ProcessSite as Site;
 use integration::kit::wait::{bounded, wait_until, within};
+use k8s_sim::pod_ready;
 use k8s_sim::resources::{DEPLOYMENTS, STATEFUL_SETS};
-use k8s_sim::{SimConfig, Simulator, pod_ready};
 use node::client::Client;
 use tokio::time::Instant;
 use wire::agent::WatchEvent;
@@ -59,9 +56,6 @@ const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 const SENTINEL_IMAGE: &str = "sentinel:leader-kill";
 /// Long enough that no held step fails while the test holds it.
 const HOLD_MS: u64 = 10 * 60 * 1_000;
-/// Krane's reconnect backoff: a killed node is left quickly.
-const BACKOFF_MIN_MS: u64 = 50;
-const BACKOFF_MAX_MS: u64 = 200;
 /// Deploys tried for a step that lasts one Raft round (`pending`,
 /// `finalizing`) until the kill lands in it.
 const TRANSIENT_ATTEMPTS: u32 = 3;
@@ -75,165 +69,13 @@ const STEPS: [DeploymentStatus; 4] = [
     DeploymentStatus::Finalizing,
 ];
 
-/// Three `ctrl serve` processes (any may be down), and per region a
-/// simulator and a krane process.
-struct Site {
-    dir: tempfile::TempDir,
-    ctrl: PathBuf,
-    configs: Vec<NodeConfig>,
-    operator: OperatorConfig,
-    nodes: BTreeMap<u64, Process>,
-    sims: Vec<Simulator>,
-    _kranes: Vec<Krane>,
-}
-
-impl Site {
-    async fn start() -> Site {
-        let ctrl = binaries::ctrl()
-            .await
-            .expect("the ctrl binary")
-            .to_path_buf();
-        let krane = binaries::krane().await.expect("the krane binary");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (configs, operator) = plan(dir.path(), NODES, |config| {
-            config.deploy.progress_deadline_ms = HOLD_MS;
-            config.deploy.fail_fast_ms = HOLD_MS;
-            config.deploy.sentinel_image = SENTINEL_IMAGE.into();
-        })
-        .expect("plan the cluster");
-        for config in &configs {
-            std::fs::write(
-                node_config_path(dir.path(), config.node_id),
-                config.to_toml_string(),
-            )
-            .expect("write a node config");
-        }
-        let mut site = Site {
-            dir,
-            ctrl,
-            configs,
-            operator,
-            nodes: BTreeMap::new(),
-            sims: Vec::new(),
-            _kranes: Vec::new(),
-        };
-        for id in 1..=NODES {
-            site.start_node(id);
-        }
-        let first = Client::new(&site.operator_of(1)).expect("client");
-        wait_until(
-            Instant::now() + WAIT,
-            "node 1 to initialise the cluster",
-            async || match first.call(&OperatorRequest::InitCluster).await {
-                Ok(OperatorResponse::Initialized { .. }) => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        )
-        .await
-        .expect("cluster init");
-        site.agreed_leader(&[1, 2, 3]).await;
-        Operator::from(first)
-            .add_regions(REGIONS)
-            .await
-            .expect("regions added");
-
-        for region in REGIONS {
-            let sim = Simulator::start(SimConfig::default())
-                .await
-                .expect("simulator");
-            let kubeconfig = site.dir.path().join(format!("{region}.kubeconfig"));
-            sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-            let certs = site
-                .operator
-                .tls
-                .ca_cert
-                .parent()
-                .expect("the certificate directory")
-                .to_path_buf();
-            let mut agent = AgentConfig::new(
-                region,
-                site.configs.iter().map(|c| c.listen_addr.into()).collect(),
-                TlsFiles::in_dir(&certs, &format!("agent-{region}")),
-            );
-            agent.kubeconfig = Some(kubeconfig);
-            agent.data_dir = site.dir.path().join(format!("krane-{region}"));
-            agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
-            agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
-            let path = site.dir.path().join(format!("krane-{region}.toml"));
-            std::fs::write(&path, agent.to_toml_string()).expect("write the krane config");
-            let log = site.dir.path().join(format!("krane-{region}.log"));
-            site._kranes
-                .push(Krane::start(krane, &path, &log).expect("krane starts"));
-            site.sims.push(sim);
-        }
-        site
-    }
-
-    /// `ctrl serve --config node-ID.toml`, its log appended to `node-ID.log`.
-    fn start_node(&mut self, id: u64) {
-        let mut command = std::process::Command::new(&self.ctrl);
-        command
-            .args(["serve", "--config"])
-            .arg(node_config_path(self.dir.path(), id))
-            .env("CTRL_LOG", "info")
-            .env("NO_COLOR", "1");
-        let log = self.dir.path().join(format!("node-{id}.log"));
-        let process = Process::start(command, &log).expect("ctrl serve starts");
-        self.nodes.insert(id, process);
-    }
-
-    /// SIGKILL: a crash of node `id`.
-    fn kill(&mut self, id: u64) {
-        self.nodes.remove(&id).expect("the node runs").kill();
-    }
-
-    fn operator_of(&self, id: u64) -> OperatorConfig {
-        let index = usize::try_from(id - 1).expect("a node id");
-        OperatorConfig {
-            endpoints: vec![self.configs[index].listen_addr],
-            ..self.operator.clone()
-        }
-    }
-
-    /// The leader nodes `ids` (each asked alone) all name.
-    async fn agreed_leader(&self, ids: &[u64]) -> u64 {
-        wait_until(
-            Instant::now() + WAIT,
-            "the nodes to name one leader",
-            async || {
-                let mut leaders = Vec::new();
-                for id in ids {
-                    let client = Client::new(&self.operator_of(*id)).map_err(|e| e.to_string())?;
-                    match client.call(&OperatorRequest::NodeStatus).await {
-                        Ok(OperatorResponse::NodeStatus(status)) => leaders.push(status.leader_id),
-                        other => return Err(format!("node {id}: {other:?}")),
-                    }
-                }
-                match leaders.first() {
-                    Some(Some(first))
-                        if leaders.iter().all(|l| *l == Some(*first)) && ids.contains(first) =>
-                    {
-                        Ok(*first)
-                    }
-                    _ => Err(format!("leaders named: {leaders:?}")),
-                }
-            },
-        )
-        .await
-        .expect("one leader")
-    }
-
-    fn sims_fail(&self, image: &str) {
-        self.sims.iter().for_each(|s| s.add_failing_image(image));
-    }
-
-    fn sims_heal(&self, image: &str) {
-        self.sims.iter().for_each(|s| s.remove_failing_image(image));
-    }
-}
-
-fn node_config_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("node-{id}.toml"))
+async fn start_site() -> Site {
+    Site::start(NODES, &REGIONS, |config| {
+        config.deploy.progress_deadline_ms = HOLD_MS;
+        config.deploy.fail_fast_ms = HOLD_MS;
+        config.deploy.sentinel_image = SENTINEL_IMAGE.into();
+    })
+    .await
 }
 
 fn now_ms() -> UnixMs {
@@ -477,7 +319,7 @@ async fn a_deploy_reaches_ready_once_whichever_step_the_leader_is_killed_in() {
     binaries::ctrl().await.expect("the ctrl binary");
     binaries::krane().await.expect("the krane binary");
     bounded(TEST_TIMEOUT, async {
-        let mut site = Site::start().await;
+        let mut site = start_site().await;
         for step in STEPS {
             // A transient step is tried again (a fresh deploy) when the
             // kill landed just after it.

@@ -12,8 +12,10 @@ use wire::notify::NotifyEndpoint;
 
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Heartbeat, Instance, Pk,
-    Region, Sentinel, SentinelStatus, UnixMs,
+    Region, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
 };
+use wire::operator::RolloutCommand;
+use wire::rollout::{RolloutOptions, RolloutState};
 
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
 /// compaction step of the design).
@@ -232,6 +234,40 @@ pub enum Mutation {
         /// The delivery's id.
         delivery_id: u64,
     },
+    /// Deploys a sentinel change (`ctrl sentinel apply`): the sentinel as
+    /// merged by the leader. If its spec equals the stored one's and krane
+    /// reports it converged, nothing is written and the answer is
+    /// `ready`; if the same spec is already progressing, nothing is
+    /// written and the answer says so; otherwise it is written with a new
+    /// version and a change row, its deploy `progressing` with the
+    /// deadline `now + deadline_ms`. Answered by
+    /// [`Outcome::SentinelDeployed`].
+    DeploySentinel {
+        /// The sentinel as it should be (version, timestamps and deploy
+        /// record are set by apply).
+        sentinel: Sentinel,
+        /// How long it may take to converge, in milliseconds.
+        deadline_ms: u64,
+    },
+    /// A guarded step of a sentinel's deploy, decided by the leader's
+    /// driver (ready once converged, failed once the deadline passed).
+    Sentinel(SentinelTransition),
+    /// Starts a fleet rollout (an operator's): refused while another is
+    /// in progress, paused or rolling back, and when every running
+    /// sentinel already runs the image; the plan (running sentinels not on
+    /// the image, by id, cut into waves) and each one's previous image are
+    /// frozen here; with no sentinel running it is completed at once.
+    /// Answered by [`Outcome::Rollout`].
+    StartRollout(RolloutOptions),
+    /// An operator's command to the latest rollout (resume, cancel,
+    /// rollback-all): a plain write of the record (its revision moves, so
+    /// the driver's proposals decided before it change nothing). Refused
+    /// from a state the command does not apply to. Answered by
+    /// [`Outcome::Rollout`].
+    ControlRollout(RolloutCommand),
+    /// Guarded steps of the latest rollout, decided by the leader's
+    /// driver, made in order in one apply (all or none).
+    Rollout(RolloutTransition),
 }
 
 /// A step of a notification delivery, with the guard (its state and
@@ -264,6 +300,98 @@ pub enum DeliveryAction {
         /// What went wrong.
         error: String,
     },
+}
+
+/// Most rollouts kept; starting one more removes the oldest.
+pub const ROLLOUTS_KEPT_MAX: u64 = 100;
+
+/// A step of a sentinel's deploy, with the guard it was decided against
+/// (the deploy status by name, and the sentinel's version).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentinelTransition {
+    /// The sentinel.
+    pub sentinel_id: String,
+    /// Its region.
+    pub region: String,
+    /// Its deploy status and version when this was decided.
+    pub expected: Guard,
+    /// What to do.
+    pub action: SentinelAction,
+}
+
+/// What a [`SentinelTransition`] does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SentinelAction {
+    /// `progressing → ready`: krane's last report shows it converged
+    /// (checked again at apply, before the deadline).
+    Ready,
+    /// `progressing → failed`: the deadline passed (checked again at
+    /// apply against the entry's time).
+    Fail {
+        /// Why, for the operator.
+        reason: String,
+    },
+}
+
+/// Steps of the latest rollout, with the guard they were decided against
+/// (the rollout's state by name, and its revision).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutTransition {
+    /// The rollout's sequence number.
+    pub seq: u64,
+    /// Its state and revision when this was decided.
+    pub expected: Guard,
+    /// What to do, in order.
+    pub steps: Vec<RolloutStep>,
+}
+
+/// One step of a rollout (see `storage::apply::rollout::advance`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RolloutStep {
+    /// A member in flight ended: converged (`failed: None`) or not.
+    Settle {
+        /// Its index in the rollout's members.
+        member: u32,
+        /// Why it failed, if it did.
+        failed: Option<String>,
+    },
+    /// The current wave starts (its first sentinels are written next).
+    StartWave,
+    /// Writes the new image to these pending members of the current wave.
+    Deploy {
+        /// Indexes in the rollout's members.
+        members: Vec<u32>,
+    },
+    /// Every member of the current wave ended within the failures
+    /// allowed: it bakes until then.
+    Bake {
+        /// When the bake ends (leader's clock).
+        until_ms: UnixMs,
+    },
+    /// The current wave is done (baked, if there is a bake): the next one
+    /// is current.
+    CompleteWave,
+    /// The current wave had more failures than allowed.
+    Pause {
+        /// Why, for the operator.
+        reason: String,
+    },
+    /// Every wave is done.
+    Complete,
+    /// Writes the previous image back to these members of the wave being
+    /// rolled back.
+    Revert {
+        /// Indexes in the rollout's members.
+        members: Vec<u32>,
+    },
+    /// The wave being rolled back is done: the previous wave with members
+    /// to revert is current.
+    NextRollbackWave {
+        /// That wave.
+        wave: u32,
+    },
+    /// Every revert ended: `cancelled`, with the count of reverted ones.
+    FinishRollback,
 }
 
 /// A step of the deploy workflow for one deployment, with the guard it was
@@ -379,6 +507,24 @@ pub enum Outcome {
     EndpointRemoved {
         /// How many of its pending deliveries became dead.
         deliveries_dead: u64,
+    },
+    /// [`Mutation::DeploySentinel`]: the sentinel's version and where its
+    /// deploy is.
+    SentinelDeployed {
+        /// The sentinel's id.
+        sentinel_id: String,
+        /// Its version now.
+        version: Pk,
+        /// `ready` (nothing changed and converged) or `progressing`.
+        status: SentinelDeployStatus,
+    },
+    /// [`Mutation::StartRollout`], [`Mutation::ControlRollout`]: the
+    /// rollout's sequence number and state now.
+    Rollout {
+        /// Its sequence number.
+        seq: u64,
+        /// Its state now.
+        state: RolloutState,
     },
 }
 

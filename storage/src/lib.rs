@@ -239,6 +239,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::DELIVERIES)?;
     txn.open_table(tables::PENDING_DELIVERIES)
         .ctx_table(op, name::PENDING_DELIVERIES)?;
+    txn.open_table(tables::ROLLOUTS)
+        .ctx_table(op, name::ROLLOUTS)?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use wire::model::{
     ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
     JournalEntry, Pk, Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
 };
+use wire::rollout::Rollout;
 
 use wire::notify::{Delivery, NotifyEndpoint};
 
@@ -52,6 +53,7 @@ pub struct ReadView {
     pub(crate) notify_endpoints: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) deliveries: ReadOnlyTable<u64, Bytes>,
     pub(crate) pending_deliveries: ReadOnlyTable<DueKey, ()>,
+    pub(crate) rollouts: ReadOnlyTable<u64, Bytes>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -168,6 +170,9 @@ impl ReadView {
             pending_deliveries: txn
                 .open_table(tables::PENDING_DELIVERIES)
                 .ctx_table(OP, name::PENDING_DELIVERIES)?,
+            rollouts: txn
+                .open_table(tables::ROLLOUTS)
+                .ctx_table(OP, name::ROLLOUTS)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -566,6 +571,44 @@ impl ReadView {
         Ok(out)
     }
 
+    /// Sentinels of every region in (region, id) order, after `after`
+    /// (exclusive), at most `limit`.
+    pub fn sentinels(&self, after: Option<(&str, &str)>, limit: usize) -> Result<Vec<Sentinel>> {
+        let mut out = Vec::new();
+        let lower = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        let range = self
+            .sentinels
+            .range::<(&str, &str)>((lower, Bound::Unbounded))
+            .ctx_table(OP, name::SENTINELS)?;
+        for entry in range.take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
+            out.push(decode(name::SENTINELS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
+    /// The newest rollout, if there ever was one.
+    pub fn latest_rollout(&self) -> Result<Option<Rollout>> {
+        match self.rollouts.last().ctx_table(OP, name::ROLLOUTS)? {
+            Some((key, value)) => decode(name::ROLLOUTS, &key.value(), value.value()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The rollouts, newest first, at most `limit`.
+    pub fn rollouts(&self, limit: usize) -> Result<Vec<Rollout>> {
+        let mut out = Vec::new();
+        let rows = self.rollouts.iter().ctx_table(OP, name::ROLLOUTS)?;
+        for entry in rows.rev().take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::ROLLOUTS)?;
+            out.push(decode(name::ROLLOUTS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
     /// The record of the operator request `request_id`, if it is kept.
     pub fn request(&self, request_id: &str) -> Result<Option<RequestRecord>> {
         load(&self.requests, name::REQUESTS, request_id)
@@ -669,6 +712,7 @@ impl ReadView {
             name::PENDING_DELIVERIES,
             &self.pending_deliveries,
         )?;
+        hash_table(&mut hash, name::ROLLOUTS, &self.rollouts)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());

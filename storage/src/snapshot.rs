@@ -29,6 +29,7 @@ use crate::read::ReadView;
 use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
 use wire::digest::Fnv1a;
 use wire::operator::validate_request_id;
+use wire::rollout::Rollout;
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"ctrlsnap";
@@ -66,6 +67,7 @@ struct SnapshotBody {
     notify_event_seq: u64,
     delivery_seq: u64,
     notify_dropped: u64,
+    rollouts: Vec<Rollout>,
 }
 
 impl Store {
@@ -129,6 +131,7 @@ impl Store {
             notify_event_seq: view.notify_event_seq(),
             delivery_seq: view.delivery_seq(),
             notify_dropped: view.notify_dropped(),
+            rollouts: rows(&view.rollouts, name::ROLLOUTS, |r: &Rollout| r.seq)?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -304,6 +307,7 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             .iter()
             .map(|t| (&t.region, &t.deployment_id)),
     )?;
+    strictly_ascending(name::ROLLOUTS, body.rollouts.iter().map(|r| r.seq))?;
     strictly_ascending(
         name::SENTINELS,
         body.sentinels.iter().map(|s| (&s.region, &s.id)),
@@ -544,6 +548,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::DELIVERIES)?;
     txn.delete_table(tables::PENDING_DELIVERIES)
         .ctx_table(OP, name::PENDING_DELIVERIES)?;
+    txn.delete_table(tables::ROLLOUTS)
+        .ctx_table(OP, name::ROLLOUTS)?;
     Ok(())
 }
 
@@ -671,6 +677,12 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
     t.put_meta_u64(meta::NOTIFY_EVENT_SEQ, body.notify_event_seq)?;
     t.put_meta_u64(meta::DELIVERY_SEQ, body.delivery_seq)?;
     t.put_meta_u64(meta::NOTIFY_DROPPED, body.notify_dropped)?;
+    for r in &body.rollouts {
+        let bytes = encode("a rollout", r)?;
+        t.rollouts
+            .insert(r.seq, bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::ROLLOUTS)?;
+    }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])
         .ctx_table(OP_IMPORT, name::METADATA)?;
@@ -852,6 +864,7 @@ mod tests {
             notify_event_seq: 0,
             delivery_seq: 0,
             notify_dropped: 0,
+            rollouts: vec![],
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,

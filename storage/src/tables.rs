@@ -76,6 +76,8 @@ pub mod name {
     pub const DELIVERIES: &str = "deliveries";
     /// The pending deliveries by (next attempt time, id).
     pub const PENDING_DELIVERIES: &str = "pending_deliveries";
+    /// Fleet rollouts by sequence number (the last one is the current).
+    pub const ROLLOUTS: &str = "rollouts";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -134,6 +136,10 @@ pub const DELIVERIES: TableDefinition<u64, Bytes> = TableDefinition::new(name::D
 /// [`DELIVERIES`] by apply, rebuilt by snapshot import.
 pub const PENDING_DELIVERIES: TableDefinition<DueKey, ()> =
     TableDefinition::new(name::PENDING_DELIVERIES);
+
+/// `seq` → [`wire::rollout::Rollout`]: the fleet rollouts, the newest
+/// last (at most [`crate::command::ROLLOUTS_KEPT_MAX`]).
+pub const ROLLOUTS: TableDefinition<u64, Bytes> = TableDefinition::new(name::ROLLOUTS);
 
 /// Keys of the [`METADATA`] table.
 pub mod meta {

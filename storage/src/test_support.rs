@@ -120,6 +120,7 @@ pub(crate) fn sentinel(id: &str, region: &str) -> Sentinel {
         version: 0,
         created_at_ms: 0,
         updated_at_ms: 0,
+        deploy: wire::model::SentinelDeploy::default(),
     }
 }
 
@@ -134,6 +135,7 @@ pub(crate) fn sentinel_status(id: &str, region: &str) -> SentinelStatus {
         running_image: "registry.local/sentinel:1".into(),
         health: Health::Healthy,
         updated_at_ms: 5,
+        applied_version: 0,
     }
 }
 

@@ -15,14 +15,19 @@ use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
 use storage::tables::{self, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
-use storage::command::{DeliveryAction, DeliveryTransition, DeployAction, DeployTransition};
+use storage::command::{
+    DeliveryAction, DeliveryTransition, DeployAction, DeployTransition, RolloutStep,
+    RolloutTransition, SentinelAction, SentinelTransition,
+};
 use storage::{
     ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
     RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
-use wire::model::{Deployment, DeploymentStatus, DesiredState, ResourceType};
+use wire::model::{Deployment, DeploymentStatus, DesiredState, ResourceType, SentinelDeployStatus};
+use wire::operator::RolloutCommand;
+use wire::rollout::RolloutState;
 
 fn goldens() -> Goldens {
     Goldens::new(
@@ -157,6 +162,33 @@ fn mutations() -> Vec<Mutation> {
         Mutation::RemoveNotifyEndpoint {
             name: "ops-alerts".into(),
         },
+        Mutation::DeploySentinel {
+            sentinel: fixtures::sentinel(),
+            deadline_ms: 600_000,
+        },
+        Mutation::Sentinel(SentinelTransition {
+            sentinel_id: "snt_01hx".into(),
+            region: "eu-west".into(),
+            expected: guard(),
+            action: SentinelAction::Ready,
+        }),
+        Mutation::Sentinel(SentinelTransition {
+            sentinel_id: "snt_01hx".into(),
+            region: "eu-west".into(),
+            expected: guard(),
+            action: SentinelAction::Fail {
+                reason: "not converged within 10m".into(),
+            },
+        }),
+        Mutation::StartRollout(fixtures::rollout_options()),
+        Mutation::ControlRollout(RolloutCommand::Resume),
+        Mutation::ControlRollout(RolloutCommand::Cancel),
+        Mutation::ControlRollout(RolloutCommand::RollbackAll),
+        Mutation::Rollout(RolloutTransition {
+            seq: 7,
+            expected: guard(),
+            steps: rollout_steps(),
+        }),
     ]);
     all.extend(delivery_transitions());
     all.push(Mutation::ReplayDelivery {
@@ -222,6 +254,33 @@ fn failed_deployment() -> Vec<Mutation> {
     ]
 }
 
+/// Every variant of [`RolloutStep`].
+fn rollout_steps() -> Vec<RolloutStep> {
+    vec![
+        RolloutStep::Settle {
+            member: 3,
+            failed: Some("fell out of convergence during the bake".into()),
+        },
+        RolloutStep::StartWave,
+        RolloutStep::Deploy {
+            members: vec![4, 5],
+        },
+        RolloutStep::Bake {
+            until_ms: NOW_MS + 300_000,
+        },
+        RolloutStep::CompleteWave,
+        RolloutStep::Pause {
+            reason: "wave 2: 1 failed, at most 0 allowed".into(),
+        },
+        RolloutStep::Complete,
+        RolloutStep::Revert {
+            members: vec![2, 1],
+        },
+        RolloutStep::NextRollbackWave { wave: 1 },
+        RolloutStep::FinishRollback,
+    ]
+}
+
 fn fingerprint() -> Fingerprint {
     std::array::from_fn(|i| u8::try_from(i * 7 + 1).expect("below 256"))
 }
@@ -282,6 +341,15 @@ fn outcomes() -> Vec<Outcome> {
         Outcome::EndpointRemoved {
             deliveries_dead: 17,
         },
+        Outcome::SentinelDeployed {
+            sentinel_id: "snt_01hx".into(),
+            version: 310,
+            status: SentinelDeployStatus::Ready,
+        },
+        Outcome::Rollout {
+            seq: 7,
+            state: RolloutState::RollingBack,
+        },
     ]
 }
 
@@ -323,6 +391,7 @@ fn populated(store: &Store) {
                 version: 1,
                 ..fixtures::apply_report()
             }),
+            Mutation::StartRollout(fixtures::rollout_options()),
         ],
         vec![
             request(),
@@ -352,7 +421,11 @@ fn populated(store: &Store) {
     assert_eq!((view.floor_pk(), view.last_pk()), (2, 9));
     assert_eq!(view.request_count().expect("count"), 1);
     let deliveries = view.pending_deliveries(10).expect("deliveries");
-    assert_eq!(deliveries.len(), 1, "the failure's notification");
+    assert_eq!(
+        deliveries.len(),
+        2,
+        "the notifications of the failure and of the rollout start"
+    );
 }
 
 fn key<K: Value>(label: &str, value: &K::SelfType<'_>) -> (String, Vec<u8>) {
@@ -378,6 +451,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.policy_applied", &[fixtures::apply_report()]);
     g.check("tables.notify_endpoints", &[fixtures::notify_endpoint()]);
     g.check("tables.deliveries", &[fixtures::delivery()]);
+    g.check("tables.rollouts", &[fixtures::rollout()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(
@@ -424,6 +498,7 @@ fn state_formats_match_their_goldens() {
             name::NOTIFY_ENDPOINTS,
             name::DELIVERIES,
             name::PENDING_DELIVERIES,
+            name::ROLLOUTS,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))
@@ -441,6 +516,7 @@ fn state_formats_match_their_goldens() {
     g.check("command.Mutation", &mutations());
     g.check("command.Outcome", &outcomes());
     g.check("command.Guard", &[guard()]);
+    g.check("command.RolloutStep", &rollout_steps());
     g.check(
         "command.MutationResult",
         &[Ok(Outcome::Recorded), Err(fixtures::wire_error())],

@@ -7,6 +7,8 @@
 //!   requests and one of responses each.
 //! - [`frame`]: length-prefixed postcard frames with a hard size limit, a
 //!   sans-I/O decoder, and thin async helpers.
+//! - [`rollout`]: fleet rollouts of a sentinel image (the record, its
+//!   members and events) and the wave plan.
 //! - [`hello`]: the version handshake that opens every stream.
 //! - [`k8s_name`]: Kubernetes naming shared by ctrl and krane (derived
 //!   object names, the sentinel namespace, name checks).
@@ -41,6 +43,7 @@ pub mod k8s_name;
 pub mod model;
 pub mod notify;
 pub mod operator;
+pub mod rollout;
 pub mod session;
 
 pub use error::{ErrorCode, WireError};

@@ -432,6 +432,71 @@ pub struct Sentinel {
     pub created_at_ms: UnixMs,
     /// When the row last changed (leader's clock).
     pub updated_at_ms: UnixMs,
+    /// Where the deploy of this version is (not streamed to krane's
+    /// objects: krane ignores it).
+    pub deploy: SentinelDeploy,
+}
+
+/// Where the deploy of a sentinel's current version is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SentinelDeployStatus {
+    /// Not deployed as a tracked change (created by a deploy, or stopped).
+    #[default]
+    Idle,
+    /// Written; waiting for krane's reports to show it converged.
+    Progressing,
+    /// Converged before its deadline.
+    Ready,
+    /// The deadline passed before it converged.
+    Failed,
+}
+
+impl SentinelDeployStatus {
+    /// The lowercase name shown to operators and used as a workflow step.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SentinelDeployStatus::Idle => "idle",
+            SentinelDeployStatus::Progressing => "progressing",
+            SentinelDeployStatus::Ready => "ready",
+            SentinelDeployStatus::Failed => "failed",
+        }
+    }
+}
+
+/// The deploy record of a sentinel's current version: written with the
+/// version, moved to ready by the apply of a status report that shows it
+/// converged, or to failed by the workflow once the deadline passed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SentinelDeploy {
+    /// Where it is.
+    pub status: SentinelDeployStatus,
+    /// When the version was written (leader's clock; 0 when idle).
+    pub started_at_ms: UnixMs,
+    /// The absolute deadline to converge by (leader's clock; 0 when idle).
+    pub deadline_at_ms: UnixMs,
+    /// When it became ready or failed.
+    pub ended_at_ms: Option<UnixMs>,
+    /// Why it failed.
+    pub reason: Option<String>,
+}
+
+/// Whether krane's `status` shows `sentinel` converged on its current
+/// version: healthy, running the desired image, at least the desired
+/// replicas available, and the Deployment's observed generation at least
+/// the one the sentinel's version produced (krane reports the version it
+/// applied once Kubernetes has observed it, `applied_version`). A sentinel
+/// of 0 replicas converges once it is reported paused at its version.
+pub fn sentinel_converged(sentinel: &Sentinel, status: &SentinelStatus) -> bool {
+    if status.sentinel_id != sentinel.id || status.region != sentinel.region {
+        return false;
+    }
+    if sentinel.replicas == 0 || sentinel.desired_state != DesiredState::Running {
+        return status.health == Health::Paused;
+    }
+    status.health == Health::Healthy
+        && status.running_image == sentinel.image
+        && status.available_replicas >= sentinel.replicas
+        && status.applied_version >= sentinel.version
 }
 
 /// A `CiliumNetworkPolicy` custom object for one environment and region.
@@ -567,6 +632,10 @@ pub struct SentinelStatus {
     pub health: Health,
     /// When krane observed this state (krane's clock).
     pub updated_at_ms: UnixMs,
+    /// The sentinel version whose spec the Deployment carries, once
+    /// Kubernetes has observed that spec (`observedGeneration` at least the
+    /// generation it produced); 0 before any.
+    pub applied_version: Pk,
 }
 
 /// What became of krane's apply of one version of a resource.

@@ -304,6 +304,37 @@ pub enum OperatorRequest {
         /// The delivery's id.
         id: u64,
     },
+    /// Sentinels with their status, ordered by (region, id), after
+    /// `after`; answered by `Sentinels`.
+    ListSentinels {
+        /// Exclusive lower bound `(region, id)` (`None`: from the first).
+        after: Option<(String, String)>,
+        /// Most sentinels to return (at most [`LIST_PAGE_MAX`]).
+        limit: u32,
+    },
+    /// The waves a rollout of `image` would take now, changing nothing;
+    /// answered by `RolloutPlan`.
+    PlanRollout {
+        /// The image.
+        image: String,
+        /// Cumulative wave percentages.
+        wave_percents: Vec<u32>,
+    },
+    /// Start a fleet rollout; answered by `Rollout`.
+    StartRollout(StartRollout),
+    /// The latest rollout; answered by `Rollout` (`None`: never one).
+    RolloutStatus,
+    /// Resume, cancel or roll back the latest rollout; answered by
+    /// `Rollout`.
+    ControlRollout {
+        /// What to do.
+        command: RolloutCommand,
+    },
+    /// Past rollouts, newest first; answered by `Rollouts`.
+    RolloutHistory {
+        /// Most rollouts to return (at most [`LIST_PAGE_MAX`]).
+        limit: u32,
+    },
 }
 
 impl OperatorRequest {
@@ -340,6 +371,12 @@ impl OperatorRequest {
             OperatorRequest::ListNotifyEndpoints => "list_notify_endpoints",
             OperatorRequest::ListDeliveries { .. } => "list_deliveries",
             OperatorRequest::ReplayDelivery { .. } => "replay_delivery",
+            OperatorRequest::ListSentinels { .. } => "list_sentinels",
+            OperatorRequest::PlanRollout { .. } => "plan_rollout",
+            OperatorRequest::StartRollout(_) => "start_rollout",
+            OperatorRequest::RolloutStatus => "rollout_status",
+            OperatorRequest::ControlRollout { .. } => "control_rollout",
+            OperatorRequest::RolloutHistory { .. } => "rollout_history",
         }
     }
 
@@ -373,7 +410,9 @@ impl OperatorRequest {
             | OperatorRequest::Rollback { .. }
             | OperatorRequest::AddNotifyEndpoint(_)
             | OperatorRequest::RemoveNotifyEndpoint { .. }
-            | OperatorRequest::ReplayDelivery { .. } => true,
+            | OperatorRequest::ReplayDelivery { .. }
+            | OperatorRequest::StartRollout(_)
+            | OperatorRequest::ControlRollout { .. } => true,
             OperatorRequest::GetDeployment { .. }
             | OperatorRequest::ListDeployments { .. }
             | OperatorRequest::InitCluster
@@ -390,7 +429,11 @@ impl OperatorRequest {
             | OperatorRequest::ListRegions
             | OperatorRequest::ListPolicies { .. }
             | OperatorRequest::ListNotifyEndpoints
-            | OperatorRequest::ListDeliveries { .. } => false,
+            | OperatorRequest::ListDeliveries { .. }
+            | OperatorRequest::ListSentinels { .. }
+            | OperatorRequest::PlanRollout { .. }
+            | OperatorRequest::RolloutStatus
+            | OperatorRequest::RolloutHistory { .. } => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
@@ -590,14 +633,93 @@ pub struct ApplySentinel {
     pub environment_id: String,
     /// Region to run it in (a lowercase DNS label).
     pub region: String,
-    /// Proxy container image reference, without whitespace.
-    pub image: String,
+    /// Proxy container image reference, without whitespace; `None` keeps
+    /// the current image (a new sentinel needs one).
+    pub image: Option<String>,
     /// `None`: keep the current value (a default for a new sentinel).
     pub replicas: Option<u32>,
     /// CPU per replica, in thousandths of a core; `None` keeps the current value.
     pub cpu_millicores: Option<u32>,
     /// Memory per replica, in MiB; `None` keeps the current value.
     pub memory_mib: Option<u32>,
+    /// How long the change may take to converge, in milliseconds (1 to
+    /// [`SENTINEL_DEADLINE_MS_MAX`]); `None`: [`SENTINEL_DEADLINE_MS_DEFAULT`].
+    pub deadline_ms: Option<u64>,
+}
+
+/// How long a sentinel change may take to converge when not told.
+pub const SENTINEL_DEADLINE_MS_DEFAULT: u64 = 10 * 60 * 1_000;
+/// The longest deadline of a sentinel change.
+pub const SENTINEL_DEADLINE_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// The longest bake of a rollout's wave.
+pub const ROLLOUT_BAKE_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+
+/// Starts a fleet rollout of a sentinel image (`ctrl rollout start`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartRollout {
+    /// The rollout's options.
+    pub options: crate::rollout::RolloutOptions,
+}
+
+impl StartRollout {
+    /// Checks every option against the protocol's limits.
+    pub fn validate(&self) -> Result<(), WireError> {
+        let o = &self.options;
+        validate_image(&o.image)?;
+        crate::rollout::check_wave_percents(&o.wave_percents)
+            .map_err(|e| bad_request(e.to_string()))?;
+        if o.bake_ms > ROLLOUT_BAKE_MS_MAX {
+            return Err(bad_request(format!(
+                "bake_ms must be at most {ROLLOUT_BAKE_MS_MAX}"
+            )));
+        }
+        validate_deadline(o.deadline_ms)
+    }
+}
+
+/// Refuses a sentinel deadline outside 1..=[`SENTINEL_DEADLINE_MS_MAX`].
+pub fn validate_deadline(deadline_ms: u64) -> Result<(), WireError> {
+    if deadline_ms == 0 || deadline_ms > SENTINEL_DEADLINE_MS_MAX {
+        return Err(bad_request(format!(
+            "deadline_ms must be between 1 and {SENTINEL_DEADLINE_MS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+/// An operator's command to the rollout in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RolloutCommand {
+    /// From paused: move past the failed wave and go on.
+    Resume,
+    /// From in progress or paused: stop at once; no further sentinel is
+    /// deployed.
+    Cancel,
+    /// From paused or cancelled: revert every sentinel that took the new
+    /// image, wave by wave in reverse order, then cancelled.
+    RollbackAll,
+}
+
+impl RolloutCommand {
+    /// The name of the command (`resume`, `cancel`, `rollback-all`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutCommand::Resume => "resume",
+            RolloutCommand::Cancel => "cancel",
+            RolloutCommand::RollbackAll => "rollback-all",
+        }
+    }
+}
+
+/// The plan of a rollout, as `ctrl rollout plan` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RolloutPlan {
+    /// The image.
+    pub image: String,
+    /// Running sentinels already on the image (left out).
+    pub already_on_image: u32,
+    /// Each wave's sentinels as `(region, id)`.
+    pub waves: Vec<Vec<(String, String)>>,
 }
 
 impl ApplySentinel {
@@ -613,7 +735,12 @@ impl ApplySentinel {
             validate_name(field, value)?;
         }
         validate_region(&self.region)?;
-        validate_image(&self.image)?;
+        if let Some(image) = &self.image {
+            validate_image(image)?;
+        }
+        if let Some(deadline_ms) = self.deadline_ms {
+            validate_deadline(deadline_ms)?;
+        }
         if let Some(replicas) = self.replicas
             && (replicas == 0 || replicas > REPLICAS_MAX)
         {
@@ -875,6 +1002,29 @@ pub enum OperatorResponse {
     Deliveries(DeliveryPage),
     /// The delivery, pending again (answer to `ReplayDelivery`).
     DeliveryReplayed(Delivery),
+    /// A sentinel change was applied (answer to `ApplySentinel`).
+    SentinelDeployed {
+        /// The sentinel's id.
+        sentinel_id: String,
+        /// Its version now.
+        version: Pk,
+        /// `ready` at once when nothing changed and it had converged;
+        /// else `progressing` (or where the change in flight is).
+        status: crate::model::SentinelDeployStatus,
+    },
+    /// A page of sentinels.
+    Sentinels {
+        /// The sentinels with their status.
+        items: Vec<SentinelView>,
+        /// Pass as `after` to read on; `None` at the end.
+        next_after: Option<(String, String)>,
+    },
+    /// A rollout plan.
+    RolloutPlan(RolloutPlan),
+    /// A rollout as it now is (`None`: there never was one).
+    Rollout(Option<crate::rollout::Rollout>),
+    /// Past rollouts, newest first.
+    Rollouts(Vec<crate::rollout::RolloutSummary>),
 }
 
 /// A page of deliveries, by id, with what the table's bound cost.
@@ -900,10 +1050,11 @@ mod tests {
             app_id: "app_1".into(),
             environment_id: "env_1".into(),
             region: "us-east".into(),
-            image: "sentinel:1".into(),
+            image: Some("sentinel:1".into()),
             replicas: Some(2),
             cpu_millicores: None,
             memory_mib: None,
+            deadline_ms: None,
         }
     }
 
@@ -930,13 +1081,14 @@ mod tests {
     #[test]
     fn apply_sentinel_errors_name_the_field() {
         sentinel().validate().unwrap();
-        let cases: [Spoil<ApplySentinel>; 9] = [
+        let cases: [Spoil<ApplySentinel>; 10] = [
             ("workspace_id", |s| s.workspace_id.clear()),
             ("project_id", |s| s.project_id.clear()),
             ("app_id", |s| s.app_id = "a".repeat(NAME_BYTES_MAX + 1)),
             ("environment_id", |s| s.environment_id.clear()),
             ("region", |s| s.region = "US_EAST".into()),
-            ("image", |s| s.image = "a b".into()),
+            ("image", |s| s.image = Some("a b".into())),
+            ("deadline_ms", |s| s.deadline_ms = Some(0)),
             ("replicas", |s| s.replicas = Some(0)),
             ("cpu_millicores", |s| s.cpu_millicores = Some(0)),
             ("memory_mib", |s| s.memory_mib = Some(0)),

@@ -44,6 +44,19 @@ fn wire_formats_match_their_goldens() {
     g.check("model.Environment", &[environment()]);
     g.check("model.Actor", &actors());
     g.check("model.JournalEntry", &[journal_entry()]);
+    g.check("model.SentinelDeployStatus", &sentinel_deploy_statuses());
+    g.check("model.SentinelDeploy", &[sentinel_deploy()]);
+
+    // rollouts
+    g.check("rollout.RolloutState", &rollout_states());
+    g.check("rollout.MemberState", &member_states());
+    g.check("rollout.RolloutEventKind", &rollout_event_kinds());
+    g.check("rollout.RolloutOptions", &[rollout_options()]);
+    g.check("rollout.RolloutMember", &[rollout_member()]);
+    g.check("rollout.RolloutEvent", &[rollout_event()]);
+    g.check("rollout.Rollout", &[rollout()]);
+    g.check("rollout.WaveCounts", &[wave_counts()]);
+    g.check("rollout.RolloutSummary", &[rollout_summary()]);
 
     // errors and the handshake
     g.check("error.ErrorCode", &error_codes());
@@ -77,6 +90,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.DeploymentView", &[deployment_view()]);
     g.check("operator.RegionView", &[region_view()]);
     g.check("operator.RegionList", &[region_list()]);
+    g.check("operator.RolloutPlan", &[rollout_plan()]);
     g.check("operator.OperatorResponse", &operator_responses());
     g.check("operator.DeliveryPage", &[delivery_page()]);
 

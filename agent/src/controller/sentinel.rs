@@ -24,8 +24,8 @@ use wire::model::{DesiredState, Sentinel};
 
 use crate::k8s::{
     self, APP_ID_LABEL, COMPONENT_LABEL, ENVIRONMENT_ID_LABEL, K8sError, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE, Namespaces, Outcome, PROJECT_ID_LABEL, SENTINEL_ID_LABEL, WORKSPACE_ID_LABEL,
-    label_value,
+    MANAGED_BY_VALUE, Namespaces, Outcome, PROJECT_ID_LABEL, SENTINEL_ID_LABEL,
+    SENTINEL_VERSION_ANNOTATION, WORKSPACE_ID_LABEL, label_value,
 };
 
 /// The name of the one container of a sentinel's pods.
@@ -147,7 +147,13 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
         ..Container::default()
     };
     let deployment = Deployment {
-        metadata: meta.clone(),
+        metadata: ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                SENTINEL_VERSION_ANNOTATION.to_string(),
+                sentinel.version.to_string(),
+            )])),
+            ..meta.clone()
+        },
         spec: Some(DeploymentSpec {
             replicas: Some(i32::try_from(sentinel.replicas).unwrap_or(i32::MAX)),
             selector: match_labels.clone(),

@@ -9,6 +9,11 @@
 //! - Health: `Paused` with 0 desired replicas (or once the Deployment is
 //!   deleted, as a stopped sentinel's is), `Healthy` when at least the
 //!   desired replicas are available, else `Unhealthy`.
+//! - The applied version is the sentinel version the Deployment's
+//!   annotation names once Kubernetes has observed its spec
+//!   (`observedGeneration` at least the generation): the version whose
+//!   spec the reported generation belongs to. Before that, the version last
+//!   seen observed stays reported.
 //! - A status equal to the last one taken (the timestamp aside) is not
 //!   taken again: nothing is sent when nothing changed.
 
@@ -19,7 +24,7 @@ use kube::runtime::watcher::Event;
 use wire::model::{Health, SentinelStatus, UnixMs};
 
 use crate::controller::sentinel::CONTAINER_NAME;
-use crate::k8s::SENTINEL_ID_LABEL;
+use crate::k8s::{SENTINEL_ID_LABEL, SENTINEL_VERSION_ANNOTATION};
 
 /// Most sentinels tracked; more are not reported (one per environment and
 /// region: far below this).
@@ -48,13 +53,40 @@ pub fn converged(deployment: &Deployment) -> bool {
         && count(status.replicas) == desired
 }
 
+/// Whether Kubernetes has observed the Deployment's current spec.
+pub fn spec_observed(deployment: &Deployment) -> bool {
+    let generation = deployment.metadata.generation.unwrap_or(0);
+    deployment
+        .status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation.unwrap_or(0) >= generation)
+}
+
+/// The sentinel version the Deployment's annotation names (0 if none).
+pub fn annotated_version(deployment: &Deployment) -> u64 {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SENTINEL_VERSION_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The status of a sentinel's Deployment, if it names its sentinel;
-/// `last_image` is the image last reported running.
+/// `last` is the status last taken for it (its running image and applied
+/// version stay reported while a rollout is under way).
 pub fn sentinel_status(
     deployment: &Deployment,
     region: &str,
-    last_image: &str,
+    last: Option<&SentinelStatus>,
 ) -> Option<SentinelStatus> {
+    let last_image = last.map_or("", |s| s.running_image.as_str());
+    let applied_version = if spec_observed(deployment) {
+        annotated_version(deployment)
+    } else {
+        last.map_or(0, |s| s.applied_version)
+    };
     let sentinel_id = deployment
         .metadata
         .labels
@@ -97,6 +129,7 @@ pub fn sentinel_status(
         running_image,
         health,
         updated_at_ms: 0,
+        applied_version,
     })
 }
 
@@ -113,6 +146,7 @@ pub fn gone_status(sentinel_id: &str, region: &str) -> SentinelStatus {
         running_image: String::new(),
         health: Health::Paused,
         updated_at_ms: 0,
+        applied_version: 0,
     }
 }
 
@@ -147,12 +181,11 @@ impl SentinelTracker {
     pub fn on_event(&mut self, event: Event<Deployment>) {
         match event {
             Event::Apply(d) | Event::InitApply(d) => {
-                let last_image = self
+                let last = self
                     .sentinel_id(&d)
                     .and_then(|id| self.current.get(id))
-                    .map(|s| s.running_image.clone())
-                    .unwrap_or_default();
-                if let Some(status) = sentinel_status(&d, &self.region, &last_image) {
+                    .cloned();
+                if let Some(status) = sentinel_status(&d, &self.region, last.as_ref()) {
                     self.update(status);
                 }
             }
@@ -248,6 +281,47 @@ mod tests {
         .unwrap()
     }
 
+    /// A status last taken: `image` running, `version` applied.
+    fn last(image: &str, version: u64) -> SentinelStatus {
+        SentinelStatus {
+            running_image: image.into(),
+            applied_version: version,
+            ..gone_status("snt_a", "us-east")
+        }
+    }
+
+    fn annotated(mut d: Deployment, version: u64) -> Deployment {
+        d.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            SENTINEL_VERSION_ANNOTATION.to_string(),
+            version.to_string(),
+        )]));
+        d
+    }
+
+    #[test]
+    fn the_applied_version_is_the_annotated_one_once_its_generation_is_observed() {
+        // Version 7's spec, generation 3 not yet observed: the version
+        // last seen observed stays.
+        let mut d = annotated(rolled(3, 2, "sentinel:1.2"), 7);
+        d.status.as_mut().unwrap().observed_generation = Some(2);
+        let status = sentinel_status(&d, "us-east", Some(&last("sentinel:1.1", 5))).unwrap();
+        assert_eq!(status.applied_version, 5);
+        // Observed: version 7 applied.
+        let d = annotated(rolled(3, 2, "sentinel:1.2"), 7);
+        let status = sentinel_status(&d, "us-east", Some(&last("sentinel:1.1", 5))).unwrap();
+        assert_eq!(
+            (status.applied_version, status.running_image.as_str()),
+            (7, "sentinel:1.2")
+        );
+        // No annotation (an object from before): 0.
+        assert_eq!(
+            sentinel_status(&rolled(1, 2, "s:1"), "us-east", None)
+                .unwrap()
+                .applied_version,
+            0
+        );
+    }
+
     fn rolled(generation: i64, replicas: i32, image: &str) -> Deployment {
         deployment(
             generation,
@@ -265,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_converged_rollout_reports_its_image_and_is_healthy() {
-        let status = sentinel_status(&rolled(2, 3, "sentinel:1.1"), "us-east", "").unwrap();
+        let status = sentinel_status(&rolled(2, 3, "sentinel:1.1"), "us-east", None).unwrap();
         assert_eq!(status.sentinel_id, "snt_a");
         assert_eq!(status.running_image, "sentinel:1.1");
         assert_eq!(status.health, Health::Healthy);
@@ -286,7 +360,7 @@ mod tests {
         let mut d = rolled(3, 3, "sentinel:1.2");
         d.status.as_mut().unwrap().observed_generation = Some(2);
         assert!(!converged(&d));
-        let status = sentinel_status(&d, "us-east", "sentinel:1.1").unwrap();
+        let status = sentinel_status(&d, "us-east", Some(&last("sentinel:1.1", 2))).unwrap();
         assert_eq!(status.running_image, "sentinel:1.1");
         assert_eq!(status.health, Health::Healthy, "maxUnavailable 0");
         // Observed, one pod updated of three, a surge pod still around.
@@ -301,7 +375,7 @@ mod tests {
         );
         assert!(!converged(&d));
         assert_eq!(
-            sentinel_status(&d, "us-east", "sentinel:1.1")
+            sentinel_status(&d, "us-east", Some(&last("sentinel:1.1", 2)))
                 .unwrap()
                 .running_image,
             "sentinel:1.1"
@@ -331,10 +405,10 @@ mod tests {
                 "readyReplicas": 1, "availableReplicas": 1,
             }),
         );
-        let status = sentinel_status(&d, "us-east", "").unwrap();
+        let status = sentinel_status(&d, "us-east", None).unwrap();
         assert_eq!(status.health, Health::Unhealthy);
         assert_eq!(status.running_image, "", "never converged");
-        let paused = sentinel_status(&rolled(4, 0, "sentinel:1.0"), "us-east", "").unwrap();
+        let paused = sentinel_status(&rolled(4, 0, "sentinel:1.0"), "us-east", None).unwrap();
         assert_eq!(paused.health, Health::Paused);
         assert_eq!(gone_status("snt_a", "us-east").health, Health::Paused);
     }

@@ -10,7 +10,9 @@
 //!   expires (`Cli`), long-running children killed on drop (`Process`);
 //! - [`ctrl`] and [`kubectl`]: the two command lines tests run, as `Cli`s;
 //! - [`binaries`] builds the real `ctrl` and `krane`, and [`krane`] runs
-//!   krane as a child process.
+//!   krane as a child process;
+//! - [`site`]: three `ctrl serve` processes with a simulator and a krane
+//!   process per region, for the leader-kill tests.
 //!
 //! The sites themselves are [`crate::fleet`] (nodes, simulators and
 //! kranes), [`crate::cluster`] (nodes only) and [`crate::processes`];
@@ -22,4 +24,5 @@ pub mod krane;
 pub mod kubectl;
 pub mod operator;
 pub mod process;
+pub mod site;
 pub mod wait;

@@ -15,8 +15,9 @@ use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, Region};
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, OperatorRequest,
-    OperatorResponse, RegionList, SentinelView,
+    OperatorResponse, RegionList, RolloutCommand, SentinelView, StartRollout,
 };
+use wire::rollout::{Rollout, RolloutOptions};
 
 use super::wait::wait_until;
 
@@ -209,7 +210,7 @@ impl Operator {
             )
             .await?
         {
-            OperatorResponse::SentinelApplied { sentinel_id } => Ok(sentinel_id),
+            OperatorResponse::SentinelDeployed { sentinel_id, .. } => Ok(sentinel_id),
             other => bail!("sentinel not applied: {other:?}"),
         }
     }
@@ -249,6 +250,56 @@ impl Operator {
                 Ok(view) => Err(view),
                 Err(e) => Ok(Err(e)),
             }
+        })
+        .await?
+    }
+
+    /// Starts a fleet rollout; the rollout as it started.
+    pub async fn start_rollout(&self, options: RolloutOptions) -> Result<Rollout> {
+        let request = OperatorRequest::StartRollout(StartRollout { options });
+        match self.call_named("start the rollout", request).await? {
+            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
+            other => bail!("rollout not started: {other:?}"),
+        }
+    }
+
+    /// Resumes, cancels or rolls back the latest rollout; the rollout after.
+    pub async fn control_rollout(&self, command: RolloutCommand) -> Result<Rollout> {
+        let request = OperatorRequest::ControlRollout { command };
+        match self.call_named(command.as_str(), request).await? {
+            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
+            other => bail!("rollout not changed: {other:?}"),
+        }
+    }
+
+    /// The latest rollout.
+    pub async fn rollout(&self) -> Result<Rollout> {
+        match self
+            .call_named("read the rollout", OperatorRequest::RolloutStatus)
+            .await?
+        {
+            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
+            other => bail!("no rollout: {other:?}"),
+        }
+    }
+
+    /// Reads the latest rollout again until it satisfies `check`; fails at
+    /// `deadline` naming what it last was.
+    pub async fn wait_rollout(
+        &self,
+        deadline: Instant,
+        what: &str,
+        check: impl Fn(&Rollout) -> bool,
+    ) -> Result<Rollout> {
+        wait_until(deadline, what, async || match self.rollout().await {
+            Ok(r) if check(&r) => Ok(Ok(r)),
+            Ok(r) => Err(format!(
+                "{} wave {} {:?}",
+                r.state.as_str(),
+                r.current_wave,
+                r.wave_counts()
+            )),
+            Err(e) => Ok(Err(e)),
         })
         .await?
     }

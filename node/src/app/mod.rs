@@ -15,7 +15,10 @@
 //! - [`deployments`]: create (defaults, a minted id), read, list, stop and
 //!   start, and the long-poll wait of `WaitDeployment`.
 //! - [`sentinels`]: apply (find-or-create per environment and region, the
-//!   request merged over what exists), stop, read.
+//!   request merged over what exists, proposed as a tracked deploy), stop,
+//!   read, list.
+//! - [`rollouts`]: fleet rollouts of a sentinel image: plan, start, status,
+//!   resume / cancel / rollback-all, history.
 //! - [`policies`]: apply (found by region, environment, namespace and
 //!   name), delete.
 //! - [`regions`]: add, cordon and uncordon, the list with each agent's
@@ -35,6 +38,7 @@ pub mod notify;
 pub mod policies;
 pub mod regions;
 pub mod requests;
+pub mod rollouts;
 pub mod sentinels;
 #[cfg(test)]
 pub(crate) mod testing;

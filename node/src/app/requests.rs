@@ -19,7 +19,7 @@ use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageE
 use wire::operator::{OperatorRequest, OperatorResponse, RequestId};
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, deployments, internal, notify, policies, sentinels};
+use super::{Propose, ReadState, deployments, internal, notify, policies, rollouts, sentinels};
 use crate::clock::Clock;
 use config::DeploySettings;
 
@@ -67,9 +67,21 @@ pub async fn apply<S: Propose + ReadState>(
                 .await
                 .map(OperatorResponse::Updated)
         }
-        OperatorRequest::ApplySentinel(apply) => sentinels::apply(state, apply)
+        OperatorRequest::ApplySentinel(apply) => {
+            sentinels::apply(state, apply)
+                .await
+                .map(|d| OperatorResponse::SentinelDeployed {
+                    sentinel_id: d.sentinel_id,
+                    version: d.version,
+                    status: d.status,
+                })
+        }
+        OperatorRequest::StartRollout(start) => rollouts::start(state, start)
             .await
-            .map(|sentinel_id| OperatorResponse::SentinelApplied { sentinel_id }),
+            .map(|r| OperatorResponse::Rollout(Some(r))),
+        OperatorRequest::ControlRollout { command } => rollouts::control(state, command)
+            .await
+            .map(|r| OperatorResponse::Rollout(Some(r))),
         OperatorRequest::StopSentinel { id } => sentinels::stop(state, &id)
             .await
             .map(|()| OperatorResponse::SentinelStopped { sentinel_id: id }),
@@ -169,6 +181,18 @@ fn replayed(
         ) => OperatorResponse::NotifyEndpointRemoved {
             name: name.clone(),
             deliveries_dead,
+        },
+        (
+            OperatorRequest::ApplySentinel(_),
+            Outcome::SentinelDeployed {
+                sentinel_id,
+                version,
+                status,
+            },
+        ) => OperatorResponse::SentinelDeployed {
+            sentinel_id,
+            version,
+            status,
         },
         (OperatorRequest::DeletePolicy { id }, Outcome::Recorded) => {
             OperatorResponse::PolicyDeleted {

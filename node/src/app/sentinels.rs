@@ -1,15 +1,20 @@
 //! Sentinels: one per environment and region. An apply finds the
 //! environment's sentinel among the region's (on this node's applied
-//! state) and merges the request over it, or creates one over the
-//! defaults with an id minted from the clock. Two concurrent first applies
-//! for the same environment and region can create two sentinels.
+//! state) and merges the request over it (every option left out keeps its
+//! value, the image included), or creates one over the defaults with the
+//! id derived from environment and region. The merged sentinel is proposed
+//! as a deploy (`Mutation::DeploySentinel`): apply writes nothing when the
+//! spec is unchanged and krane reports it converged (answered `ready`),
+//! else writes it `progressing` with an absolute deadline; the workflow
+//! (`crate::workflow::sentinel`) and the apply of krane's reports take it
+//! to `ready` or `failed`.
 
-use storage::Mutation;
-use wire::WireError;
-use wire::model::{DesiredState, Sentinel};
-use wire::operator::{ApplySentinel, SentinelView};
+use storage::{Mutation, Outcome};
+use wire::model::{DesiredState, Pk, Sentinel, SentinelDeployStatus};
+use wire::operator::{ApplySentinel, LIST_PAGE_MAX, SENTINEL_DEADLINE_MS_DEFAULT, SentinelView};
+use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, internal, not_found, recorded};
+use super::{Propose, ReadState, internal, not_found, propose_one, recorded, unexpected};
 
 /// Size of a new sentinel when the request leaves it open.
 pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
@@ -21,13 +26,24 @@ pub const SENTINEL_MEMORY_MIB_DEFAULT: u32 = 512;
 /// apply updates (one sentinel per environment and region).
 pub const REGION_SCAN_MAX: usize = 100_000;
 
-/// Creates the sentinel of (environment, region) or updates the one it
-/// has; returns its id. The lookup reads this node's applied state; the id
-/// of a new one is minted here, before proposing.
+/// What a sentinel apply answers: the id, the version, where its deploy
+/// is (`ready` at once when nothing changed and it had converged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deployed {
+    /// The sentinel's id.
+    pub sentinel_id: String,
+    /// Its version now.
+    pub version: Pk,
+    /// Where its deploy is.
+    pub status: SentinelDeployStatus,
+}
+
+/// Creates the sentinel of (environment, region) or deploys a change of
+/// the one it has. The lookup reads this node's applied state.
 pub async fn apply<S: Propose + ReadState>(
     state: &S,
     apply: ApplySentinel,
-) -> Result<String, WireError> {
+) -> Result<Deployed, WireError> {
     apply.validate()?;
     let existing = {
         let view = state.read().map_err(internal)?;
@@ -36,10 +52,34 @@ pub async fn apply<S: Propose + ReadState>(
             .into_iter()
             .find(|s| s.environment_id == apply.environment_id)
     };
+    if existing.is_none() && apply.image.is_none() {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            "a new sentinel needs an image",
+        ));
+    }
+    let deadline_ms = apply.deadline_ms.unwrap_or(SENTINEL_DEADLINE_MS_DEFAULT);
     let sentinel = merge(existing, apply);
-    let sentinel_id = sentinel.id.clone();
-    recorded(state, Mutation::UpsertSentinel(sentinel)).await?;
-    Ok(sentinel_id)
+    match propose_one(
+        state,
+        Mutation::DeploySentinel {
+            sentinel,
+            deadline_ms,
+        },
+    )
+    .await?
+    {
+        Outcome::SentinelDeployed {
+            sentinel_id,
+            version,
+            status,
+        } => Ok(Deployed {
+            sentinel_id,
+            version,
+            status,
+        }),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// The sentinel an apply asks for: the request's fields over `existing`
@@ -68,6 +108,7 @@ pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel) -> Sentinel {
             version: 0,
             created_at_ms: 0,
             updated_at_ms: 0,
+            deploy: wire::model::SentinelDeploy::default(),
         }
     });
     Sentinel {
@@ -76,7 +117,7 @@ pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel) -> Sentinel {
         app_id: apply.app_id,
         environment_id: apply.environment_id,
         region: apply.region,
-        image: apply.image,
+        image: apply.image.unwrap_or(base.image.clone()),
         replicas: apply.replicas.unwrap_or(base.replicas),
         cpu_millicores: apply.cpu_millicores.unwrap_or(base.cpu_millicores),
         memory_mib: apply.memory_mib.unwrap_or(base.memory_mib),
@@ -109,6 +150,39 @@ pub fn get(state: &impl ReadState, id: &str) -> Result<SentinelView, WireError> 
     Ok(SentinelView { sentinel, status })
 }
 
+/// A page of sentinels with their status, and the `after` of the next.
+pub type SentinelPage = (Vec<SentinelView>, Option<(String, String)>);
+
+/// A page of sentinels with their status, in (region, id) order after
+/// `after`; the next page's `after`, if there may be more.
+pub fn list(
+    state: &impl ReadState,
+    after: Option<(String, String)>,
+    limit: u32,
+) -> Result<SentinelPage, WireError> {
+    if limit == 0 || limit > LIST_PAGE_MAX {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!("limit must be between 1 and {LIST_PAGE_MAX}"),
+        ));
+    }
+    let view = state.read().map_err(internal)?;
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let after_key = after.as_ref().map(|(r, i)| (r.as_str(), i.as_str()));
+    let sentinels = view.sentinels(after_key, limit).map_err(internal)?;
+    let next_after = (sentinels.len() == limit)
+        .then(|| sentinels.last().map(|s| (s.region.clone(), s.id.clone())))
+        .flatten();
+    let mut items = Vec::with_capacity(sentinels.len());
+    for sentinel in sentinels {
+        let status = view
+            .sentinel_status(&sentinel.id, &sentinel.region)
+            .map_err(internal)?;
+        items.push(SentinelView { sentinel, status });
+    }
+    Ok((items, next_after))
+}
+
 fn find(state: &impl ReadState, id: &str) -> Result<Sentinel, WireError> {
     let view = state.read().map_err(internal)?;
     view.find_sentinel(id)
@@ -131,11 +205,16 @@ mod tests {
             app_id: "app_1".into(),
             environment_id: environment_id.into(),
             region: region.into(),
-            image: "sentinel:2".into(),
+            image: Some("sentinel:2".into()),
             replicas,
             cpu_millicores: None,
             memory_mib: Some(1024),
+            deadline_ms: None,
         }
+    }
+
+    async fn applied(node: &MemoryNode, request: ApplySentinel) -> Result<String, WireError> {
+        apply(node, request).await.map(|d| d.sentinel_id)
     }
 
     fn sentinel(node: &MemoryNode, id: &str) -> Sentinel {
@@ -185,7 +264,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_apply_creates_and_the_next_finds_and_updates() {
         let node = MemoryNode::new();
-        let id = apply(&node, request("env_1", "us-east", Some(3)))
+        let id = applied(&node, request("env_1", "us-east", Some(3)))
             .await
             .unwrap();
         let first = sentinel(&node, &id);
@@ -193,8 +272,8 @@ mod tests {
         assert_eq!(first.created_at_ms, node.now_ms());
 
         let mut again = request("env_1", "us-east", None);
-        again.image = "sentinel:3".into();
-        let same = apply(&node, again).await.unwrap();
+        again.image = Some("sentinel:3".into());
+        let same = applied(&node, again).await.unwrap();
         assert_eq!(same, id, "found, not created");
         let updated = sentinel(&node, &id);
         assert_eq!(updated.image, "sentinel:3");
@@ -211,19 +290,19 @@ mod tests {
     #[tokio::test]
     async fn another_environment_or_region_gets_a_sentinel_of_its_own() {
         let node = MemoryNode::new();
-        let a = apply(&node, request("env_1", "us-east", None))
+        let a = applied(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
-        let b = apply(&node, request("env_2", "us-east", None))
+        let b = applied(&node, request("env_2", "us-east", None))
             .await
             .unwrap();
-        let c = apply(&node, request("env_1", "eu-west", None))
+        let c = applied(&node, request("env_1", "eu-west", None))
             .await
             .unwrap();
         assert!(a != b && b != c && a != c, "{a} {b} {c}");
         assert_eq!(sentinel(&node, &c).region, "eu-west");
         // The environment's sentinel in each region is found again.
-        let again = apply(&node, request("env_1", "eu-west", None))
+        let again = applied(&node, request("env_1", "eu-west", None))
             .await
             .unwrap();
         assert_eq!(again, c);
@@ -232,7 +311,7 @@ mod tests {
     #[tokio::test]
     async fn a_stop_is_recorded_once_and_an_apply_restarts() {
         let node = MemoryNode::new();
-        let id = apply(&node, request("env_1", "us-east", None))
+        let id = applied(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         stop(&node, &id).await.unwrap();
@@ -244,7 +323,7 @@ mod tests {
             proposals,
             "already stopped: nothing proposed"
         );
-        apply(&node, request("env_1", "us-east", None))
+        applied(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         assert_eq!(sentinel(&node, &id).desired_state, DesiredState::Running);
@@ -253,7 +332,7 @@ mod tests {
     #[tokio::test]
     async fn get_shows_the_reported_status_and_unknown_ids_are_not_found() {
         let node = MemoryNode::new();
-        let id = apply(&node, request("env_1", "us-east", None))
+        let id = applied(&node, request("env_1", "us-east", None))
             .await
             .unwrap();
         assert_eq!(get(&node, &id).unwrap().status, None);
@@ -267,6 +346,7 @@ mod tests {
             running_image: "sentinel:2".into(),
             health: Health::Healthy,
             updated_at_ms: 9,
+            applied_version: 0,
         };
         node.propose(vec![Mutation::ReportSentinelStatus(status.clone())])
             .await

@@ -13,6 +13,8 @@ use wire::model::DeploymentStatus;
 
 use super::cluster::Row;
 use super::notify::{DeliveryList, EndpointLine};
+use super::rollout::StatusView;
+use super::sentinel::SentinelLine;
 use super::status::{DeployLine, SiteStatus};
 
 /// Where the pinned shapes live.
@@ -41,6 +43,14 @@ fn check(name: &str, value: &impl Serialize) -> Option<String> {
             path.display()
         )),
     }
+}
+
+fn sentinel_line() -> SentinelLine {
+    SentinelLine::new(&fixtures::sentinel(), Some(&fixtures::sentinel_status()))
+}
+
+fn unreported_sentinel_line() -> SentinelLine {
+    SentinelLine::new(&fixtures::sentinel(), None)
 }
 
 fn deploy_line() -> DeployLine {
@@ -99,6 +109,17 @@ fn the_read_commands_json_shapes_match_their_goldens() {
                 dropped: 12,
             },
         ),
+        check("get_sentinel", &sentinel_line()),
+        check(
+            "list_sentinels",
+            &vec![sentinel_line(), unreported_sentinel_line()],
+        ),
+        check("rollout_plan", &fixtures::rollout_plan()),
+        check(
+            "rollout_status",
+            &StatusView::new(&fixtures::rollout(), fixtures::NOW_MS + 500_000),
+        ),
+        check("rollout_history", &vec![fixtures::rollout_summary()]),
         check("cluster_status", &vec![row(), unreachable_row()]),
         check(
             "status",

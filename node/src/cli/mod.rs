@@ -9,6 +9,7 @@ mod notify;
 mod ops;
 mod policy;
 mod region;
+mod rollout;
 mod sentinel;
 mod serve;
 mod status;
@@ -83,6 +84,10 @@ pub(crate) enum Command {
     /// Apply or stop sentinels.
     #[command(subcommand)]
     Sentinel(sentinel::SentinelCommand),
+    /// Roll a sentinel image across the fleet in waves: plan, start,
+    /// status, resume, cancel, rollback-all, history.
+    #[command(subcommand)]
+    Rollout(rollout::RolloutCommand),
     /// Apply or delete cilium network policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -202,6 +207,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,
         Command::Watch(args) => watch::run(&operator_config(&cli.config)?, args).await,
         Command::Sentinel(command) => sentinel::run(&operator_config(&cli.config)?, command).await,
+        Command::Rollout(command) => rollout::run(&operator_config(&cli.config)?, command).await,
         Command::Policy(command) => policy::run(&operator_config(&cli.config)?, command).await,
         Command::Region(command) => region::run(&operator_config(&cli.config)?, command).await,
         Command::Notify(command) => notify::run(&operator_config(&cli.config)?, command).await,

@@ -117,6 +117,12 @@ pub(crate) enum ListCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Every sentinel: desired image and replicas, deploy status, and what
+    /// krane reported (running image, health, replicas, generation).
+    Sentinels {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -259,6 +265,7 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
         } => (environment, output),
         ListCommand::Regions { output } => return super::region::list(config, output).await,
         ListCommand::Policies { output } => return super::policy::list(config, output).await,
+        ListCommand::Sentinels { output } => return super::sentinel::list(config, output).await,
     };
     let client = Client::new(config)?;
     let mut after = None;

@@ -11,6 +11,8 @@ use tracing::info;
 
 use crate::replica::NodeState;
 use crate::workflow::deploy::DeployWorkflow;
+use crate::workflow::rollout::RolloutWorkflow;
+use crate::workflow::sentinel::SentinelDeployWorkflow;
 use crate::workflow::{Round, driver};
 
 /// Runs the workflows while this node leads.
@@ -18,10 +20,14 @@ pub async fn run(state: Arc<NodeState>) {
     caught_up(&state).await;
     let leader_since_ms = state.clock.now_ms();
     info!(leader_since_ms, "workflow driver started");
-    let workflows: Vec<Box<dyn Round>> = vec![Box::new(DeployWorkflow::new(
-        state.deploy.clone(),
-        leader_since_ms,
-    ))];
+    let workflows: Vec<Box<dyn Round>> = vec![
+        Box::new(DeployWorkflow::new(state.deploy.clone(), leader_since_ms)),
+        Box::new(SentinelDeployWorkflow::new(
+            leader_since_ms,
+            state.deploy.leader_grace_ms,
+        )),
+        Box::new(RolloutWorkflow),
+    ];
     driver::drive(&workflows, state.as_ref(), state.clock.as_ref()).await;
 }
 

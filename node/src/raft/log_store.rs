@@ -45,7 +45,7 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 /// Version of the log file's format (tables, keys, encodings), stored
 /// under `KEY_SCHEMA_VERSION` as a little-endian `u32`.
-pub const LOG_SCHEMA_VERSION: u32 = 1;
+pub const LOG_SCHEMA_VERSION: u32 = 2;
 
 /// The version of a file written before the version was recorded: its
 /// format is version 1's.
@@ -708,13 +708,15 @@ mod tests {
                 .expect("remove");
             txn.commit().expect("commit");
         }
-        let mut store = LogStore::open(&path).expect("an unversioned file opens");
-        assert_eq!(
-            store.read_vote().await.expect("vote"),
-            Some(Vote::new(3, 1))
-        );
-        close(store).await;
-        let version = UNVERSIONED_SCHEMA_VERSION.to_le_bytes().to_vec();
-        assert!(meta_rows(&path).contains(&(KEY_SCHEMA_VERSION.to_string(), version)));
+        // Read as version 1, which this build (a later version) refuses.
+        match LogStore::open(&path) {
+            Err(e) => assert!(
+                format!("{e:?}").contains(&format!(
+                    "SchemaMismatch {{ found: {UNVERSIONED_SCHEMA_VERSION}, expected: {LOG_SCHEMA_VERSION} }}"
+                )),
+                "{e:?}"
+            ),
+            Ok(_) => panic!("an unversioned file opened under version {LOG_SCHEMA_VERSION}"),
+        }
     }
 }

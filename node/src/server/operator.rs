@@ -17,7 +17,7 @@ use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
-use crate::app::{deployments, notify, policies, regions, requests, sentinels};
+use crate::app::{deployments, notify, policies, regions, requests, rollouts, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -74,9 +74,7 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
     );
     let waits = call.request.waits();
     let started = Instant::now();
-    let response = answer(state, identity, call)
-        .instrument(span.clone())
-        .await;
+    let response = answer(state, identity, call).instrument(span.clone()).await;
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     if took_ms > SLOW_REQUEST_MS && !waits {
         span.in_scope(|| warn!(took_ms, "slow operator request"));
@@ -167,6 +165,16 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
         OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
         OperatorRequest::ListPolicies { after, limit } => {
             policies::list(state, after, limit).map(OperatorResponse::Policies)
+        }
+        OperatorRequest::ListSentinels { after, limit } => sentinels::list(state, after, limit)
+            .map(|(items, next_after)| OperatorResponse::Sentinels { items, next_after }),
+        OperatorRequest::PlanRollout {
+            image,
+            wave_percents,
+        } => rollouts::plan(state, &image, &wave_percents).map(OperatorResponse::RolloutPlan),
+        OperatorRequest::RolloutStatus => rollouts::status(state).map(OperatorResponse::Rollout),
+        OperatorRequest::RolloutHistory { limit } => {
+            rollouts::history(state, limit).map(OperatorResponse::Rollouts)
         }
         OperatorRequest::NodeDiagnostics => Ok(OperatorResponse::NodeDiagnostics(
             wire::operator::NodeDiagnostics {

@@ -403,6 +403,7 @@ fn new_sentinel(deployment: &Deployment, region: &str, settings: &DeploySettings
         version: 0,
         created_at_ms: 0,
         updated_at_ms: 0,
+        deploy: wire::model::SentinelDeploy::default(),
     }
 }
 
@@ -831,6 +832,7 @@ mod tests {
             updated_replicas: 3,
             ready_replicas: 3,
             observed_generation: 1,
+            applied_version: sentinel.version,
             running_image: sentinel.image.clone(),
             health,
             updated_at_ms: NOW,
@@ -969,6 +971,7 @@ mod tests {
             running_image: sentinel.image.clone(),
             health: Health::Healthy,
             updated_at_ms: NOW,
+            applied_version: 0,
         })])
         .await
         .unwrap();

@@ -23,6 +23,8 @@
 
 pub mod deploy;
 pub mod driver;
+pub mod rollout;
+pub mod sentinel;
 
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::UnixMs;

@@ -16,7 +16,11 @@
 //!   desired state, the deploy's start and cleanup).
 //! - `environment`: environments, their live deployment, rollback.
 //! - `instances`: instance reports of a deployment's regions.
-//! - `sentinel`: sentinels and their reported status.
+//! - [`sentinel`]: sentinels, their reported status, and the tracked
+//!   deploy of a sentinel change (ready at the apply of the report that
+//!   shows it converged, failed by a guarded transition past its deadline).
+//! - [`rollout`]: fleet rollouts of a sentinel image (the plan frozen at
+//!   start, operators' commands, the driver's guarded steps).
 //! - `cilium`: cilium network policies.
 //! - `region`: regions (add, cordon, heartbeats) and which regions a
 //!   deployment may name.
@@ -50,7 +54,8 @@ mod meta;
 pub mod notify;
 mod region;
 mod requests;
-mod sentinel;
+pub mod rollout;
+pub mod sentinel;
 pub mod workflow;
 mod write_tables;
 
@@ -194,6 +199,14 @@ impl Applier<'_> {
             Mutation::RemoveNotifyEndpoint { name } => self.remove_notify_endpoint(name),
             Mutation::Deliver(transition) => self.delivery_transition(transition),
             Mutation::ReplayDelivery { delivery_id } => self.replay_delivery(*delivery_id),
+            Mutation::DeploySentinel {
+                sentinel,
+                deadline_ms,
+            } => self.deploy_sentinel(sentinel, *deadline_ms),
+            Mutation::Sentinel(transition) => self.sentinel_transition(transition),
+            Mutation::StartRollout(options) => self.start_rollout(options),
+            Mutation::ControlRollout(command) => self.control_rollout(*command),
+            Mutation::Rollout(transition) => self.rollout_transition(transition),
         }
     }
 }

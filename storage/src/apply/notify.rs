@@ -393,6 +393,40 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_start_is_announced_in_its_own_apply() {
+        let store = store();
+        let out = apply_one(
+            &store,
+            5,
+            vec![
+                endpoint("chat"),
+                Mutation::UpsertSentinel(sentinel("s1", "eu")),
+                Mutation::UpsertSentinel(sentinel("s2", "eu")),
+            ],
+        );
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let start = Mutation::StartRollout(wire::rollout::RolloutOptions {
+            image: "sentinel:new".into(),
+            wave_percents: vec![50, 100],
+            bake_ms: 0,
+            max_failures: 0,
+            concurrency: 0,
+            deadline_ms: 60_000,
+        });
+        let out = apply_one(&store, 10, vec![start]);
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let rows = deliveries(&store);
+        assert!(
+            rows.iter().any(|r| matches!(
+                &r.event,
+                NotifyEvent::RolloutStarted { image, waves: 2, sentinels: 2, .. }
+                    if image == "sentinel:new"
+            ) && r.created_at_ms == 10),
+            "{rows:#?}"
+        );
+    }
+
+    #[test]
     fn a_failure_creates_one_delivery_per_endpoint_with_one_event_id() {
         let store = store();
         fail(&store, 10, "d0");

@@ -30,6 +30,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) notify_endpoints: Table<'t, &'static str, Bytes>,
     pub(crate) deliveries: Table<'t, u64, Bytes>,
     pub(crate) pending_deliveries: Table<'t, DueKey, ()>,
+    pub(crate) rollouts: Table<'t, u64, Bytes>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -94,6 +95,9 @@ impl<'t> WriteTables<'t> {
             pending_deliveries: txn
                 .open_table(tables::PENDING_DELIVERIES)
                 .ctx_table(op, name::PENDING_DELIVERIES)?,
+            rollouts: txn
+                .open_table(tables::ROLLOUTS)
+                .ctx_table(op, name::ROLLOUTS)?,
             op,
         })
     }

@@ -20,7 +20,8 @@ use crate::model::{
     Actor, ApplyOutcome, ApplyReport, CiliumNetworkPolicy, DeployWorkflow, Deployment,
     DeploymentStatus, DeploymentTopology, DesiredState, Environment, FailedApply, Health,
     Heartbeat, Instance, InstanceStatus, JournalEntry, Region, RegionSource, Resource, ResourceKey,
-    ResourceType, ScheduledChange, Sentinel, SentinelStatus, StepRecord,
+    ResourceType, ScheduledChange, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
+    StepRecord,
 };
 use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
@@ -28,7 +29,12 @@ use crate::notify::{
 use crate::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentView, LogStatus,
     Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse,
-    PolicyView, RegionList, RegionView, RequestId, SentinelView, StateHash,
+    PolicyView, RegionList, RegionView, RequestId, RolloutCommand, RolloutPlan, SentinelView,
+    StartRollout, StateHash,
+};
+use crate::rollout::{
+    MemberState, Rollout, RolloutEvent, RolloutEventKind, RolloutMember, RolloutOptions,
+    RolloutState, RolloutSummary, WaveCounts,
 };
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
@@ -228,7 +234,29 @@ pub fn sentinel() -> Sentinel {
         version: 301,
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 3,
+        deploy: sentinel_deploy(),
     }
+}
+
+/// A fixture [`SentinelDeploy`], every field set.
+pub fn sentinel_deploy() -> SentinelDeploy {
+    SentinelDeploy {
+        status: SentinelDeployStatus::Failed,
+        started_at_ms: NOW_MS + 3,
+        deadline_at_ms: NOW_MS + 600_000,
+        ended_at_ms: Some(NOW_MS + 600_001),
+        reason: Some("not converged within 10m".into()),
+    }
+}
+
+/// Every variant of [`SentinelDeployStatus`].
+pub fn sentinel_deploy_statuses() -> Vec<SentinelDeployStatus> {
+    vec![
+        SentinelDeployStatus::Idle,
+        SentinelDeployStatus::Progressing,
+        SentinelDeployStatus::Ready,
+        SentinelDeployStatus::Failed,
+    ]
 }
 
 /// A fixture [`CiliumNetworkPolicy`], every field set.
@@ -283,6 +311,7 @@ pub fn sentinel_status() -> SentinelStatus {
         running_image: "registry.local/sentinel:2".into(),
         health: Health::Unhealthy,
         updated_at_ms: NOW_MS + 6,
+        applied_version: 300,
     }
 }
 
@@ -521,10 +550,11 @@ pub fn apply_sentinel() -> ApplySentinel {
         app_id: "app_web".into(),
         environment_id: "env_prod".into(),
         region: "eu-west".into(),
-        image: "registry.local/sentinel:2".into(),
+        image: Some("registry.local/sentinel:2".into()),
         replicas: Some(2),
         cpu_millicores: Some(250),
         memory_mib: Some(128),
+        deadline_ms: Some(600_000),
     }
 }
 
@@ -700,6 +730,28 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             limit: 300,
         },
         OperatorRequest::ReplayDelivery { id: 70_000 },
+        OperatorRequest::ListSentinels {
+            after: Some(("eu-west".into(), "snt_01hw".into())),
+            limit: 300,
+        },
+        OperatorRequest::PlanRollout {
+            image: "registry.local/sentinel:3".into(),
+            wave_percents: vec![1, 5, 25, 50, 100],
+        },
+        OperatorRequest::StartRollout(StartRollout {
+            options: rollout_options(),
+        }),
+        OperatorRequest::RolloutStatus,
+        OperatorRequest::ControlRollout {
+            command: RolloutCommand::Resume,
+        },
+        OperatorRequest::ControlRollout {
+            command: RolloutCommand::Cancel,
+        },
+        OperatorRequest::ControlRollout {
+            command: RolloutCommand::RollbackAll,
+        },
+        OperatorRequest::RolloutHistory { limit: 20 },
     ]
 }
 
@@ -708,6 +760,137 @@ pub fn policy_view() -> PolicyView {
     PolicyView {
         policy: policy(),
         applied_version: Some(41),
+    }
+}
+
+/// A fixture [`RolloutOptions`], every field set.
+pub fn rollout_options() -> RolloutOptions {
+    RolloutOptions {
+        image: "registry.local/sentinel:3".into(),
+        wave_percents: vec![10, 100],
+        bake_ms: 300_000,
+        max_failures: 2,
+        concurrency: 50,
+        deadline_ms: 600_000,
+    }
+}
+
+/// Every variant of [`RolloutState`].
+pub fn rollout_states() -> Vec<RolloutState> {
+    vec![
+        RolloutState::Idle,
+        RolloutState::InProgress,
+        RolloutState::Paused,
+        RolloutState::RollingBack,
+        RolloutState::Cancelled,
+        RolloutState::Completed,
+    ]
+}
+
+/// Every variant of [`MemberState`].
+pub fn member_states() -> Vec<MemberState> {
+    vec![
+        MemberState::Pending,
+        MemberState::Deploying,
+        MemberState::Succeeded,
+        MemberState::Failed,
+        MemberState::Skipped,
+        MemberState::Reverting,
+        MemberState::Reverted,
+        MemberState::RevertFailed,
+    ]
+}
+
+/// Every variant of [`RolloutEventKind`].
+pub fn rollout_event_kinds() -> Vec<RolloutEventKind> {
+    vec![
+        RolloutEventKind::Started,
+        RolloutEventKind::WaveStarted,
+        RolloutEventKind::WaveCompleted,
+        RolloutEventKind::Paused,
+        RolloutEventKind::Resumed,
+        RolloutEventKind::Completed,
+        RolloutEventKind::Cancelled,
+        RolloutEventKind::RollbackStarted,
+        RolloutEventKind::RollbackCompleted,
+    ]
+}
+
+/// A fixture [`RolloutMember`], every field set.
+pub fn rollout_member() -> RolloutMember {
+    RolloutMember {
+        sentinel_id: "snt_01hx".into(),
+        region: "eu-west".into(),
+        wave: 1,
+        previous_image: "registry.local/sentinel:2".into(),
+        state: MemberState::Failed,
+        version: 310,
+        writes: 1,
+        reason: Some("not converged within 10m".into()),
+    }
+}
+
+/// A fixture [`RolloutEvent`], every field set.
+pub fn rollout_event() -> RolloutEvent {
+    RolloutEvent {
+        at_ms: NOW_MS + 20,
+        kind: RolloutEventKind::Paused,
+        wave: 1,
+        message: "wave 2: 1 failed, at most 0 allowed".into(),
+    }
+}
+
+/// A fixture [`Rollout`], every field set.
+pub fn rollout() -> Rollout {
+    Rollout {
+        seq: 7,
+        options: rollout_options(),
+        state: RolloutState::Paused,
+        waves: vec![1],
+        members: vec![rollout_member()],
+        current_wave: 1,
+        wave_started_at_ms: Some(NOW_MS + 10),
+        bake_until_ms: Some(NOW_MS + 300_010),
+        revision: 12,
+        started_at_ms: NOW_MS + 9,
+        ended_at_ms: Some(NOW_MS + 400_000),
+        reverted: 3,
+        reason: Some("wave 2: 1 failed, at most 0 allowed".into()),
+        events: vec![rollout_event()],
+    }
+}
+
+/// A fixture [`WaveCounts`], every field set.
+pub fn wave_counts() -> WaveCounts {
+    WaveCounts {
+        done: 40,
+        failed: 2,
+        pending: 300,
+        skipped: 1,
+    }
+}
+
+/// A fixture [`RolloutSummary`], every field set.
+pub fn rollout_summary() -> RolloutSummary {
+    RolloutSummary {
+        seq: 7,
+        image: "registry.local/sentinel:3".into(),
+        state: RolloutState::Completed,
+        started_at_ms: NOW_MS + 9,
+        ended_at_ms: Some(NOW_MS + 400_000),
+        sentinels: 1_000,
+        waves: vec![wave_counts()],
+        reverted: 0,
+        reason: Some("wave 2: 1 failed, at most 0 allowed".into()),
+    }
+}
+
+/// A fixture [`RolloutPlan`], every field set.
+pub fn rollout_plan() -> RolloutPlan {
+    RolloutPlan {
+        image: "registry.local/sentinel:3".into(),
+        already_on_image: 4,
+        waves: vec![vec![("eu-west".into(), "snt_01hx".into())]],
     }
 }
 
@@ -761,6 +944,18 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         OperatorResponse::NotifyEndpoints(vec![endpoint_view()]),
         OperatorResponse::Deliveries(delivery_page()),
         OperatorResponse::DeliveryReplayed(delivery()),
+        OperatorResponse::SentinelDeployed {
+            sentinel_id: "snt_01hx".into(),
+            version: 310,
+            status: SentinelDeployStatus::Progressing,
+        },
+        OperatorResponse::Sentinels {
+            items: vec![sentinel_view()],
+            next_after: Some(("eu-west".into(), "snt_01hx".into())),
+        },
+        OperatorResponse::RolloutPlan(rollout_plan()),
+        OperatorResponse::Rollout(Some(rollout())),
+        OperatorResponse::Rollouts(vec![rollout_summary()]),
     ]
 }
 

@@ -20,7 +20,8 @@ use wire::hello::{self, Hello, Protocol};
 use wire::model::{
     ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentStatus,
     DeploymentTopology, DesiredState, FailedApply, Health, Heartbeat, Instance, InstanceStatus,
-    Region, RegionSource, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    Region, RegionSource, Resource, ResourceKey, ResourceType, Sentinel, SentinelDeploy,
+    SentinelDeployStatus, SentinelStatus,
 };
 use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
@@ -232,6 +233,7 @@ prop_compose! {
         version in any::<u64>(),
         created_at_ms in any::<u64>(),
         updated_at_ms in any::<u64>(),
+        deploy in sentinel_deploy(),
     ) -> Sentinel {
         Sentinel {
             id,
@@ -250,7 +252,25 @@ prop_compose! {
             version,
             created_at_ms,
             updated_at_ms,
+            deploy,
         }
+    }
+}
+
+prop_compose! {
+    pub fn sentinel_deploy()(
+        status in prop_oneof![
+            Just(SentinelDeployStatus::Idle),
+            Just(SentinelDeployStatus::Progressing),
+            Just(SentinelDeployStatus::Ready),
+            Just(SentinelDeployStatus::Failed),
+        ],
+        started_at_ms in any::<u64>(),
+        deadline_at_ms in any::<u64>(),
+        ended_at_ms in option::of(any::<u64>()),
+        reason in option::of(short_string()),
+    ) -> SentinelDeploy {
+        SentinelDeploy { status, started_at_ms, deadline_at_ms, ended_at_ms, reason }
     }
 }
 
@@ -327,6 +347,7 @@ prop_compose! {
         running_image in short_string(),
         health in health(),
         updated_at_ms in any::<u64>(),
+        applied_version in any::<u64>(),
     ) -> SentinelStatus {
         SentinelStatus {
             sentinel_id,
@@ -338,6 +359,7 @@ prop_compose! {
             running_image,
             health,
             updated_at_ms,
+            applied_version,
         }
     }
 }
@@ -528,15 +550,16 @@ prop_compose! {
     pub fn apply_sentinel()(
         ids in (short_string(), short_string(), short_string(), short_string()),
         region in short_string(),
-        image in short_string(),
+        image in option::of(short_string()),
         replicas in option::of(any::<u32>()),
         cpu_millicores in option::of(any::<u32>()),
         memory_mib in option::of(any::<u32>()),
+        deadline_ms in option::of(any::<u64>()),
     ) -> ApplySentinel {
         let (workspace_id, project_id, app_id, environment_id) = ids;
         ApplySentinel {
             workspace_id, project_id, app_id, environment_id, region, image,
-            replicas, cpu_millicores, memory_mib,
+            replicas, cpu_millicores, memory_mib, deadline_ms,
         }
     }
 }

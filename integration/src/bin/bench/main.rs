@@ -8,6 +8,7 @@
 //!     cargo run --release -p integration --bin bench -- full-sync --resources 100000
 //!     cargo run --release -p integration --bin bench -- fan-out --watchers 1000
 //!     cargo run --release -p integration --bin bench -- watch-throughput --writers 64
+//!     cargo run --release -p integration --bin bench -- rollout --resources 1000 --count 3
 //!
 //! - [`watch`]: ctrl alone (a deploy to the change event at a watcher).
 //! - [`writes`]: a three-node cluster under concurrent writers.
@@ -18,6 +19,8 @@
 //!   on a follower), [`fullsync`] (a large region's full sync), [`fanout`]
 //!   (one change to many watch streams; memory per idle stream),
 //!   [`throughput`] (changes/s one watcher keeps up with).
+//! - [`rollout`]: a fleet rollout of a sentinel image over 1,000
+//!   sentinels: total time and the workflow's overhead per wave.
 
 #![forbid(unsafe_code)]
 
@@ -26,6 +29,7 @@ mod common;
 mod fanout;
 mod fullsync;
 mod krane;
+mod rollout;
 mod throughput;
 mod watch;
 mod writes;
@@ -122,6 +126,11 @@ enum Scenario {
     /// Changes/s one watcher (on a follower) keeps up with while
     /// `--writers` write as fast as three nodes allow for `--seconds`.
     WatchThroughput,
+    /// A fleet rollout over `--resources` sentinels (default 1,000) in two
+    /// regions, default waves, no bake, `--count` times (default 3): total
+    /// time, and the overhead per wave (last sentinel converged → first
+    /// change of the next wave streamed).
+    Rollout,
     /// Internal: one node of a benchmark's cluster (`--config`), served
     /// until stdin closes.
     #[value(hide = true)]
@@ -178,6 +187,9 @@ async fn main() -> Result<()> {
         Scenario::WatchThroughput => {
             let writers = args.writers.first().copied().unwrap_or(64);
             throughput::watch_throughput(writers, args.seconds.unwrap_or(10)).await
+        }
+        Scenario::Rollout => {
+            rollout::rollout_bench(args.resources.unwrap_or(1_000), args.count.unwrap_or(3)).await
         }
         Scenario::ServeNode => {
             let config = args.config.context("serve-node needs --config FILE")?;
