@@ -96,7 +96,6 @@ fn the_read_commands_json_shapes_match_their_goldens() {
         check("list_deployments", &vec![fixtures::deployment()]),
         check("list_regions", &regions),
         check("history", &vec![fixtures::journal_entry()]),
-        check("get_sentinel", &fixtures::sentinel_view()),
         check("list_policies", &vec![fixtures::policy_view()]),
         check(
             "notify_list",
