@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];

@@ -26,6 +26,7 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
         created_at_ms: 1,
         updated_at_ms: 1,
         workflow: crate::apply::workflow::new_workflow(60_000, 10_000, 0, true),
+        spec: Default::default(),
     }
 }
 

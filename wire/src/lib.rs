@@ -39,6 +39,7 @@ pub mod k8s_name;
 pub mod model;
 pub mod operator;
 pub mod session;
+pub mod workload;
 
 pub use error::{ErrorCode, WireError};
 pub use model::Pk;

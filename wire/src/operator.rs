@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
+use crate::workload::WorkloadSpec;
 use crate::model::{
     Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region, Sentinel,
     SentinelStatus, UnixMs,
@@ -408,6 +409,9 @@ pub struct CreateDeployment {
     /// Regions that must run every replica for the deploy to be ready
     /// (1 to the number of regions); `None`: every region.
     pub min_ready_regions: Option<u32>,
+    /// Port, command, health check, shutdown, pod metadata and secret
+    /// environment (secret values in the clear: the node seals them).
+    pub spec: WorkloadSpec,
 }
 
 impl CreateDeployment {
@@ -482,7 +486,7 @@ impl CreateDeployment {
                 self.regions.len()
             ));
         }
-        Ok(())
+        self.spec.validate(&self.env_vars)
     }
 }
 

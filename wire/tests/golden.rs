@@ -43,6 +43,13 @@ fn wire_formats_match_their_goldens() {
     g.check("model.Actor", &actors());
     g.check("model.JournalEntry", &[journal_entry()]);
 
+    // workload settings
+    g.check("workload.WorkloadSpec", &[workload_spec(), workload_spec_plain()]);
+    g.check("workload.HealthCheck", &[health_check()]);
+    g.check("workload.Probe", &probes());
+    g.check("workload.SecretValue", &secret_values());
+    g.check("workload.SealedSecret", &[sealed_secret()]);
+
     // errors and the handshake
     g.check("error.ErrorCode", &error_codes());
     g.check("error.WireError", &[wire_error()]);

@@ -64,6 +64,13 @@ impl Applier<'_> {
                 )));
             }
         }
+        if !deployment.spec.secrets_sealed() {
+            // ctrl stores no secret in the clear: the node seals them
+            // before proposing.
+            return Ok(bad_request(format!(
+                "deployment {id:?} carries an unsealed secret value"
+            )));
+        }
         if self.deployment(id)?.is_some() {
             return Ok(bad_request(format!("deployment {id:?} already exists")));
         }
@@ -160,6 +167,7 @@ impl Applier<'_> {
                 version,
                 created_at_ms,
                 updated_at_ms: self.now_ms,
+                spec: deployment.spec.clone(),
             })?;
             if self
                 .environment_sentinel(&deployment.environment_id, region)?
