@@ -38,6 +38,7 @@ pub fn deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> Depl
         env_vars: BTreeMap::new(),
         progress_deadline_ms: None,
         min_ready_regions: None,
+        spec: Default::default(),
     })
 }
 

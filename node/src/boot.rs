@@ -172,6 +172,9 @@ pub enum StartError {
         #[source]
         source: transport::TransportError,
     },
+    /// The secrets key file could not be loaded.
+    #[error("cannot load the secrets key file (secrets_key): {0}")]
+    SecretsKey(#[source] transport::sealing::SealError),
     /// The QUIC endpoint could not be opened on the listen address.
     #[error("cannot listen on {addr} (listen_addr): {source}")]
     Listen {
@@ -289,6 +292,12 @@ pub async fn start_with_clock(
     })?;
     let applied_pk = state_machine.applied_pk();
 
+    let keyring = match &config.secrets_key {
+        Some(path) => Some(Arc::new(
+            transport::sealing::Keyring::load(path).map_err(StartError::SecretsKey)?,
+        )),
+        None => None,
+    };
     let tls_paths = transport::tls::TlsPaths {
         ca_cert: config.tls.ca_cert.clone(),
         cert: config.tls.cert.clone(),
@@ -415,6 +424,7 @@ pub async fn start_with_clock(
         clock,
         raft_runtime,
         metrics: metrics.clone(),
+        keyring,
         // Paths only: a node config names its certificate and key files,
         // never their contents.
         config_toml: toml::to_string(config).unwrap_or_else(|e| format!("# not encodable: {e}\n")),

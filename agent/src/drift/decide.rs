@@ -30,16 +30,19 @@ pub enum Kind {
     PodDisruptionBudget,
     /// `cilium.io/v2` CiliumNetworkPolicy.
     CiliumNetworkPolicy,
+    /// `v1` Secret of a deployment's secret environment.
+    Secret,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::StatefulSet,
         Kind::Service,
         Kind::Deployment,
         Kind::PodDisruptionBudget,
         Kind::CiliumNetworkPolicy,
+        Kind::Secret,
     ];
 
     /// The Kubernetes kind name (`StatefulSet`, ...).
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Deployment => "Deployment",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::CiliumNetworkPolicy => "CiliumNetworkPolicy",
+            Kind::Secret => "Secret",
         }
     }
 }
@@ -106,7 +110,7 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
             }
             let (service, stateful_set) = deployment::desired_objects(t);
             let (ns, name) = (&t.k8s_namespace, &t.k8s_name);
-            vec![
+            let mut objects = vec![
                 object(Kind::Service, ns, name, serde_json::to_value(service)),
                 object(
                     Kind::StatefulSet,
@@ -114,7 +118,14 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
                     name,
                     serde_json::to_value(stateful_set),
                 ),
-            ]
+            ];
+            // Without its owner reference, which krane adds when it
+            // applies (its uid is the cluster's): a field the cluster
+            // holds and the desired object lacks is not drift.
+            if let Some(secret) = deployment::desired_secret(t) {
+                objects.push(object(Kind::Secret, ns, name, serde_json::to_value(secret)));
+            }
+            objects
         }
         Resource::Sentinel(s) => {
             if !sentinel::wants_objects(s) || sentinel::validate(s).is_err() {

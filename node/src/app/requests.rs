@@ -208,6 +208,10 @@ impl<S: ReadState> ReadState for Idempotent<'_, S> {
     fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send {
         self.state.applied_past(mark, wait)
     }
+
+    fn keyring(&self) -> Option<&transport::sealing::Keyring> {
+        self.state.keyring()
+    }
 }
 
 #[cfg(test)]
@@ -415,6 +419,7 @@ mod tests {
                 created_at_ms: 1,
                 updated_at_ms: 1,
                 workflow: Default::default(),
+                spec: Default::default(),
             },
         };
         let e = once.propose(vec![create(1), create(2)]).await.unwrap_err();

@@ -10,6 +10,7 @@ mod policy;
 mod region;
 mod sentinel;
 mod serve;
+mod spec;
 mod status;
 mod watch;
 

@@ -61,6 +61,8 @@ pub(crate) struct DeployArgs {
     /// (default: all).
     #[arg(long)]
     pub min_ready_regions: Option<u32>,
+    #[command(flatten)]
+    pub spec: super::spec::SpecArgs,
     /// Wait until the deploy is ready, showing its steps and each region's
     /// running/desired pods.
     #[arg(long)]
@@ -170,6 +172,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
     let client = Client::new(config).map_err(|e| refused(&e))?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
     let request_id = args.request_id.or_new();
+    let spec = args.spec.spec().map_err(|e| refused(&e))?;
     let progress_deadline_ms = args
         .progress_deadline
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -185,6 +188,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         env_vars: args.env_vars.into_iter().collect::<BTreeMap<_, _>>(),
         progress_deadline_ms,
         min_ready_regions: args.min_ready_regions,
+        spec,
     });
     let deployment_id = match client.call_with_id(&request, Some(request_id)).await {
         Ok(OperatorResponse::Created { deployment_id }) => deployment_id,

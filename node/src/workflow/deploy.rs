@@ -519,6 +519,7 @@ mod tests {
                 u32::try_from(regions.len()).unwrap(),
                 true,
             ),
+            spec: Default::default(),
         }
     }
 
