@@ -96,6 +96,18 @@ impl DeploymentBuilder {
         self
     }
 
+    /// Sets the workload spec (port, command, health, secrets, …).
+    pub fn spec(mut self, spec: wire::workload::WorkloadSpec) -> Self {
+        self.0.spec = spec;
+        self
+    }
+
+    /// Sets the progress deadline, in milliseconds.
+    pub fn progress_deadline_ms(mut self, ms: u64) -> Self {
+        self.0.progress_deadline_ms = Some(ms);
+        self
+    }
+
     /// The request.
     pub fn build(self) -> CreateDeployment {
         self.0

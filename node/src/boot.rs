@@ -292,12 +292,6 @@ pub async fn start_with_clock(
     })?;
     let applied_pk = state_machine.applied_pk();
 
-    let keyring = match &config.secrets_key {
-        Some(path) => Some(Arc::new(
-            transport::sealing::Keyring::load(path).map_err(StartError::SecretsKey)?,
-        )),
-        None => None,
-    };
     let tls_paths = transport::tls::TlsPaths {
         ca_cert: config.tls.ca_cert.clone(),
         cert: config.tls.cert.clone(),
@@ -312,6 +306,12 @@ pub async fn start_with_clock(
         &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
     )
     .map_err(tls_error)?;
+    let keyring = match &config.secrets_key {
+        Some(path) => Some(Arc::new(
+            transport::sealing::Keyring::load(path).map_err(StartError::SecretsKey)?,
+        )),
+        None => None,
+    };
     let (endpoint, socket_closed) =
         transport::endpoint::server_endpoint(config.listen_addr, server_config).map_err(
             |source| StartError::Listen {

@@ -351,12 +351,15 @@ pub async fn apply(
     applied
 }
 
-/// Deletes a deployment's StatefulSet, then its Service and its Secret
-/// (each only if it carries krane's label; absent is success).
+/// Deletes a deployment's Secret, its StatefulSet, then its Service (each
+/// only if it carries krane's label; absent is success). The Secret goes
+/// first: it is owned by the StatefulSet, but Kubernetes' garbage
+/// collection of dependents is not immediate, and krane does not leave a
+/// secret behind it.
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<Outcome, K8sError> {
+    let secret = k8s::delete::<Secret>(client, namespace, name).await?;
     let stateful_set = k8s::delete::<StatefulSet>(client, namespace, name).await?;
     let service = k8s::delete::<Service>(client, namespace, name).await?;
-    let secret = k8s::delete::<Secret>(client, namespace, name).await?;
     Ok(worst(worst(stateful_set, service), secret))
 }
 

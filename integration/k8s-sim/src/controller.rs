@@ -59,6 +59,9 @@ pub struct Settings {
     pub pod_ready_delay: Duration,
     /// Images whose pods stay Pending with `ImagePullBackOff`.
     pub failing_images: Vec<String>,
+    /// Images whose containers, where they have a readiness probe, run
+    /// but never pass it: the pod is Running and never Ready.
+    pub failing_readiness: Vec<String>,
 }
 
 /// What the last pass looked at (for tests and logs).
@@ -360,7 +363,7 @@ impl Controller {
                 Some(ip) => ip.to_string(),
                 None => self.next_ip(),
             };
-            let status = started_status(&pod, &settings.failing_images, &ip, wall);
+            let status = started_status(&pod, settings, &ip, wall);
             if pod.get("status") != Some(&status) {
                 let mut updated = pod;
                 updated["status"] = status;
@@ -560,9 +563,13 @@ fn qos_class(containers: &Value) -> &'static str {
 }
 
 /// The status of a started pod: Running and Ready, or Pending with
-/// `ImagePullBackOff` if any of its images is told to fail. Condition and
-/// start times already set are kept, so a repeated pass changes nothing.
-fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Value {
+/// `ImagePullBackOff` if any of its images is told to fail, or Running and
+/// not Ready if a container with a readiness probe runs an image told to
+/// fail its readiness (no probe is run: the simulator honours probes only
+/// that far). Condition and start times already set are kept, so a
+/// repeated pass changes nothing.
+fn started_status(pod: &Value, settings: &Settings, ip: &str, wall: &str) -> Value {
+    let failing = &settings.failing_images;
     let old = pod.get("status").cloned().unwrap_or(json!({}));
     let containers = pod
         .pointer("/spec/containers")
@@ -579,7 +586,19 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         .filter(|c| fails(c))
         .filter_map(|c| c["name"].as_str())
         .collect();
+    let unready_container = |c: &Value| {
+        c.get("readinessProbe").is_some_and(|p| !p.is_null())
+            && c["image"]
+                .as_str()
+                .is_some_and(|i| settings.failing_readiness.iter().any(|f| f == i))
+    };
+    let unready: Vec<&str> = containers
+        .iter()
+        .filter(|c| !fails(c) && unready_container(c))
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     let ok = bad.is_empty();
+    let ready = ok && unready.is_empty();
     let old_time = |kind: &str, field: &str| -> Option<Value> {
         let state = old
             .pointer("/containerStatuses")?
@@ -602,7 +621,7 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
                 let started = old_time(name, "/state/running/startedAt").unwrap_or(json!(wall));
                 json!({"name": name, "image": image, "imageID": format!("sim://{image}"),
                        "containerID": format!("containerd://{:016x}", meta::hash_value(&json!([meta::meta_str(pod, "uid"), name]))),
-                       "ready": ok, "started": true, "restartCount": 0, "lastState": {},
+                       "ready": ok && !unready_container(c), "started": true, "restartCount": 0, "lastState": {},
                        "state": {"running": {"startedAt": started}}})
             }
         })
@@ -617,10 +636,11 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         let mut c = json!({"type": kind, "status": s, "lastProbeTime": null,
                            "lastTransitionTime": kept.unwrap_or(json!(wall))});
         if !status {
+            let names: Vec<&str> = bad.iter().chain(unready.iter()).copied().collect();
             c["reason"] = json!("ContainersNotReady");
             c["message"] = json!(format!(
                 "containers with unready status: [{}]",
-                bad.join(" ")
+                names.join(" ")
             ));
         }
         c
@@ -630,8 +650,8 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         "conditions": [
             condition("PodReadyToStartContainers", true),
             condition("Initialized", true),
-            condition("Ready", ok),
-            condition("ContainersReady", ok),
+            condition("Ready", ready),
+            condition("ContainersReady", ready),
             condition("PodScheduled", true),
         ],
         "hostIP": HOST_IP,
@@ -848,6 +868,7 @@ mod tests {
         let settings = Settings {
             pod_ready_delay: Duration::from_secs(5),
             failing_images: vec![],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         store
@@ -995,6 +1016,7 @@ mod tests {
         let settings = Settings {
             pod_ready_delay: Duration::from_secs(1),
             failing_images: vec![],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         let opts = WriteOpts::default();
@@ -1056,6 +1078,7 @@ mod tests {
         let mut settings = Settings {
             pod_ready_delay: Duration::ZERO,
             failing_images: vec!["bad:1".into()],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         store
