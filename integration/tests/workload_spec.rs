@@ -309,3 +309,110 @@ async fn a_full_spec_is_built_and_its_secret_shows_only_in_the_cluster() {
     })
     .await;
 }
+
+/// `ctrl scale` and `ctrl update` on a running deployment: the
+/// StatefulSet scales, then rolls a new size and health check out (its
+/// template changes; scaling alone leaves the pods as they are), and the
+/// instance reports say how far the rollout got (updated / running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_and_update_roll_through_the_stateful_set() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+        let fleet = Fleet::start(config).await.expect("the site starts");
+        let operator = fleet.operator().unwrap();
+        let request = integration::requests::deployment([REGION])
+            .own_environment()
+            .image("registry.local/app:2")
+            .replicas(1)
+            .spec(WorkloadSpec {
+                port: Some(8080),
+                ..WorkloadSpec::default()
+            })
+            .build();
+        let id = operator.create(request).await.expect("created");
+        operator
+            .ready(&id, READY_TIMEOUT_S)
+            .await
+            .unwrap_or_else(|e| panic!("{id} not ready: {e}"));
+        let name = wire::k8s_name::deployment(&id);
+        let selector = format!("unkey.com/deployment.id={id}");
+        let sim = &fleet.region(REGION).sim;
+        let first_pod_uid = |v: &k8s_sim::View<'_>| {
+            v.pods(NAMESPACE, &selector)
+                .iter()
+                .find(|p| p["metadata"]["name"] == format!("{name}-0").as_str())
+                .map(|p| p["metadata"]["uid"].clone())
+        };
+        let uid = sim.inspect(|v| first_pod_uid(v)).expect("pod 0");
+        let ctrl = integration::kit::ctrl::with_config(&fleet.operator_path)
+            .await
+            .unwrap();
+
+        ctrl.ok(&["scale", &id, "--replicas", "3"])
+            .await
+            .expect("ctrl scale");
+        let all_three = |view: &wire::operator::DeploymentView| {
+            view.deployment.replicas == 3
+                && view.instances.len() == 3
+                && view
+                    .instances
+                    .iter()
+                    .all(|i| i.status == wire::model::InstanceStatus::Running && i.updated)
+        };
+        operator
+            .wait_deployment(&id, tokio::time::Instant::now() + WAIT, "3 replicas", all_three)
+            .await
+            .expect("scaled");
+        assert_eq!(
+            sim.inspect(|v| first_pod_uid(v)),
+            Some(uid.clone()),
+            "scaling rolls no pod"
+        );
+
+        ctrl.ok(&[
+            "update",
+            &id,
+            "--cpu-millicores",
+            "300",
+            "--health-http",
+            "/ready",
+        ])
+        .await
+        .expect("ctrl update");
+        sim.wait_until(WAIT, |v| {
+            let Some(sts) = v.get(&STATEFUL_SETS, NAMESPACE, &name) else {
+                return false;
+            };
+            let container = &sts["spec"]["template"]["spec"]["containers"][0];
+            container["resources"]["limits"]["cpu"] == "300m"
+                && container["readinessProbe"]["httpGet"]["path"] == "/ready"
+                && sts["status"]["updatedReplicas"] == 3
+                && first_pod_uid(v).is_some_and(|u| u != uid)
+        })
+        .await
+        .expect("rolled out");
+        let view = operator
+            .wait_deployment(&id, tokio::time::Instant::now() + WAIT, "rolled out", |view| {
+                all_three(view) && view.instances.iter().all(|i| i.cpu_millicores == 300)
+            })
+            .await
+            .expect("reported rolled out");
+        assert_eq!(view.deployment.cpu_millicores, 300);
+        assert_eq!(view.deployment.status, DeploymentStatus::Ready);
+        let text = ctrl.ok(&["get", "deployment", &id]).await.unwrap();
+        assert!(text.contains("3/3 running, 3/3 updated"), "{text}");
+        assert!(text.contains("health:      http /ready"), "{text}");
+
+        // An update the spec does not allow is refused, naming the field.
+        let out = ctrl
+            .run(&["update", &id, "--health-http", "no-slash"])
+            .await
+            .unwrap();
+        assert!(!out.status.success());
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("health.path"), "{said}");
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}

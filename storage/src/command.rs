@@ -205,6 +205,17 @@ pub enum Mutation {
         /// The deployment to make live; `None`: the previous live one.
         to: Option<String>,
     },
+    /// An operator changes the replicas, size or health check of a
+    /// deployment: its row and its running topologies (one change row
+    /// each; the StatefulSets roll the change out). Answered by
+    /// [`Outcome::Deployment`]. An archived deployment, or an update the
+    /// deployment's spec does not allow, is refused.
+    UpdateDeployment {
+        /// The deployment to change.
+        deployment_id: String,
+        /// What to change.
+        update: wire::operator::DeploymentUpdate,
+    },
 }
 
 /// A step of the deploy workflow for one deployment, with the guard it was

@@ -153,6 +153,7 @@ pub(crate) fn instance(deployment_id: &str, region: &str, pod: &str, running: bo
         },
         reason: None,
         updated_at_ms: 5,
+        updated: true,
     }
 }
 

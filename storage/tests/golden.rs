@@ -152,6 +152,10 @@ fn mutations() -> Vec<Mutation> {
             environment_id: "env_prod".into(),
             to: Some("dep_01hx3k8".into()),
         },
+        Mutation::UpdateDeployment {
+            deployment_id: "dep_01hx3k9".into(),
+            update: fixtures::deployment_update(),
+        },
     ]);
     all
 }

@@ -541,6 +541,9 @@ pub struct Instance {
     pub reason: Option<String>,
     /// When krane observed this state (krane's clock).
     pub updated_at_ms: UnixMs,
+    /// Whether the pod runs the current pod template of its StatefulSet
+    /// (the rollout of a changed spec has reached it).
+    pub updated: bool,
 }
 
 /// Observed state of a sentinel's Kubernetes Deployment.

@@ -75,6 +75,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.NodeStatus", &[node_status()]);
     g.check("operator.NodeDiagnostics", &[node_diagnostics()]);
     g.check("operator.CreateDeployment", &[create_deployment()]);
+    g.check("operator.DeploymentUpdate", &[deployment_update()]);
     g.check("operator.ApplySentinel", &[apply_sentinel()]);
     g.check("operator.ApplyPolicy", &[apply_policy()]);
     g.check("operator.SentinelView", &[sentinel_view()]);

@@ -46,6 +46,10 @@ use crate::k8s::{
 pub const CONTAINER_NAME: &str = "app";
 /// The name of the container port and of the Service's port.
 pub const PORT_NAME: &str = "app";
+/// Pod template annotation: the digest of the template krane built (the
+/// rest of it), so a pod tells which spec it runs: the instance report
+/// says whether a rollout has reached it.
+pub const TEMPLATE_DIGEST_ANNOTATION: &str = "unkey.com/template-digest";
 
 /// Whether the topology wants objects at all (running with replicas).
 pub fn wants_objects(topology: &DeploymentTopology) -> bool {
@@ -198,6 +202,28 @@ pub fn desired_objects(topology: &DeploymentTopology) -> (Service, StatefulSet) 
         }),
         ..Container::default()
     };
+    let mut template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels(topology)),
+            annotations: (!spec.pod_annotations.is_empty()).then(|| spec.pod_annotations.clone()),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            restart_policy: Some("Always".to_string()),
+            termination_grace_period_seconds: spec.termination_grace_s.map(i64::from),
+            os: spec.shutdown_signal.as_ref().map(|_| PodOS {
+                name: "linux".to_string(),
+            }),
+            ..PodSpec::default()
+        }),
+    };
+    let digest = digest_of(&template);
+    if let Some(meta) = template.metadata.as_mut() {
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(TEMPLATE_DIGEST_ANNOTATION.to_string(), format!("{digest:016x}"));
+    }
     let stateful_set = StatefulSet {
         metadata: meta,
         spec: Some(StatefulSetSpec {
@@ -212,28 +238,33 @@ pub fn desired_objects(topology: &DeploymentTopology) -> (Service, StatefulSet) 
                 type_: Some("RollingUpdate".to_string()),
                 rolling_update: None,
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels(topology)),
-                    annotations: (!spec.pod_annotations.is_empty())
-                        .then(|| spec.pod_annotations.clone()),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    restart_policy: Some("Always".to_string()),
-                    termination_grace_period_seconds: spec.termination_grace_s.map(i64::from),
-                    os: spec.shutdown_signal.as_ref().map(|_| PodOS {
-                        name: "linux".to_string(),
-                    }),
-                    ..PodSpec::default()
-                }),
-            },
+            template,
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
     };
     (service, stateful_set)
+}
+
+/// The digest of a pod template (FNV-1a of its JSON).
+fn digest_of(template: &PodTemplateSpec) -> u64 {
+    let mut hash = wire::digest::Fnv1a::new();
+    hash.write(&serde_json::to_vec(template).unwrap_or_default());
+    hash.finish()
+}
+
+/// The template digest of a topology's pods (see
+/// [`TEMPLATE_DIGEST_ANNOTATION`]); 0 for a topology krane builds no
+/// pods for.
+pub fn template_digest(topology: &DeploymentTopology) -> u64 {
+    let (_, stateful_set) = desired_objects(topology);
+    stateful_set
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get(TEMPLATE_DIGEST_ANNOTATION).cloned())
+        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
+        .unwrap_or(0)
 }
 
 /// A probe of the health check (the same for readiness and liveness).
@@ -592,6 +623,22 @@ mod tests {
         assert!(c.command.is_none() && c.args.is_none());
         assert!(c.readiness_probe.is_none() && c.liveness_probe.is_none());
         assert!(pod.termination_grace_period_seconds.is_none());
+    }
+
+    #[test]
+    fn the_template_digest_moves_with_the_pod_template_only() {
+        let topology = full_topology();
+        let digest = template_digest(&topology);
+        assert_ne!(digest, 0);
+        let mut scaled = topology.clone();
+        scaled.replicas = 7;
+        assert_eq!(template_digest(&scaled), digest, "scaling rolls nothing");
+        let mut resized = topology.clone();
+        resized.cpu_millicores += 1;
+        assert_ne!(template_digest(&resized), digest);
+        let mut probed = topology;
+        probed.spec.health.as_mut().unwrap().period_s += 1;
+        assert_ne!(template_digest(&probed), digest);
     }
 
     #[test]

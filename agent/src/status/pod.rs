@@ -25,6 +25,8 @@ pub struct PodInfo {
     pub status: InstanceStatus,
     /// Why it is not running, when a container says (e.g. `ImagePullBackOff`).
     pub reason: Option<String>,
+    /// The digest of the pod template it was made from (its annotation).
+    pub template: Option<u64>,
 }
 
 /// The deployment a pod belongs to, from its label.
@@ -99,6 +101,10 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
             .unwrap_or_default(),
         status,
         reason,
+        template: pod
+            .annotations()
+            .get(crate::controller::deployment::TEMPLATE_DIGEST_ANNOTATION)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok()),
     })
 }
 

@@ -126,6 +126,7 @@ mod tests {
             status: InstanceStatus::Running,
             reason: None,
             updated_at_ms: 3,
+            updated: true,
         }
     }
 

@@ -11,7 +11,7 @@ use storage::{Mutation, Outcome};
 use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
 use wire::operator::{
-    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
+    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
 };
 use wire::{ErrorCode, WireError};
 
@@ -172,6 +172,27 @@ pub async fn set_desired_state(
     deployment_answer(propose_one(state, mutation).await?)
 }
 
+/// Changes the replicas, size or health check of a deployment; returns
+/// it as it now is. Bounds are checked before proposing; apply checks the
+/// health check against the deployment's spec.
+pub async fn update(
+    state: &impl Propose,
+    deployment_id: String,
+    update: DeploymentUpdate,
+) -> Result<Deployment, WireError> {
+    update.validate()?;
+    deployment_answer(
+        propose_one(
+            state,
+            Mutation::UpdateDeployment {
+                deployment_id,
+                update,
+            },
+        )
+        .await?,
+    )
+}
+
 /// Cancels a deploy in flight; returns the deployment as it now is.
 pub async fn cancel(state: &impl Propose, deployment_id: String) -> Result<Deployment, WireError> {
     deployment_answer(propose_one(state, Mutation::CancelDeployment { deployment_id }).await?)
@@ -262,6 +283,7 @@ mod tests {
                 status: InstanceStatus::Running,
                 reason: None,
                 updated_at_ms: 5,
+                updated: true,
             }],
         }
     }

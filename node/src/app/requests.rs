@@ -62,6 +62,11 @@ pub async fn apply<S: Propose + ReadState>(
         OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
             .await
             .map(OperatorResponse::Updated),
+        OperatorRequest::UpdateDeployment { id, update } => {
+            deployments::update(state, id, update)
+                .await
+                .map(OperatorResponse::Updated)
+        }
         OperatorRequest::Rollback { environment_id, to } => {
             deployments::rollback(state, environment_id, to)
                 .await

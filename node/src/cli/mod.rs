@@ -71,6 +71,11 @@ pub(crate) enum Command {
     /// Cancel a deploy in flight: it is cleaned up, the live deployment
     /// is not touched.
     Cancel(ops::StartArgs),
+    /// Change a deployment's replicas per region; its StatefulSets scale.
+    Scale(ops::ScaleArgs),
+    /// Change a live deployment's replicas, size or health check; its
+    /// StatefulSets roll the change out (a new image is a new deploy).
+    Update(ops::UpdateArgs),
     /// Make an earlier deployment of an environment live again.
     Rollback(ops::RollbackArgs),
     /// The journal of workflow transitions.
@@ -194,6 +199,8 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         }
         Command::Start(args) => ops::start(&operator_config(&cli.config)?, args).await,
         Command::Cancel(args) => ops::cancel(&operator_config(&cli.config)?, args).await,
+        Command::Scale(args) => ops::scale(&operator_config(&cli.config)?, args).await,
+        Command::Update(args) => ops::update(&operator_config(&cli.config)?, args).await,
         Command::Rollback(args) => ops::rollback(&operator_config(&cli.config)?, args).await,
         Command::History(args) => ops::history(&operator_config(&cli.config)?, args).await,
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,

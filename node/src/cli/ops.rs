@@ -12,7 +12,9 @@ use node::client::Client;
 use node::client::ClientError;
 use node::wait::WaitError;
 use wire::model::{Deployment, DesiredState, JournalEntry};
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{
+    CreateDeployment, DeploymentUpdate, DeploymentView, OperatorRequest, OperatorResponse,
+};
 
 use super::{Exit, Output, RequestIdArg};
 
@@ -133,6 +135,37 @@ pub(crate) struct StopArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StartArgs {
     pub id: String,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScaleArgs {
+    pub id: String,
+    /// Replicas per region.
+    #[arg(long)]
+    pub replicas: u32,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    pub id: String,
+    /// Replicas per region.
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// CPU per replica, in thousandths of a core.
+    #[arg(long)]
+    pub cpu_millicores: Option<u32>,
+    /// Memory per replica, in MiB.
+    #[arg(long)]
+    pub memory_mib: Option<u32>,
+    #[command(flatten)]
+    pub health: super::spec::HealthArgs,
+    /// Remove the health check.
+    #[arg(long, conflicts_with_all = ["health_http", "health_exec"])]
+    pub no_health: bool,
     #[command(flatten)]
     pub request_id: RequestIdArg,
 }
@@ -331,6 +364,35 @@ pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()
     updated(config, &request, args.request_id).await
 }
 
+pub(super) async fn scale(config: &OperatorConfig, args: ScaleArgs) -> Result<()> {
+    let request = OperatorRequest::UpdateDeployment {
+        id: args.id,
+        update: DeploymentUpdate {
+            replicas: Some(args.replicas),
+            ..DeploymentUpdate::default()
+        },
+    };
+    updated(config, &request, args.request_id).await
+}
+
+pub(super) async fn update(config: &OperatorConfig, args: UpdateArgs) -> Result<()> {
+    let health = if args.no_health {
+        Some(None)
+    } else {
+        args.health.health()?.map(Some)
+    };
+    let request = OperatorRequest::UpdateDeployment {
+        id: args.id,
+        update: DeploymentUpdate {
+            replicas: args.replicas,
+            cpu_millicores: args.cpu_millicores,
+            memory_mib: args.memory_mib,
+            health,
+        },
+    };
+    updated(config, &request, args.request_id).await
+}
+
 pub(super) async fn cancel(config: &OperatorConfig, args: StartArgs) -> Result<()> {
     let request = OperatorRequest::CancelDeployment { id: args.id };
     updated(config, &request, args.request_id).await
@@ -461,13 +523,38 @@ fn print_view(view: &DeploymentView) {
         "resources:   {}m cpu, {} MiB",
         d.cpu_millicores, d.memory_mib
     );
+    let spec = &d.spec;
+    if let Some(port) = spec.port {
+        println!("port:        {port}");
+    }
+    if let Some(health) = &spec.health {
+        let what = match &health.probe {
+            wire::workload::Probe::Http { path, port } => match port {
+                Some(port) => format!("http {path}:{port}"),
+                None => format!("http {path}"),
+            },
+            wire::workload::Probe::Exec { command } => format!("exec {}", command.join(" ")),
+        };
+        println!(
+            "health:      {what} every {} s, timeout {} s, {} failures",
+            health.period_s, health.timeout_s, health.failure_threshold
+        );
+    }
+    if !spec.secret_env.is_empty() {
+        let names: Vec<&str> = spec.secret_env.keys().map(String::as_str).collect();
+        println!("secret env:  {}", names.join(","));
+    }
     for region in &d.regions {
-        let running = view
-            .instances
-            .iter()
-            .filter(|i| &i.region == region && i.status == wire::model::InstanceStatus::Running)
+        let here = || view.instances.iter().filter(|i| &i.region == region);
+        let running = here()
+            .filter(|i| i.status == wire::model::InstanceStatus::Running)
             .count();
-        println!("  {region}: {running}/{} running", d.replicas);
+        let updated = here().filter(|i| i.updated).count();
+        println!(
+            "  {region}: {running}/{} running, {updated}/{} updated (rollout)",
+            d.replicas,
+            here().count()
+        );
     }
     println!("steps:");
     for step in &d.workflow.steps {

@@ -534,6 +534,7 @@ mod tests {
             status,
             reason: (status == InstanceStatus::Failed).then(|| "ImagePullBackOff".into()),
             updated_at_ms: NOW,
+            updated: true,
         }
     }
 

@@ -182,6 +182,10 @@ impl Applier<'_> {
                 actor,
                 mutation,
             } => self.request(request_id, fingerprint, actor, mutation),
+            Mutation::UpdateDeployment {
+                deployment_id,
+                update,
+            } => self.update_deployment(deployment_id, update),
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::model::{
 };
 use crate::workload::{HealthCheck, Probe, SealedSecret, SecretValue, WorkloadSpec};
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, LogStatus, Membership,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentUpdate, DeploymentView, LogStatus, Membership,
     NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList,
     RegionView, RequestId, SentinelView, StateHash,
 };
@@ -340,6 +340,7 @@ pub fn instance() -> Instance {
         status: InstanceStatus::Failed,
         reason: Some("ImagePullBackOff".into()),
         updated_at_ms: NOW_MS + 5,
+        updated: true,
     }
 }
 
@@ -739,7 +740,26 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             limit: 200,
         },
         OperatorRequest::NodeDiagnostics,
+        OperatorRequest::UpdateDeployment {
+            id: "dep_01hx3k9".into(),
+            update: deployment_update(),
+        },
     ]
+}
+
+/// A fixture [`DeploymentUpdate`], every field set.
+pub fn deployment_update() -> DeploymentUpdate {
+    DeploymentUpdate {
+        replicas: Some(700),
+        cpu_millicores: Some(2_500),
+        memory_mib: Some(90_000),
+        health: Some(Some(HealthCheck {
+            probe: probes().remove(1),
+            period_s: 20,
+            timeout_s: 4,
+            failure_threshold: 5,
+        })),
+    }
 }
 
 /// Every variant of [`OperatorResponse`], each with every field set.

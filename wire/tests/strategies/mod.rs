@@ -359,6 +359,7 @@ prop_compose! {
         status in instance_status(),
         reason in option::of(short_string()),
         updated_at_ms in any::<u64>(),
+        updated in any::<bool>(),
     ) -> Instance {
         Instance {
             deployment_id,
@@ -370,6 +371,7 @@ prop_compose! {
             status,
             reason,
             updated_at_ms,
+            updated,
         }
     }
 }
@@ -638,6 +640,24 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
             OperatorRequest::SetRegionSchedulable { name, schedulable }
         }),
         Just(OperatorRequest::ListRegions),
+        (
+            short_string(),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(option::of(workload_spec().prop_filter_map("a health check", |s| s.health))),
+        )
+            .prop_map(|(id, replicas, cpu_millicores, memory_mib, health)| {
+                OperatorRequest::UpdateDeployment {
+                    id,
+                    update: wire::operator::DeploymentUpdate {
+                        replicas,
+                        cpu_millicores,
+                        memory_mib,
+                        health,
+                    },
+                }
+            }),
     ]
 }
 
