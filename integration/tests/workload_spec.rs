@@ -75,10 +75,7 @@ fn spec(secret_file_value: &str) -> WorkloadSpec {
         shutdown_signal: Some("SIGQUIT".into()),
         termination_grace_s: Some(45),
         pod_labels: BTreeMap::from([("team".to_string(), "payments".to_string())]),
-        pod_annotations: BTreeMap::from([(
-            "prometheus.io/scrape".to_string(),
-            "true".to_string(),
-        )]),
+        pod_annotations: BTreeMap::from([("prometheus.io/scrape".to_string(), "true".to_string())]),
         secret_env: BTreeMap::from([(
             "DATABASE_URL".to_string(),
             SecretValue::Plain(secret_file_value.to_string()),
@@ -192,7 +189,10 @@ async fn a_full_spec_is_built_and_its_secret_shows_only_in_the_cluster() {
             .expect("the secret's variable")
             .clone();
         assert!(reference.get("value").is_none(), "{reference}");
-        assert_eq!(reference["valueFrom"]["secretKeyRef"]["name"], name.as_str());
+        assert_eq!(
+            reference["valueFrom"]["secretKeyRef"]["name"],
+            name.as_str()
+        );
         let secret = sim.get(&SECRETS, NAMESPACE, &name).expect("secret");
         assert_eq!(
             secret["data"]["DATABASE_URL"],
@@ -212,12 +212,28 @@ async fn a_full_spec_is_built_and_its_secret_shows_only_in_the_cluster() {
         assert!(shown.contains("\"stopSignal\": \"SIGQUIT\""), "{shown}");
         assert!(shown.contains("\"secretKeyRef\""), "{shown}");
         let shown = kubectl
-            .ok(&["get", "secret", &name, "-n", NAMESPACE, "-o", "jsonpath={.data.DATABASE_URL}"])
+            .ok(&[
+                "get",
+                "secret",
+                &name,
+                "-n",
+                NAMESPACE,
+                "-o",
+                "jsonpath={.data.DATABASE_URL}",
+            ])
             .await
             .expect("kubectl get secret");
         assert_eq!(shown.trim(), base64(SECRET.as_bytes()));
         let shown = kubectl
-            .ok(&["get", "service", &name, "-n", NAMESPACE, "-o", "jsonpath={.spec.ports[0].port}"])
+            .ok(&[
+                "get",
+                "service",
+                &name,
+                "-n",
+                NAMESPACE,
+                "-o",
+                "jsonpath={.spec.ports[0].port}",
+            ])
             .await
             .expect("kubectl get service");
         assert_eq!(shown.trim(), "8080");
@@ -246,7 +262,9 @@ async fn a_full_spec_is_built_and_its_secret_shows_only_in_the_cluster() {
         }
         assert!(!bundled.is_empty());
         assert!(
-            !bundled.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            !bundled
+                .windows(SECRET.len())
+                .any(|w| w == SECRET.as_bytes()),
             "the debug bundle holds the secret"
         );
         let data_dir = dir.path().join("ctrl-1");
@@ -361,7 +379,12 @@ async fn scale_and_update_roll_through_the_stateful_set() {
                     .all(|i| i.status == wire::model::InstanceStatus::Running && i.updated)
         };
         operator
-            .wait_deployment(&id, tokio::time::Instant::now() + WAIT, "3 replicas", all_three)
+            .wait_deployment(
+                &id,
+                tokio::time::Instant::now() + WAIT,
+                "3 replicas",
+                all_three,
+            )
             .await
             .expect("scaled");
         assert_eq!(
@@ -393,9 +416,12 @@ async fn scale_and_update_roll_through_the_stateful_set() {
         .await
         .expect("rolled out");
         let view = operator
-            .wait_deployment(&id, tokio::time::Instant::now() + WAIT, "rolled out", |view| {
-                all_three(view) && view.instances.iter().all(|i| i.cpu_millicores == 300)
-            })
+            .wait_deployment(
+                &id,
+                tokio::time::Instant::now() + WAIT,
+                "rolled out",
+                |view| all_three(view) && view.instances.iter().all(|i| i.cpu_millicores == 300),
+            )
             .await
             .expect("reported rolled out");
         assert_eq!(view.deployment.cpu_millicores, 300);

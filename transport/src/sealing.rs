@@ -31,6 +31,9 @@ pub const KEY_FILE_BYTES_MAX: usize = 64 * 1024;
 /// The file name `ctrl certs init` gives the key file in its directory.
 pub const KEY_FILE_NAME: &str = "secrets.key";
 
+/// What the digest key is derived with (HMAC of the first key over it).
+const DIGEST_KEY_LABEL: &[u8] = b"ctrl secrets: keyed digests v1";
+
 const HEADER: &str = "# ctrl secrets keys: `KEY_ID HEX` a line; the first seals, every one opens.\n# Keep this file private; keep old keys while values sealed by them are stored.\n";
 
 /// Why a key file cannot be used, or a value not sealed or opened.
@@ -74,6 +77,9 @@ pub enum SealError {
 pub struct Keyring {
     active: String,
     keys: BTreeMap<String, LessSafeKey>,
+    /// Keyed digests ([`Keyring::keyed_digest`]): derived from the first
+    /// key, never the key itself.
+    digest_key: ring::hmac::Key,
     random: SystemRandom,
 }
 
@@ -100,6 +106,7 @@ impl Keyring {
             problem,
         };
         let mut active = None;
+        let mut digest_key = None;
         let mut keys = BTreeMap::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
@@ -126,13 +133,31 @@ impl Keyring {
                 return Err(format(format!("more than {KEYS_MAX} keys")));
             }
             active.get_or_insert_with(|| id.to_string());
+            digest_key.get_or_insert_with(|| {
+                let root = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes);
+                let derived = ring::hmac::sign(&root, DIGEST_KEY_LABEL);
+                ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
+            });
         }
         let active = active.ok_or_else(|| format("no key".into()))?;
+        let digest_key = digest_key.ok_or_else(|| format("no key".into()))?;
         Ok(Keyring {
             active,
             keys,
+            digest_key,
             random: SystemRandom::new(),
         })
+    }
+
+    /// HMAC-SHA-256 of `data` under a key derived from the sealing key:
+    /// what a record may keep in place of a secret value (the request
+    /// fingerprints), which a reader without the key cannot test guesses
+    /// against.
+    pub fn keyed_digest(&self, data: &[u8]) -> [u8; 32] {
+        let tag = ring::hmac::sign(&self.digest_key, data);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&tag.as_ref()[..32]);
+        out
     }
 
     /// The id of the key that seals new values.
@@ -366,7 +391,11 @@ mod tests {
         assert_eq!(new.seal(&aad, "v2").unwrap().key_id, "k2");
         // A node that lost the old key names it.
         let text = std::fs::read_to_string(&path).unwrap();
-        let only_new: String = text.lines().filter(|l| !l.starts_with("k1")).collect::<Vec<_>>().join("\n");
+        let only_new: String = text
+            .lines()
+            .filter(|l| !l.starts_with("k1"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let lost = Keyring::parse(&path, &only_new).unwrap();
         let e = lost.open(&aad, &sealed).unwrap_err();
         assert!(e.to_string().contains("\"k1\""), "{e}");
@@ -391,6 +420,17 @@ mod tests {
         assert!(e.contains("listed twice") && !e.contains(&key), "{e}");
         let ring = Keyring::parse(path, &format!("k1 {key}")).unwrap();
         assert!(!format!("{ring:?}").contains("abab"));
+    }
+
+    #[test]
+    fn keyed_digests_depend_on_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, one) = ring_in(dir.path());
+        let other = tempfile::tempdir().unwrap();
+        let (_, two) = ring_in(other.path());
+        assert_eq!(one.keyed_digest(b"x"), one.keyed_digest(b"x"));
+        assert_ne!(one.keyed_digest(b"x"), one.keyed_digest(b"y"));
+        assert_ne!(one.keyed_digest(b"x"), two.keyed_digest(b"x"));
     }
 
     #[test]

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
-use crate::workload::{HealthCheck, WorkloadSpec};
 use crate::model::{
     Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region, Sentinel,
     SentinelStatus, UnixMs,
 };
+use crate::workload::{HealthCheck, WorkloadSpec};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";

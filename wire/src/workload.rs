@@ -363,7 +363,9 @@ impl WorkloadSpec {
                         || sealed.nonce.len() != SEALED_NONCE_BYTES
                         || sealed.ciphertext.len() > SEALED_CIPHERTEXT_BYTES_MAX =>
                 {
-                    return bad(format!("secret_env {name} is not a well-formed sealed value"));
+                    return bad(format!(
+                        "secret_env {name} is not a well-formed sealed value"
+                    ));
                 }
                 _ => {}
             }
@@ -378,7 +380,9 @@ fn bad(message: String) -> Result<(), WireError> {
 
 fn check_strings(field: &str, values: &[String]) -> Result<(), WireError> {
     if values.len() > COMMAND_ARGS_MAX {
-        return bad(format!("{field} holds more than {COMMAND_ARGS_MAX} entries"));
+        return bad(format!(
+            "{field} holds more than {COMMAND_ARGS_MAX} entries"
+        ));
     }
     if values.iter().any(|v| v.len() > COMMAND_ARG_BYTES_MAX) {
         return bad(format!(
@@ -407,9 +411,8 @@ fn check_qualified_name(field: &str, key: &str) -> Result<(), WireError> {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        crate::k8s_name::validate_dns_subdomain(field, p).is_ok() && !p.is_empty()
-    });
+    let prefix_ok = prefix
+        .is_none_or(|p| crate::k8s_name::validate_dns_subdomain(field, p).is_ok() && !p.is_empty());
     if prefix_ok && is_name_part(name) {
         Ok(())
     } else {
@@ -421,7 +424,9 @@ fn check_qualified_name(field: &str, key: &str) -> Result<(), WireError> {
 
 fn check_pod_labels(labels: &BTreeMap<String, String>) -> Result<(), WireError> {
     if labels.len() > POD_METADATA_MAX {
-        return bad(format!("pod_labels holds more than {POD_METADATA_MAX} labels"));
+        return bad(format!(
+            "pod_labels holds more than {POD_METADATA_MAX} labels"
+        ));
     }
     for (key, value) in labels {
         check_qualified_name("pod_labels", key)?;
@@ -475,10 +480,7 @@ mod tests {
             shutdown_signal: Some("SIGQUIT".into()),
             termination_grace_s: Some(45),
             pod_labels: BTreeMap::from([("team".into(), "payments".into())]),
-            pod_annotations: BTreeMap::from([(
-                "prometheus.io/scrape".into(),
-                "true".into(),
-            )]),
+            pod_annotations: BTreeMap::from([("prometheus.io/scrape".into(), "true".into())]),
             secret_env: BTreeMap::from([(
                 "DATABASE_URL".into(),
                 SecretValue::Plain("postgres://u:p@db/x".into()),
@@ -500,10 +502,7 @@ mod tests {
     fn each_bad_field_is_named() {
         let cases: Vec<(&str, Box<dyn Fn(&mut WorkloadSpec)>)> = vec![
             ("port", Box::new(|s| s.port = Some(0))),
-            (
-                "health.port is needed",
-                Box::new(|s| s.port = None),
-            ),
+            ("health.port is needed", Box::new(|s| s.port = None)),
             (
                 "health.path",
                 Box::new(|s| {
@@ -515,9 +514,7 @@ mod tests {
             ),
             (
                 "health.command",
-                Box::new(|s| {
-                    s.health = Some(HealthCheck::new(Probe::Exec { command: vec![] }))
-                }),
+                Box::new(|s| s.health = Some(HealthCheck::new(Probe::Exec { command: vec![] }))),
             ),
             (
                 "health.period_s",
@@ -676,6 +673,9 @@ mod tests {
         assert!(!shown.contains("postgres://"), "{shown}");
         assert!(shown.contains("DATABASE_URL"), "names are shown");
         assert!(shown.contains("<redacted>"), "{shown}");
-        assert!(!shown.contains("111"), "no bytes of the ciphertext: {shown}");
+        assert!(
+            !shown.contains("111"),
+            "no bytes of the ciphertext: {shown}"
+        );
     }
 }

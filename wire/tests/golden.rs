@@ -44,7 +44,10 @@ fn wire_formats_match_their_goldens() {
     g.check("model.JournalEntry", &[journal_entry()]);
 
     // workload settings
-    g.check("workload.WorkloadSpec", &[workload_spec(), workload_spec_plain()]);
+    g.check(
+        "workload.WorkloadSpec",
+        &[workload_spec(), workload_spec_plain()],
+    );
     g.check("workload.HealthCheck", &[health_check()]);
     g.check("workload.Probe", &probes());
     g.check("workload.SecretValue", &secret_values());

@@ -220,9 +220,10 @@ pub fn desired_objects(topology: &DeploymentTopology) -> (Service, StatefulSet) 
     };
     let digest = digest_of(&template);
     if let Some(meta) = template.metadata.as_mut() {
-        meta.annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(TEMPLATE_DIGEST_ANNOTATION.to_string(), format!("{digest:016x}"));
+        meta.annotations.get_or_insert_with(BTreeMap::new).insert(
+            TEMPLATE_DIGEST_ANNOTATION.to_string(),
+            format!("{digest:016x}"),
+        );
     }
     let stateful_set = StatefulSet {
         metadata: meta,
@@ -533,9 +534,7 @@ mod tests {
             }),
             shutdown_signal: Some("SIGQUIT".into()),
             termination_grace_s: Some(45),
-            pod_labels: BTreeMap::from([
-                ("team".to_string(), "payments".to_string()),
-            ]),
+            pod_labels: BTreeMap::from([("team".to_string(), "payments".to_string())]),
             pod_annotations: BTreeMap::from([(
                 "prometheus.io/scrape".to_string(),
                 "true".to_string(),
@@ -654,10 +653,7 @@ mod tests {
         assert_eq!(pod_labels["team"], "payments");
         assert_eq!(pod_labels[DEPLOYMENT_ID_LABEL], "dep_abc");
         assert_eq!(pod_labels[MANAGED_BY_LABEL], MANAGED_BY_VALUE);
-        assert_eq!(
-            meta.annotations.unwrap()["prometheus.io/scrape"],
-            "true"
-        );
+        assert_eq!(meta.annotations.unwrap()["prometheus.io/scrape"], "true");
         // The StatefulSet's own labels and selector stay krane's alone.
         assert_eq!(sts.metadata.labels, Some(labels(&topology)));
     }
@@ -711,6 +707,9 @@ mod tests {
                 ciphertext: vec![1],
             }),
         );
-        assert!(validate(&sealed).is_err(), "a sealed value is never applied");
+        assert!(
+            validate(&sealed).is_err(),
+            "a sealed value is never applied"
+        );
     }
 }

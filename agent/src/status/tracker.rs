@@ -284,7 +284,10 @@ mod tests {
         let DeploymentReport::Instances { instances, .. } = &reports[0] else {
             panic!("{reports:?}");
         };
-        let updated: Vec<_> = instances.iter().map(|i| (i.pod_name.as_str(), i.updated)).collect();
+        let updated: Vec<_> = instances
+            .iter()
+            .map(|i| (i.pod_name.as_str(), i.updated))
+            .collect();
         assert_eq!(updated, [("dep-a-0", false), ("dep-a-1", true)]);
     }
 

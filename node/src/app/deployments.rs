@@ -11,7 +11,8 @@ use storage::{Mutation, Outcome};
 use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
 use wire::operator::{
-    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
+    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX,
+    SCHEDULE_AFTER_MS_MAX,
 };
 use wire::{ErrorCode, WireError};
 

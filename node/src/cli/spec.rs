@@ -138,7 +138,11 @@ impl SpecArgs {
             let Some((name, file)) = item.split_once("=@") else {
                 bail!("--secret-env {:?} is not NAME=@FILE", short(item));
             };
-            insert_secret(&mut secret_env, name.to_string(), read_secret(Path::new(file))?)?;
+            insert_secret(
+                &mut secret_env,
+                name.to_string(),
+                read_secret(Path::new(file))?,
+            )?;
         }
         Ok(WorkloadSpec {
             port: self.port,
@@ -196,7 +200,10 @@ fn read_bounded(path: &Path, max: u64) -> Result<String> {
 }
 
 fn read_secret(path: &Path) -> Result<String> {
-    read_bounded(path, u64::try_from(SECRET_VALUE_BYTES_MAX).unwrap_or(u64::MAX))
+    read_bounded(
+        path,
+        u64::try_from(SECRET_VALUE_BYTES_MAX).unwrap_or(u64::MAX),
+    )
 }
 
 fn read_env_file(path: &Path) -> Result<Vec<(String, String)>> {

@@ -6,11 +6,11 @@
 //! or starts them, now or at a scheduled time.
 
 use wire::WireError;
-use wire::operator::DeploymentUpdate;
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
     ResourceType, ScheduledChange, Sentinel,
 };
+use wire::operator::DeploymentUpdate;
 
 use redb::ReadableTable;
 
@@ -481,7 +481,10 @@ mod tests {
             assert!(t.version > before.version, "a new change row");
             assert_eq!(t.updated_at_ms, 200);
         }
-        assert_eq!(view.changes_after("eu", before.version, 10).unwrap().len(), 1);
+        assert_eq!(
+            view.changes_after("eu", before.version, 10).unwrap().len(),
+            1
+        );
         drop(view);
 
         // An HTTP check without a port: refused, nothing written.
@@ -506,7 +509,11 @@ mod tests {
         assert_eq!(store.read().unwrap().last_pk(), last);
         for (id, update, code) in [
             ("nope", update.clone(), wire::ErrorCode::NotFound),
-            ("d1", DeploymentUpdate::default(), wire::ErrorCode::BadRequest),
+            (
+                "d1",
+                DeploymentUpdate::default(),
+                wire::ErrorCode::BadRequest,
+            ),
         ] {
             let out = apply_one(
                 &store,

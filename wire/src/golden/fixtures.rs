@@ -22,12 +22,12 @@ use crate::model::{
     JournalEntry, Region, RegionSource, Resource, ResourceKey, ResourceType, ScheduledChange,
     Sentinel, SentinelStatus, StepRecord,
 };
-use crate::workload::{HealthCheck, Probe, SealedSecret, SecretValue, WorkloadSpec};
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentUpdate, DeploymentView, LogStatus, Membership,
-    NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse, RegionList,
-    RegionView, RequestId, SentinelView, StateHash,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentUpdate, DeploymentView, LogStatus,
+    Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse,
+    RegionList, RegionView, RequestId, SentinelView, StateHash,
 };
+use crate::workload::{HealthCheck, Probe, SealedSecret, SecretValue, WorkloadSpec};
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
 pub const NOW_MS: u64 = 1_714_521_600_000;
@@ -237,10 +237,7 @@ pub fn workload_spec() -> WorkloadSpec {
         shutdown_signal: Some("SIGQUIT".into()),
         termination_grace_s: Some(45),
         pod_labels: BTreeMap::from([("team".to_string(), "payments".to_string())]),
-        pod_annotations: BTreeMap::from([(
-            "prometheus.io/scrape".to_string(),
-            "true".to_string(),
-        )]),
+        pod_annotations: BTreeMap::from([("prometheus.io/scrape".to_string(), "true".to_string())]),
         secret_env: BTreeMap::from([(
             "DATABASE_URL".to_string(),
             SecretValue::Sealed(sealed_secret()),

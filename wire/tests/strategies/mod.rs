@@ -645,7 +645,9 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
             option::of(any::<u32>()),
             option::of(any::<u32>()),
             option::of(any::<u32>()),
-            option::of(option::of(workload_spec().prop_filter_map("a health check", |s| s.health))),
+            option::of(option::of(
+                workload_spec().prop_filter_map("a health check", |s| s.health)
+            )),
         )
             .prop_map(|(id, replicas, cpu_millicores, memory_mib, health)| {
                 OperatorRequest::UpdateDeployment {
