@@ -98,7 +98,7 @@ impl DeploymentBuilder {
 
     /// Sets the workload spec (port, command, health, secrets, …).
     pub fn spec(mut self, spec: wire::workload::WorkloadSpec) -> Self {
-        self.0.spec = spec;
+        *self.0.spec = spec;
         self
     }
 

@@ -335,7 +335,7 @@ pub struct Deployment {
     pub workflow: DeployWorkflow,
     /// Port, command, health check, shutdown, pod metadata and secret
     /// environment (secrets sealed, as stored).
-    pub spec: WorkloadSpec,
+    pub spec: Box<WorkloadSpec>,
 }
 
 /// The desired state of one deployment in one region: what krane turns into
@@ -377,7 +377,7 @@ pub struct DeploymentTopology {
     /// Port, command, health check, shutdown, pod metadata and secret
     /// environment, copied from the deployment (secrets sealed as stored,
     /// opened by the node that streams them to the region's agent).
-    pub spec: WorkloadSpec,
+    pub spec: Box<WorkloadSpec>,
 }
 
 /// Health of a sentinel as krane last reported it.

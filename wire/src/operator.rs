@@ -478,7 +478,7 @@ pub struct CreateDeployment {
     pub min_ready_regions: Option<u32>,
     /// Port, command, health check, shutdown, pod metadata and secret
     /// environment (secret values in the clear: the node seals them).
-    pub spec: WorkloadSpec,
+    pub spec: Box<WorkloadSpec>,
 }
 
 impl CreateDeployment {

@@ -500,7 +500,8 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut WorkloadSpec)>)> = vec![
+        type Change = Box<dyn Fn(&mut WorkloadSpec)>;
+        let cases: Vec<(&str, Change)> = vec![
             ("port", Box::new(|s| s.port = Some(0))),
             ("health.port is needed", Box::new(|s| s.port = None)),
             (

@@ -519,7 +519,7 @@ mod tests {
     fn full_topology() -> DeploymentTopology {
         use wire::workload::{HealthCheck, Probe as WireProbe, WorkloadSpec};
         let mut topology = deployment_topology("dep_abc", 4);
-        topology.spec = WorkloadSpec {
+        topology.spec = Box::new(WorkloadSpec {
             port: Some(8080),
             command: vec!["/app/server".into()],
             args: vec!["--listen".into(), ":8080".into()],
@@ -543,7 +543,7 @@ mod tests {
                 "DATABASE_URL".to_string(),
                 SecretValue::Plain("postgres://u:p@db/x".into()),
             )]),
-        };
+        });
         topology
     }
 

@@ -129,7 +129,7 @@ mod tests {
             version: 1,
             created_at_ms: 1,
             updated_at_ms: 1,
-            spec: WorkloadSpec::default(),
+            spec: Box::default(),
         }
     }
 
@@ -147,11 +147,11 @@ mod tests {
         seal(Some(&keys), "dep_1", &mut sealed).unwrap();
         assert!(sealed.secrets_sealed());
         let mut mine = topology("dep_1");
-        mine.spec = sealed.clone();
+        *mine.spec = sealed.clone();
         open_topology(Some(&keys), &mut mine).unwrap();
-        assert_eq!(mine.spec, spec("hunter2"));
+        assert_eq!(*mine.spec, spec("hunter2"));
         let mut other = topology("dep_2");
-        other.spec = sealed;
+        *other.spec = sealed;
         let e = open_topology(Some(&keys), &mut other).unwrap_err();
         assert!(e.message.contains("secret DB of deployment dep_2"), "{e}");
     }

@@ -54,7 +54,7 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Certs(certs::CertsCommand),
     /// Create a deployment and print its id.
-    Deploy(ops::DeployArgs),
+    Deploy(Box<ops::DeployArgs>),
     /// Show a resource.
     #[command(subcommand)]
     Get(ops::GetCommand),
@@ -188,7 +188,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(cli.config, args).await,
         Command::Certs(command) => certs::run(command),
-        Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, args).await,
+        Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, *args).await,
         Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,
         Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
         Command::Stop(args) => {

@@ -221,7 +221,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         env_vars: args.env_vars.into_iter().collect::<BTreeMap<_, _>>(),
         progress_deadline_ms,
         min_ready_regions: args.min_ready_regions,
-        spec,
+        spec: Box::new(spec),
     });
     let deployment_id = match client.call_with_id(&request, Some(request_id)).await {
         Ok(OperatorResponse::Created { deployment_id }) => deployment_id,

@@ -256,7 +256,7 @@ impl Applier<'_> {
         deployment.replicas = update.replicas.unwrap_or(deployment.replicas);
         deployment.cpu_millicores = update.cpu_millicores.unwrap_or(deployment.cpu_millicores);
         deployment.memory_mib = update.memory_mib.unwrap_or(deployment.memory_mib);
-        deployment.spec = spec;
+        *deployment.spec = spec;
         for region in &deployment.regions {
             let Some(mut topology) = self.topology(&deployment.id, region)? else {
                 continue;

@@ -182,7 +182,7 @@ pub fn deployment() -> Deployment {
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 1,
         workflow: deploy_workflow(),
-        spec: workload_spec(),
+        spec: Box::new(workload_spec()),
     }
 }
 
@@ -274,7 +274,7 @@ pub fn topology() -> DeploymentTopology {
         version: 300,
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 2,
-        spec: workload_spec(),
+        spec: Box::new(workload_spec()),
     }
 }
 
@@ -560,7 +560,7 @@ pub fn create_deployment() -> CreateDeployment {
         env_vars: env_vars(),
         progress_deadline_ms: Some(900_000),
         min_ready_regions: Some(1),
-        spec: workload_spec_plain(),
+        spec: Box::new(workload_spec_plain()),
     }
 }
 

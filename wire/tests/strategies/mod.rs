@@ -225,7 +225,7 @@ prop_compose! {
                 reason,
                 ..wire::model::DeployWorkflow::default()
             },
-            spec,
+            spec: Box::new(spec),
         }
     }
 }
@@ -267,7 +267,7 @@ prop_compose! {
             version,
             created_at_ms,
             updated_at_ms,
-            spec,
+            spec: Box::new(spec),
         }
     }
 }
@@ -570,7 +570,7 @@ prop_compose! {
             env_vars,
             progress_deadline_ms: None,
             min_ready_regions: None,
-            spec,
+            spec: Box::new(spec),
         }
     }
 }
