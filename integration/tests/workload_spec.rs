@@ -14,6 +14,8 @@
 //!   simulator's `failing_readiness`) never counts as running, and the
 //!   deploy fails by its deadline with the reason "readiness probe
 //!   failing".
+//! - `ctrl scale` / `ctrl update` roll through the StatefulSet; the
+//!   Secret is repaired and garbage-collected like the other objects.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -438,6 +440,130 @@ async fn scale_and_update_roll_through_the_stateful_set() {
         assert!(!out.status.success());
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(said.contains("health.path"), "{said}");
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+/// A leftover managed Secret of a deployment krane no longer knows (as
+/// after a wiped data directory).
+const LEFTOVER_SECRET: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: dep-gone
+  namespace: krane
+  labels:
+    app.kubernetes.io/managed-by: krane
+    unkey.com/deployment.id: dep_gone
+type: Opaque
+data:
+  TOKEN: b2xk
+"#;
+
+/// The Secret is repaired like the other objects (deleted or changed by
+/// hand, krane applies it again from its snapshot) and garbage-collected
+/// after a full sync when its deployment is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_is_repaired_and_collected_like_the_other_objects() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+        config.reconnect_backoff_min_ms = 50;
+        config.reconnect_backoff_max_ms = 100;
+        let mut fleet = Fleet::start(config).await.expect("the site starts");
+        let operator = fleet.operator().unwrap();
+        let request = integration::requests::deployment([REGION])
+            .own_environment()
+            .spec(WorkloadSpec {
+                secret_env: BTreeMap::from([(
+                    "TOKEN".to_string(),
+                    SecretValue::Plain("t0k3n".into()),
+                )]),
+                ..WorkloadSpec::default()
+            })
+            .build();
+        let id = operator.create(request).await.expect("created");
+        operator
+            .ready(&id, READY_TIMEOUT_S)
+            .await
+            .unwrap_or_else(|e| panic!("{id} not ready: {e}"));
+        let name = wire::k8s_name::deployment(&id);
+        let want = base64(b"t0k3n");
+        let region = fleet.region(REGION);
+        let kubectl = region.kubectl();
+
+        // Deleted by hand: applied again.
+        kubectl
+            .ok(&["delete", "secret", &name, "-n", NAMESPACE])
+            .await
+            .expect("kubectl delete secret");
+        region
+            .sim
+            .wait_until(WAIT, |v| {
+                v.get(&SECRETS, NAMESPACE, &name)
+                    .is_some_and(|s| s["data"]["TOKEN"] == want.as_str())
+            })
+            .await
+            .expect("the deleted Secret is back");
+        // Changed by hand: changed back.
+        kubectl
+            .ok(&[
+                "patch",
+                "secret",
+                &name,
+                "-n",
+                NAMESPACE,
+                "--type=merge",
+                "-p",
+                r#"{"data":{"TOKEN":"aGFja2Vk"}}"#,
+            ])
+            .await
+            .expect("kubectl patch secret");
+        region
+            .sim
+            .wait_until(WAIT, |v| {
+                v.get(&SECRETS, NAMESPACE, &name)
+                    .is_some_and(|s| s["data"]["TOKEN"] == want.as_str())
+            })
+            .await
+            .expect("the changed Secret is repaired");
+
+        // A wiped state and a leftover Secret: the full sync collects it.
+        let region = fleet.region_mut(REGION);
+        region.stop_krane().await.unwrap();
+        std::fs::remove_dir_all(&region.agent.data_dir).unwrap();
+        region
+            .kubectl()
+            .ok_with_stdin(&["apply", "-f", "-"], LEFTOVER_SECRET)
+            .await
+            .expect("a leftover");
+        region.start_krane();
+        let region = fleet.region(REGION);
+        region
+            .wait_krane(WAIT, |s| s.full_syncs == 1 && s.cursor > 0)
+            .await
+            .unwrap();
+        region
+            .sim
+            .wait_until(WAIT, |v| v.get(&SECRETS, NAMESPACE, "dep-gone").is_none())
+            .await
+            .expect("the leftover Secret is collected");
+        assert!(
+            region.sim.get(&SECRETS, NAMESPACE, &name).is_some(),
+            "the live deployment's Secret stays"
+        );
+
+        // Stopped: the Secret goes with the StatefulSet.
+        operator.stop(&id).await.expect("stopped");
+        region
+            .sim
+            .wait_until(WAIT, |v| {
+                v.get(&SECRETS, NAMESPACE, &name).is_none()
+                    && v.get(&STATEFUL_SETS, NAMESPACE, &name).is_none()
+            })
+            .await
+            .expect("the Secret is deleted with its deployment");
         fleet.shutdown().await.unwrap();
     })
     .await;

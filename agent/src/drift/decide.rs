@@ -4,7 +4,7 @@
 //! cluster holds still matches one of them ([`verdict`]).
 //!
 //! "Matches" is what server-side apply promises: every field krane sets
-//! holds the value krane set (labels and spec; the cluster may add fields,
+//! holds the value krane set (labels, spec, and a Secret's data; the cluster may add fields,
 //! defaults and status). A list must have krane's length and match item by
 //! item; an empty list or map krane sends matches an absent field (API
 //! servers omit empty ones); resource quantities compare by value (`1Gi`
@@ -172,7 +172,10 @@ pub fn verdict(desired: &Value, live: Option<&Value>) -> Verdict {
         "metadata.labels",
     );
     let spec = || first_difference(&desired["spec"], &live["spec"], "spec");
-    match labels.or_else(spec) {
+    // A Secret's fields are its `data` (the path names a key, never a
+    // value).
+    let data = || first_difference(&desired["data"], &live["data"], "data");
+    match labels.or_else(spec).or_else(data) {
         Some(path) => Verdict::Changed { path },
         None => Verdict::InSync,
     }
@@ -311,6 +314,30 @@ mod tests {
         assert_eq!(sentinel_objects.len(), 3);
         let policy = desired_objects(&Resource::CiliumNetworkPolicy(cilium_policy("cnp_a", 3)));
         assert_eq!(policy[0].0.kind, Kind::CiliumNetworkPolicy);
+    }
+
+    #[test]
+    fn a_deployment_with_secrets_wants_its_secret_and_a_changed_value_is_drift() {
+        let mut topology = deployment_topology("dep_a", 3);
+        topology.spec.secret_env.insert(
+            "TOKEN".into(),
+            wire::workload::SecretValue::Plain("t0k3n".into()),
+        );
+        let objects = desired_objects(&Resource::DeploymentTopology(topology));
+        let secret = find(&objects, Kind::Secret);
+        assert_eq!(secret["data"]["TOKEN"], "dDBrM24=");
+        let mut live = as_served(&secret);
+        live["metadata"]["ownerReferences"] = json!([{"kind": "StatefulSet"}]);
+        assert_eq!(verdict(&secret, Some(&live)), Verdict::InSync);
+        live["data"]["TOKEN"] = json!("aGFja2Vk");
+        assert_eq!(
+            verdict(&secret, Some(&live)),
+            Verdict::Changed {
+                path: "data.TOKEN".into()
+            },
+            "the path names the key, never a value"
+        );
+        assert_eq!(verdict(&secret, None), Verdict::Missing);
     }
 
     #[test]

@@ -24,7 +24,10 @@
 //! own their pods directly (no ReplicaSets) and roll by creating every new
 //! pod at once and deleting an old pod for each new pod that is Ready;
 //! pods are deleted at once (no graceful termination), are Ready as soon as
-//! they run (no probes, `minReadySeconds` ignored) and never restart.
+//! they run (probes are never run, `minReadySeconds` ignored) unless their
+//! image is told to fail its readiness and the container has a readiness
+//! probe (then it runs and is never Ready, until the setting changes), and
+//! never restart.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -343,17 +346,25 @@ impl Controller {
                 continue;
             };
             let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
-            if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") {
+            let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+            if running {
                 if let Some((at, _)) = self.start_at.remove(&uid) {
-                    self.due.remove(&(at, uid));
+                    self.due.remove(&(at, uid.clone()));
                 }
-                continue;
+                // A running pod is looked at again only while it is not
+                // ready (its readiness may pass now).
+                if pod_ready(pod) {
+                    continue;
+                }
             }
-            let (due, _) = self
-                .start_at
-                .entry(uid.clone())
-                .or_insert_with(|| (now + settings.pod_ready_delay, key.clone()));
-            let due = *due;
+            let due = if running {
+                now
+            } else {
+                self.start_at
+                    .entry(uid.clone())
+                    .or_insert_with(|| (now + settings.pod_ready_delay, key.clone()))
+                    .0
+            };
             if due > now {
                 self.due.insert((due, uid));
                 continue;
@@ -1100,6 +1111,61 @@ mod tests {
         settings.failing_images.clear();
         pass(&mut c, &mut store, &settings, t0);
         assert!(pod_ready(&pods(&store)[0]));
+    }
+
+    #[test]
+    fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
+        let mut store = Store::new(1000, 1);
+        let mut c = Controller::default();
+        let mut settings = Settings {
+            pod_ready_delay: Duration::ZERO,
+            failing_images: vec![],
+            failing_readiness: vec!["app:1".into()],
+        };
+        let t0 = Instant::now();
+        let mut probed = sts(1, "app:1");
+        probed["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] =
+            json!({"httpGet": {"path": "/healthz", "port": 8080}});
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                probed,
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let pod = &pods(&store)[0];
+        assert_eq!(pod["status"]["phase"], "Running");
+        assert!(!pod_ready(pod));
+        let container = &pod["status"]["containerStatuses"][0];
+        assert_eq!(container["ready"], false);
+        assert!(container["state"]["running"].is_object());
+        // Without a probe the option changes nothing.
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                {
+                    let mut o = named_sts("plain", 1);
+                    o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:1");
+                    o
+                },
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let plain: Vec<Value> = pods(&store)
+            .into_iter()
+            .filter(|p| p["metadata"]["name"] == "plain-0")
+            .collect();
+        assert!(pod_ready(&plain[0]));
+        // The probe passing again: ready.
+        settings.failing_readiness.clear();
+        pass(&mut c, &mut store, &settings, t0);
+        assert!(pods(&store).iter().all(pod_ready));
     }
 
     #[test]
