@@ -109,6 +109,7 @@ pub async fn run(
             let sizes = Sizes {
                 cpu_millicores: t.cpu_millicores,
                 memory_mib: t.memory_mib,
+                template: crate::controller::deployment::template_digest(t),
             };
             known.push((t.deployment_id.clone(), sizes));
         }

@@ -40,7 +40,7 @@ use wire::model::{ApplyReport, Resource, ResourceKey, SentinelStatus};
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
 /// Version of the layout below; a file of another version is refused.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
 
 /// Metadata key → `u64`.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -809,6 +809,7 @@ mod tests {
                     status: wire::model::InstanceStatus::Running,
                     reason: None,
                     updated_at_ms: 1,
+                    updated: true,
                 })
                 .collect(),
         }

@@ -29,6 +29,7 @@ pub(crate) fn deployment_topology(id: &str, version: Pk) -> DeploymentTopology {
         version,
         created_at_ms: 1,
         updated_at_ms: 2,
+        spec: Default::default(),
     }
 }
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
-use crate::file::{ConfigFile, resolve, serialize_path};
+use crate::file::{ConfigFile, resolve, serialize_optional_path, serialize_path};
 use crate::log::LogFormat;
 use crate::settings::{
     CompactionSettings, DeploySettings, NodeLimits, NotifySettings, RaftSettings, WatchSettings,
@@ -101,7 +101,21 @@ pub struct NodeConfig {
     /// `127.0.0.1:9400`; port 0 picks a free one). Unset: no listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<SocketAddr>,
+    /// The nodes' secrets key file (written by `ctrl certs init` as
+    /// [`SECRETS_KEY_FILE`]; the same file on every node): secret
+    /// environment values are sealed with its first key and opened with
+    /// any of its keys. Unset: deployments with secrets are refused.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_optional_path"
+    )]
+    pub secrets_key: Option<PathBuf>,
 }
+
+/// The file name of the secrets key file `ctrl certs init` writes beside
+/// the certificates.
+pub const SECRETS_KEY_FILE: &str = "secrets.key";
 
 /// One `[[peers]]` entry: a cluster member and where to reach it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +154,7 @@ impl NodeConfig {
             notify: NotifySettings::default(),
             log_format: LogFormat::Text,
             metrics_addr: None,
+            secrets_key: Some(data_dir.join(CERTS_DIR).join(SECRETS_KEY_FILE)),
         }
     }
 
@@ -217,6 +232,9 @@ impl ConfigFile for NodeConfig {
         self.limits.check(&check)?;
         self.watch.check(&check)?;
         self.compaction.check(&check)?;
+        if let Some(path) = &self.secrets_key {
+            check.path_set("secrets_key", path)?;
+        }
         self.deploy.check(&check)?;
         self.notify.check(&check)
     }
@@ -225,6 +243,9 @@ impl ConfigFile for NodeConfig {
     fn resolve_relative_paths(&mut self, base_dir: &Path) {
         resolve(base_dir, &mut self.data_dir);
         self.tls.resolve_relative_paths(base_dir);
+        if let Some(path) = &mut self.secrets_key {
+            resolve(base_dir, path);
+        }
     }
 }
 

@@ -41,6 +41,7 @@ impl TestNode {
         let mut config = NodeConfig::single_node_default(&dir.path().join("data"));
         config.listen_addr = "127.0.0.1:0".parse()?;
         config.tls = TlsFiles::in_dir(&certs, "node-1");
+        config.secrets_key = Some(certs.join(config::node::SECRETS_KEY_FILE));
         configure(&mut config);
         let node = node::boot::start(&config).await?;
         let operator = operator_config(&certs, node.local_addr);
@@ -313,6 +314,7 @@ fn node_configs(
         // `ctrl cluster init` and `status` name).
         config.advertise_addr = with_relays.then_some(peer_addr);
         config.tls = TlsFiles::in_dir(certs, &format!("node-{id}"));
+        config.secrets_key = Some(certs.join(config::node::SECRETS_KEY_FILE));
         config.peers = ids
             .iter()
             .zip(peer_addrs)

@@ -49,6 +49,8 @@ pub struct FleetConfig {
     pub pod_ready_delay_ms: u64,
     /// Images whose simulated pods never start.
     pub failing_images: Vec<String>,
+    /// Images whose simulated containers never pass a readiness probe.
+    pub failing_readiness: Vec<String>,
     /// krane's reconnect backoff bounds.
     pub reconnect_backoff_min_ms: u64,
     /// The longest reconnect wait, in milliseconds.
@@ -77,6 +79,7 @@ impl FleetConfig {
             ctrl_port: 0,
             pod_ready_delay_ms: 0,
             failing_images: Vec::new(),
+            failing_readiness: Vec::new(),
             reconnect_backoff_min_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MIN_MS,
             reconnect_backoff_max_ms: config::agent::DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             start_kranes: true,
@@ -145,6 +148,7 @@ impl Fleet {
             node_config.node_id = id;
             node_config.listen_addr = addr;
             node_config.tls = TlsFiles::in_dir(&certs, &format!("node-{id}"));
+            node_config.secrets_key = Some(certs.join(config::node::SECRETS_KEY_FILE));
             node_config.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
             node_config.peers = ids
                 .iter()
@@ -198,6 +202,7 @@ impl Fleet {
             let sim = Simulator::start(SimConfig {
                 pod_ready_delay_ms: config.pod_ready_delay_ms,
                 failing_images: config.failing_images.clone(),
+                failing_readiness: config.failing_readiness.clone(),
                 ..SimConfig::default()
             })
             .await

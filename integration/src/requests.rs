@@ -43,6 +43,7 @@ pub fn deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> Depl
         env_vars: BTreeMap::new(),
         progress_deadline_ms: None,
         min_ready_regions: None,
+        spec: Default::default(),
     })
 }
 
@@ -97,6 +98,18 @@ impl DeploymentBuilder {
     /// Adds the environment variable `name=value`.
     pub fn env_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.0.env_vars.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the workload spec (port, command, health, secrets, …).
+    pub fn spec(mut self, spec: wire::workload::WorkloadSpec) -> Self {
+        *self.0.spec = spec;
+        self
+    }
+
+    /// Sets the progress deadline, in milliseconds.
+    pub fn progress_deadline_ms(mut self, ms: u64) -> Self {
+        self.0.progress_deadline_ms = Some(ms);
         self
     }
 

@@ -71,8 +71,17 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
         config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.unwrap();
         let operator = fleet.operator().unwrap();
+        // With a secret: krane applies, watches and deletes its Secret.
         let create = integration::requests::deployment([REGION])
             .replicas(2)
+            .spec(wire::workload::WorkloadSpec {
+                secret_env: [(
+                    "TOKEN".to_string(),
+                    wire::workload::SecretValue::Plain("t0k3n".into()),
+                )]
+                .into(),
+                ..Default::default()
+            })
             .build();
         let id = operator.create(create).await.unwrap();
         operator.ready(&id, 20).await.expect("ready");

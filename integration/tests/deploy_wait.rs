@@ -35,6 +35,7 @@ fn running(id: &str, pod: &str) -> Instance {
         status: InstanceStatus::Running,
         reason: None,
         updated_at_ms: 1,
+        updated: true,
     }
 }
 

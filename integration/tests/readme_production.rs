@@ -200,7 +200,12 @@ async fn prepare(site: &Site) -> PathBuf {
         copy(
             &certs,
             &etc,
-            &["ca.pem", &format!("{host}.pem"), &format!("{host}.key")],
+            &[
+                "ca.pem",
+                &format!("{host}.pem"),
+                &format!("{host}.key"),
+                "secrets.key",
+            ],
         );
         std::fs::write(etc.join("node.toml"), text).expect("write node.toml");
     }

@@ -172,6 +172,9 @@ pub enum StartError {
         #[source]
         source: transport::TransportError,
     },
+    /// The secrets key file could not be loaded.
+    #[error("cannot load the secrets key file (secrets_key): {0}")]
+    SecretsKey(#[source] transport::sealing::SealError),
     /// The QUIC endpoint could not be opened on the listen address.
     #[error("cannot listen on {addr} (listen_addr): {source}")]
     Listen {
@@ -305,6 +308,12 @@ pub async fn start_with_clock(
         &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
     )
     .map_err(tls_error)?;
+    let keyring = match &config.secrets_key {
+        Some(path) => Some(Arc::new(
+            transport::sealing::Keyring::load(path).map_err(StartError::SecretsKey)?,
+        )),
+        None => None,
+    };
     let (endpoint, socket_closed) =
         transport::endpoint::server_endpoint(config.listen_addr, server_config).map_err(
             |source| StartError::Listen {
@@ -417,6 +426,7 @@ pub async fn start_with_clock(
         clock,
         raft_runtime,
         metrics: metrics.clone(),
+        keyring,
         // Paths only: a node config names its certificate and key files,
         // never their contents.
         config_toml: toml::to_string(config).unwrap_or_else(|e| format!("# not encodable: {e}\n")),

@@ -50,6 +50,7 @@ fn create(n: u64) -> OperatorRequest {
         env_vars: BTreeMap::new(),
         progress_deadline_ms: None,
         min_ready_regions: None,
+        spec: Default::default(),
     })
 }
 

@@ -34,6 +34,7 @@ fn config_with_certs(dir: &std::path::Path) -> NodeConfig {
     let mut config = NodeConfig::single_node_default(&dir.join("data"));
     config.listen_addr = "127.0.0.1:0".parse().unwrap();
     config.tls = config::TlsFiles::in_dir(&certs, "node-1");
+    config.secrets_key = Some(certs.join(config::node::SECRETS_KEY_FILE));
     config
 }
 

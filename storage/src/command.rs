@@ -268,6 +268,17 @@ pub enum Mutation {
     /// Guarded steps of the latest rollout, decided by the leader's
     /// driver, made in order in one apply (all or none).
     Rollout(RolloutTransition),
+    /// An operator changes the replicas, size or health check of a
+    /// deployment: its row and its running topologies (one change row
+    /// each; the StatefulSets roll the change out). Answered by
+    /// [`Outcome::Deployment`]. An archived deployment, or an update the
+    /// deployment's spec does not allow, is refused.
+    UpdateDeployment {
+        /// The deployment to change.
+        deployment_id: String,
+        /// What to change.
+        update: wire::operator::DeploymentUpdate,
+    },
 }
 
 /// A step of a notification delivery, with the guard (its state and

@@ -26,6 +26,7 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
         created_at_ms: 1,
         updated_at_ms: 1,
         workflow: crate::apply::workflow::new_workflow(60_000, 10_000, 0, true),
+        spec: Default::default(),
     }
 }
 
@@ -154,6 +155,7 @@ pub(crate) fn instance(deployment_id: &str, region: &str, pod: &str, running: bo
         },
         reason: None,
         updated_at_ms: 5,
+        updated: true,
     }
 }
 

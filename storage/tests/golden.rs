@@ -189,6 +189,10 @@ fn mutations() -> Vec<Mutation> {
             expected: guard(),
             steps: rollout_steps(),
         }),
+        Mutation::UpdateDeployment {
+            deployment_id: "dep_01hx3k9".into(),
+            update: fixtures::deployment_update(),
+        },
     ]);
     all.extend(delivery_transitions());
     all.push(Mutation::ReplayDelivery {

@@ -136,9 +136,10 @@ pub fn agent_bundle(dir: &Path, region: &str) -> CertBundle {
 /// Creates a new CA in `dir` (created if missing) and certificates for the
 /// given nodes, one operator and the agents of the given regions. Node
 /// certificates carry `server_names` ([`DEFAULT_SERVER_NAMES`] if empty),
-/// 127.0.0.1 and ::1. Refuses with [`CertError::CaExists`] if `dir` already
-/// holds a CA, and checks every input and every target file before writing
-/// anything.
+/// 127.0.0.1 and ::1; and the nodes' secrets key file
+/// ([`crate::sealing::KEY_FILE_NAME`]). Refuses with [`CertError::CaExists`]
+/// if `dir` already holds a CA, and checks every input and every target
+/// file before writing anything.
 pub fn init_dir(
     dir: &Path,
     node_ids: &[u64],
@@ -187,10 +188,15 @@ pub fn init_dir(
         refuse_existing(bundle)?;
     }
 
+    let secrets_key = dir.join(crate::sealing::KEY_FILE_NAME);
+    if secrets_key.exists() {
+        return Err(CertError::FileExists { path: secrets_key });
+    }
     std::fs::create_dir_all(dir).map_err(|source| CertError::Write {
         path: dir.to_path_buf(),
         source,
     })?;
+    crate::sealing::generate_file(&secrets_key)?;
     let now_secs = now_unix_secs()?;
     let ca_not_after_secs = now_secs.saturating_add(CA_VALIDITY_DAYS * SECS_PER_DAY);
     let ca_key = KeyPair::generate()?;

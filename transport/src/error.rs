@@ -72,6 +72,9 @@ pub enum CertError {
     /// A caller-supplied value (id, region, validity) is invalid; says which.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The nodes' secrets key file could not be written.
+    #[error(transparent)]
+    SecretsKey(#[from] crate::sealing::SealError),
     /// rcgen failed to build or sign a certificate.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),

@@ -19,6 +19,8 @@
 //!   them).
 //! - [`http`]: the HTTP listener of `/metrics`, `/livez` and `/readyz`
 //!   (what they answer comes from the binary's [`http::Probe`]).
+//! - [`sealing`]: secret values at rest (AES-256-GCM under the nodes'
+//!   key file, written by `ctrl certs init`, rotated by adding keys).
 //! - [`stream`]: one call per bidirectional stream, as length-prefixed
 //!   postcard frames opened by a [`wire::hello::Hello`].
 //!
@@ -34,6 +36,7 @@ pub mod error;
 pub mod frame;
 pub mod http;
 pub mod identity;
+pub mod sealing;
 pub mod stream;
 pub mod tls;
 pub mod verify;

@@ -45,6 +45,7 @@ pub mod notify;
 pub mod operator;
 pub mod rollout;
 pub mod session;
+pub mod workload;
 
 pub use error::{ErrorCode, WireError};
 pub use model::Pk;

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::workload::WorkloadSpec;
+
 /// A change-log primary key: global, gap-free, strictly increasing. It is
 /// also the version of the resource state it points at and the watch cursor.
 pub type Pk = u64;
@@ -331,6 +333,9 @@ pub struct Deployment {
     pub updated_at_ms: UnixMs,
     /// The deploy workflow's record.
     pub workflow: DeployWorkflow,
+    /// Port, command, health check, shutdown, pod metadata and secret
+    /// environment (secrets sealed, as stored).
+    pub spec: Box<WorkloadSpec>,
 }
 
 /// The desired state of one deployment in one region: what krane turns into
@@ -369,6 +374,10 @@ pub struct DeploymentTopology {
     pub created_at_ms: UnixMs,
     /// When the row last changed (leader's clock).
     pub updated_at_ms: UnixMs,
+    /// Port, command, health check, shutdown, pod metadata and secret
+    /// environment, copied from the deployment (secrets sealed as stored,
+    /// opened by the node that streams them to the region's agent).
+    pub spec: Box<WorkloadSpec>,
 }
 
 /// Health of a sentinel as krane last reported it.
@@ -609,6 +618,9 @@ pub struct Instance {
     pub reason: Option<String>,
     /// When krane observed this state (krane's clock).
     pub updated_at_ms: UnixMs,
+    /// Whether the pod runs the current pod template of its StatefulSet
+    /// (the rollout of a changed spec has reached it).
+    pub updated: bool,
 }
 
 /// Observed state of a sentinel's Kubernetes Deployment.

@@ -12,6 +12,7 @@ use crate::model::{
     Sentinel, SentinelStatus, UnixMs,
 };
 use crate::notify::{AddEndpoint, Delivery, EndpointView};
+use crate::workload::{HealthCheck, WorkloadSpec};
 
 /// ALPN of the operator protocol.
 pub const ALPN: &[u8] = b"ctrl-operator/1";
@@ -335,6 +336,72 @@ pub enum OperatorRequest {
         /// Most rollouts to return (at most [`LIST_PAGE_MAX`]).
         limit: u32,
     },
+    /// Change the replicas, size or health check of a deployment that
+    /// exists (not archived): its running topologies get the new spec and
+    /// the StatefulSets roll it out (a new image is a new deployment).
+    /// Answered by `Updated`.
+    UpdateDeployment {
+        /// The deployment's id.
+        id: String,
+        /// What to change.
+        update: DeploymentUpdate,
+    },
+}
+
+/// The changes of [`OperatorRequest::UpdateDeployment`]; a field left
+/// `None` keeps its value.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeploymentUpdate {
+    /// Replicas per region, 1 to [`REPLICAS_MAX`].
+    pub replicas: Option<u32>,
+    /// CPU per replica, in thousandths of a core (at least 1).
+    pub cpu_millicores: Option<u32>,
+    /// Memory per replica, in MiB (at least 1).
+    pub memory_mib: Option<u32>,
+    /// `Some(Some(check))` sets the health check, `Some(None)` removes it.
+    pub health: Option<Option<HealthCheck>>,
+}
+
+impl DeploymentUpdate {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == DeploymentUpdate::default()
+    }
+
+    /// Checks the bounds of each field given (the health check is checked
+    /// with the deployment's spec, by [`WorkloadSpec::validate`]); the
+    /// error names the field.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.is_empty() {
+            return Err(bad_request(
+                "an update changes at least one of replicas, cpu_millicores, memory_mib, health"
+                    .into(),
+            ));
+        }
+        if let Some(n) = self.replicas
+            && (n == 0 || n > REPLICAS_MAX)
+        {
+            return Err(bad_request(format!(
+                "replicas must be between 1 and {REPLICAS_MAX} (stop a deployment to run none)"
+            )));
+        }
+        if self.cpu_millicores == Some(0) {
+            return Err(bad_request("cpu_millicores must be at least 1".into()));
+        }
+        if self.memory_mib == Some(0) {
+            return Err(bad_request("memory_mib must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// `spec` with the update's health change made.
+    pub fn apply_to_spec(&self, spec: &WorkloadSpec) -> WorkloadSpec {
+        let mut spec = spec.clone();
+        if let Some(health) = &self.health {
+            spec.health = health.clone();
+        }
+        spec
+    }
 }
 
 impl OperatorRequest {
@@ -377,6 +444,7 @@ impl OperatorRequest {
             OperatorRequest::RolloutStatus => "rollout_status",
             OperatorRequest::ControlRollout { .. } => "control_rollout",
             OperatorRequest::RolloutHistory { .. } => "rollout_history",
+            OperatorRequest::UpdateDeployment { .. } => "update_deployment",
         }
     }
 
@@ -412,7 +480,8 @@ impl OperatorRequest {
             | OperatorRequest::RemoveNotifyEndpoint { .. }
             | OperatorRequest::ReplayDelivery { .. }
             | OperatorRequest::StartRollout(_)
-            | OperatorRequest::ControlRollout { .. } => true,
+            | OperatorRequest::ControlRollout { .. }
+            | OperatorRequest::UpdateDeployment { .. } => true,
             OperatorRequest::GetDeployment { .. }
             | OperatorRequest::ListDeployments { .. }
             | OperatorRequest::InitCluster
@@ -542,6 +611,9 @@ pub struct CreateDeployment {
     /// Regions that must run every replica for the deploy to be ready
     /// (1 to the number of regions); `None`: every region.
     pub min_ready_regions: Option<u32>,
+    /// Port, command, health check, shutdown, pod metadata and secret
+    /// environment (secret values in the clear: the node seals them).
+    pub spec: Box<WorkloadSpec>,
 }
 
 impl CreateDeployment {
@@ -616,7 +688,7 @@ impl CreateDeployment {
                 self.regions.len()
             ));
         }
-        Ok(())
+        self.spec.validate(&self.env_vars)
     }
 }
 

@@ -58,6 +58,16 @@ fn wire_formats_match_their_goldens() {
     g.check("rollout.WaveCounts", &[wave_counts()]);
     g.check("rollout.RolloutSummary", &[rollout_summary()]);
 
+    // workload settings
+    g.check(
+        "workload.WorkloadSpec",
+        &[workload_spec(), workload_spec_plain()],
+    );
+    g.check("workload.HealthCheck", &[health_check()]);
+    g.check("workload.Probe", &probes());
+    g.check("workload.SecretValue", &secret_values());
+    g.check("workload.SealedSecret", &[sealed_secret()]);
+
     // errors and the handshake
     g.check("error.ErrorCode", &error_codes());
     g.check("error.WireError", &[wire_error()]);
@@ -83,6 +93,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.NodeStatus", &[node_status()]);
     g.check("operator.NodeDiagnostics", &[node_diagnostics()]);
     g.check("operator.CreateDeployment", &[create_deployment()]);
+    g.check("operator.DeploymentUpdate", &[deployment_update()]);
     g.check("operator.ApplySentinel", &[apply_sentinel()]);
     g.check("operator.ApplyPolicy", &[apply_policy()]);
     g.check("operator.SentinelView", &[sentinel_view()]);

@@ -13,7 +13,7 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DynamicObject, ListParams, ObjectMeta};
 use kube::{Client, Resource};
@@ -52,6 +52,7 @@ pub async fn collect(client: &Client, desired: &BTreeSet<Owner>) -> Result<usize
     deleted += collect_kind::<Deployment>(client, desired).await?;
     deleted += collect_kind::<PodDisruptionBudget>(client, desired).await?;
     deleted += collect_kind::<Service>(client, desired).await?;
+    deleted += collect_kind::<Secret>(client, desired).await?;
     deleted += collect_policies(client, desired).await?;
     Ok(deleted)
 }

@@ -43,6 +43,8 @@ pub enum Notice {
         cpu_millicores: u32,
         /// Memory per pod, in MiB.
         memory_mib: u32,
+        /// The digest of the pod template applied.
+        template: u64,
     },
     /// A deployment's objects were deleted (or never existed).
     DeploymentDeleted {
@@ -187,6 +189,7 @@ impl Reconciler for Controller {
                         namespace: topology.k8s_namespace.clone(),
                         cpu_millicores: topology.cpu_millicores,
                         memory_mib: topology.memory_mib,
+                        template: deployment::template_digest(topology),
                     },
                     (false, Outcome::Done) => Notice::DeploymentDeleted {
                         deployment_id: topology.deployment_id.clone(),

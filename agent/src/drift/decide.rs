@@ -4,7 +4,7 @@
 //! cluster holds still matches one of them ([`verdict`]).
 //!
 //! "Matches" is what server-side apply promises: every field krane sets
-//! holds the value krane set (labels and spec; the cluster may add fields,
+//! holds the value krane set (labels, spec, and a Secret's data; the cluster may add fields,
 //! defaults and status). A list must have krane's length and match item by
 //! item; an empty list or map krane sends matches an absent field (API
 //! servers omit empty ones); resource quantities compare by value (`1Gi`
@@ -30,16 +30,19 @@ pub enum Kind {
     PodDisruptionBudget,
     /// `cilium.io/v2` CiliumNetworkPolicy.
     CiliumNetworkPolicy,
+    /// `v1` Secret of a deployment's secret environment.
+    Secret,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::StatefulSet,
         Kind::Service,
         Kind::Deployment,
         Kind::PodDisruptionBudget,
         Kind::CiliumNetworkPolicy,
+        Kind::Secret,
     ];
 
     /// The Kubernetes kind name (`StatefulSet`, ...).
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Deployment => "Deployment",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
             Kind::CiliumNetworkPolicy => "CiliumNetworkPolicy",
+            Kind::Secret => "Secret",
         }
     }
 }
@@ -106,7 +110,7 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
             }
             let (service, stateful_set) = deployment::desired_objects(t);
             let (ns, name) = (&t.k8s_namespace, &t.k8s_name);
-            vec![
+            let mut objects = vec![
                 object(Kind::Service, ns, name, serde_json::to_value(service)),
                 object(
                     Kind::StatefulSet,
@@ -114,7 +118,14 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
                     name,
                     serde_json::to_value(stateful_set),
                 ),
-            ]
+            ];
+            // Without its owner reference, which krane adds when it
+            // applies (its uid is the cluster's): a field the cluster
+            // holds and the desired object lacks is not drift.
+            if let Some(secret) = deployment::desired_secret(t) {
+                objects.push(object(Kind::Secret, ns, name, serde_json::to_value(secret)));
+            }
+            objects
         }
         Resource::Sentinel(s) => {
             if !sentinel::wants_objects(s) || sentinel::validate(s).is_err() {
@@ -161,7 +172,10 @@ pub fn verdict(desired: &Value, live: Option<&Value>) -> Verdict {
         "metadata.labels",
     );
     let spec = || first_difference(&desired["spec"], &live["spec"], "spec");
-    match labels.or_else(spec) {
+    // A Secret's fields are its `data` (the path names a key, never a
+    // value).
+    let data = || first_difference(&desired["data"], &live["data"], "data");
+    match labels.or_else(spec).or_else(data) {
         Some(path) => Verdict::Changed { path },
         None => Verdict::InSync,
     }
@@ -300,6 +314,30 @@ mod tests {
         assert_eq!(sentinel_objects.len(), 3);
         let policy = desired_objects(&Resource::CiliumNetworkPolicy(cilium_policy("cnp_a", 3)));
         assert_eq!(policy[0].0.kind, Kind::CiliumNetworkPolicy);
+    }
+
+    #[test]
+    fn a_deployment_with_secrets_wants_its_secret_and_a_changed_value_is_drift() {
+        let mut topology = deployment_topology("dep_a", 3);
+        topology.spec.secret_env.insert(
+            "TOKEN".into(),
+            wire::workload::SecretValue::Plain("t0k3n".into()),
+        );
+        let objects = desired_objects(&Resource::DeploymentTopology(topology));
+        let secret = find(&objects, Kind::Secret);
+        assert_eq!(secret["data"]["TOKEN"], "dDBrM24=");
+        let mut live = as_served(&secret);
+        live["metadata"]["ownerReferences"] = json!([{"kind": "StatefulSet"}]);
+        assert_eq!(verdict(&secret, Some(&live)), Verdict::InSync);
+        live["data"]["TOKEN"] = json!("aGFja2Vk");
+        assert_eq!(
+            verdict(&secret, Some(&live)),
+            Verdict::Changed {
+                path: "data.TOKEN".into()
+            },
+            "the path names the key, never a value"
+        );
+        assert_eq!(verdict(&secret, None), Verdict::Missing);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Offline drift repair: krane watches the objects it manages (label
 //! `app.kubernetes.io/managed-by=krane`: StatefulSets, Services,
-//! Deployments, PodDisruptionBudgets and CiliumNetworkPolicies, in every
+//! Deployments, PodDisruptionBudgets, CiliumNetworkPolicies and Secrets
+//! (only those labelled; their values are never logged), in every
 //! namespace, with kube-rs watchers) and, when one is deleted or changed
 //! by someone else, applies its resource again from the last-applied
 //! snapshot in the local state. It needs nothing from ctrl, so it works
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 use futures::stream::{SelectAll, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -66,6 +67,7 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::Deployment => ApiResource::erase::<Deployment>(&()),
         Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
         Kind::CiliumNetworkPolicy => cilium::api_resource(),
+        Kind::Secret => ApiResource::erase::<Secret>(&()),
     }
 }
 

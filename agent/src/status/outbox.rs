@@ -177,6 +177,7 @@ mod tests {
                 status,
                 reason: None,
                 updated_at_ms: at_ms,
+                updated: true,
             }],
         }
     }

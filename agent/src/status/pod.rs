@@ -25,6 +25,8 @@ pub struct PodInfo {
     pub status: InstanceStatus,
     /// Why it is not running, when a container says (e.g. `ImagePullBackOff`).
     pub reason: Option<String>,
+    /// The digest of the pod template it was made from (its annotation).
+    pub template: Option<u64>,
 }
 
 /// The deployment a pod belongs to, from its label.
@@ -32,9 +34,15 @@ pub fn deployment_id(pod: &Pod) -> Option<&str> {
     pod.labels().get(DEPLOYMENT_ID_LABEL).map(String::as_str)
 }
 
-/// Running needs the `ContainersReady` condition true; failed is phase
+/// The reason of an instance whose containers run but are not ready.
+pub const READINESS_FAILING: &str = "readiness probe failing";
+
+/// Running needs the pod's `Ready` condition true (its containers ready:
+/// a readiness probe, where the deployment has one, passing), so a
+/// deploy is ready only when its application answers; failed is phase
 /// `Failed` or a container waiting for one of [`FAILED_WAITING_REASONS`];
-/// anything else is pending (with the waiting reason, if any).
+/// anything else is pending, with the waiting reason, or
+/// [`READINESS_FAILING`] when every container runs but one is not ready.
 pub fn pod_status(pod: &Pod) -> (InstanceStatus, Option<String>) {
     let Some(status) = pod.status.as_ref() else {
         return (InstanceStatus::Pending, None);
@@ -60,15 +68,23 @@ pub fn pod_status(pod: &Pod) -> (InstanceStatus, Option<String>) {
         .conditions
         .iter()
         .flatten()
-        .any(|c| c.type_ == "ContainersReady" && c.status == "True");
+        .any(|c| c.type_ == "Ready" && c.status == "True");
     if ready {
-        (InstanceStatus::Running, None)
-    } else {
-        (
-            InstanceStatus::Pending,
-            waiting.first().map(|r| r.to_string()),
-        )
+        return (InstanceStatus::Running, None);
     }
+    let containers = status.container_statuses.as_deref().unwrap_or_default();
+    let running_unready = !containers.is_empty()
+        && containers
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        && containers.iter().any(|c| !c.ready);
+    if running_unready {
+        return (InstanceStatus::Pending, Some(READINESS_FAILING.into()));
+    }
+    (
+        InstanceStatus::Pending,
+        waiting.first().map(|r| r.to_string()),
+    )
 }
 
 /// The pod as an instance, if it names its deployment.
@@ -85,6 +101,10 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
             .unwrap_or_default(),
         status,
         reason,
+        template: pod
+            .annotations()
+            .get(crate::controller::deployment::TEMPLATE_DIGEST_ANNOTATION)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok()),
     })
 }
 
@@ -141,7 +161,31 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn running_needs_containers_ready() {
+    fn a_running_container_failing_its_readiness_probe_is_pending() {
+        let unready = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "ContainersReady", "status": "False"},
+                ],
+                "containerStatuses": [{
+                    "name": "app", "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 0, "started": true,
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                }],
+            }),
+        );
+        assert_eq!(
+            pod_status(&unready),
+            (InstanceStatus::Pending, Some(READINESS_FAILING.into()))
+        );
+    }
+
+    #[test]
+    fn running_needs_the_ready_condition() {
         let info = pod_info(&running("dep_a", "dep-a-0", "10.0.0.5")).unwrap();
         assert_eq!(info.deployment_id, "dep_a");
         assert_eq!(info.pod_name, "dep-a-0");
@@ -153,7 +197,10 @@ pub(crate) mod tests {
             "dep-a-0",
             serde_json::json!({
                 "phase": "Running",
-                "conditions": [{"type": "ContainersReady", "status": "False"}],
+                "conditions": [
+                    {"type": "Ready", "status": "False"},
+                    {"type": "ContainersReady", "status": "True"},
+                ],
             }),
         );
         assert_eq!(pod_status(&not_ready), (InstanceStatus::Pending, None));

@@ -22,6 +22,9 @@ pub struct Sizes {
     pub cpu_millicores: u32,
     /// Memory per pod, in MiB.
     pub memory_mib: u32,
+    /// The digest of the pod template krane applied last: a pod whose
+    /// own digest differs has not been rolled yet.
+    pub template: u64,
 }
 
 /// Pods of one namespace, by name.
@@ -84,12 +87,14 @@ impl Tracker {
                 deployment_id,
                 cpu_millicores,
                 memory_mib,
+                template,
                 ..
             } => {
                 self.deleted.remove(&deployment_id);
                 let sizes = Sizes {
                     cpu_millicores,
                     memory_mib,
+                    template,
                 };
                 if self.sizes.insert(deployment_id.clone(), sizes) != Some(sizes) {
                     self.dirty.insert(deployment_id);
@@ -198,6 +203,7 @@ impl Tracker {
                 status: info.status,
                 reason: info.reason.clone(),
                 updated_at_ms: now_ms,
+                updated: info.template.is_some_and(|t| t == sizes.template),
             })
             .collect();
         if instances.is_empty() && self.deleted.contains(&deployment_id) {
@@ -256,7 +262,35 @@ mod tests {
             namespace: "krane".into(),
             cpu_millicores: 250,
             memory_mib: 512,
+            template: 0xabc,
         }
+    }
+
+    #[test]
+    fn an_instance_is_updated_when_its_pod_runs_the_template_applied_last() {
+        let mut tracker = Tracker::new("us-east");
+        tracker.on_notice(applied("dep_a"));
+        let mut old = running("dep_a", "dep-a-0", "10.0.0.1");
+        old.metadata.annotations = Some(BTreeMap::from([(
+            crate::controller::deployment::TEMPLATE_DIGEST_ANNOTATION.to_string(),
+            "0000000000000123".to_string(),
+        )]));
+        let mut new = running("dep_a", "dep-a-1", "10.0.0.2");
+        new.metadata.annotations = Some(BTreeMap::from([(
+            crate::controller::deployment::TEMPLATE_DIGEST_ANNOTATION.to_string(),
+            "0000000000000abc".to_string(),
+        )]));
+        tracker.on_pod_event("krane", Event::Apply(old));
+        tracker.on_pod_event("krane", Event::Apply(new));
+        let reports = tracker.take_reports(10, 1);
+        let DeploymentReport::Instances { instances, .. } = &reports[0] else {
+            panic!("{reports:?}");
+        };
+        let updated: Vec<_> = instances
+            .iter()
+            .map(|i| (i.pod_name.as_str(), i.updated))
+            .collect();
+        assert_eq!(updated, [("dep-a-0", false), ("dep-a-1", true)]);
     }
 
     fn instances(report: &DeploymentReport) -> Vec<(String, InstanceStatus)> {

@@ -24,7 +24,10 @@
 //! own their pods directly (no ReplicaSets) and roll by creating every new
 //! pod at once and deleting an old pod for each new pod that is Ready;
 //! pods are deleted at once (no graceful termination), are Ready as soon as
-//! they run (no probes, `minReadySeconds` ignored) and never restart.
+//! they run (probes are never run, `minReadySeconds` ignored) unless their
+//! image is told to fail its readiness and the container has a readiness
+//! probe (then it runs and is never Ready, until the setting changes), and
+//! never restart.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -59,6 +62,9 @@ pub struct Settings {
     pub pod_ready_delay: Duration,
     /// Images whose pods stay Pending with `ImagePullBackOff`.
     pub failing_images: Vec<String>,
+    /// Images whose containers, where they have a readiness probe, run
+    /// but never pass it: the pod is Running and never Ready.
+    pub failing_readiness: Vec<String>,
 }
 
 /// What the last pass looked at (for tests and logs).
@@ -340,17 +346,25 @@ impl Controller {
                 continue;
             };
             let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
-            if pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running") {
+            let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+            if running {
                 if let Some((at, _)) = self.start_at.remove(&uid) {
-                    self.due.remove(&(at, uid));
+                    self.due.remove(&(at, uid.clone()));
                 }
-                continue;
+                // A running pod is looked at again only while it is not
+                // ready (its readiness may pass now).
+                if pod_ready(pod) {
+                    continue;
+                }
             }
-            let (due, _) = self
-                .start_at
-                .entry(uid.clone())
-                .or_insert_with(|| (now + settings.pod_ready_delay, key.clone()));
-            let due = *due;
+            let due = if running {
+                now
+            } else {
+                self.start_at
+                    .entry(uid.clone())
+                    .or_insert_with(|| (now + settings.pod_ready_delay, key.clone()))
+                    .0
+            };
             if due > now {
                 self.due.insert((due, uid));
                 continue;
@@ -360,7 +374,7 @@ impl Controller {
                 Some(ip) => ip.to_string(),
                 None => self.next_ip(),
             };
-            let status = started_status(&pod, &settings.failing_images, &ip, wall);
+            let status = started_status(&pod, settings, &ip, wall);
             if pod.get("status") != Some(&status) {
                 let mut updated = pod;
                 updated["status"] = status;
@@ -560,9 +574,13 @@ fn qos_class(containers: &Value) -> &'static str {
 }
 
 /// The status of a started pod: Running and Ready, or Pending with
-/// `ImagePullBackOff` if any of its images is told to fail. Condition and
-/// start times already set are kept, so a repeated pass changes nothing.
-fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Value {
+/// `ImagePullBackOff` if any of its images is told to fail, or Running and
+/// not Ready if a container with a readiness probe runs an image told to
+/// fail its readiness (no probe is run: the simulator honours probes only
+/// that far). Condition and start times already set are kept, so a
+/// repeated pass changes nothing.
+fn started_status(pod: &Value, settings: &Settings, ip: &str, wall: &str) -> Value {
+    let failing = &settings.failing_images;
     let old = pod.get("status").cloned().unwrap_or(json!({}));
     let containers = pod
         .pointer("/spec/containers")
@@ -579,7 +597,19 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         .filter(|c| fails(c))
         .filter_map(|c| c["name"].as_str())
         .collect();
+    let unready_container = |c: &Value| {
+        c.get("readinessProbe").is_some_and(|p| !p.is_null())
+            && c["image"]
+                .as_str()
+                .is_some_and(|i| settings.failing_readiness.iter().any(|f| f == i))
+    };
+    let unready: Vec<&str> = containers
+        .iter()
+        .filter(|c| !fails(c) && unready_container(c))
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     let ok = bad.is_empty();
+    let ready = ok && unready.is_empty();
     let old_time = |kind: &str, field: &str| -> Option<Value> {
         let state = old
             .pointer("/containerStatuses")?
@@ -602,7 +632,7 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
                 let started = old_time(name, "/state/running/startedAt").unwrap_or(json!(wall));
                 json!({"name": name, "image": image, "imageID": format!("sim://{image}"),
                        "containerID": format!("containerd://{:016x}", meta::hash_value(&json!([meta::meta_str(pod, "uid"), name]))),
-                       "ready": ok, "started": true, "restartCount": 0, "lastState": {},
+                       "ready": ok && !unready_container(c), "started": true, "restartCount": 0, "lastState": {},
                        "state": {"running": {"startedAt": started}}})
             }
         })
@@ -617,10 +647,11 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         let mut c = json!({"type": kind, "status": s, "lastProbeTime": null,
                            "lastTransitionTime": kept.unwrap_or(json!(wall))});
         if !status {
+            let names: Vec<&str> = bad.iter().chain(unready.iter()).copied().collect();
             c["reason"] = json!("ContainersNotReady");
             c["message"] = json!(format!(
                 "containers with unready status: [{}]",
-                bad.join(" ")
+                names.join(" ")
             ));
         }
         c
@@ -630,8 +661,8 @@ fn started_status(pod: &Value, failing: &[String], ip: &str, wall: &str) -> Valu
         "conditions": [
             condition("PodReadyToStartContainers", true),
             condition("Initialized", true),
-            condition("Ready", ok),
-            condition("ContainersReady", ok),
+            condition("Ready", ready),
+            condition("ContainersReady", ready),
             condition("PodScheduled", true),
         ],
         "hostIP": HOST_IP,
@@ -848,6 +879,7 @@ mod tests {
         let settings = Settings {
             pod_ready_delay: Duration::from_secs(5),
             failing_images: vec![],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         store
@@ -995,6 +1027,7 @@ mod tests {
         let settings = Settings {
             pod_ready_delay: Duration::from_secs(1),
             failing_images: vec![],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         let opts = WriteOpts::default();
@@ -1056,6 +1089,7 @@ mod tests {
         let mut settings = Settings {
             pod_ready_delay: Duration::ZERO,
             failing_images: vec!["bad:1".into()],
+            failing_readiness: vec![],
         };
         let t0 = Instant::now();
         store
@@ -1077,6 +1111,61 @@ mod tests {
         settings.failing_images.clear();
         pass(&mut c, &mut store, &settings, t0);
         assert!(pod_ready(&pods(&store)[0]));
+    }
+
+    #[test]
+    fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
+        let mut store = Store::new(1000, 1);
+        let mut c = Controller::default();
+        let mut settings = Settings {
+            pod_ready_delay: Duration::ZERO,
+            failing_images: vec![],
+            failing_readiness: vec!["app:1".into()],
+        };
+        let t0 = Instant::now();
+        let mut probed = sts(1, "app:1");
+        probed["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] =
+            json!({"httpGet": {"path": "/healthz", "port": 8080}});
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                probed,
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let pod = &pods(&store)[0];
+        assert_eq!(pod["status"]["phase"], "Running");
+        assert!(!pod_ready(pod));
+        let container = &pod["status"]["containerStatuses"][0];
+        assert_eq!(container["ready"], false);
+        assert!(container["state"]["running"].is_object());
+        // Without a probe the option changes nothing.
+        store
+            .create(
+                &STATEFUL_SETS,
+                "default",
+                {
+                    let mut o = named_sts("plain", 1);
+                    o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:1");
+                    o
+                },
+                WALL,
+                WriteOpts::default(),
+            )
+            .unwrap();
+        pass(&mut c, &mut store, &settings, t0);
+        let plain: Vec<Value> = pods(&store)
+            .into_iter()
+            .filter(|p| p["metadata"]["name"] == "plain-0")
+            .collect();
+        assert!(pod_ready(&plain[0]));
+        // The probe passing again: ready.
+        settings.failing_readiness.clear();
+        pass(&mut c, &mut store, &settings, t0);
+        assert!(pods(&store).iter().all(pod_ready));
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct SimConfig {
     pub pod_ready_delay_ms: u64,
     /// Images whose pods never start (`ImagePullBackOff`).
     pub failing_images: Vec<String>,
+    /// Images whose containers with a readiness probe never pass it (the
+    /// pod runs and is never Ready).
+    pub failing_readiness: Vec<String>,
     /// Watch events kept for resuming watches (older resumes get 410).
     pub event_history_len: usize,
 }
@@ -111,6 +114,7 @@ impl Default for SimConfig {
             port: 0,
             pod_ready_delay_ms: 0,
             failing_images: Vec::new(),
+            failing_readiness: Vec::new(),
             event_history_len: EVENT_HISTORY_LEN_DEFAULT,
         }
     }
@@ -265,6 +269,7 @@ impl Simulator {
             settings: Mutex::new(Settings {
                 pod_ready_delay: Duration::from_millis(config.pod_ready_delay_ms),
                 failing_images: config.failing_images,
+                failing_readiness: config.failing_readiness,
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
@@ -422,6 +427,17 @@ preferences: {{}}
     pub fn remove_failing_image(&self, image: &str) {
         self.shared
             .update_settings(|s| s.failing_images.retain(|i| i != image));
+    }
+
+    /// Makes containers of `image` with a readiness probe fail it (true)
+    /// or pass it (false) from now on.
+    pub fn set_failing_readiness(&self, image: &str, failing: bool) {
+        self.shared.update_settings(|s| {
+            s.failing_readiness.retain(|i| i != image);
+            if failing {
+                s.failing_readiness.push(image.to_string());
+            }
+        });
     }
 
     /// Changes the pod start delay for pods created from now on.

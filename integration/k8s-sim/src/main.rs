@@ -29,6 +29,10 @@ struct Args {
     /// An image whose pods stay Pending with ImagePullBackOff (repeatable).
     #[arg(long = "fail-image")]
     failing_images: Vec<String>,
+    /// An image whose containers with a readiness probe never pass it:
+    /// their pods run and are never Ready (repeatable).
+    #[arg(long = "fail-readiness")]
+    failing_readiness: Vec<String>,
     /// Watch events kept for resuming watches.
     #[arg(long, default_value_t = SimConfig::default().event_history_len)]
     event_history_len: usize,
@@ -48,6 +52,7 @@ async fn main() -> Result<()> {
         port: args.port,
         pod_ready_delay_ms: args.pod_ready_delay_ms,
         failing_images: args.failing_images,
+        failing_readiness: args.failing_readiness,
         event_history_len: args.event_history_len,
     })
     .await

@@ -42,6 +42,11 @@ struct Args {
         default_value = "registry.invalid/broken:1"
     )]
     failing_images: Vec<String>,
+    /// Images whose simulated containers with a readiness probe never
+    /// become ready (`ctrl deploy --health-http …` then fails at its
+    /// deadline with "readiness probe failing").
+    #[arg(long, value_delimiter = ',')]
+    failing_readiness: Vec<String>,
 }
 
 #[tokio::main]
@@ -65,6 +70,7 @@ async fn main() -> Result<()> {
     config.ctrl_port = args.port;
     config.pod_ready_delay_ms = args.pod_ready_delay_ms;
     config.failing_images = args.failing_images.clone();
+    config.failing_readiness = args.failing_readiness.clone();
     let fleet = Fleet::start(config).await?;
     print_instructions(&fleet, &args.regions, &args.failing_images);
     wait_for_signal().await;

@@ -29,7 +29,10 @@ pub async fn answer<S: Propose + ReadState>(
             region,
         } => {
             let view = state.read().map_err(internal)?;
-            let topology = view.topology(&deployment_id, &region).map_err(internal)?;
+            let mut topology = view.topology(&deployment_id, &region).map_err(internal)?;
+            if let Some(topology) = &mut topology {
+                super::secrets::open_topology(state.keyring(), topology)?;
+            }
             return Ok(AgentResponse::DesiredDeployment(topology));
         }
         AgentRequest::GetDesiredSentinel {
@@ -124,6 +127,7 @@ mod tests {
             status: InstanceStatus::Running,
             reason: None,
             updated_at_ms: 3,
+            updated: true,
         }
     }
 

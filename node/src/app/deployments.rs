@@ -11,7 +11,8 @@ use storage::{Mutation, Outcome};
 use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
 use wire::operator::{
-    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
+    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX,
+    SCHEDULE_AFTER_MS_MAX,
 };
 use wire::{ErrorCode, WireError};
 
@@ -46,8 +47,11 @@ pub async fn create<S: Propose + ReadState>(
         create.min_ready_regions.unwrap_or(regions),
         true,
     );
+    let id = deployment_id(clock);
+    let mut spec = create.spec;
+    super::secrets::seal(state.keyring(), &id, &mut spec)?;
     let deployment = Deployment {
-        id: deployment_id(clock),
+        id,
         workspace_id: create.workspace_id,
         project_id: create.project_id,
         environment_id: create.environment_id,
@@ -62,6 +66,7 @@ pub async fn create<S: Propose + ReadState>(
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
         workflow,
+        spec,
     };
     let mutation = Mutation::CreateDeployment { deployment };
     match propose_one(state, mutation).await? {
@@ -70,13 +75,15 @@ pub async fn create<S: Propose + ReadState>(
     }
 }
 
-/// The deployment and its reported instances, from one read.
+/// The deployment and its reported instances, from one read; its
+/// secrets by name only (no ciphertext leaves the node for an operator).
 pub fn view(state: &impl ReadState, id: &str) -> Result<DeploymentView, WireError> {
     let view = state.read().map_err(internal)?;
-    let deployment = view
+    let mut deployment = view
         .deployment(id)
         .map_err(internal)?
         .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("no deployment {id:?}")))?;
+    super::secrets::names_only(&mut deployment.spec);
     let instances = view.instances(id).map_err(internal)?;
     Ok(DeploymentView {
         deployment,
@@ -125,9 +132,12 @@ pub fn list(
         ));
     }
     let view = state.read().map_err(internal)?;
-    let items = view
+    let mut items = view
         .list_deployments(after, limit as usize)
         .map_err(internal)?;
+    for item in &mut items {
+        super::secrets::names_only(&mut item.spec);
+    }
     let next_after = if items.len() == limit as usize {
         items.last().map(|d| d.id.clone())
     } else {
@@ -161,6 +171,27 @@ pub async fn set_desired_state(
         force,
     };
     deployment_answer(propose_one(state, mutation).await?)
+}
+
+/// Changes the replicas, size or health check of a deployment; returns
+/// it as it now is. Bounds are checked before proposing; apply checks the
+/// health check against the deployment's spec.
+pub async fn update(
+    state: &impl Propose,
+    deployment_id: String,
+    update: DeploymentUpdate,
+) -> Result<Deployment, WireError> {
+    update.validate()?;
+    deployment_answer(
+        propose_one(
+            state,
+            Mutation::UpdateDeployment {
+                deployment_id,
+                update,
+            },
+        )
+        .await?,
+    )
 }
 
 /// Cancels a deploy in flight; returns the deployment as it now is.
@@ -253,6 +284,7 @@ mod tests {
                 status: InstanceStatus::Running,
                 reason: None,
                 updated_at_ms: 5,
+                updated: true,
             }],
         }
     }

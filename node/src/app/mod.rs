@@ -39,6 +39,7 @@ pub mod policies;
 pub mod regions;
 pub mod requests;
 pub mod rollouts;
+pub mod secrets;
 pub mod sentinels;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -86,6 +87,13 @@ pub trait ReadState: Sync {
     /// Waits until apply has moved past `mark`, at most `wait`. `false`
     /// when it did not (the time ran out, or the node is stopping).
     fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send;
+
+    /// The keys that seal and open secret values, if this node has any
+    /// (`secrets_key`): a deployment's secrets are sealed before they are
+    /// proposed and opened only for the agent of a target region.
+    fn keyring(&self) -> Option<&transport::sealing::Keyring> {
+        None
+    }
 }
 
 /// A storage failure, as told to a caller.

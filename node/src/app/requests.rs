@@ -24,9 +24,31 @@ use crate::clock::Clock;
 use config::DeploySettings;
 
 /// The fingerprint of `request`: SHA-256 of its postcard encoding (the
-/// request alone, without its id).
-pub fn fingerprint(request: &OperatorRequest) -> Result<Fingerprint, WireError> {
-    let bytes = postcard::to_allocvec(request).map_err(|e| {
+/// request alone, without its id), each secret value replaced by its
+/// keyed digest ([`transport::sealing::Keyring::keyed_digest`]) first: the
+/// recorded fingerprint is no hash of a secret that guesses could be
+/// tested against.
+pub fn fingerprint(
+    keyring: Option<&transport::sealing::Keyring>,
+    request: &OperatorRequest,
+) -> Result<Fingerprint, WireError> {
+    let mut request = request.clone();
+    if let OperatorRequest::CreateDeployment(create) = &mut request {
+        for (name, value) in &mut create.spec.secret_env {
+            if let wire::workload::SecretValue::Plain(text) = value {
+                let mut data = name.as_bytes().to_vec();
+                data.push(0);
+                data.extend_from_slice(text.as_bytes());
+                let digest = match keyring {
+                    Some(keys) => keys.keyed_digest(&data),
+                    // Refused anyway (no key to seal with); hide it still.
+                    None => [0; 32],
+                };
+                *text = digest.iter().map(|b| format!("{b:02x}")).collect();
+            }
+        }
+    }
+    let bytes = postcard::to_allocvec(&request).map_err(|e| {
         WireError::new(
             ErrorCode::Internal,
             format!("cannot encode the request: {e}"),
@@ -60,6 +82,9 @@ pub async fn apply<S: Propose + ReadState>(
             .await
             .map(OperatorResponse::Updated),
         OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
+            .await
+            .map(OperatorResponse::Updated),
+        OperatorRequest::UpdateDeployment { id, update } => deployments::update(state, id, update)
             .await
             .map(OperatorResponse::Updated),
         OperatorRequest::Rollback { environment_id, to } => {
@@ -121,7 +146,7 @@ pub async fn apply_once<S: Propose + ReadState>(
     request: OperatorRequest,
 ) -> Result<OperatorResponse, WireError> {
     request_id.validate()?;
-    let fingerprint = fingerprint(&request)?;
+    let fingerprint = fingerprint(state.keyring(), &request)?;
     let once = Idempotent {
         state,
         request_id,
@@ -251,6 +276,10 @@ impl<S: ReadState> ReadState for Idempotent<'_, S> {
     fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send {
         self.state.applied_past(mark, wait)
     }
+
+    fn keyring(&self) -> Option<&transport::sealing::Keyring> {
+        self.state.keyring()
+    }
 }
 
 #[cfg(test)]
@@ -305,13 +334,13 @@ mod tests {
 
     #[test]
     fn the_fingerprint_is_the_sha256_of_the_request_alone() {
-        let a = fingerprint(&create()).unwrap();
-        assert_eq!(a, fingerprint(&create()).unwrap(), "stable");
+        let a = fingerprint(None, &create()).unwrap();
+        assert_eq!(a, fingerprint(None, &create()).unwrap(), "stable");
         let mut other = create_request(&["us-east"]);
         other.replicas = 2;
         assert_ne!(
             a,
-            fingerprint(&OperatorRequest::CreateDeployment(other)).unwrap()
+            fingerprint(None, &OperatorRequest::CreateDeployment(other)).unwrap()
         );
         // SHA-256 of the postcard bytes, as ring computes it.
         let bytes = postcard::to_allocvec(&create()).unwrap();
@@ -458,6 +487,7 @@ mod tests {
                 created_at_ms: 1,
                 updated_at_ms: 1,
                 workflow: Default::default(),
+                spec: Default::default(),
             },
         };
         let e = once.propose(vec![create(1), create(2)]).await.unwrap_err();
@@ -476,5 +506,24 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert_eq!(node.proposals(), 0);
+    }
+
+    #[test]
+    fn a_fingerprint_hides_secret_values_behind_the_key() {
+        let node = crate::app::testing::MemoryNode::new();
+        let with = |value: &str| {
+            let mut create = crate::app::testing::create_request(&["us-east"]);
+            create.spec.secret_env.insert(
+                "DB".into(),
+                wire::workload::SecretValue::Plain(value.into()),
+            );
+            OperatorRequest::CreateDeployment(create)
+        };
+        let one = fingerprint(node.keyring(), &with("hunter2")).unwrap();
+        assert_eq!(one, fingerprint(node.keyring(), &with("hunter2")).unwrap());
+        assert_ne!(one, fingerprint(node.keyring(), &with("hunter3")).unwrap());
+        let plain = postcard::to_allocvec(&with("hunter2")).unwrap();
+        let bare = ring::digest::digest(&ring::digest::SHA256, &plain);
+        assert_ne!(one.as_slice(), bare.as_ref(), "not a hash of the value");
     }
 }

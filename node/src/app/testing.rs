@@ -56,7 +56,12 @@ pub(crate) struct MemoryNode {
     /// The number of applies so far: the applied mark.
     applied: watch::Sender<u64>,
     proposals: AtomicUsize,
+    keyring: transport::sealing::Keyring,
 }
+
+/// The secrets key of [`MemoryNode`] (a test key, never a real one).
+pub(crate) const TEST_SECRETS_KEY: &str =
+    "k1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
 impl MemoryNode {
     /// A node with [`TEST_REGIONS`] registered, as an operator registers
@@ -95,6 +100,11 @@ impl MemoryNode {
             clock: CountingClock::default(),
             applied: watch::Sender::new(0),
             proposals: AtomicUsize::new(0),
+            keyring: transport::sealing::Keyring::parse(
+                std::path::Path::new("test.key"),
+                TEST_SECRETS_KEY,
+            )
+            .expect("the test key parses"),
         }
     }
 
@@ -142,6 +152,10 @@ impl ReadState for MemoryNode {
         Some(*self.applied.borrow())
     }
 
+    fn keyring(&self) -> Option<&transport::sealing::Keyring> {
+        Some(&self.keyring)
+    }
+
     async fn applied_past(&self, mark: Option<u64>, wait: Duration) -> bool {
         let mut applied = self.applied.subscribe();
         let past = applied.wait_for(|index| Some(*index) > mark);
@@ -163,6 +177,7 @@ pub(crate) fn create_request(regions: &[&str]) -> CreateDeployment {
         env_vars: BTreeMap::new(),
         progress_deadline_ms: None,
         min_ready_regions: None,
+        spec: Default::default(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `ctrl certs`: a CA and node, operator and agent certificates, for sites
-//! without an ACME service.
+//! without an ACME service; and the nodes' secrets key file (written by
+//! `init`, rotated by `rotate-secrets-key`).
 
 use std::path::PathBuf;
 
@@ -49,6 +50,14 @@ pub(crate) enum CertsCommand {
         #[arg(long)]
         region: String,
     },
+    /// Put a new key on top of the nodes' secrets key file (`secrets_key`):
+    /// it seals new secret values once the nodes restart with the file;
+    /// the old keys stay to open the values they sealed.
+    RotateSecretsKey {
+        /// The key file (`secrets.key` as `certs init` wrote it).
+        #[arg(long)]
+        file: PathBuf,
+    },
 }
 
 pub(super) fn run(command: CertsCommand) -> Result<()> {
@@ -61,6 +70,10 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
         } => {
             transport::certs::init_dir(&dir, &node_ids, &regions, &server_names)?;
             println!("certificates written to {}", dir.display());
+            println!(
+                "secrets key written to {} (secrets_key in each node's config; keep it private)",
+                dir.join(transport::sealing::KEY_FILE_NAME).display()
+            );
         }
         CertsCommand::AddNode {
             dir,
@@ -78,6 +91,14 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
             println!(
                 "agent certificate for {region} written to {}",
                 dir.display()
+            );
+        }
+        CertsCommand::RotateSecretsKey { file } => {
+            let id = transport::sealing::rotate_file(&file)?;
+            println!(
+                "key {id} added to {} and seals from each node's next start; \
+                 copy the file to every node, then restart them one at a time",
+                file.display()
             );
         }
     }

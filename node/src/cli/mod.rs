@@ -12,6 +12,7 @@ mod region;
 mod rollout;
 mod sentinel;
 mod serve;
+mod spec;
 mod status;
 mod watch;
 
@@ -55,7 +56,7 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Certs(certs::CertsCommand),
     /// Create a deployment and print its id.
-    Deploy(ops::DeployArgs),
+    Deploy(Box<ops::DeployArgs>),
     /// Show a resource.
     #[command(subcommand)]
     Get(ops::GetCommand),
@@ -72,6 +73,11 @@ pub(crate) enum Command {
     /// Cancel a deploy in flight: it is cleaned up, the live deployment
     /// is not touched.
     Cancel(ops::StartArgs),
+    /// Change a deployment's replicas per region; its StatefulSets scale.
+    Scale(ops::ScaleArgs),
+    /// Change a live deployment's replicas, size or health check; its
+    /// StatefulSets roll the change out (a new image is a new deploy).
+    Update(ops::UpdateArgs),
     /// Make an earlier deployment of an environment live again.
     Rollback(ops::RollbackArgs),
     /// The journal of workflow transitions.
@@ -191,7 +197,7 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(cli.config, args).await,
         Command::Certs(command) => certs::run(command),
-        Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, args).await,
+        Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, *args).await,
         Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,
         Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
         Command::Stop(args) => {
@@ -202,6 +208,8 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         }
         Command::Start(args) => ops::start(&operator_config(&cli.config)?, args).await,
         Command::Cancel(args) => ops::cancel(&operator_config(&cli.config)?, args).await,
+        Command::Scale(args) => ops::scale(&operator_config(&cli.config)?, args).await,
+        Command::Update(args) => ops::update(&operator_config(&cli.config)?, args).await,
         Command::Rollback(args) => ops::rollback(&operator_config(&cli.config)?, args).await,
         Command::History(args) => ops::history(&operator_config(&cli.config)?, args).await,
         Command::Cluster(command) => cluster::run(&operator_config(&cli.config)?, command).await,

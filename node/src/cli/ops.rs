@@ -12,7 +12,9 @@ use node::client::Client;
 use node::client::ClientError;
 use node::wait::WaitError;
 use wire::model::{Deployment, DesiredState, JournalEntry};
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::{
+    CreateDeployment, DeploymentUpdate, DeploymentView, OperatorRequest, OperatorResponse,
+};
 
 use super::{Exit, Output, RequestIdArg};
 
@@ -61,6 +63,8 @@ pub(crate) struct DeployArgs {
     /// (default: all).
     #[arg(long)]
     pub min_ready_regions: Option<u32>,
+    #[command(flatten)]
+    pub spec: super::spec::SpecArgs,
     /// Wait until the deploy is ready, showing its steps and each region's
     /// running/desired pods.
     #[arg(long)]
@@ -147,6 +151,37 @@ pub(crate) struct StartArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct ScaleArgs {
+    pub id: String,
+    /// Replicas per region.
+    #[arg(long)]
+    pub replicas: u32,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    pub id: String,
+    /// Replicas per region.
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// CPU per replica, in thousandths of a core.
+    #[arg(long)]
+    pub cpu_millicores: Option<u32>,
+    /// Memory per replica, in MiB.
+    #[arg(long)]
+    pub memory_mib: Option<u32>,
+    #[command(flatten)]
+    pub health: super::spec::HealthArgs,
+    /// Remove the health check.
+    #[arg(long, conflicts_with_all = ["health_http", "health_exec"])]
+    pub no_health: bool,
+    #[command(flatten)]
+    pub request_id: RequestIdArg,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct RollbackArgs {
     /// The environment to roll back.
     #[arg(long)]
@@ -181,6 +216,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
     let client = Client::new(config).map_err(|e| refused(&e))?;
     let (wait, timeout_s) = (args.wait, args.timeout_s);
     let request_id = args.request_id.or_new();
+    let spec = args.spec.spec().map_err(|e| refused(&e))?;
     let progress_deadline_ms = args
         .progress_deadline
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -196,6 +232,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         env_vars: args.env_vars.into_iter().collect::<BTreeMap<_, _>>(),
         progress_deadline_ms,
         min_ready_regions: args.min_ready_regions,
+        spec: Box::new(spec),
     });
     let deployment_id = match client.call_with_id(&request, Some(request_id)).await {
         Ok(OperatorResponse::Created { deployment_id }) => deployment_id,
@@ -340,6 +377,35 @@ pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()
     updated(config, &request, args.request_id).await
 }
 
+pub(super) async fn scale(config: &OperatorConfig, args: ScaleArgs) -> Result<()> {
+    let request = OperatorRequest::UpdateDeployment {
+        id: args.id,
+        update: DeploymentUpdate {
+            replicas: Some(args.replicas),
+            ..DeploymentUpdate::default()
+        },
+    };
+    updated(config, &request, args.request_id).await
+}
+
+pub(super) async fn update(config: &OperatorConfig, args: UpdateArgs) -> Result<()> {
+    let health = if args.no_health {
+        Some(None)
+    } else {
+        args.health.health()?.map(Some)
+    };
+    let request = OperatorRequest::UpdateDeployment {
+        id: args.id,
+        update: DeploymentUpdate {
+            replicas: args.replicas,
+            cpu_millicores: args.cpu_millicores,
+            memory_mib: args.memory_mib,
+            health,
+        },
+    };
+    updated(config, &request, args.request_id).await
+}
+
 pub(super) async fn cancel(config: &OperatorConfig, args: StartArgs) -> Result<()> {
     let request = OperatorRequest::CancelDeployment { id: args.id };
     updated(config, &request, args.request_id).await
@@ -470,13 +536,38 @@ fn print_view(view: &DeploymentView) {
         "resources:   {}m cpu, {} MiB",
         d.cpu_millicores, d.memory_mib
     );
+    let spec = &d.spec;
+    if let Some(port) = spec.port {
+        println!("port:        {port}");
+    }
+    if let Some(health) = &spec.health {
+        let what = match &health.probe {
+            wire::workload::Probe::Http { path, port } => match port {
+                Some(port) => format!("http {path}:{port}"),
+                None => format!("http {path}"),
+            },
+            wire::workload::Probe::Exec { command } => format!("exec {}", command.join(" ")),
+        };
+        println!(
+            "health:      {what} every {} s, timeout {} s, {} failures",
+            health.period_s, health.timeout_s, health.failure_threshold
+        );
+    }
+    if !spec.secret_env.is_empty() {
+        let names: Vec<&str> = spec.secret_env.keys().map(String::as_str).collect();
+        println!("secret env:  {}", names.join(","));
+    }
     for region in &d.regions {
-        let running = view
-            .instances
-            .iter()
-            .filter(|i| &i.region == region && i.status == wire::model::InstanceStatus::Running)
+        let here = || view.instances.iter().filter(|i| &i.region == region);
+        let running = here()
+            .filter(|i| i.status == wire::model::InstanceStatus::Running)
             .count();
-        println!("  {region}: {running}/{} running", d.replicas);
+        let updated = here().filter(|i| i.updated).count();
+        println!(
+            "  {region}: {running}/{} running, {updated}/{} updated (rollout)",
+            d.replicas,
+            here().count()
+        );
     }
     println!("steps:");
     for step in &d.workflow.steps {

@@ -82,6 +82,8 @@ pub struct NodeState {
     pub metrics: Arc<Metrics>,
     /// The config this node runs with, as TOML (for support bundles).
     pub config_toml: String,
+    /// The secrets keys of `secrets_key`, if configured.
+    pub keyring: Option<Arc<transport::sealing::Keyring>>,
 }
 
 impl NodeState {
@@ -172,6 +174,10 @@ impl ReadState for NodeState {
 
     fn applied_mark(&self) -> Option<u64> {
         self.applied_index()
+    }
+
+    fn keyring(&self) -> Option<&transport::sealing::Keyring> {
+        self.keyring.as_deref()
     }
 
     /// Woken by Raft's metrics, which change with every apply (and more):

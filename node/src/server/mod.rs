@@ -30,6 +30,10 @@ pub enum ServeError {
     /// The watch session broke its own protocol (a bug).
     #[error(transparent)]
     Session(#[from] wire::session::SessionError),
+    /// A resource could not be prepared for its agent (a secret value
+    /// this node cannot open).
+    #[error("{0}")]
+    Resource(WireError),
     /// The peer left a watch event unread for longer than
     /// `slow_consumer_timeout_ms` (its flow-control window stayed full).
     #[error("the agent read nothing for {timeout_ms} ms; the watch is reset (slow consumer)")]
@@ -46,6 +50,7 @@ impl ServeError {
             ServeError::Transport(e) => e.to_wire(),
             ServeError::Storage(e) => WireError::new(ErrorCode::Internal, e.to_string()),
             ServeError::Session(e) => WireError::new(ErrorCode::ProtocolViolation, e.to_string()),
+            ServeError::Resource(e) => e.clone(),
             ServeError::SlowConsumer { .. } => {
                 WireError::new(ErrorCode::Unavailable, self.to_string())
             }

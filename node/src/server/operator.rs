@@ -192,5 +192,13 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
         // Every state-changing request is taken by the first arm.
         mutating => requests::apply(state, clock, &state.deploy, mutating).await,
     };
-    result.unwrap_or_else(OperatorResponse::Error)
+    match result {
+        // A deployment answered to an operator shows its secrets by name.
+        Ok(OperatorResponse::Updated(mut deployment)) => {
+            crate::app::secrets::names_only(&mut deployment.spec);
+            OperatorResponse::Updated(deployment)
+        }
+        Ok(response) => response,
+        Err(e) => OperatorResponse::Error(e),
+    }
 }

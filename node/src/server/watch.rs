@@ -8,6 +8,10 @@
 //! state, and then waits on the applied-pk channel: a new apply wakes it at
 //! once, no polling. A quiet region gets a progress bookmark now and then.
 //!
+//! A topology's secret values are opened here, for this agent's stream
+//! only (`app::secrets`); a value this node cannot open ends the stream
+//! with an error rather than sending the topology without it.
+//!
 //! A slow consumer is cut off: every event is sent within
 //! `limits.slow_consumer_timeout_ms`. Sending waits only while the agent's
 //! QUIC flow-control window is full (it stopped reading), so the data a
@@ -21,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use transport::stream::FramedStream;
-use wire::agent::{WatchEvent, WatchRequest};
+use wire::agent::{ResourceChange, WatchEvent, WatchRequest};
 use wire::session::{WatchServer, WatchStart, plan_watch};
 use wire::{ErrorCode, Pk, WireError};
 
@@ -103,6 +107,8 @@ async fn full_sync(
         let full_page = resources.len() == page;
         after = resources.last().map(|r| r.key());
         for resource in resources {
+            let resource = crate::app::secrets::open_resource(state.keyring.as_deref(), resource)
+                .map_err(ServeError::Resource)?;
             send(state, metrics, stream, &server.sync_item(resource)?).await?;
         }
         if !full_page {
@@ -140,7 +146,13 @@ async fn stream_changes(
         let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;
         let full_page = rows.len() == CHANGE_PAGE_ROWS;
         for (pk, row) in rows {
-            let change = view.change_event(&row)?;
+            let change = match view.change_event(&row)? {
+                ResourceChange::Apply(resource) => ResourceChange::Apply(
+                    crate::app::secrets::open_resource(state.keyring.as_deref(), resource)
+                        .map_err(ServeError::Resource)?,
+                ),
+                delete => delete,
+            };
             send(state, metrics, stream, &server.change(pk, change)?).await?;
         }
         if full_page {

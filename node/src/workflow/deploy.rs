@@ -608,6 +608,7 @@ mod tests {
                 u32::try_from(regions.len()).unwrap(),
                 true,
             ),
+            spec: Default::default(),
         }
     }
 
@@ -622,6 +623,7 @@ mod tests {
             status,
             reason: (status == InstanceStatus::Failed).then(|| "ImagePullBackOff".into()),
             updated_at_ms: NOW,
+            updated: true,
         }
     }
 

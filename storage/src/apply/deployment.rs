@@ -10,6 +10,7 @@ use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DeploymentTopology, DesiredState,
     ResourceType, ScheduledChange, Sentinel,
 };
+use wire::operator::DeploymentUpdate;
 
 use redb::ReadableTable;
 
@@ -63,6 +64,13 @@ impl Applier<'_> {
                     "deployment {id:?} names region {region:?} twice"
                 )));
             }
+        }
+        if !deployment.spec.secrets_sealed() {
+            // ctrl stores no secret in the clear: the node seals them
+            // before proposing.
+            return Ok(bad_request(format!(
+                "deployment {id:?} carries an unsealed secret value"
+            )));
         }
         if self.deployment(id)?.is_some() {
             return Ok(bad_request(format!("deployment {id:?} already exists")));
@@ -160,6 +168,7 @@ impl Applier<'_> {
                 version,
                 created_at_ms,
                 updated_at_ms: self.now_ms,
+                spec: deployment.spec.clone(),
             })?;
             if self
                 .environment_sentinel(&deployment.environment_id, region)?
@@ -219,6 +228,57 @@ impl Applier<'_> {
             }
         }
         Ok(())
+    }
+
+    /// An operator's change of replicas, size or health check: the
+    /// deployment row, and every topology that runs (one change row each,
+    /// so its agent applies the new spec and the StatefulSet rolls it
+    /// out); a stopped topology gets it when it is started again (the
+    /// start writes topologies from the deployment). Refused, writing
+    /// nothing: an unknown or archived deployment, an update out of
+    /// bounds, a health check the spec does not allow.
+    pub(super) fn update_deployment(
+        &mut self,
+        deployment_id: &str,
+        update: &DeploymentUpdate,
+    ) -> Result<MutationResult> {
+        let Some(mut deployment) = self.deployment(deployment_id)? else {
+            return Ok(not_found(format!("no deployment {deployment_id:?}")));
+        };
+        if let Err(e) = update.validate() {
+            return Ok(Err(e));
+        }
+        if deployment.desired_state == DesiredState::Archived {
+            return Ok(failed_precondition(format!(
+                "deployment {deployment_id:?} is archived and cannot change"
+            )));
+        }
+        let spec = update.apply_to_spec(&deployment.spec);
+        if let Err(e) = spec.validate(&deployment.env_vars) {
+            return Ok(Err(e));
+        }
+        deployment.replicas = update.replicas.unwrap_or(deployment.replicas);
+        deployment.cpu_millicores = update.cpu_millicores.unwrap_or(deployment.cpu_millicores);
+        deployment.memory_mib = update.memory_mib.unwrap_or(deployment.memory_mib);
+        *deployment.spec = spec;
+        for region in &deployment.regions {
+            let Some(mut topology) = self.topology(&deployment.id, region)? else {
+                continue;
+            };
+            if topology.desired_state != DesiredState::Running {
+                continue;
+            }
+            topology.version =
+                self.record_change(ResourceType::DeploymentTopology, &deployment.id, region)?;
+            topology.replicas = deployment.replicas;
+            topology.cpu_millicores = deployment.cpu_millicores;
+            topology.memory_mib = deployment.memory_mib;
+            topology.spec.health = deployment.spec.health.clone();
+            topology.updated_at_ms = self.now_ms;
+            self.put_topology(&topology)?;
+        }
+        self.save_deployment(&mut deployment)?;
+        Ok(Ok(Outcome::Deployment(deployment)))
     }
 
     /// Sets every existing topology of `deployment` stopped (zero replicas),
@@ -387,6 +447,88 @@ mod tests {
         assert_eq!(rows[0].1.resource_type, ResourceType::DeploymentTopology);
         assert_eq!(rows[0].1.created_at_ms, 100);
         assert_eq!(view.raft_meta(), Some(raft_meta(100)));
+    }
+
+    #[test]
+    fn an_update_rewrites_the_running_topologies_and_refuses_what_the_spec_forbids() {
+        use wire::operator::DeploymentUpdate;
+        use wire::workload::{HealthCheck, Probe};
+        let store = store();
+        apply_one(&store, 100, create("d1", &["eu", "us"], 3));
+        let before = store.read().unwrap().topology("d1", "eu").unwrap().unwrap();
+        let update = DeploymentUpdate {
+            replicas: Some(5),
+            cpu_millicores: Some(500),
+            memory_mib: None,
+            health: Some(Some(HealthCheck::new(Probe::Exec {
+                command: vec!["true".into()],
+            }))),
+        };
+        let out = apply_one(
+            &store,
+            200,
+            vec![crate::Mutation::UpdateDeployment {
+                deployment_id: "d1".into(),
+                update: update.clone(),
+            }],
+        );
+        let Ok(Outcome::Deployment(d)) = &out[0] else {
+            panic!("{out:?}");
+        };
+        assert_eq!((d.replicas, d.cpu_millicores, d.memory_mib), (5, 500, 256));
+        assert!(d.spec.health.is_some());
+        let view = store.read().unwrap();
+        for region in ["eu", "us"] {
+            let t = view.topology("d1", region).unwrap().unwrap();
+            assert_eq!((t.replicas, t.cpu_millicores, t.memory_mib), (5, 500, 256));
+            assert_eq!(t.spec.health, d.spec.health);
+            assert!(t.version > before.version, "a new change row");
+            assert_eq!(t.updated_at_ms, 200);
+        }
+        assert_eq!(
+            view.changes_after("eu", before.version, 10).unwrap().len(),
+            1
+        );
+        drop(view);
+
+        // An HTTP check without a port: refused, nothing written.
+        let last = store.read().unwrap().last_pk();
+        let bad = DeploymentUpdate {
+            health: Some(Some(HealthCheck::new(Probe::Http {
+                path: "/healthz".into(),
+                port: None,
+            }))),
+            ..DeploymentUpdate::default()
+        };
+        let out = apply_one(
+            &store,
+            300,
+            vec![crate::Mutation::UpdateDeployment {
+                deployment_id: "d1".into(),
+                update: bad,
+            }],
+        );
+        let e = out[0].clone().unwrap_err();
+        assert!(e.message.contains("health.port"), "{e}");
+        assert_eq!(store.read().unwrap().last_pk(), last);
+        for (id, update, code) in [
+            ("nope", update.clone(), wire::ErrorCode::NotFound),
+            (
+                "d1",
+                DeploymentUpdate::default(),
+                wire::ErrorCode::BadRequest,
+            ),
+        ] {
+            let out = apply_one(
+                &store,
+                300,
+                vec![crate::Mutation::UpdateDeployment {
+                    deployment_id: id.into(),
+                    update,
+                }],
+            );
+            assert_eq!(out[0].clone().unwrap_err().code, code);
+        }
     }
 
     /// The start of `id` as a leader decides it: a sentinel of its own

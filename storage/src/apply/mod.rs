@@ -207,6 +207,10 @@ impl Applier<'_> {
             Mutation::StartRollout(options) => self.start_rollout(options),
             Mutation::ControlRollout(command) => self.control_rollout(*command),
             Mutation::Rollout(transition) => self.rollout_transition(transition),
+            Mutation::UpdateDeployment {
+                deployment_id,
+                update,
+            } => self.update_deployment(deployment_id, update),
         }
     }
 }

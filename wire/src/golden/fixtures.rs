@@ -27,15 +27,16 @@ use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
 };
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentView, LogStatus,
-    Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest, OperatorResponse,
-    PolicyView, RegionList, RegionView, RequestId, RolloutCommand, RolloutPlan, SentinelView,
-    StartRollout, StateHash,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentUpdate, DeploymentView,
+    LogStatus, Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest,
+    OperatorResponse, PolicyView, RegionList, RegionView, RequestId, RolloutCommand, RolloutPlan,
+    SentinelView, StartRollout, StateHash,
 };
 use crate::rollout::{
     MemberState, Rollout, RolloutEvent, RolloutEventKind, RolloutMember, RolloutOptions,
     RolloutState, RolloutSummary, WaveCounts,
 };
+use crate::workload::{HealthCheck, Probe, SealedSecret, SecretValue, WorkloadSpec};
 
 /// A leader timestamp (2024-05-01, milliseconds): a 6-byte varint.
 pub const NOW_MS: u64 = 1_714_521_600_000;
@@ -190,7 +191,77 @@ pub fn deployment() -> Deployment {
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 1,
         workflow: deploy_workflow(),
+        spec: Box::new(workload_spec()),
     }
+}
+
+/// A fixture [`SealedSecret`], every field set.
+pub fn sealed_secret() -> SealedSecret {
+    SealedSecret {
+        key_id: "k-2024-05".into(),
+        nonce: (1..=12).collect(),
+        ciphertext: vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0x7f, 0x80, 0xff],
+    }
+}
+
+/// Every variant of [`SecretValue`], each with every field set.
+pub fn secret_values() -> Vec<SecretValue> {
+    vec![
+        SecretValue::Plain("s3cr3t-grüße".into()),
+        SecretValue::Sealed(sealed_secret()),
+    ]
+}
+
+/// Every variant of [`Probe`], each with every field set.
+pub fn probes() -> Vec<Probe> {
+    vec![
+        Probe::Http {
+            path: "/healthz".into(),
+            port: Some(9_090),
+        },
+        Probe::Exec {
+            command: vec!["pg_isready".into(), "-h".into(), "localhost".into()],
+        },
+    ]
+}
+
+/// A fixture [`HealthCheck`], every field set.
+pub fn health_check() -> HealthCheck {
+    HealthCheck {
+        probe: probes().remove(0),
+        period_s: 15,
+        timeout_s: 3,
+        failure_threshold: 200,
+    }
+}
+
+/// A fixture [`WorkloadSpec`] as stored, every field set (its secret
+/// sealed).
+pub fn workload_spec() -> WorkloadSpec {
+    WorkloadSpec {
+        port: Some(8_080),
+        command: vec!["/app/server".into()],
+        args: vec!["--listen".into(), ":8080".into()],
+        health: Some(health_check()),
+        shutdown_signal: Some("SIGQUIT".into()),
+        termination_grace_s: Some(45),
+        pod_labels: BTreeMap::from([("team".to_string(), "payments".to_string())]),
+        pod_annotations: BTreeMap::from([("prometheus.io/scrape".to_string(), "true".to_string())]),
+        secret_env: BTreeMap::from([(
+            "DATABASE_URL".to_string(),
+            SecretValue::Sealed(sealed_secret()),
+        )]),
+    }
+}
+
+/// [`workload_spec`] as an operator sends it: its secret in the clear.
+pub fn workload_spec_plain() -> WorkloadSpec {
+    let mut spec = workload_spec();
+    spec.secret_env.insert(
+        "DATABASE_URL".to_string(),
+        SecretValue::Plain("postgres://shop@db/shop".into()),
+    );
+    spec
 }
 
 /// A fixture [`DeploymentTopology`], every field set.
@@ -212,6 +283,7 @@ pub fn topology() -> DeploymentTopology {
         version: 300,
         created_at_ms: NOW_MS,
         updated_at_ms: NOW_MS + 2,
+        spec: Box::new(workload_spec()),
     }
 }
 
@@ -296,6 +368,7 @@ pub fn instance() -> Instance {
         status: InstanceStatus::Failed,
         reason: Some("ImagePullBackOff".into()),
         updated_at_ms: NOW_MS + 5,
+        updated: true,
     }
 }
 
@@ -539,6 +612,7 @@ pub fn create_deployment() -> CreateDeployment {
         env_vars: env_vars(),
         progress_deadline_ms: Some(900_000),
         min_ready_regions: Some(1),
+        spec: Box::new(workload_spec_plain()),
     }
 }
 
@@ -752,6 +826,10 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             command: RolloutCommand::RollbackAll,
         },
         OperatorRequest::RolloutHistory { limit: 20 },
+        OperatorRequest::UpdateDeployment {
+            id: "dep_01hx3k9".into(),
+            update: deployment_update(),
+        },
     ]
 }
 
@@ -891,6 +969,21 @@ pub fn rollout_plan() -> RolloutPlan {
         image: "registry.local/sentinel:3".into(),
         already_on_image: 4,
         waves: vec![vec![("eu-west".into(), "snt_01hx".into())]],
+    }
+}
+
+/// A fixture [`DeploymentUpdate`], every field set.
+pub fn deployment_update() -> DeploymentUpdate {
+    DeploymentUpdate {
+        replicas: Some(700),
+        cpu_millicores: Some(2_500),
+        memory_mib: Some(90_000),
+        health: Some(Some(HealthCheck {
+            probe: probes().remove(1),
+            period_s: 20,
+            timeout_s: 4,
+            failure_threshold: 5,
+        })),
     }
 }
 

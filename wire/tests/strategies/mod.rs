@@ -27,6 +27,7 @@ use wire::operator::{
     ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, NodeStatus, OperatorCall,
     OperatorRequest, OperatorResponse, PolicyView, RegionList, RegionView, RequestId, SentinelView,
 };
+use wire::workload::{HealthCheck, Probe, SealedSecret, SecretValue, WorkloadSpec};
 use wire::{ErrorCode, WireError};
 
 /// A short string of arbitrary (non-newline) Unicode scalar values,
@@ -37,6 +38,59 @@ pub(crate) fn short_string() -> impl Strategy<Value = String> {
 
 pub(crate) fn env_vars() -> impl Strategy<Value = BTreeMap<String, String>> {
     btree_map(short_string(), short_string(), 0..3)
+}
+
+prop_compose! {
+    pub fn workload_spec()(
+        port in option::of(any::<u16>()),
+        command in vec(short_string(), 0..2),
+        args in vec(short_string(), 0..2),
+        health in option::of((
+            prop_oneof![
+                (short_string(), option::of(any::<u16>()))
+                    .prop_map(|(path, port)| Probe::Http { path, port }),
+                vec(short_string(), 0..2).prop_map(|command| Probe::Exec { command }),
+            ],
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        )),
+        shutdown_signal in option::of(short_string()),
+        termination_grace_s in option::of(any::<u32>()),
+        pod_labels in env_vars(),
+        pod_annotations in env_vars(),
+        secret_env in btree_map(
+            short_string(),
+            prop_oneof![
+                short_string().prop_map(SecretValue::Plain),
+                (short_string(), vec(any::<u8>(), 0..13), vec(any::<u8>(), 0..20)).prop_map(
+                    |(key_id, nonce, ciphertext)| SecretValue::Sealed(SealedSecret {
+                        key_id,
+                        nonce,
+                        ciphertext,
+                    })
+                ),
+            ],
+            0..2,
+        ),
+    ) -> WorkloadSpec {
+        WorkloadSpec {
+            port,
+            command,
+            args,
+            health: health.map(|(probe, period_s, timeout_s, failure_threshold)| HealthCheck {
+                probe,
+                period_s,
+                timeout_s,
+                failure_threshold,
+            }),
+            shutdown_signal,
+            termination_grace_s,
+            pod_labels,
+            pod_annotations,
+            secret_env,
+        }
+    }
 }
 
 pub(crate) fn regions() -> impl Strategy<Value = Vec<String>> {
@@ -142,6 +196,7 @@ prop_compose! {
         updated_at_ms in any::<u64>(),
         (revision, deadline_at_ms, make_live, reason) in
             (any::<u64>(), any::<u64>(), any::<bool>(), proptest::option::of(short_string())),
+        spec in workload_spec(),
     ) -> Deployment {
         Deployment {
             id,
@@ -171,6 +226,7 @@ prop_compose! {
                 reason,
                 ..wire::model::DeployWorkflow::default()
             },
+            spec: Box::new(spec),
         }
     }
 }
@@ -193,6 +249,7 @@ prop_compose! {
         version in any::<u64>(),
         created_at_ms in any::<u64>(),
         updated_at_ms in any::<u64>(),
+        spec in workload_spec(),
     ) -> DeploymentTopology {
         DeploymentTopology {
             deployment_id,
@@ -211,6 +268,7 @@ prop_compose! {
             version,
             created_at_ms,
             updated_at_ms,
+            spec: Box::new(spec),
         }
     }
 }
@@ -321,6 +379,7 @@ prop_compose! {
         status in instance_status(),
         reason in option::of(short_string()),
         updated_at_ms in any::<u64>(),
+        updated in any::<bool>(),
     ) -> Instance {
         Instance {
             deployment_id,
@@ -332,6 +391,7 @@ prop_compose! {
             status,
             reason,
             updated_at_ms,
+            updated,
         }
     }
 }
@@ -529,6 +589,7 @@ prop_compose! {
         replicas in any::<u32>(),
         regions in regions(),
         env_vars in env_vars(),
+        spec in workload_spec(),
     ) -> CreateDeployment {
         CreateDeployment {
             workspace_id,
@@ -542,6 +603,7 @@ prop_compose! {
             env_vars,
             progress_deadline_ms: None,
             min_ready_regions: None,
+            spec: Box::new(spec),
         }
     }
 }
@@ -614,6 +676,26 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
         Just(OperatorRequest::ListRegions),
         (option::of((short_string(), short_string())), any::<u32>())
             .prop_map(|(after, limit)| OperatorRequest::ListPolicies { after, limit }),
+        (
+            short_string(),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(any::<u32>()),
+            option::of(option::of(
+                workload_spec().prop_filter_map("a health check", |s| s.health)
+            )),
+        )
+            .prop_map(|(id, replicas, cpu_millicores, memory_mib, health)| {
+                OperatorRequest::UpdateDeployment {
+                    id,
+                    update: wire::operator::DeploymentUpdate {
+                        replicas,
+                        cpu_millicores,
+                        memory_mib,
+                        health,
+                    },
+                }
+            }),
     ]
 }
 
