@@ -687,6 +687,10 @@ async fn step(
 /// After the last write: every agent reaches the node's last pk, then its
 /// cluster holds exactly its region's desired state, and no apply went
 /// back in version.
+/// Most times `check` waits for the agents because rows were written
+/// while it waited.
+const QUIESCENCE_ROUNDS_MAX: u32 = 20;
+
 async fn check(
     server: &Server,
     agents: &[Agent],
@@ -694,24 +698,35 @@ async fn check(
     model: &Model,
 ) -> Result<(), String> {
     let node = server.running()?;
-    let last = node
-        .state
-        .store
-        .read()
-        .map_err(|e| format!("read: {e}"))?
-        .last_pk();
-    for (agent, region) in agents.iter().zip(regions) {
-        let mut status = agent.status.subscribe();
-        let reached =
-            tokio::time::timeout(CONVERGE_TIMEOUT, status.wait_for(|s| s.cursor >= last)).await;
-        if !matches!(reached, Ok(Ok(_))) {
-            let status = *agent.status.borrow();
-            return Err(format!(
-                "{region}: the agent did not reach pk {last} within {CONVERGE_TIMEOUT:?}: {status:?}"
-            ));
+    // The deploy workflow writes after the operations (a start's rows come
+    // in the leader's next round): wait until the agents reached the last
+    // pk and no row was written meanwhile, a bounded number of times.
+    let mut rounds = 0;
+    let (view, last) = loop {
+        let last = node
+            .state
+            .store
+            .read()
+            .map_err(|e| format!("read: {e}"))?
+            .last_pk();
+        for (agent, region) in agents.iter().zip(regions) {
+            let mut status = agent.status.subscribe();
+            let reached =
+                tokio::time::timeout(CONVERGE_TIMEOUT, status.wait_for(|s| s.cursor >= last)).await;
+            if !matches!(reached, Ok(Ok(_))) {
+                let status = *agent.status.borrow();
+                return Err(format!(
+                    "{region}: the agent did not reach pk {last} within {CONVERGE_TIMEOUT:?}: {status:?}"
+                ));
+            }
         }
-    }
-    let view = node.state.store.read().map_err(|e| format!("read: {e}"))?;
+        let view = node.state.store.read().map_err(|e| format!("read: {e}"))?;
+        rounds += 1;
+        let now_last = view.last_pk();
+        if now_last == last || rounds >= QUIESCENCE_ROUNDS_MAX {
+            break (view, now_last);
+        }
+    };
     for (agent, region) in agents.iter().zip(regions) {
         let desired: BTreeMap<ResourceKey, Resource> = view
             .region_resources(region, None, REGION_RESOURCES_MAX)

@@ -522,7 +522,9 @@ prop_compose! {
     }
 }
 
-pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
+/// Boxed: the union of every variant is too large for a test thread's
+/// stack when built in place.
+pub(crate) fn agent_request() -> BoxedStrategy<AgentRequest> {
     prop_oneof![
         watch_request().prop_map(AgentRequest::Watch),
         deployment_report().prop_map(AgentRequest::ReportDeploymentStatus),
@@ -544,9 +546,12 @@ pub(crate) fn agent_request() -> impl Strategy<Value = AgentRequest> {
         heartbeat_report().prop_map(AgentRequest::Heartbeat),
         apply_report().prop_map(AgentRequest::ReportApply),
     ]
+    .boxed()
 }
 
-pub(crate) fn agent_response() -> impl Strategy<Value = AgentResponse> {
+/// Boxed: the union of every variant is too large for a test thread's
+/// stack when built in place.
+pub(crate) fn agent_response() -> BoxedStrategy<AgentResponse> {
     prop_oneof![
         Just(AgentResponse::Ack),
         option::of(deployment_topology()).prop_map(AgentResponse::DesiredDeployment),
@@ -554,6 +559,7 @@ pub(crate) fn agent_response() -> impl Strategy<Value = AgentResponse> {
         option::of(cilium_network_policy()).prop_map(AgentResponse::DesiredPolicy),
         wire_error().prop_map(AgentResponse::Error),
     ]
+    .boxed()
 }
 
 pub(crate) fn resource_change() -> impl Strategy<Value = ResourceChange> {
@@ -563,7 +569,9 @@ pub(crate) fn resource_change() -> impl Strategy<Value = ResourceChange> {
     ]
 }
 
-pub(crate) fn watch_event() -> impl Strategy<Value = WatchEvent> {
+/// Boxed: the union of every variant is too large for a test thread's
+/// stack when built in place.
+pub(crate) fn watch_event() -> BoxedStrategy<WatchEvent> {
     prop_oneof![
         any::<u64>().prop_map(|cursor| WatchEvent::SyncStart { cursor }),
         resource().prop_map(WatchEvent::SyncItem),
@@ -574,6 +582,7 @@ pub(crate) fn watch_event() -> impl Strategy<Value = WatchEvent> {
         any::<u64>().prop_map(|floor| WatchEvent::ResyncRequired { floor }),
         wire_error().prop_map(WatchEvent::Error),
     ]
+    .boxed()
 }
 
 // ---------------------------------------------------------------- operator
@@ -648,7 +657,9 @@ prop_compose! {
     }
 }
 
-pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
+/// Boxed: the union of every variant is too large for a test thread's
+/// stack when built in place.
+pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
     prop_oneof![
         create_deployment().prop_map(OperatorRequest::CreateDeployment),
         short_string().prop_map(|id| OperatorRequest::GetDeployment { id }),
@@ -697,6 +708,7 @@ pub(crate) fn operator_request() -> impl Strategy<Value = OperatorRequest> {
                 }
             }),
     ]
+    .boxed()
 }
 
 pub(crate) fn operator_call() -> impl Strategy<Value = OperatorCall> {
@@ -738,7 +750,9 @@ prop_compose! {
     }
 }
 
-pub(crate) fn operator_response() -> impl Strategy<Value = OperatorResponse> {
+/// Boxed: the union of every variant is too large for a test thread's
+/// stack when built in place.
+pub(crate) fn operator_response() -> BoxedStrategy<OperatorResponse> {
     prop_oneof![
         short_string().prop_map(|deployment_id| OperatorResponse::Created { deployment_id }),
         deployment_view().prop_map(OperatorResponse::Deployment),
@@ -766,6 +780,7 @@ pub(crate) fn operator_response() -> impl Strategy<Value = OperatorResponse> {
         )
         .prop_map(OperatorResponse::Policies),
     ]
+    .boxed()
 }
 
 // ---------------------------------------------------------------- hello
