@@ -87,6 +87,7 @@ fn options(image: &str) -> RolloutOptions {
         max_failures: 0,
         concurrency: 0,
         deadline_ms: 60_000,
+        notify: None,
     }
 }
 
@@ -177,6 +178,7 @@ async fn a_failing_image_pauses_in_wave_one_then_rollback_resume_and_cancel_end_
         let r = operator
             .start_rollout(RolloutOptions {
                 deadline_ms: 2_000,
+                notify: None,
                 ..options("sentinel:bad")
             })
             .await
@@ -220,6 +222,7 @@ async fn a_failing_image_pauses_in_wave_one_then_rollback_resume_and_cancel_end_
         operator
             .start_rollout(RolloutOptions {
                 deadline_ms: 2_000,
+                notify: None,
                 ..options("sentinel:3")
             })
             .await

@@ -138,6 +138,7 @@ async fn a_rollout_continues_on_a_new_leader_without_restarting_a_wave() {
                 max_failures: 0,
                 concurrency: 0,
                 deadline_ms: 10 * 60 * 1_000,
+                notify: None,
             })
             .await
             .expect("rollout started");

@@ -395,7 +395,11 @@ fn populated(store: &Store) {
                 version: 1,
                 ..fixtures::apply_report()
             }),
-            Mutation::StartRollout(fixtures::rollout_options()),
+            // To every endpoint: the populated store has none named in the fixture.
+            Mutation::StartRollout(wire::rollout::RolloutOptions {
+                notify: None,
+                ..fixtures::rollout_options()
+            }),
         ],
         vec![
             request(),

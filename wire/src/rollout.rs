@@ -261,6 +261,9 @@ pub struct RolloutOptions {
     pub concurrency: u32,
     /// Each sentinel's deploy deadline, in milliseconds.
     pub deadline_ms: u64,
+    /// The one endpoint this rollout's notifications go to (`None`: every
+    /// endpoint).
+    pub notify: Option<String>,
 }
 
 /// A fleet rollout: its options, its frozen plan, where it is.

@@ -101,6 +101,10 @@ pub(crate) struct StartArgs {
     /// How long each sentinel may take to converge (`10m` when left out).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub deadline: Option<Duration>,
+    /// Send this rollout's notifications to this endpoint only (`ctrl
+    /// notify list`; every endpoint when left out).
+    #[arg(long)]
+    pub notify: Option<String>,
     #[command(flatten)]
     pub request_id: RequestIdArg,
 }
@@ -154,6 +158,7 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
                     max_failures: args.max_failures,
                     concurrency: args.concurrency.unwrap_or(0),
                     deadline_ms: args.deadline.map_or(SENTINEL_DEADLINE_MS_DEFAULT, millis),
+                    notify: args.notify,
                 },
             });
             let answer = client

@@ -380,6 +380,7 @@ mod tests {
             max_failures: 0,
             concurrency: 0,
             deadline_ms: DEADLINE_MS,
+            notify: None,
         }
     }
 

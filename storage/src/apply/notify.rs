@@ -68,6 +68,11 @@ impl Applier<'_> {
         }
     }
 
+    /// Whether an endpoint of that name exists.
+    pub(super) fn endpoint_exists(&self, endpoint: &str) -> Result<bool> {
+        Ok(self.endpoint(endpoint)?.is_some())
+    }
+
     fn endpoint(&self, endpoint: &str) -> Result<Option<NotifyEndpoint>> {
         load(&self.t.notify_endpoints, name::NOTIFY_ENDPOINTS, endpoint)
     }
@@ -412,6 +417,7 @@ mod tests {
             max_failures: 0,
             concurrency: 0,
             deadline_ms: 60_000,
+            notify: None,
         });
         let out = apply_one(&store, 10, vec![start]);
         assert!(out.iter().all(Result::is_ok), "{out:?}");
@@ -424,6 +430,41 @@ mod tests {
             ) && r.created_at_ms == 10),
             "{rows:#?}"
         );
+    }
+
+    #[test]
+    fn a_rollout_started_with_notify_goes_to_that_endpoint_only() {
+        let store = store();
+        let out = apply_one(
+            &store,
+            5,
+            vec![
+                endpoint("chat"),
+                endpoint("pager"),
+                Mutation::UpsertSentinel(sentinel("s1", "eu")),
+            ],
+        );
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let start = |notify: &str| {
+            Mutation::StartRollout(wire::rollout::RolloutOptions {
+                image: "sentinel:new".into(),
+                wave_percents: vec![100],
+                bake_ms: 0,
+                max_failures: 0,
+                concurrency: 0,
+                deadline_ms: 60_000,
+                notify: Some(notify.into()),
+            })
+        };
+        // An endpoint that does not exist: refused, nothing written.
+        let out = apply_one(&store, 8, vec![start("nowhere")]);
+        assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
+        assert!(store.read().unwrap().latest_rollout().unwrap().is_none());
+        let out = apply_one(&store, 10, vec![start("pager")]);
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let rows = deliveries(&store);
+        assert!(!rows.is_empty());
+        assert!(rows.iter().all(|r| r.endpoint == "pager"), "{rows:#?}");
     }
 
     #[test]

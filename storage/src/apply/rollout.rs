@@ -450,7 +450,7 @@ impl Applier<'_> {
     ) -> Result<()> {
         for event in events {
             if let Some(notice) = rollout_notice(rollout, event) {
-                self.notify(notice, None)?;
+                self.notify(notice, rollout.options.notify.as_deref())?;
             }
         }
         Ok(())
@@ -485,6 +485,13 @@ impl Applier<'_> {
         }
         if options.image.is_empty() || options.deadline_ms == 0 {
             return Ok(bad_request("a rollout needs an image and a deadline"));
+        }
+        if let Some(name) = &options.notify
+            && !self.endpoint_exists(name)?
+        {
+            return Ok(not_found(format!(
+                "no notification endpoint {name:?} (see ctrl notify list)"
+            )));
         }
         let latest = self.latest_rollout()?;
         if let Some(latest) = &latest
@@ -802,6 +809,7 @@ mod tests {
                 max_failures: 0,
                 concurrency: 0,
                 deadline_ms: 1_000,
+                notify: None,
             },
             state: RolloutState::InProgress,
             waves: plan.waves,

@@ -850,6 +850,7 @@ pub fn rollout_options() -> RolloutOptions {
         max_failures: 2,
         concurrency: 50,
         deadline_ms: 600_000,
+        notify: Some("ops-alerts".into()),
     }
 }
 

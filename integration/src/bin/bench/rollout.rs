@@ -190,6 +190,7 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
                 max_failures: 0,
                 concurrency: 0,
                 deadline_ms: SENTINEL_DEADLINE_MS_DEFAULT,
+                notify: None,
             },
         });
         match client.call(&request).await? {
