@@ -32,6 +32,7 @@ use redb::{
     Database, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata,
     TableDefinition, WriteTransaction,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::Pk;
 use wire::agent::{DeploymentReport, ResourceChange};
@@ -48,11 +49,13 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const APPLIED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("applied");
 /// Deployment id → postcard [`DeploymentReport`] not yet acknowledged.
 const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
+/// An outbox keyed by id: the latest unacknowledged item per key.
+type KeyedOutbox = TableDefinition<'static, &'static str, &'static [u8]>;
 /// Sentinel id → postcard [`SentinelStatus`] not yet acknowledged.
-const SENTINEL_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("sentinel_outbox");
+const SENTINEL_OUTBOX: KeyedOutbox = TableDefinition::new("sentinel_outbox");
 /// Policy id → postcard [`ApplyReport`] (the newest version applied) not
 /// yet acknowledged.
-const APPLY_OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("apply_outbox");
+const APPLY_OUTBOX: KeyedOutbox = TableDefinition::new("apply_outbox");
 
 /// Keys of the [`META`] table.
 mod meta {
@@ -449,86 +452,86 @@ impl LocalState {
     /// Puts sentinel statuses in their outbox, in one transaction; each
     /// replaces the unacknowledged status of its sentinel.
     pub fn sentinel_outbox_put(&self, statuses: &[SentinelStatus]) -> Result<(), StateError> {
-        if statuses.is_empty() {
-            return Ok(());
-        }
-        let txn = self.db.begin_write().map_err(storage)?;
-        {
-            let mut table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
-            for status in statuses {
-                let bytes = postcard::to_stdvec(status)?;
-                table
-                    .insert(status.sentinel_id.as_str(), bytes.as_slice())
-                    .map_err(storage)?;
-            }
-        }
-        txn.commit().map_err(storage)?;
-        Ok(())
+        let items: Vec<(&str, &SentinelStatus)> = statuses
+            .iter()
+            .map(|s| (s.sentinel_id.as_str(), s))
+            .collect();
+        self.keyed_put(SENTINEL_OUTBOX, &items)
     }
 
     /// Up to `max` unacknowledged sentinel statuses, in id order.
     pub fn sentinel_outbox(&self, max: usize) -> Result<Vec<SentinelStatus>, StateError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
-        let mut out = Vec::new();
-        for entry in table.iter().map_err(storage)?.take(max) {
-            let (_, bytes) = entry.map_err(storage)?;
-            out.push(postcard::from_bytes(bytes.value())?);
-        }
-        Ok(out)
+        self.keyed_list(SENTINEL_OUTBOX, max)
     }
 
     /// How many sentinel statuses wait.
     pub fn sentinel_outbox_len(&self) -> Result<u64, StateError> {
-        let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
-        table.len().map_err(storage)
+        self.keyed_len(SENTINEL_OUTBOX)
     }
 
     /// Removes `status` once ctrl acknowledged (or refused) it, only if it
     /// is still the stored one. Returns whether it was removed.
     pub fn sentinel_outbox_ack(&self, status: &SentinelStatus) -> Result<bool, StateError> {
-        let txn = self.db.begin_write().map_err(storage)?;
-        let removed = {
-            let mut table = txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
-            let id = status.sentinel_id.as_str();
-            let stored = match table.get(id).map_err(storage)? {
-                Some(bytes) => Some(postcard::from_bytes::<SentinelStatus>(bytes.value())?),
-                None => None,
-            };
-            if stored.as_ref() == Some(status) {
-                table.remove(id).map_err(storage)?;
-                true
-            } else {
-                false
-            }
-        };
-        txn.commit().map_err(storage)?;
-        Ok(removed)
+        self.keyed_ack(SENTINEL_OUTBOX, &status.sentinel_id, status)
     }
-}
 
-impl LocalState {
     /// Puts an apply report in its outbox, replacing an unacknowledged one
     /// of the same resource; committed before it returns, so a version
     /// applied is reported even if krane stops right after.
     pub fn apply_outbox_put(&self, report: &ApplyReport) -> Result<(), StateError> {
+        self.keyed_put(APPLY_OUTBOX, &[(report.key.resource_id.as_str(), report)])
+    }
+
+    /// Up to `max` unacknowledged apply reports, in resource id order.
+    pub fn apply_outbox(&self, max: usize) -> Result<Vec<ApplyReport>, StateError> {
+        self.keyed_list(APPLY_OUTBOX, max)
+    }
+
+    /// How many apply reports wait.
+    pub fn apply_outbox_len(&self) -> Result<u64, StateError> {
+        self.keyed_len(APPLY_OUTBOX)
+    }
+
+    /// Removes `report` once ctrl acknowledged (or refused) it, only if it
+    /// is still the stored one. Returns whether it was removed.
+    pub fn apply_outbox_ack(&self, report: &ApplyReport) -> Result<bool, StateError> {
+        self.keyed_ack(APPLY_OUTBOX, &report.key.resource_id, report)
+    }
+}
+
+/// The outboxes keyed by id, one latest item per key: what the sentinel
+/// and apply outboxes share.
+impl LocalState {
+    /// Stores `items` in `table` in one transaction, each replacing the
+    /// item of its key; nothing is written for none.
+    fn keyed_put<T: Serialize>(
+        &self,
+        table: KeyedOutbox,
+        items: &[(&str, &T)],
+    ) -> Result<(), StateError> {
+        if items.is_empty() {
+            return Ok(());
+        }
         let txn = self.db.begin_write().map_err(storage)?;
         {
-            let mut table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
-            let bytes = postcard::to_stdvec(report)?;
-            table
-                .insert(report.key.resource_id.as_str(), bytes.as_slice())
-                .map_err(storage)?;
+            let mut table = txn.open_table(table).map_err(storage)?;
+            for (key, item) in items {
+                let bytes = postcard::to_stdvec(item)?;
+                table.insert(*key, bytes.as_slice()).map_err(storage)?;
+            }
         }
         txn.commit().map_err(storage)?;
         Ok(())
     }
 
-    /// Up to `max` unacknowledged apply reports, in resource id order.
-    pub fn apply_outbox(&self, max: usize) -> Result<Vec<ApplyReport>, StateError> {
+    /// Up to `max` items of `table`, in key order.
+    fn keyed_list<T: DeserializeOwned>(
+        &self,
+        table: KeyedOutbox,
+        max: usize,
+    ) -> Result<Vec<T>, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+        let table = txn.open_table(table).map_err(storage)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(storage)?.take(max) {
             let (_, bytes) = entry.map_err(storage)?;
@@ -537,26 +540,29 @@ impl LocalState {
         Ok(out)
     }
 
-    /// How many apply reports wait.
-    pub fn apply_outbox_len(&self) -> Result<u64, StateError> {
+    /// How many items `table` holds.
+    fn keyed_len(&self, table: KeyedOutbox) -> Result<u64, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;
-        let table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+        let table = txn.open_table(table).map_err(storage)?;
         table.len().map_err(storage)
     }
 
-    /// Removes `report` once ctrl acknowledged (or refused) it, only if it
-    /// is still the stored one. Returns whether it was removed.
-    pub fn apply_outbox_ack(&self, report: &ApplyReport) -> Result<bool, StateError> {
+    /// Removes the item of `key` if it is still `item`; whether it was.
+    fn keyed_ack<T: DeserializeOwned + PartialEq>(
+        &self,
+        table: KeyedOutbox,
+        key: &str,
+        item: &T,
+    ) -> Result<bool, StateError> {
         let txn = self.db.begin_write().map_err(storage)?;
         let removed = {
-            let mut table = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
-            let id = report.key.resource_id.as_str();
-            let stored = match table.get(id).map_err(storage)? {
-                Some(bytes) => Some(postcard::from_bytes::<ApplyReport>(bytes.value())?),
+            let mut table = txn.open_table(table).map_err(storage)?;
+            let stored = match table.get(key).map_err(storage)? {
+                Some(bytes) => Some(postcard::from_bytes::<T>(bytes.value())?),
                 None => None,
             };
-            if stored.as_ref() == Some(report) {
-                table.remove(id).map_err(storage)?;
+            if stored.as_ref() == Some(item) {
+                table.remove(key).map_err(storage)?;
                 true
             } else {
                 false
