@@ -2,7 +2,9 @@
 //! `watcher`, label `managed-by=krane`, one watch per namespace in use),
 //! and reports each changed deployment's instances to ctrl, gathered for a
 //! short delay and in bounded batches, over unary calls that fail over to
-//! another node. Reports go through a durable outbox in the local state
+//! another node. A flush sends every kind of report at once (up to
+//! [`REPORT_CALLS_IN_FLIGHT`] calls), so ctrl commits them together; only
+//! the pods' reports are paced by `report_delay_ms`. Reports go through a durable outbox in the local state
 //! and a circuit breaker ([`outbox`]).
 //! A deployment whose objects were deleted is reported `Deleted` once its
 //! pods are gone. Sentinels are reported from their Deployments (a watch
@@ -35,13 +37,14 @@ use rand::rngs::StdRng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
+use wire::agent::DeploymentReport;
 use wire::agent::{AgentRequest, AgentResponse};
-use wire::model::UnixMs;
+use wire::model::{ApplyReport, SentinelStatus, UnixMs};
 
 use crate::backoff::Backoff;
 use crate::controller::Notice;
 use crate::controller::sentinel::COMPONENT;
-use crate::ctrl::CtrlClient;
+use crate::ctrl::{CtrlClient, CtrlError};
 use crate::k8s::{COMPONENT_LABEL, MANAGED_BY_SELECTOR};
 use crate::state::LocalState;
 use outbox::{Breaker, Outbox};
@@ -129,6 +132,11 @@ pub struct Reporter {
     outbox: Outbox,
     /// Whether the outbox may hold reports (checked after each flush).
     outbox_pending: bool,
+    /// When pods' reports were last taken: the next are gathered until
+    /// `delay` after it. Apply reports and sentinel statuses are not
+    /// paced (few, and a deploy waits on them), so a flush of those alone
+    /// does not push back the pods' next report.
+    last_paced: Option<Instant>,
     breaker: Breaker,
     watched: BTreeSet<String>,
     streams: SelectAll<PodEvents>,
@@ -170,6 +178,7 @@ impl Reporter {
             sentinel_events,
             outbox,
             outbox_pending,
+            last_paced: None,
             breaker: Breaker::default(),
             watched: BTreeSet::new(),
             streams: SelectAll::new(),
@@ -212,7 +221,6 @@ impl Reporter {
     /// Reports until the controller's notice queue closes.
     pub async fn run(mut self) {
         let mut flush_at: Option<Instant> = None;
-        let mut last_flush: Option<Instant> = None;
         loop {
             tokio::select! {
                 Some((namespace, event)) = self.streams.next() => match event {
@@ -238,14 +246,13 @@ impl Reporter {
                     None => return,
                 },
                 _ = sleep_until(flush_at), if flush_at.is_some() => {
-                    last_flush = Some(Instant::now());
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
             let fresh =
                 (self.tracker.is_dirty() && self.tracker.is_listed()) || self.sentinels.is_dirty();
             if flush_at.is_none() && (fresh || self.outbox_pending) {
-                flush_at = Some(next_flush(Instant::now(), last_flush, self.delay));
+                flush_at = Some(next_flush(Instant::now(), self.last_paced, self.delay));
             }
         }
     }
@@ -258,6 +265,9 @@ impl Reporter {
         let now_ms = (self.clock)();
         if self.tracker.is_listed() {
             let reports = self.tracker.take_reports(self.batch_max, now_ms);
+            if !reports.is_empty() {
+                self.last_paced = Some(Instant::now());
+            }
             if let Err(e) = self.outbox.enqueue(reports.clone()) {
                 warn!("cannot store status reports; retrying: {e}");
                 reports.iter().for_each(|r| self.tracker.requeue(r));
@@ -273,56 +283,50 @@ impl Reporter {
         if let Some(wait) = self.breaker.wait(now_ms) {
             return Some(wait);
         }
-        let pending = match self.outbox.pending(self.batch_max) {
-            Ok(pending) => pending,
-            Err(e) => {
-                warn!("cannot read the report outbox; retrying: {e}");
-                return Some(self.retry.next_delay(&mut self.rng));
-            }
+        let Some(pending) = self.pending() else {
+            return Some(self.retry.next_delay(&mut self.rng));
         };
-        for report in &pending {
-            let request = AgentRequest::ReportDeploymentStatus(report.clone());
-            let stored = match self.ctrl.call(&request).await {
-                Ok(AgentResponse::Ack) => {
-                    debug!(?report, "reported");
-                    self.counters.sent.fetch_add(1, Ordering::Relaxed);
-                    self.tracker.reported(report);
-                    self.outbox.acknowledged(report)
-                }
+        let answers = call_all(&self.ctrl, &pending).await;
+        let mut failed = false;
+        for (item, answer) in pending.into_iter().zip(answers) {
+            let stored = match answer {
+                Ok(AgentResponse::Ack) => self.acknowledged(&item),
                 Ok(other) => {
-                    warn!(?other, "unexpected answer to a status report; dropped");
-                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                    self.outbox.refused(report)
+                    warn!(?other, ?item, "unexpected answer to a report; dropped");
+                    self.refused(&item)
                 }
                 Err(e) if e.is_retryable() => {
-                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                    let opened = self.breaker.failure((self.clock)());
-                    if opened {
-                        self.counters.breaker_open.store(1, Ordering::Relaxed);
+                    warn!(?item, "report failed; kept for a retry: {e}");
+                    if let Pending::Status(_) = item {
+                        self.counters.failed.fetch_add(1, Ordering::Relaxed);
                     }
-                    warn!(opened, "status report failed; kept for a retry: {e}");
-                    let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
-                    return Some(delay.max(wait));
+                    failed = true;
+                    continue;
                 }
+                // An apply report refused: the policy is gone, or ctrl was
+                // restored to before it; nothing to wait for.
                 Err(e) => {
-                    warn!(?report, "status report refused; dropped: {e}");
-                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                    self.outbox.refused(report)
+                    warn!(?item, "report refused; dropped: {e}");
+                    self.refused(&item)
                 }
             };
-            self.breaker.success();
-            self.counters.breaker_open.store(0, Ordering::Relaxed);
             if let Err(e) = stored {
                 warn!("cannot update the report outbox: {e}");
             }
         }
-        if let Some(wait) = self.send_sentinels().await {
-            return Some(wait);
+        if failed {
+            // One failure per flush: the calls of a flush fail together
+            // when ctrl is down.
+            let opened = self.breaker.failure((self.clock)());
+            if opened {
+                self.counters.breaker_open.store(1, Ordering::Relaxed);
+            }
+            let delay = self.retry.next_delay(&mut self.rng);
+            let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+            return Some(delay.max(wait));
         }
-        if let Some(wait) = self.send_applied().await {
-            return Some(wait);
-        }
+        self.breaker.success();
+        self.counters.breaker_open.store(0, Ordering::Relaxed);
         self.retry.reset();
         self.outbox_pending = !self.outbox.is_empty().unwrap_or(true);
         let fresh =
@@ -333,83 +337,95 @@ impl Reporter {
         }
         None
     }
-}
 
-impl Reporter {
-    /// Sends up to a batch of the sentinel statuses in the outbox; returns
-    /// when to try again after a failure.
-    async fn send_sentinels(&mut self) -> Option<Duration> {
-        let pending = match self.outbox.pending_sentinels(self.batch_max) {
-            Ok(pending) => pending,
-            Err(e) => {
-                warn!("cannot read the sentinel outbox; retrying: {e}");
-                return Some(self.retry.next_delay(&mut self.rng));
-            }
+    /// Up to a batch of each kind of report the outbox holds, or `None`
+    /// (logged) when it cannot be read.
+    fn pending(&self) -> Option<Vec<Pending>> {
+        let read = || -> Result<Vec<Pending>, crate::state::StateError> {
+            let mut pending: Vec<Pending> = self
+                .outbox
+                .pending(self.batch_max)?
+                .into_iter()
+                .map(Pending::Status)
+                .collect();
+            let sentinels = self.outbox.pending_sentinels(self.batch_max)?;
+            pending.extend(sentinels.into_iter().map(Pending::Sentinel));
+            let applied = self.outbox.pending_applied(self.batch_max)?;
+            pending.extend(applied.into_iter().map(Pending::Applied));
+            Ok(pending)
         };
-        for status in &pending {
-            let request = AgentRequest::ReportSentinelStatus(status.clone());
-            match self.ctrl.call(&request).await {
-                Ok(AgentResponse::Ack) => debug!(?status, "sentinel status reported"),
-                Ok(other) => warn!(?other, "unexpected answer to a sentinel status; dropped"),
-                Err(e) if e.is_retryable() => {
-                    let opened = self.breaker.failure((self.clock)());
-                    if opened {
-                        self.counters.breaker_open.store(1, Ordering::Relaxed);
-                    }
-                    warn!(opened, "sentinel status failed; kept for a retry: {e}");
-                    let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
-                    return Some(delay.max(wait));
-                }
-                Err(e) => warn!(?status, "sentinel status refused; dropped: {e}"),
+        read()
+            .map_err(|e| warn!("cannot read the report outbox; retrying: {e}"))
+            .ok()
+    }
+
+    /// Settles an acknowledged report: out of the outbox.
+    fn acknowledged(&mut self, item: &Pending) -> Result<(), crate::state::StateError> {
+        match item {
+            Pending::Status(report) => {
+                debug!(?report, "reported");
+                self.counters.sent.fetch_add(1, Ordering::Relaxed);
+                self.tracker.reported(report);
+                self.outbox.acknowledged(report)
             }
-            self.breaker.success();
-            self.counters.breaker_open.store(0, Ordering::Relaxed);
-            if let Err(e) = self.outbox.sentinel_done(status) {
-                warn!("cannot update the sentinel outbox: {e}");
+            Pending::Sentinel(status) => {
+                debug!(?status, "sentinel status reported");
+                self.outbox.sentinel_done(status)
+            }
+            Pending::Applied(report) => {
+                debug!(?report, "apply reported");
+                self.outbox.applied_done(report)
             }
         }
-        None
+    }
+
+    /// Settles a report ctrl refused: dropped, never retried.
+    fn refused(&mut self, item: &Pending) -> Result<(), crate::state::StateError> {
+        match item {
+            Pending::Status(report) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                self.outbox.refused(report)
+            }
+            Pending::Sentinel(status) => self.outbox.sentinel_done(status),
+            Pending::Applied(report) => self.outbox.applied_done(report),
+        }
     }
 }
 
-impl Reporter {
-    /// Sends up to a batch of the apply reports in the outbox; returns when
-    /// to try again after a failure.
-    async fn send_applied(&mut self) -> Option<Duration> {
-        let pending = match self.outbox.pending_applied(self.batch_max) {
-            Ok(pending) => pending,
-            Err(e) => {
-                warn!("cannot read the apply outbox; retrying: {e}");
-                return Some(self.retry.next_delay(&mut self.rng));
-            }
-        };
-        for report in &pending {
-            let request = AgentRequest::ReportApply(report.clone());
-            match self.ctrl.call(&request).await {
-                Ok(AgentResponse::Ack) => debug!(?report, "apply reported"),
-                Ok(other) => warn!(?other, "unexpected answer to an apply report; dropped"),
-                Err(e) if e.is_retryable() => {
-                    let opened = self.breaker.failure((self.clock)());
-                    if opened {
-                        self.counters.breaker_open.store(1, Ordering::Relaxed);
-                    }
-                    warn!(opened, "apply report failed; kept for a retry: {e}");
-                    let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
-                    return Some(delay.max(wait));
-                }
-                // The policy is gone, or ctrl was restored to before it:
-                // nothing to wait for.
-                Err(e) => warn!(?report, "apply report refused; dropped: {e}"),
-            }
-            self.breaker.success();
-            self.counters.breaker_open.store(0, Ordering::Relaxed);
-            if let Err(e) = self.outbox.applied_done(report) {
-                warn!("cannot update the apply outbox: {e}");
-            }
+/// Sends every report at once, at most [`REPORT_CALLS_IN_FLIGHT`] calls in
+/// flight: ctrl commits reports that arrive together in one Raft entry
+/// batch, so a flush costs about one commit, not one per report. The
+/// answers come back in the order of `pending`.
+async fn call_all(ctrl: &CtrlClient, pending: &[Pending]) -> Vec<Result<AgentResponse, CtrlError>> {
+    futures::stream::iter(pending.iter().map(Pending::request))
+        .map(|request| async move { ctrl.call(&request).await })
+        .buffered(REPORT_CALLS_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// Most report calls one flush has in flight at once.
+pub const REPORT_CALLS_IN_FLIGHT: usize = 32;
+
+/// One report waiting in the outbox.
+#[derive(Debug)]
+enum Pending {
+    /// A deployment's instances.
+    Status(DeploymentReport),
+    /// A sentinel's status.
+    Sentinel(SentinelStatus),
+    /// A resource version applied.
+    Applied(ApplyReport),
+}
+
+impl Pending {
+    /// The call that reports it.
+    fn request(&self) -> AgentRequest {
+        match self {
+            Pending::Status(report) => AgentRequest::ReportDeploymentStatus(report.clone()),
+            Pending::Sentinel(status) => AgentRequest::ReportSentinelStatus(status.clone()),
+            Pending::Applied(report) => AgentRequest::ReportApply(report.clone()),
         }
-        None
     }
 }
 
