@@ -171,7 +171,9 @@ pub(crate) fn init_tracing(verbose: u8, format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or journald gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().with_current_span(true).init(),

@@ -115,6 +115,24 @@ impl Cluster {
         self.nodes.insert(id, process);
     }
 
+    /// [`Cluster::start`] with the node's log (its stderr lines) on the
+    /// channel returned.
+    pub(crate) fn start_logged(&mut self, id: u64) -> std::sync::mpsc::Receiver<String> {
+        let (process, log) = super::start_node_logged(&self.node_config(id));
+        self.nodes.insert(id, process);
+        log
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to node `id`'s process.
+    pub(crate) fn signal(&self, id: u64, signal: &str) {
+        let pid = self.nodes[&id].child.id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// SIGKILLs node `id`.
     pub(crate) fn kill(&mut self, id: u64) {
         if let Some(process) = self.nodes.remove(&id) {
