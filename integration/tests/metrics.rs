@@ -134,7 +134,6 @@ async fn a_deploy_moves_the_metrics_of_ctrl_and_krane() {
             "ctrl_state_file_bytes",
             "ctrl_raft_log_file_bytes",
             "ctrl_raft_leader_changes_total",
-            "ctrl_scrape_truncated",
         ] {
             must(&before, name, &[]);
         }

@@ -2,8 +2,8 @@
 //! `metrics_addr`.
 //!
 //! Gauges are computed at scrape time from Raft's metrics and small reads
-//! (the change log's bounds, file sizes, the deployments and instances
-//! counted per status over at most [`SCRAPE_DEPLOYMENTS_MAX`]
+//! (the change log's bounds, file sizes) and the per-status counts the
+//! store keeps in step with apply ([`storage::Counts`]: no scan of the
 //! deployments); counters are bumped where things happen: the leader
 //! changes seen in Raft's server metrics ([`follow_leader`]), the workflow
 //! driver's transitions, the watch streams. Labels are low-cardinality
@@ -27,7 +27,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use storage::ReadView;
+use storage::{Counts, ReadView};
 use tracing::warn;
 use wire::model::{DeploymentStatus, DesiredState, InstanceStatus};
 
@@ -37,12 +37,6 @@ use crate::raft::stats::{ApplyStats, LogStats};
 /// This node's Raft metrics.
 pub type RaftMetrics = openraft::RaftMetrics<NodeId, openraft::BasicNode>;
 
-/// Most deployments a scrape reads to count deployments and instances per
-/// status; past it `ctrl_scrape_truncated` is 1 and the counts cover the
-/// first ones by id.
-pub const SCRAPE_DEPLOYMENTS_MAX: usize = 1_000;
-/// Deployments read per page (and per step of the scan).
-pub const SCRAPE_PAGE_DEPLOYMENTS: usize = 100;
 /// Most entries this node's applied index may trail the committed index
 /// it knows of and still be ready.
 pub const READY_APPLY_LAG_ENTRIES_MAX: u64 = 1_000;
@@ -83,7 +77,6 @@ pub struct Metrics {
     change_rows: Gauge,
     workflow_duration: Family<StatusLabel, Histogram>,
     instance_startup: Histogram,
-    scrape_truncated: Gauge,
     leader_changes: Counter,
     transitions: Family<StatusLabel, Counter>,
     notify_attempts: Family<StatusLabel, Counter>,
@@ -187,10 +180,6 @@ impl Metrics {
         let change_rows = gauge(
             "ctrl_change_log_rows",
             "Change rows kept (above the compaction floor)",
-        );
-        let scrape_truncated = gauge(
-            "ctrl_scrape_truncated",
-            "1 when the per-status counts cover only the first deployments",
         );
         let workflow_status = Family::<StatusLabel, Gauge>::default();
         registry.register(
@@ -302,7 +291,6 @@ impl Metrics {
             raft_log_file_bytes,
             workflow_status,
             instances_by_status,
-            scrape_truncated,
             leader_changes,
             transitions,
             notify_attempts,
@@ -373,6 +361,7 @@ impl Metrics {
         &self,
         raft: &RaftMetrics,
         view: Result<ReadView, storage::StorageError>,
+        counts: Result<Counts, storage::StorageError>,
         now_ms: u64,
     ) -> String {
         let now_secs = saturating(now_ms / 1_000);
@@ -391,8 +380,13 @@ impl Metrics {
         let size = |path: &PathBuf| std::fs::metadata(path).map_or(0, |m| saturating(m.len()));
         self.state_file_bytes.set(size(state_file));
         self.raft_log_file_bytes.set(size(log_file));
-        if let Err(e) = view.and_then(|view| self.count_deployments(&view)) {
-            warn!("metrics cannot read the state: {e}");
+        match view {
+            Ok(view) => self.change_log(&view),
+            Err(e) => warn!("metrics cannot read the state: {e}"),
+        }
+        match counts {
+            Ok(counts) => self.statuses(&counts),
+            Err(e) => warn!("metrics cannot count the state: {e}"),
         }
         let mut out = String::new();
         if let Err(e) = encode(&mut out, &self.registry) {
@@ -406,82 +400,44 @@ impl Metrics {
         readiness(raft, self.committed_index(), self.quorum_ack_ms_max)
     }
 
-    /// The change log's bounds and the per-status counts, from one read.
-    fn count_deployments(&self, view: &ReadView) -> Result<(), storage::StorageError> {
+    /// The change log's bounds, from `view`.
+    fn change_log(&self, view: &ReadView) {
         self.change_last_pk.set(saturating(view.last_pk()));
         self.change_floor_pk.set(saturating(view.floor_pk()));
         // Every pk names one row; compaction removes those at or below
         // the floor.
         self.change_rows
             .set(saturating(view.last_pk().saturating_sub(view.floor_pk())));
-        let mut topologies: BTreeMap<&'static str, i64> =
-            [DesiredState::Running, DesiredState::Stopped]
-                .iter()
-                .map(|s| (s.as_str(), 0))
-                .collect();
-        let mut regions = 0_i64;
-        let mut instances_total = 0_i64;
-        let mut deployments: BTreeMap<&'static str, i64> = DeploymentStatus::ALL
-            .iter()
-            .map(|s| (s.as_str(), 0))
-            .collect();
-        let mut instances: BTreeMap<&'static str, i64> = [
+    }
+
+    /// The per-status gauges from the store's counts; every status is
+    /// shown, at 0 when there is none.
+    fn statuses(&self, counts: &Counts) {
+        let of = |map: &BTreeMap<&'static str, u64>, status: &'static str| {
+            saturating(map.get(status).copied().unwrap_or(0))
+        };
+        for status in DeploymentStatus::ALL {
+            self.workflow_status
+                .get_or_create(&[("status", status.as_str())])
+                .set(of(&counts.deployments, status.as_str()));
+        }
+        for status in [
             InstanceStatus::Pending,
             InstanceStatus::Running,
             InstanceStatus::Failed,
-        ]
-        .iter()
-        .map(|s| (s.as_str(), 0))
-        .collect();
-        let page = SCRAPE_PAGE_DEPLOYMENTS;
-        let mut after: Option<String> = None;
-        let mut seen = 0;
-        let truncated = loop {
-            let items = view.list_deployments(after.as_deref(), page)?;
-            let full_page = items.len() == page;
-            for deployment in &items {
-                *deployments.entry(deployment.status.as_str()).or_default() += 1;
-                for instance in view.instances(&deployment.id)? {
-                    *instances.entry(instance.status.as_str()).or_default() += 1;
-                    instances_total += 1;
-                }
-                for region in &deployment.regions {
-                    if let Some(topology) = view.topology(&deployment.id, region)? {
-                        regions += 1;
-                        *topologies
-                            .entry(topology.desired_state.as_str())
-                            .or_default() += 1;
-                    }
-                }
-            }
-            seen += items.len();
-            after = items.last().map(|d| d.id.clone());
-            if !full_page {
-                break false;
-            }
-            if seen >= SCRAPE_DEPLOYMENTS_MAX {
-                break true;
-            }
-        };
-        for (status, count) in deployments {
-            self.workflow_status
-                .get_or_create(&[("status", status)])
-                .set(count);
-        }
-        for (status, count) in instances {
+        ] {
             self.instances_by_status
-                .get_or_create(&[("status", status)])
-                .set(count);
+                .get_or_create(&[("status", status.as_str())])
+                .set(of(&counts.instances, status.as_str()));
         }
-        for (state, count) in topologies {
+        for state in [DesiredState::Running, DesiredState::Stopped] {
             self.topology_status
-                .get_or_create(&[("status", state)])
-                .set(count);
+                .get_or_create(&[("status", state.as_str())])
+                .set(of(&counts.topologies, state.as_str()));
         }
-        self.topology_regions.set(regions);
-        self.instances_total.set(instances_total);
-        self.scrape_truncated.set(i64::from(truncated));
-        Ok(())
+        let total = |map: &BTreeMap<&'static str, u64>| saturating(map.values().sum());
+        self.topology_regions.set(total(&counts.topologies));
+        self.instances_total.set(total(&counts.instances));
     }
 }
 
@@ -662,7 +618,7 @@ mod tests {
         let raft = metrics_of_leader();
         let dir = tempfile::tempdir().unwrap();
         let store = storage::Store::open(dir.path().join("state.redb")).unwrap();
-        let text = metrics.render(&raft, store.read(), 400_000);
+        let text = metrics.render(&raft, store.read(), store.counts(), 400_000);
         for line in [
             "ctrl_raft_has_leader 1",
             "ctrl_raft_commit_index 7",
@@ -674,7 +630,6 @@ mod tests {
             "ctrl_watch_events_sent_total{region=\"us-east\"} 1",
             "deployment_workflow_status{status=\"ready\"} 0",
             "deployment_instances_by_status{status=\"running\"} 0",
-            "ctrl_scrape_truncated 0",
             "ctrl_tls_cert_expiry_seconds{cert=\"node\"} 600",
             // Only the end of a deploy is its duration.
             "deployment_workflow_duration_seconds_sum{status=\"ready\"} 2.5",
@@ -685,7 +640,7 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }
         drop(watch);
-        let text = metrics.render(&raft, store.read(), 400_000);
+        let text = metrics.render(&raft, store.read(), store.counts(), 400_000);
         assert!(text.contains("ctrl_watch_streams_open{region=\"us-east\"} 0"));
     }
 

@@ -49,6 +49,7 @@
 
 pub mod apply;
 pub mod command;
+pub mod counts;
 pub mod error;
 pub mod read;
 pub mod snapshot;
@@ -58,6 +59,7 @@ pub mod tables;
 mod test_support;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
@@ -65,6 +67,7 @@ pub use command::{
     ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, Command, Fingerprint,
     Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
 };
+pub use counts::Counts;
 pub use error::{Result, StorageError};
 pub use read::ReadView;
 pub use tables::{ChangeRow, RequestRecord, SCHEMA_VERSION};
@@ -81,6 +84,9 @@ pub struct Store {
     /// Most deliveries kept (`apply::notify::DELIVERIES_MAX`; lower in
     /// unit tests).
     deliveries_max: u64,
+    /// Counts by status, in step with every commit; `None` until first
+    /// asked for (and after a snapshot import).
+    counts: Mutex<Option<Counts>>,
 }
 
 // The store is used behind `Arc` from a dedicated thread and by readers.
@@ -164,6 +170,7 @@ impl Store {
             db,
             requests_max: REQUESTS_MAX,
             deliveries_max: apply::notify::DELIVERIES_MAX,
+            counts: Mutex::new(None),
         })
     }
 
@@ -191,6 +198,34 @@ impl Store {
         let mut txn = self.db.begin_write().ctx(OP)?;
         txn.set_durability(redb::Durability::Immediate).ctx(OP)?;
         txn.commit().ctx(OP)
+    }
+
+    /// Deployments, instances and topologies counted by status: counted
+    /// once (one read transaction over the three tables), then kept in
+    /// step by every apply.
+    pub fn counts(&self) -> Result<Counts> {
+        let mut counts = self.lock_counts();
+        if let Some(counts) = counts.as_ref() {
+            return Ok(counts.clone());
+        }
+        let txn = self.db.begin_read().ctx("count by status: begin")?;
+        let fresh = Counts::recount(&txn)?;
+        *counts = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// The counts from a full read, ignoring those kept (tests compare
+    /// the two).
+    #[cfg(test)]
+    pub(crate) fn recount(&self) -> Result<Counts> {
+        let txn = self.db.begin_read().ctx("count by status: begin")?;
+        Counts::recount(&txn)
+    }
+
+    fn lock_counts(&self) -> std::sync::MutexGuard<'_, Option<Counts>> {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Opens one read transaction: every call on the view sees the same

@@ -142,6 +142,7 @@ impl Store {
     pub fn import_snapshot(&self, bytes: &[u8]) -> Result<()> {
         let body = parse(bytes)?;
         validate(&body)?;
+        let mut counts = self.lock_counts();
         let mut txn = self.db.begin_write().ctx("import snapshot: begin")?;
         txn.set_durability(Durability::Immediate)
             .ctx("import snapshot: set durability")?;
@@ -151,6 +152,8 @@ impl Store {
             write_body(&mut t, &body)?;
         }
         txn.commit().ctx("import snapshot: commit")?;
+        // Counted again when next asked.
+        *counts = None;
         Ok(())
     }
 }
@@ -793,7 +796,15 @@ mod tests {
         let (bytes, _) = source.export_snapshot().unwrap();
 
         let target = populated();
+        let before = target.counts().unwrap();
+        assert_eq!(before.deployments.values().sum::<u64>(), 2);
         target.import_snapshot(&bytes).unwrap();
+        // The counts kept before are dropped with the state they counted.
+        assert_eq!(target.counts().unwrap(), source.counts().unwrap());
+        assert_eq!(
+            target.counts().unwrap().deployments.values().sum::<u64>(),
+            1
+        );
         let view = target.read().unwrap();
         assert_eq!(
             view.state_hash().unwrap(),

@@ -90,8 +90,12 @@ impl NodeState {
     /// The metrics exposition, its gauges read now.
     pub fn metrics_text(&self) -> String {
         let raft = self.raft.metrics().borrow().clone();
-        self.metrics
-            .render(&raft, self.store.read(), self.clock.now_ms())
+        self.metrics.render(
+            &raft,
+            self.store.read(),
+            self.store.counts(),
+            self.clock.now_ms(),
+        )
     }
 
     /// The last log index applied here, as Raft's metrics show it (they

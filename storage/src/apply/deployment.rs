@@ -23,13 +23,15 @@ use crate::tables::{decode, encode, name};
 impl Applier<'_> {
     pub(super) fn put_topology(&mut self, topology: &DeploymentTopology) -> Result<()> {
         let bytes = encode("a deployment topology", topology)?;
-        self.t
+        let key = (topology.region.as_str(), topology.deployment_id.as_str());
+        let old = self
+            .t
             .topology
-            .insert(
-                (topology.region.as_str(), topology.deployment_id.as_str()),
-                bytes.as_slice(),
-            )
-            .ctx_table(OP, name::DEPLOYMENT_TOPOLOGY)?;
+            .insert(key, bytes.as_slice())
+            .ctx_table(OP, name::DEPLOYMENT_TOPOLOGY)?
+            .map(|old| decode::<DeploymentTopology>(name::DEPLOYMENT_TOPOLOGY, &key, old.value()))
+            .transpose()?;
+        self.counts.topology(old.as_ref(), topology);
         Ok(())
     }
 

@@ -46,10 +46,15 @@ impl Applier<'_> {
     pub(super) fn remove_instances(&mut self, deployment_id: &str, region: &str) -> Result<()> {
         let (pods, _) = self.instances_of(deployment_id, region)?;
         for pod in &pods {
-            self.t
+            let key = (deployment_id, region, pod.as_str());
+            let old = self
+                .t
                 .instances
-                .remove((deployment_id, region, pod.as_str()))
-                .ctx_table(OP, name::INSTANCES)?;
+                .remove(key)
+                .ctx_table(OP, name::INSTANCES)?
+                .map(|old| tables::decode::<Instance>(name::INSTANCES, &key, old.value()))
+                .transpose()?;
+            self.counts.instance(old.as_ref(), None);
         }
         Ok(())
     }
@@ -115,13 +120,15 @@ impl Applier<'_> {
         self.remove_instances(deployment_id, region)?;
         for instance in instances {
             let bytes = encode("an instance", instance)?;
-            self.t
+            let key = (deployment_id, region, instance.pod_name.as_str());
+            let old = self
+                .t
                 .instances
-                .insert(
-                    (deployment_id, region, instance.pod_name.as_str()),
-                    bytes.as_slice(),
-                )
-                .ctx_table(OP, name::INSTANCES)?;
+                .insert(key, bytes.as_slice())
+                .ctx_table(OP, name::INSTANCES)?
+                .map(|old| tables::decode::<Instance>(name::INSTANCES, &key, old.value()))
+                .transpose()?;
+            self.counts.instance(old.as_ref(), Some(instance));
         }
         Ok(Ok(Outcome::Recorded))
     }

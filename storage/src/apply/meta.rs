@@ -33,6 +33,7 @@ impl<'t> Applier<'t> {
             caller: None,
             requests_max,
             deliveries_max: super::notify::DELIVERIES_MAX,
+            counts: crate::counts::CountDelta::default(),
         })
     }
 

@@ -92,6 +92,8 @@ impl Store {
         raft: &RaftMeta,
         durable: bool,
     ) -> Result<ApplyResult> {
+        // Held across the commit: a recount sees this batch wholly or not.
+        let mut counts = self.lock_counts();
         let mut txn = self.db.begin_write().ctx("apply: begin transaction")?;
         let durability = if durable {
             Durability::Immediate
@@ -100,7 +102,7 @@ impl Store {
         };
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
-        let (outcomes, last_pk) = {
+        let (outcomes, last_pk, delta) = {
             let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             applier.deliveries_max = self.deliveries_max;
             let mut outcomes = Vec::with_capacity(entries.len());
@@ -111,9 +113,12 @@ impl Store {
                 });
             }
             applier.finish(raft)?;
-            (outcomes, applier.last_pk)
+            (outcomes, applier.last_pk, applier.counts)
         };
         txn.commit().ctx("apply: commit")?;
+        if let Some(counts) = counts.as_mut() {
+            counts.add(&delta);
+        }
         Ok(ApplyResult { outcomes, last_pk })
     }
 }
@@ -137,6 +142,8 @@ struct Applier<'t> {
     requests_max: u64,
     /// Most deliveries kept ([`notify::DELIVERIES_MAX`]).
     deliveries_max: u64,
+    /// What the batch changed in the store's [`crate::Counts`].
+    counts: crate::counts::CountDelta,
 }
 
 impl Applier<'_> {

@@ -339,6 +339,8 @@ mod model {
         #[test]
         fn apply_matches_the_model(batches in batches(), limit in 1..5usize) {
             let store = store();
+            // Counted now (nothing), then kept in step by every batch.
+            prop_assert_eq!(store.counts().unwrap(), crate::Counts::default());
             let mut model = Model::default();
             let mut now: u64 = 0;
             let mut previous_last_pk = 0;
@@ -383,6 +385,21 @@ mod model {
                 prop_assert_eq!(oks, expected);
                 prop_assert_eq!(result.last_pk, model.last_pk);
                 prop_assert!(result.last_pk >= previous_last_pk);
+                let kept = store.counts().unwrap();
+                let mut counted = store.recount().unwrap();
+                // A status counted down to zero stays as a key.
+                for (kept, counted) in [
+                    (&kept.deployments, &mut counted.deployments),
+                    (&kept.instances, &mut counted.instances),
+                    (&kept.topologies, &mut counted.topologies),
+                ] {
+                    for (status, count) in kept {
+                        if *count == 0 {
+                            counted.entry(status).or_insert(0);
+                        }
+                    }
+                }
+                prop_assert_eq!(kept, counted);
                 previous_last_pk = result.last_pk;
             }
 

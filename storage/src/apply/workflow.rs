@@ -35,7 +35,7 @@ use wire::notify::NotifyEvent;
 use super::{Applier, OP, failed_precondition, not_found};
 use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::tables::{encode, name};
+use crate::tables::{decode, encode, name};
 
 pub use crate::command::Guard;
 
@@ -78,10 +78,14 @@ impl Applier<'_> {
     pub(super) fn put_deployment(&mut self, deployment: &Deployment) -> Result<()> {
         let bytes = encode("a deployment", deployment)?;
         let id = deployment.id.as_str();
-        self.t
+        let old = self
+            .t
             .deployments
             .insert(id, bytes.as_slice())
-            .ctx_table(OP, name::DEPLOYMENTS)?;
+            .ctx_table(OP, name::DEPLOYMENTS)?
+            .map(|old| decode::<Deployment>(name::DEPLOYMENTS, &id, old.value()))
+            .transpose()?;
+        self.counts.deployment(old.as_ref(), deployment);
         if workflow_open(deployment) {
             self.t
                 .open_deployments
