@@ -41,8 +41,19 @@ impl ProcessCluster {
     /// Starts `count` nodes as `exe args… --config FILE`, initialises them
     /// as one cluster and waits until all of them know the same leader.
     pub async fn start(count: u64, exe: &Path, args: &[&str]) -> Result<ProcessCluster> {
+        ProcessCluster::start_with(count, exe, args, |_| {}).await
+    }
+
+    /// [`ProcessCluster::start`] with each node's config adjusted by
+    /// `configure` first.
+    pub async fn start_with(
+        count: u64,
+        exe: &Path,
+        args: &[&str],
+        configure: impl Fn(&mut NodeConfig),
+    ) -> Result<ProcessCluster> {
         let dir = tempfile::tempdir()?;
-        let (configs, operator) = crate::cluster::plan(dir.path(), count, |_| {})?;
+        let (configs, operator) = crate::cluster::plan(dir.path(), count, configure)?;
         let mut children = Vec::new();
         for config in &configs {
             let path = dir.path().join(format!("node-{}.toml", config.node_id));
@@ -68,15 +79,29 @@ impl ProcessCluster {
             operator,
             children,
         };
-        tokio::time::timeout(START_TIMEOUT, cluster.initialise())
-            .await
-            .with_context(|| {
-                format!(
-                    "the cluster did not start within {START_TIMEOUT:?}; node logs in {}",
-                    cluster.dir.path().display()
-                )
-            })??;
+        let started = match tokio::time::timeout(START_TIMEOUT, cluster.initialise()).await {
+            Ok(started) => started,
+            Err(_) => Err(anyhow::anyhow!(
+                "the cluster did not start within {START_TIMEOUT:?}"
+            )),
+        };
+        // The directory goes with the cluster: the logs' ends go with the error.
+        started.with_context(|| cluster.log_tails())?;
         Ok(cluster)
+    }
+
+    /// The last lines of every node's log, for an error.
+    fn log_tails(&self) -> String {
+        const LINES: usize = 20;
+        let mut out = String::from("node logs:");
+        for config in &self.configs {
+            let path = self.dir.path().join(format!("node-{}.log", config.node_id));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| format!("({e})"));
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("\n--- node {} ---\n", config.node_id);
+            out += &lines[lines.len().saturating_sub(LINES)..].join("\n");
+        }
+        out
     }
 
     /// The process ids of the running nodes, node 1 first.

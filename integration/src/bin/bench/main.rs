@@ -30,6 +30,7 @@ mod fanout;
 mod fullsync;
 mod krane;
 mod rollout;
+mod scrape;
 mod throughput;
 mod watch;
 mod writes;
@@ -56,7 +57,7 @@ struct Args {
     /// change-to-agent: deploys per second, sent open loop.
     #[arg(long, default_value_t = 500.0)]
     rate: f64,
-    /// fan-out: concurrent watch streams on the node.
+    /// fan-out, scrape: concurrent watch streams on the node.
     #[arg(long, default_value_t = 1_000)]
     watchers: usize,
     /// fan-out: watch streams per QUIC connection.
@@ -131,6 +132,11 @@ enum Scenario {
     /// time, and the overhead per wave (last sentinel converged → first
     /// change of the next wave streamed).
     Rollout,
+    /// The node's CPU per scrape of `/metrics` with `--resources`
+    /// deployments stored (default 10,000) and `--watchers` watch streams
+    /// open, one node process, the median of `--count` rounds (default 5);
+    /// its background CPU measured apart and subtracted.
+    Scrape,
     /// Internal: one node of a benchmark's cluster (`--config`), served
     /// until stdin closes.
     #[value(hide = true)]
@@ -190,6 +196,14 @@ async fn main() -> Result<()> {
         }
         Scenario::Rollout => {
             rollout::rollout_bench(args.resources.unwrap_or(1_000), args.count.unwrap_or(3)).await
+        }
+        Scenario::Scrape => {
+            scrape::scrape(
+                args.resources.unwrap_or(10_000),
+                args.watchers,
+                args.count.unwrap_or(5),
+            )
+            .await
         }
         Scenario::ServeNode => {
             let config = args.config.context("serve-node needs --config FILE")?;
