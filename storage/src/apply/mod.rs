@@ -100,7 +100,7 @@ impl Store {
         };
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
-        let (outcomes, last_pk) = {
+        let (outcomes, last_pk, stamp_ms) = {
             let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             applier.deliveries_max = self.deliveries_max;
             let mut outcomes = Vec::with_capacity(entries.len());
@@ -111,10 +111,14 @@ impl Store {
                 });
             }
             applier.finish(raft)?;
-            (outcomes, applier.last_pk)
+            (outcomes, applier.last_pk, applier.stamp_ms)
         };
         txn.commit().ctx("apply: commit")?;
-        Ok(ApplyResult { outcomes, last_pk })
+        Ok(ApplyResult {
+            outcomes,
+            last_pk,
+            stamp_ms,
+        })
     }
 }
 
@@ -127,8 +131,11 @@ struct Applier<'t> {
     floor_pk: Pk,
     /// The sequence number of the newest journal entry.
     journal_seq: u64,
-    /// `now_ms` of the command being applied.
+    /// The time of the command being applied: its `now_ms`, or
+    /// `stamp_ms` when the command was stamped earlier than that.
     now_ms: UnixMs,
+    /// The greatest time applied so far (stored under `meta::STAMP_MS`).
+    stamp_ms: UnixMs,
     /// Who asked for the mutation being applied, while the inner mutation
     /// of a [`Mutation::Request`] applies (`None` otherwise): for apply
     /// code that records who asked.
@@ -141,7 +148,11 @@ struct Applier<'t> {
 
 impl Applier<'_> {
     fn command(&mut self, command: &Command) -> Result<Vec<MutationResult>> {
-        self.now_ms = command.now_ms;
+        // Applied time never goes backwards: a leader whose clock jumped
+        // back (or a new leader whose clock is behind) applies at the
+        // last applied time.
+        self.now_ms = command.now_ms.max(self.stamp_ms);
+        self.stamp_ms = self.now_ms;
         command
             .mutations
             .iter()
@@ -176,7 +187,13 @@ impl Applier<'_> {
                 created_before_ms,
                 rows_max,
                 requests_created_before_ms,
-            } => self.compact(*created_before_ms, *rows_max, *requests_created_before_ms),
+                keep_rows_min,
+            } => self.compact(
+                *created_before_ms,
+                *rows_max,
+                *requests_created_before_ms,
+                *keep_rows_min,
+            ),
             Mutation::Deploy(transition) => self.deploy_transition(transition),
             Mutation::CancelDeployment { deployment_id } => self.cancel_deployment(deployment_id),
             Mutation::Rollback { environment_id, to } => {
