@@ -15,7 +15,8 @@ use wire::agent::ResourceChange;
 use wire::digest::Fnv1a;
 use wire::model::{
     ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
-    JournalEntry, Pk, Region, UnixMs, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    JournalEntry, Pk, Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    UnixMs,
 };
 use wire::rollout::Rollout;
 

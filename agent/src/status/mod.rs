@@ -60,7 +60,9 @@ pub const NOTICE_QUEUE_MAX: usize = 1_024;
 /// Most namespaces whose pods are watched.
 pub const WATCHED_NAMESPACES_MAX: usize = 64;
 
-/// The time of an instance report, in Unix milliseconds.
+/// The time of an instance report, in Unix milliseconds: a timestamp
+/// only. Every wait (the gather delay, retries, the breaker) is measured
+/// on tokio's monotonic clock, so a wall-clock jump moves no wait.
 pub type Clock = Arc<dyn Fn() -> UnixMs + Send + Sync>;
 
 /// The system clock as a [`Clock`].
@@ -270,7 +272,7 @@ impl Reporter {
             statuses.iter().for_each(|s| self.sentinels.requeue(s));
             return Some(self.retry.next_delay(&mut self.rng));
         }
-        if let Some(wait) = self.breaker.wait(now_ms) {
+        if let Some(wait) = self.breaker.wait(Instant::now()) {
             return Some(wait);
         }
         let pending = match self.outbox.pending(self.batch_max) {
@@ -296,13 +298,13 @@ impl Reporter {
                 }
                 Err(e) if e.is_retryable() => {
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                    let opened = self.breaker.failure((self.clock)());
+                    let opened = self.breaker.failure(Instant::now());
                     if opened {
                         self.counters.breaker_open.store(1, Ordering::Relaxed);
                     }
                     warn!(opened, "status report failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    let wait = self.breaker.wait(Instant::now()).unwrap_or_default();
                     return Some(delay.max(wait));
                 }
                 Err(e) => {
@@ -352,13 +354,13 @@ impl Reporter {
                 Ok(AgentResponse::Ack) => debug!(?status, "sentinel status reported"),
                 Ok(other) => warn!(?other, "unexpected answer to a sentinel status; dropped"),
                 Err(e) if e.is_retryable() => {
-                    let opened = self.breaker.failure((self.clock)());
+                    let opened = self.breaker.failure(Instant::now());
                     if opened {
                         self.counters.breaker_open.store(1, Ordering::Relaxed);
                     }
                     warn!(opened, "sentinel status failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    let wait = self.breaker.wait(Instant::now()).unwrap_or_default();
                     return Some(delay.max(wait));
                 }
                 Err(e) => warn!(?status, "sentinel status refused; dropped: {e}"),
@@ -390,13 +392,13 @@ impl Reporter {
                 Ok(AgentResponse::Ack) => debug!(?report, "apply reported"),
                 Ok(other) => warn!(?other, "unexpected answer to an apply report; dropped"),
                 Err(e) if e.is_retryable() => {
-                    let opened = self.breaker.failure((self.clock)());
+                    let opened = self.breaker.failure(Instant::now());
                     if opened {
                         self.counters.breaker_open.store(1, Ordering::Relaxed);
                     }
                     warn!(opened, "apply report failed; kept for a retry: {e}");
                     let delay = self.retry.next_delay(&mut self.rng);
-                    let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+                    let wait = self.breaker.wait(Instant::now()).unwrap_or_default();
                     return Some(delay.max(wait));
                 }
                 // The policy is gone, or ctrl was restored to before it:
