@@ -351,6 +351,23 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.compaction.request_retention_ms, 86_400_000);
         assert_eq!(config.compaction.interval_ms, 60_000);
         assert_eq!(config.compaction.batch_rows_max, 10_000);
+        assert_eq!(config.compaction.keep_rows_min, 10_000);
+        assert_eq!(config.compaction.cutoff_step_max_ms, 600_000);
+    }
+
+    #[test]
+    fn the_cutoff_step_is_at_least_the_interval() {
+        let text = with(
+            "",
+            "[compaction]\ninterval_ms = 60000\ncutoff_step_max_ms = 59999\n",
+        );
+        assert_invalid(
+            &text,
+            "compaction.cutoff_step_max_ms",
+            "at least compaction.interval_ms (60000)",
+        );
+        let text = with("", "[compaction]\nkeep_rows_min = 0\n");
+        assert_eq!(parse(&text).unwrap().compaction.keep_rows_min, 0);
     }
 
     #[test]
@@ -567,6 +584,10 @@ key = "/etc/ctrl/node-1.key"
             ),
             ("compaction.interval_ms", "[compaction]\ninterval_ms"),
             ("compaction.batch_rows_max", "[compaction]\nbatch_rows_max"),
+            (
+                "compaction.cutoff_step_max_ms",
+                "[compaction]\ncutoff_step_max_ms",
+            ),
         ] {
             assert_invalid(&with("", &format!("{key} = 0\n")), field, "(got 0)");
         }

@@ -66,6 +66,13 @@ pub const DEFAULT_BATCH_ROWS_MAX: usize = 10_000;
 /// Bounds of [`CompactionSettings::batch_rows_max`]: one compaction step
 /// deletes at most 10,000 rows (the storage's `COMPACT_ROWS_MAX`).
 pub const BATCH_ROWS_MAX_RANGE: RangeInclusive<usize> = 1..=10_000;
+/// Default [`CompactionSettings::keep_rows_min`].
+pub const DEFAULT_KEEP_ROWS_MIN: u64 = 10_000;
+/// Bounds of [`CompactionSettings::keep_rows_min`].
+pub const KEEP_ROWS_MIN_RANGE: RangeInclusive<u64> = 0..=10_000_000;
+/// Default [`CompactionSettings::cutoff_step_max_ms`] (ten minutes: ten
+/// default intervals).
+pub const DEFAULT_CUTOFF_STEP_MAX_MS: u64 = 600_000;
 
 /// `[raft]`: openraft timing and log settings. Validated:
 /// `heartbeat_interval_ms < election_timeout_min_ms < election_timeout_max_ms`.
@@ -243,6 +250,15 @@ pub struct CompactionSettings {
     pub interval_ms: u64,
     /// Change rows deleted per compaction write.
     pub batch_rows_max: usize,
+    /// The newest change rows always kept, however old (so a clock jumped
+    /// forward cannot empty the change log and force every agent to
+    /// resync).
+    pub keep_rows_min: u64,
+    /// How far past the oldest kept row (change row or request record) one
+    /// compaction run may move its cut-off: after a forward clock jump the
+    /// cut-off catches up by at most this much per run. At least
+    /// `interval_ms`, so normal compaction keeps up.
+    pub cutoff_step_max_ms: u64,
 }
 
 impl Default for CompactionSettings {
@@ -252,6 +268,8 @@ impl Default for CompactionSettings {
             request_retention_ms: DEFAULT_REQUEST_RETENTION_MS,
             interval_ms: DEFAULT_COMPACTION_INTERVAL_MS,
             batch_rows_max: DEFAULT_BATCH_ROWS_MAX,
+            keep_rows_min: DEFAULT_KEEP_ROWS_MIN,
+            cutoff_step_max_ms: DEFAULT_CUTOFF_STEP_MAX_MS,
         }
     }
 }
@@ -265,7 +283,24 @@ impl CompactionSettings {
             "compaction.batch_rows_max",
             self.batch_rows_max,
             &BATCH_ROWS_MAX_RANGE,
-        )
+        )?;
+        check.in_range(
+            "compaction.keep_rows_min",
+            self.keep_rows_min,
+            &KEEP_ROWS_MIN_RANGE,
+        )?;
+        check.duration_ms("compaction.cutoff_step_max_ms", self.cutoff_step_max_ms)?;
+        if self.cutoff_step_max_ms < self.interval_ms {
+            return Err(check.fail(
+                "compaction.cutoff_step_max_ms",
+                format!(
+                    "must be at least compaction.interval_ms ({}), or compaction falls \
+                     behind (got {})",
+                    self.interval_ms, self.cutoff_step_max_ms
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

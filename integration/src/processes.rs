@@ -35,6 +35,9 @@ pub struct ProcessCluster {
     /// Names every node.
     pub operator: OperatorConfig,
     children: Vec<Child>,
+    /// How a node is started: the program and its leading arguments.
+    exe: std::path::PathBuf,
+    args: Vec<String>,
 }
 
 impl ProcessCluster {
@@ -54,31 +57,26 @@ impl ProcessCluster {
     ) -> Result<ProcessCluster> {
         let dir = tempfile::tempdir()?;
         let (configs, operator) = crate::cluster::plan(dir.path(), count, configure)?;
-        let mut children = Vec::new();
-        for config in &configs {
-            let path = dir.path().join(format!("node-{}.toml", config.node_id));
-            std::fs::write(&path, config.to_toml_string())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            let log =
-                std::fs::File::create(dir.path().join(format!("node-{}.log", config.node_id)))?;
-            let child = Command::new(exe)
-                .args(args)
-                .arg("--config")
-                .arg(&path)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("cannot start {}", exe.display()))?;
-            children.push(child);
-        }
-        let cluster = ProcessCluster {
+        let mut cluster = ProcessCluster {
             dir,
             configs,
             operator,
-            children,
+            children: Vec::new(),
+            exe: exe.to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
+        for config in &cluster.configs {
+            let path = cluster
+                .dir
+                .path()
+                .join(format!("node-{}.toml", config.node_id));
+            std::fs::write(&path, config.to_toml_string())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        for id in 1..=count {
+            let child = cluster.spawn(id)?;
+            cluster.children.push(child);
+        }
         let started = match tokio::time::timeout(START_TIMEOUT, cluster.initialise()).await {
             Ok(started) => started,
             Err(_) => Err(anyhow::anyhow!(
@@ -102,6 +100,52 @@ impl ProcessCluster {
             out += &lines[lines.len().saturating_sub(LINES)..].join("\n");
         }
         out
+    }
+
+    /// Starts node `id`'s process (its config already written), its log
+    /// appended to `node-ID.log`.
+    fn spawn(&self, id: u64) -> Result<Child> {
+        let path = self.dir.path().join(format!("node-{id}.toml"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("node-{id}.log")))?;
+        Command::new(&self.exe)
+            .args(&self.args)
+            .arg("--config")
+            .arg(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", self.exe.display()))
+    }
+
+    fn index(id: u64) -> Result<usize> {
+        usize::try_from(id.checked_sub(1).context("node ids start at 1")?)
+            .context("a node id out of range")
+    }
+
+    /// SIGKILLs node `id` and reaps it.
+    pub async fn kill(&mut self, id: u64) -> Result<()> {
+        let child = self
+            .children
+            .get_mut(Self::index(id)?)
+            .context("no such node")?;
+        child.start_kill()?;
+        tokio::time::timeout(STOP_TIMEOUT, child.wait())
+            .await
+            .context("a killed node did not exit")??;
+        Ok(())
+    }
+
+    /// Starts node `id` again, over its data directory.
+    pub async fn restart(&mut self, id: u64) -> Result<()> {
+        let index = Self::index(id)?;
+        let child = self.spawn(id)?;
+        *self.children.get_mut(index).context("no such node")? = child;
+        Ok(())
     }
 
     /// The process ids of the running nodes, node 1 first.

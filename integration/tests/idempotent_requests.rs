@@ -20,7 +20,7 @@ use wire::operator::{OperatorRequest, OperatorResponse};
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one call, a lost answer and its retry included (a lost answer
-/// is noticed by the QUIC idle timeout, 2 s, within the 5 s per try).
+/// is noticed by the QUIC idle timeout, 0.8 s, within the 5 s per try).
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn create() -> OperatorRequest {

@@ -660,10 +660,16 @@ async fn step(
             let settings = CompactionSettings {
                 retention_ms: 0,
                 batch_rows_max: *rows_max as usize,
+                keep_rows_min: 0,
                 ..CompactionSettings::default()
             };
             // Everything written before now (the next millisecond).
-            let mutation = node::jobs::compaction::step(&settings, state.clock.now_ms() + 1);
+            let now_ms = state.clock.now_ms() + 1;
+            let cutoffs = node::jobs::compaction::Cutoffs {
+                changes_ms: now_ms,
+                requests_ms: now_ms,
+            };
+            let mutation = node::jobs::compaction::step(&settings, cutoffs);
             node::replica::write::propose(state, vec![mutation])
                 .await
                 .map_err(|e| format!("compact: {e}"))?;

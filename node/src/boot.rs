@@ -293,6 +293,11 @@ pub async fn start_with_clock(
         state_machine.stats(),
     ));
     let applied_pk = state_machine.applied_pk();
+    // Stamped time never goes backwards, nor below the last applied time.
+    let clock: Arc<dyn Clock> = Arc::new(crate::clock::StampClock::new(
+        clock,
+        state_machine.applied_stamp_ms(),
+    ));
 
     let tls_paths = transport::tls::TlsPaths {
         ca_cert: config.tls.ca_cert.clone(),

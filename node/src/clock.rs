@@ -1,6 +1,15 @@
 //! Time and randomness, passed in so tests can control them. The leader
 //! stamps both into commands before proposing; apply never reads either.
+//!
+//! A node's clock is a [`StampClock`] over the system clock: the time it
+//! gives never goes backwards, neither below what it gave before nor below
+//! the last time applied (so a new leader whose clock is behind stamps no
+//! earlier than its predecessor). A backward jump stamps the last stamped
+//! time until the clock catches up; apply itself also never moves time
+//! back (`storage::ReadView::stamp_ms`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time and fresh ids.
@@ -25,6 +34,50 @@ impl Clock for SystemClock {
 
     fn random_u64(&self) -> u64 {
         rand::random()
+    }
+}
+
+/// A clock that never goes backwards: the greatest of its source's time,
+/// the last time it gave and the last time applied.
+pub struct StampClock {
+    source: Arc<dyn Clock>,
+    last_ms: AtomicU64,
+    applied_ms: Arc<AtomicU64>,
+}
+
+impl StampClock {
+    /// `source`'s time, never below itself nor below `applied_ms` (the
+    /// state machine's [`crate::raft::state_machine::StateMachine::applied_stamp_ms`]).
+    pub fn new(source: Arc<dyn Clock>, applied_ms: Arc<AtomicU64>) -> StampClock {
+        StampClock {
+            source,
+            last_ms: AtomicU64::new(0),
+            applied_ms,
+        }
+    }
+}
+
+impl std::fmt::Debug for StampClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StampClock")
+            .field("last_ms", &self.last_ms.load(Ordering::Relaxed))
+            .field("applied_ms", &self.applied_ms.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clock for StampClock {
+    fn now_ms(&self) -> u64 {
+        let now_ms = self
+            .source
+            .now_ms()
+            .max(self.applied_ms.load(Ordering::Acquire));
+        let before_ms = self.last_ms.fetch_max(now_ms, Ordering::AcqRel);
+        before_ms.max(now_ms)
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.source.random_u64()
     }
 }
 
@@ -67,7 +120,6 @@ fn push_base32(out: &mut String, value: u128, chars: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     struct Stepping {
         now_ms: AtomicU64,
@@ -97,6 +149,49 @@ mod tests {
             assert!(id.starts_with("dep_"));
             assert!(id[4..].bytes().all(|b| ALPHABET.contains(&b)), "{id}");
         }
+    }
+
+    /// A clock set by hand.
+    struct Manual(AtomicU64);
+
+    impl Clock for Manual {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+        fn random_u64(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn a_backward_jump_stamps_the_last_stamped_time() {
+        let source = Arc::new(Manual(AtomicU64::new(10_000)));
+        let applied = Arc::new(AtomicU64::new(0));
+        let clock = StampClock::new(source.clone(), applied.clone());
+        assert_eq!(clock.now_ms(), 10_000);
+        // An hour back: the stamp stays until the clock catches up.
+        source.0.store(0, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 10_000);
+        source.0.store(9_999, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 10_000);
+        source.0.store(10_500, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 10_500);
+        // Forward jumps pass through (compaction bounds their effect).
+        source.0.store(99_000, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 99_000);
+    }
+
+    #[test]
+    fn a_new_leader_never_stamps_below_the_last_applied_time() {
+        // This node's clock is behind what the old leader stamped.
+        let source = Arc::new(Manual(AtomicU64::new(5_000)));
+        let applied = Arc::new(AtomicU64::new(8_000));
+        let clock = StampClock::new(source.clone(), applied.clone());
+        assert_eq!(clock.now_ms(), 8_000);
+        applied.store(9_000, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 9_000);
+        source.0.store(12_000, Ordering::Relaxed);
+        assert_eq!(clock.now_ms(), 12_000);
     }
 
     #[test]

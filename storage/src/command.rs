@@ -140,6 +140,9 @@ pub enum Mutation {
         rows_max: u32,
         /// Request records created at or after this time are kept.
         requests_created_before_ms: UnixMs,
+        /// The newest change rows always kept, however old: a step never
+        /// deletes a row with `pk > last_pk - keep_rows_min`.
+        keep_rows_min: u64,
     },
     /// An operator request made with an id, wrapping the mutation it
     /// proposes. Apply looks the id up: recorded with the same fingerprint,
@@ -576,4 +579,7 @@ pub struct ApplyResult {
     pub outcomes: Vec<Vec<MutationResult>>,
     /// The newest pk after the batch: wake the watchers waiting past it.
     pub last_pk: Pk,
+    /// The time the batch's last command applied at (never less than an
+    /// earlier batch's).
+    pub stamp_ms: UnixMs,
 }

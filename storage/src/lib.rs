@@ -308,6 +308,7 @@ mod tests {
                     created_before_ms: 2,
                     rows_max: 1,
                     requests_created_before_ms: 0,
+                    keep_rows_min: 0,
                 }],
             };
             store

@@ -16,6 +16,7 @@ use wire::digest::Fnv1a;
 use wire::model::{
     ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
     JournalEntry, Pk, Region, Resource, ResourceKey, ResourceType, Sentinel, SentinelStatus,
+    UnixMs,
 };
 use wire::rollout::Rollout;
 
@@ -61,6 +62,7 @@ pub struct ReadView {
     notify_event_seq: u64,
     delivery_seq: u64,
     notify_dropped: u64,
+    stamp_ms: UnixMs,
     raft_meta: Option<RaftMeta>,
     // Dropped after the tables.
     _txn: ReadTransaction,
@@ -98,6 +100,7 @@ impl ReadView {
         let notify_event_seq = meta_u64(meta::NOTIFY_EVENT_SEQ)?;
         let delivery_seq = meta_u64(meta::DELIVERY_SEQ)?;
         let notify_dropped = meta_u64(meta::NOTIFY_DROPPED)?;
+        let stamp_ms = meta_u64(meta::STAMP_MS)?;
         let raft_meta = match (
             load_raw(&metadata, meta::RAFT_APPLIED)?,
             load_raw(&metadata, meta::RAFT_MEMBERSHIP)?,
@@ -180,6 +183,7 @@ impl ReadView {
             notify_event_seq,
             delivery_seq,
             notify_dropped,
+            stamp_ms,
             raft_meta,
             _txn: txn,
         })
@@ -677,6 +681,31 @@ impl ReadView {
         self.notify_dropped
     }
 
+    /// The greatest time apply has used (the newest command's `now_ms`,
+    /// never decreasing; 0 before the first command).
+    pub fn stamp_ms(&self) -> UnixMs {
+        self.stamp_ms
+    }
+
+    /// The time of the oldest change row still kept (`None`: the log is
+    /// empty).
+    pub fn oldest_change_ms(&self) -> Result<Option<UnixMs>> {
+        let Some((key, value)) = self.changes.first().ctx_table(OP, name::CHANGES)? else {
+            return Ok(None);
+        };
+        let row: ChangeRow = tables::decode(name::CHANGES, &key.value(), value.value())?;
+        Ok(Some(row.created_at_ms))
+    }
+
+    /// The time of the oldest request record still kept (`None`: none).
+    pub fn oldest_request_ms(&self) -> Result<Option<UnixMs>> {
+        let first = self
+            .requests_by_age
+            .first()
+            .ctx_table(OP, name::REQUESTS_BY_AGE)?;
+        Ok(first.map(|(key, _)| key.value().0))
+    }
+
     /// How many request records are kept.
     pub fn request_count(&self) -> Result<u64> {
         self.requests.len().ctx_table(OP, name::REQUESTS)
@@ -685,8 +714,9 @@ impl ReadView {
     /// A deterministic hash (FNV-1a, 64 bits) of every state table, the
     /// change log, its index, the request records and their index,
     /// `last_pk`, `floor_pk` and the schema version,
-    /// for comparing replicas at the same applied index. The Raft metadata is
-    /// left out. It hashes redb's key encoding, so compare replicas running
+    /// for comparing replicas at the same applied index. The Raft metadata and
+    /// the applied time ([`ReadView::stamp_ms`], which every command moves,
+    /// so a refused one would seem to write) are left out. It hashes redb's key encoding, so compare replicas running
     /// the same redb major version.
     pub fn state_hash(&self) -> Result<u64> {
         let mut hash = Fnv1a::new();

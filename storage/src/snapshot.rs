@@ -751,6 +751,7 @@ mod tests {
                 created_before_ms: 15,
                 rows_max: 3,
                 requests_created_before_ms: 0,
+                keep_rows_min: 0,
             }],
         );
         store

@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -163,6 +163,10 @@ pub mod meta {
     /// `u64` little-endian: deliveries never stored because the table was
     /// full of undelivered ones.
     pub const NOTIFY_DROPPED: &str = "notify_dropped";
+    /// `u64` little-endian: the time apply last used (the greatest command
+    /// `now_ms` so far): a command stamped earlier applies at this time, so
+    /// applied time never goes backwards.
+    pub const STAMP_MS: &str = "stamp_ms";
 }
 
 /// One row of the change log: a pointer to the resource that changed, never

@@ -135,6 +135,7 @@ fn mutations() -> Vec<Mutation> {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
             requests_created_before_ms: NOW_MS - 86_400_000,
+            keep_rows_min: 10_000,
         },
         Mutation::AddRegion {
             name: "eu-west".into(),
@@ -407,6 +408,7 @@ fn populated(store: &Store) {
                 created_before_ms: NOW_MS + 1,
                 rows_max: 2,
                 requests_created_before_ms: 0,
+                keep_rows_min: 0,
             },
         ],
     ];

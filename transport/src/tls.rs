@@ -22,11 +22,16 @@ use crate::verify::NodeCertVerifier;
 /// A connection without traffic (keep-alives included) for this long is
 /// closed. It is how a peer that died without closing (SIGKILL, power
 /// loss; UDP has no reset) is noticed, so it is short: an agent or client
-/// on a dead node's connection fails over within this time.
-pub const IDLE_TIMEOUT_MS: u32 = 2_000;
+/// on a dead node's connection fails over within this time. Calls are
+/// safe to resend elsewhere (state-changing ones carry a request id), so
+/// this is well under a second: the leader SIGKILLed, writes resume in
+/// about this long (`bench failover`). It stays far above a loopback or
+/// LAN round trip, and above the Raft heartbeat (100 ms), so a live but
+/// busy peer keeps its connection.
+pub const IDLE_TIMEOUT_MS: u32 = 800;
 /// Interval of keep-alive packets, a quarter of [`IDLE_TIMEOUT_MS`], so an
 /// idle connection to a live peer stays open through a lost packet or two.
-pub const KEEP_ALIVE_INTERVAL_MS: u64 = 500;
+pub const KEEP_ALIVE_INTERVAL_MS: u64 = 200;
 /// Most bidirectional streams (calls) open at once on one connection.
 pub const BIDI_STREAMS_MAX: u32 = 1_024;
 /// Unidirectional streams are not used.

@@ -63,7 +63,9 @@ pub const NOTICE_QUEUE_MAX: usize = 1_024;
 /// Most namespaces whose pods are watched.
 pub const WATCHED_NAMESPACES_MAX: usize = 64;
 
-/// The time of an instance report, in Unix milliseconds.
+/// The time of an instance report, in Unix milliseconds: a timestamp
+/// only. Every wait (the gather delay, retries, the breaker) is measured
+/// on tokio's monotonic clock, so a wall-clock jump moves no wait.
 pub type Clock = Arc<dyn Fn() -> UnixMs + Send + Sync>;
 
 /// The system clock as a [`Clock`].
@@ -280,7 +282,7 @@ impl Reporter {
             statuses.iter().for_each(|s| self.sentinels.requeue(s));
             return Some(self.retry.next_delay(&mut self.rng));
         }
-        if let Some(wait) = self.breaker.wait(now_ms) {
+        if let Some(wait) = self.breaker.wait(Instant::now()) {
             return Some(wait);
         }
         let Some(pending) = self.pending() else {
@@ -317,12 +319,12 @@ impl Reporter {
         if failed {
             // One failure per flush: the calls of a flush fail together
             // when ctrl is down.
-            let opened = self.breaker.failure((self.clock)());
+            let opened = self.breaker.failure(Instant::now());
             if opened {
                 self.counters.breaker_open.store(1, Ordering::Relaxed);
             }
             let delay = self.retry.next_delay(&mut self.rng);
-            let wait = self.breaker.wait((self.clock)()).unwrap_or_default();
+            let wait = self.breaker.wait(Instant::now()).unwrap_or_default();
             return Some(delay.max(wait));
         }
         self.breaker.success();

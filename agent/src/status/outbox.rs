@@ -8,14 +8,17 @@
 //!   nothing changed.
 //! - [`Breaker`]: after [`BREAKER_FAILURES_MAX`] failed calls in a row, no
 //!   call is made for [`BREAKER_OPEN_MS`]; then one call probes (half
-//!   open), and a success closes it. Time is passed in.
+//!   open), and a success closes it. Time is passed in, on a monotonic
+//!   clock ([`Instant`]): a wall-clock jump cannot hold it open.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use wire::agent::DeploymentReport;
-use wire::model::{ApplyReport, SentinelStatus, UnixMs};
+use wire::model::{ApplyReport, SentinelStatus};
 
 use crate::state::{LocalState, StateError};
 
@@ -28,29 +31,30 @@ pub const BREAKER_OPEN_MS: u64 = 10_000;
 #[derive(Debug, Clone, Default)]
 pub struct Breaker {
     failures: u32,
-    open_until_ms: Option<UnixMs>,
+    open_until: Option<Instant>,
 }
 
 impl Breaker {
-    /// How long calls must still wait, if the breaker is open at `now_ms`
-    /// (`None`: closed or half open, a call may go).
-    pub fn wait(&self, now_ms: UnixMs) -> Option<Duration> {
-        self.open_until_ms
-            .filter(|&until| until > now_ms)
-            .map(|until| Duration::from_millis(until - now_ms))
+    /// How long calls must still wait, if the breaker is open at `now`
+    /// (`None`: closed or half open, a call may go). Never more than
+    /// [`BREAKER_OPEN_MS`].
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        self.open_until
+            .filter(|&until| until > now)
+            .map(|until| until.saturating_duration_since(now))
     }
 
     /// Records a successful call: the breaker closes.
     pub fn success(&mut self) {
         self.failures = 0;
-        self.open_until_ms = None;
+        self.open_until = None;
     }
 
-    /// A failed call at `now_ms`; returns whether the breaker (re)opened.
-    pub fn failure(&mut self, now_ms: UnixMs) -> bool {
+    /// A failed call at `now`; returns whether the breaker (re)opened.
+    pub fn failure(&mut self, now: Instant) -> bool {
         self.failures = self.failures.saturating_add(1);
         if self.failures >= BREAKER_FAILURES_MAX {
-            self.open_until_ms = Some(now_ms.saturating_add(BREAKER_OPEN_MS));
+            self.open_until = Some(now + Duration::from_millis(BREAKER_OPEN_MS));
             return true;
         }
         false
@@ -161,7 +165,7 @@ fn without_times(report: &DeploymentReport) -> DeploymentReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::model::{Instance, InstanceStatus};
+    use wire::model::{Instance, InstanceStatus, UnixMs};
 
     fn report(id: &str, status: InstanceStatus, at_ms: UnixMs) -> DeploymentReport {
         DeploymentReport::Instances {
@@ -241,22 +245,24 @@ mod tests {
 
     #[test]
     fn the_breaker_opens_after_repeated_failures_and_closes_on_success() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
         let mut breaker = Breaker::default();
         for i in 1..BREAKER_FAILURES_MAX {
-            assert!(!breaker.failure(100));
-            assert_eq!(breaker.wait(100), None, "closed after {i} failures");
+            assert!(!breaker.failure(at(100)));
+            assert_eq!(breaker.wait(at(100)), None, "closed after {i} failures");
         }
-        assert!(breaker.failure(100));
+        assert!(breaker.failure(at(100)));
         assert_eq!(
-            breaker.wait(100),
+            breaker.wait(at(100)),
             Some(Duration::from_millis(BREAKER_OPEN_MS))
         );
         assert_eq!(
-            breaker.wait(100 + BREAKER_OPEN_MS - 1),
+            breaker.wait(at(100 + BREAKER_OPEN_MS - 1)),
             Some(Duration::from_millis(1))
         );
         // Half open: one probe may go; its failure opens it again.
-        let probe_at = 100 + BREAKER_OPEN_MS;
+        let probe_at = at(100 + BREAKER_OPEN_MS);
         assert_eq!(breaker.wait(probe_at), None);
         assert!(breaker.failure(probe_at));
         assert!(breaker.wait(probe_at).is_some());

@@ -57,6 +57,8 @@ pub(crate) struct MemoryNode {
     applied: watch::Sender<u64>,
     proposals: AtomicUsize,
     keyring: transport::sealing::Keyring,
+    /// Added to [`NOW_MS`] in the commands proposed ([`MemoryNode::advance_ms`]).
+    offset_ms: AtomicU64,
 }
 
 /// The secrets key of [`MemoryNode`] (a test key, never a real one).
@@ -100,6 +102,7 @@ impl MemoryNode {
             clock: CountingClock::default(),
             applied: watch::Sender::new(0),
             proposals: AtomicUsize::new(0),
+            offset_ms: AtomicU64::new(0),
             keyring: transport::sealing::Keyring::parse(
                 std::path::Path::new("test.key"),
                 TEST_SECRETS_KEY,
@@ -113,7 +116,12 @@ impl MemoryNode {
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        NOW_MS
+        NOW_MS + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Moves the time stamped into later proposals `ms` ahead.
+    pub(crate) fn advance_ms(&self, ms: u64) {
+        self.offset_ms.fetch_add(ms, Ordering::Relaxed);
     }
 
     /// Commands proposed so far.
@@ -126,7 +134,7 @@ impl Propose for MemoryNode {
     async fn propose(&self, mutations: Vec<Mutation>) -> Result<Vec<MutationResult>, WireError> {
         self.proposals.fetch_add(1, Ordering::Relaxed);
         let command = Command {
-            now_ms: NOW_MS,
+            now_ms: self.now_ms(),
             mutations,
         };
         let index = *self.applied.borrow() + 1;

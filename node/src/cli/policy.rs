@@ -162,7 +162,9 @@ pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> 
         };
         match client.call(&request).await? {
             OperatorResponse::Policies(page) => {
-                let done = page.len() < usize::try_from(LIST_PAGE)?;
+                // A page is cut by bytes too: only an empty one ends the
+                // list.
+                let done = page.is_empty();
                 all.extend(page);
                 if done {
                     break;

@@ -18,6 +18,7 @@
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -74,6 +75,9 @@ struct SnapshotFile {
 pub struct StateMachine {
     store: SharedStore,
     applied_pk: watch::Sender<Pk>,
+    /// The greatest time apply has used (`ReadView::stamp_ms`), which the
+    /// node's stamp clock never goes below.
+    applied_stamp_ms: Arc<AtomicU64>,
     last_applied: Applied,
     membership: Membership,
     snapshot_dir: PathBuf,
@@ -91,9 +95,11 @@ impl StateMachine {
         let view = store.read().map_err(sm_read_err)?;
         let (last_applied, membership) = decode_meta(view.raft_meta())?;
         let (applied_pk, _) = watch::channel(view.last_pk());
+        let applied_stamp_ms = Arc::new(AtomicU64::new(view.stamp_ms()));
         Ok(StateMachine {
             store,
             applied_pk,
+            applied_stamp_ms,
             last_applied,
             membership,
             snapshot_dir: snapshot_dir.to_path_buf(),
@@ -105,6 +111,12 @@ impl StateMachine {
     /// The apply batch sizes and snapshot timings.
     pub fn stats(&self) -> ApplyStats {
         self.stats.clone()
+    }
+
+    /// The greatest time apply has used, kept up to date after every apply
+    /// and snapshot install (for [`crate::clock::StampClock`]).
+    pub fn applied_stamp_ms(&self) -> Arc<AtomicU64> {
+        self.applied_stamp_ms.clone()
     }
 
     /// Subscribes to the last applied change pk.
@@ -247,6 +259,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.last_applied = last_applied;
         self.membership = membership;
         self.applied_pk.send_replace(applied.last_pk);
+        self.applied_stamp_ms
+            .fetch_max(applied.stamp_ms, Ordering::AcqRel);
         Ok(applied
             .outcomes
             .into_iter()
@@ -292,6 +306,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             },
         )?;
         self.applied_pk.send_replace(view.last_pk());
+        self.applied_stamp_ms
+            .fetch_max(view.stamp_ms(), Ordering::AcqRel);
         self.stats
             .snapshot_install_seconds
             .observe(started.elapsed().as_secs_f64());

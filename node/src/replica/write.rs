@@ -30,6 +30,7 @@ use super::NodeState;
 use super::leader::{Turn, until_answered};
 use crate::app::ReadState;
 use crate::raft::Committed;
+use crate::raft::network::ForwardError;
 
 /// Proposes one command and waits (bounded) for its outcomes.
 pub async fn propose(
@@ -69,10 +70,22 @@ pub async fn propose(
             now_ms: state.clock.now_ms(),
             mutations: mutations.clone(),
         };
-        let forwarded = state
-            .network
-            .forward(leader, &node, command, remaining)
-            .await;
+        let forward = state.network.forward(leader, &node, command, remaining);
+        // A leader that died (SIGKILL: its connection silent until the
+        // idle timeout) is given up on as soon as this node sees another
+        // leader; the write is retried there (a retried operator write
+        // carries its request id, a workflow's its guard).
+        let wait = state.raft.wait(Some(remaining));
+        let deposed = wait.metrics(
+            move |m| m.current_leader.is_some_and(|id| id != leader),
+            "another leader",
+        );
+        let forwarded = tokio::select! {
+            forwarded = forward => forwarded,
+            Ok(_) = deposed => Err(ForwardError::Failed(format!(
+                "node {leader} is no longer the leader"
+            ))),
+        };
         if let Ok(committed) = &forwarded {
             caught_up(state, committed.log_index, deadline).await;
         }

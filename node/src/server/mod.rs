@@ -7,6 +7,7 @@
 pub mod agent;
 mod call;
 pub mod operator;
+pub mod page;
 pub mod raft;
 pub mod watch;
 

@@ -4,7 +4,8 @@
 //! state hashes in [`crate::replica`] — and the answer back. A request
 //! that changes state and carries a request id is applied once per id
 //! ([`crate::app::requests::apply_once`]), with the caller's certificate
-//! identity as its actor; the other requests ignore the id.
+//! identity as its actor; the other requests ignore the id. A list reply
+//! is cut to fit one frame ([`super::page`]).
 
 use std::time::Instant;
 
@@ -198,7 +199,10 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
             crate::app::secrets::names_only(&mut deployment.spec);
             OperatorResponse::Updated(deployment)
         }
-        Ok(response) => response,
+        Ok(response) => super::page::bounded(
+            response,
+            super::page::items_bytes_max(state.limits.frame_bytes_max),
+        ),
         Err(e) => OperatorResponse::Error(e),
     }
 }

@@ -389,6 +389,7 @@ mod tests {
             created_before_ms: n,
             rows_max: 1,
             requests_created_before_ms: n,
+            keep_rows_min: 0,
         };
         // By count.
         let many: Vec<Mutation> = (0..600).map(compact).collect();

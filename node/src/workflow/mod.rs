@@ -133,6 +133,7 @@ mod tests {
             created_before_ms: 1,
             rows_max: 1,
             requests_created_before_ms: 1,
+            keep_rows_min: 0,
         };
         decision.merge(Decision::propose(vec![compact.clone()]));
         assert_eq!(decision.proposals, vec![compact]);

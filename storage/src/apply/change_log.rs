@@ -47,14 +47,17 @@ impl Applier<'_> {
         created_before_ms: UnixMs,
         rows_max: u32,
         requests_created_before_ms: UnixMs,
+        keep_rows_min: u64,
     ) -> Result<MutationResult> {
         if rows_max > COMPACT_ROWS_MAX {
             return Ok(bad_request(format!(
                 "a compaction step deletes at most {COMPACT_ROWS_MAX} rows, not {rows_max}"
             )));
         }
-        // The oldest rows, in pk order, while they are old enough: the log
-        // stays a contiguous range `floor_pk + 1 ..= last_pk`.
+        // The oldest rows, in pk order, while they are old enough and not
+        // among the newest `keep_rows_min`: the log stays a contiguous
+        // range `floor_pk + 1 ..= last_pk`.
+        let deletable_up_to = self.last_pk.saturating_sub(keep_rows_min);
         let mut doomed: Vec<(Pk, String)> = Vec::new();
         for entry in self
             .t
@@ -64,6 +67,9 @@ impl Applier<'_> {
             .take(rows_max as usize)
         {
             let (key, value) = entry.ctx_table(OP, name::CHANGES)?;
+            if key.value() > deletable_up_to {
+                break;
+            }
             let row: ChangeRow = tables::decode(name::CHANGES, &key.value(), value.value())?;
             if row.created_at_ms >= created_before_ms {
                 break;
@@ -124,6 +130,7 @@ mod tests {
             created_before_ms,
             rows_max,
             requests_created_before_ms: 0,
+            keep_rows_min: 0,
         };
         // Old enough: the first four; at most two per step.
         let out = apply_one(&store, 60, vec![compact(45, 2)]);
@@ -171,5 +178,76 @@ mod tests {
         assert_eq!(view.changes_after("eu", 0, 10).unwrap().len(), 1);
         // The policies themselves are untouched.
         assert_eq!(view.region_resources("us", None, 10).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn compaction_keeps_the_newest_rows_however_old() {
+        let store = store();
+        for i in 0..5u64 {
+            apply_one(
+                &store,
+                10 + i,
+                vec![Mutation::UpsertCiliumNetworkPolicy(policy(
+                    &format!("p{i}"),
+                    "eu",
+                ))],
+            );
+        }
+        // Every row is old enough (a clock far ahead), yet three stay.
+        let compact = Mutation::Compact {
+            created_before_ms: u64::MAX,
+            rows_max: 100,
+            requests_created_before_ms: 0,
+            keep_rows_min: 3,
+        };
+        let out = apply_one(&store, 1_000_000, vec![compact.clone(), compact]);
+        assert_eq!(
+            out,
+            vec![
+                Ok(Outcome::Compacted {
+                    rows_deleted: 2,
+                    floor_pk: 2,
+                    requests_deleted: 0,
+                }),
+                Ok(Outcome::Compacted {
+                    rows_deleted: 0,
+                    floor_pk: 2,
+                    requests_deleted: 0,
+                })
+            ]
+        );
+        assert_eq!(all_changes(&store).len(), 3);
+    }
+
+    #[test]
+    fn applied_time_never_goes_backwards() {
+        let store = store();
+        apply_one(
+            &store,
+            5_000,
+            vec![Mutation::UpsertCiliumNetworkPolicy(policy("p0", "eu"))],
+        );
+        // A command stamped earlier (a clock jumped back) applies at 5,000.
+        apply_one(
+            &store,
+            1_000,
+            vec![Mutation::UpsertCiliumNetworkPolicy(policy("p1", "eu"))],
+        );
+        let view = store.read().unwrap();
+        assert_eq!(view.stamp_ms(), 5_000);
+        let times: Vec<u64> = view
+            .changes_after("eu", 0, 10)
+            .unwrap()
+            .iter()
+            .map(|(_, row)| row.created_at_ms)
+            .collect();
+        assert_eq!(times, vec![5_000, 5_000]);
+        drop(view);
+        apply_one(
+            &store,
+            7_000,
+            vec![Mutation::UpsertCiliumNetworkPolicy(policy("p2", "eu"))],
+        );
+        assert_eq!(store.read().unwrap().stamp_ms(), 7_000);
     }
 }

@@ -1,6 +1,6 @@
 //! What every batch commits besides its mutations: the pk counter
 //! (`last_pk`), the compaction floor (`floor_pk`), the journal's sequence
-//! number, and the Raft applied log
+//! number, the applied time (`stamp_ms`), and the Raft applied log
 //! id and membership (opaque bytes from the caller). They are read once
 //! when the batch starts and written once when it ends, in the batch's
 //! transaction, so the applied index is always committed with the state it
@@ -24,12 +24,14 @@ impl<'t> Applier<'t> {
         let last_pk = meta_u64(meta::LAST_PK)?;
         let floor_pk = meta_u64(meta::FLOOR_PK)?;
         let journal_seq = meta_u64(meta::JOURNAL_SEQ)?;
+        let stamp_ms = meta_u64(meta::STAMP_MS)?;
         Ok(Applier {
             t,
             last_pk,
             floor_pk,
             journal_seq,
-            now_ms: 0,
+            now_ms: stamp_ms,
+            stamp_ms,
             caller: None,
             requests_max,
             deliveries_max: super::notify::DELIVERIES_MAX,
@@ -43,6 +45,7 @@ impl<'t> Applier<'t> {
         self.t.put_meta_u64(meta::LAST_PK, self.last_pk)?;
         self.t.put_meta_u64(meta::FLOOR_PK, self.floor_pk)?;
         self.t.put_meta_u64(meta::JOURNAL_SEQ, self.journal_seq)?;
+        self.t.put_meta_u64(meta::STAMP_MS, self.stamp_ms)?;
         self.t.put_raft_meta(raft)
     }
 }

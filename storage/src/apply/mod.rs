@@ -102,7 +102,7 @@ impl Store {
         };
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
-        let (outcomes, last_pk, delta) = {
+        let (outcomes, last_pk, stamp_ms, delta) = {
             let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             applier.deliveries_max = self.deliveries_max;
             let mut outcomes = Vec::with_capacity(entries.len());
@@ -113,13 +113,17 @@ impl Store {
                 });
             }
             applier.finish(raft)?;
-            (outcomes, applier.last_pk, applier.counts)
+            (outcomes, applier.last_pk, applier.stamp_ms, applier.counts)
         };
         txn.commit().ctx("apply: commit")?;
         if let Some(counts) = counts.as_mut() {
             counts.add(&delta);
         }
-        Ok(ApplyResult { outcomes, last_pk })
+        Ok(ApplyResult {
+            outcomes,
+            last_pk,
+            stamp_ms,
+        })
     }
 }
 
@@ -132,8 +136,11 @@ struct Applier<'t> {
     floor_pk: Pk,
     /// The sequence number of the newest journal entry.
     journal_seq: u64,
-    /// `now_ms` of the command being applied.
+    /// The time of the command being applied: its `now_ms`, or
+    /// `stamp_ms` when the command was stamped earlier than that.
     now_ms: UnixMs,
+    /// The greatest time applied so far (stored under `meta::STAMP_MS`).
+    stamp_ms: UnixMs,
     /// Who asked for the mutation being applied, while the inner mutation
     /// of a [`Mutation::Request`] applies (`None` otherwise): for apply
     /// code that records who asked.
@@ -148,7 +155,11 @@ struct Applier<'t> {
 
 impl Applier<'_> {
     fn command(&mut self, command: &Command) -> Result<Vec<MutationResult>> {
-        self.now_ms = command.now_ms;
+        // Applied time never goes backwards: a leader whose clock jumped
+        // back (or a new leader whose clock is behind) applies at the
+        // last applied time.
+        self.now_ms = command.now_ms.max(self.stamp_ms);
+        self.stamp_ms = self.now_ms;
         command
             .mutations
             .iter()
@@ -183,7 +194,13 @@ impl Applier<'_> {
                 created_before_ms,
                 rows_max,
                 requests_created_before_ms,
-            } => self.compact(*created_before_ms, *rows_max, *requests_created_before_ms),
+                keep_rows_min,
+            } => self.compact(
+                *created_before_ms,
+                *rows_max,
+                *requests_created_before_ms,
+                *keep_rows_min,
+            ),
             Mutation::Deploy(transition) => self.deploy_transition(transition),
             Mutation::CancelDeployment { deployment_id } => self.cancel_deployment(deployment_id),
             Mutation::Rollback { environment_id, to } => {

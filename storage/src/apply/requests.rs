@@ -285,6 +285,7 @@ mod tests {
             created_before_ms: 0,
             rows_max,
             requests_created_before_ms,
+            keep_rows_min: 0,
         };
         // Older than 35: three records, at most two per step.
         let out = apply_one(&store, 50, vec![compact(35, 2)]);
@@ -391,6 +392,7 @@ mod tests {
                 created_before_ms: 0,
                 rows_max: 10,
                 requests_created_before_ms: 11,
+                keep_rows_min: 0,
             }],
         );
         assert!(

@@ -42,6 +42,7 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
                 created_before_ms: 0,
                 rows_max: COMPACT_ROWS_MAX + 1,
                 requests_created_before_ms: 0,
+                keep_rows_min: 0,
             },
             Mutation::UpsertCiliumNetworkPolicy(policy("p", "eu")),
         ],
@@ -362,6 +363,7 @@ mod model {
                                 created_before_ms: now.saturating_sub(*age_ms),
                                 rows_max: *rows_max,
                                 requests_created_before_ms: 0,
+                                keep_rows_min: 0,
                             }],
                             other => mutation(other),
                         });

@@ -9,6 +9,7 @@
 //!     cargo run --release -p integration --bin bench -- fan-out --watchers 1000
 //!     cargo run --release -p integration --bin bench -- watch-throughput --writers 64
 //!     cargo run --release -p integration --bin bench -- rollout --resources 1000 --count 3
+//!     cargo run --release -p integration --bin bench -- failover --count 10
 //!
 //! - [`watch`]: ctrl alone (a deploy to the change event at a watcher).
 //! - [`writes`]: a three-node cluster under concurrent writers.
@@ -21,11 +22,14 @@
 //!   [`throughput`] (changes/s one watcher keeps up with).
 //! - [`rollout`]: a fleet rollout of a sentinel image over 1,000
 //!   sentinels: total time and the workflow's overhead per wave.
+//! - [`failover`]: the leader SIGKILLed under write load: kill → first
+//!   write accepted.
 
 #![forbid(unsafe_code)]
 
 mod change;
 mod common;
+mod failover;
 mod fanout;
 mod fullsync;
 mod krane;
@@ -137,6 +141,10 @@ enum Scenario {
     /// open, one node process, the median of `--count` rounds (default 5);
     /// its background CPU measured apart and subtracted.
     Scrape,
+    /// Three node processes under write load; the leader SIGKILLed
+    /// `--count` times (default 10): kill → first write sent after the
+    /// kill acknowledged.
+    Failover,
     /// Internal: one node of a benchmark's cluster (`--config`), served
     /// until stdin closes.
     #[value(hide = true)]
@@ -205,6 +213,7 @@ async fn main() -> Result<()> {
             )
             .await
         }
+        Scenario::Failover => failover::failover(args.count.unwrap_or(10)).await,
         Scenario::ServeNode => {
             let config = args.config.context("serve-node needs --config FILE")?;
             integration::processes::serve_until_stdin_closes(&config).await

@@ -114,7 +114,8 @@ pub(crate) async fn scrape(deployments: usize, watchers: usize, rounds: usize) -
         let idle_from = cpu_seconds(Some(pid))?;
         let idle_started = Instant::now();
         tokio::time::sleep(IDLE_WINDOW).await;
-        let idle_rate = (cpu_seconds(Some(pid))? - idle_from) / idle_started.elapsed().as_secs_f64();
+        let idle_rate =
+            (cpu_seconds(Some(pid))? - idle_from) / idle_started.elapsed().as_secs_f64();
         let burst_from = cpu_seconds(Some(pid))?;
         let burst_started = Instant::now();
         for _ in 0..SCRAPES_PER_BURST {

@@ -273,6 +273,7 @@ mod tests {
                     created_before_ms: 0,
                     rows_max: 1,
                     requests_created_before_ms: 0,
+                    keep_rows_min: 0,
                 })
                 .collect(),
             bytes,
