@@ -21,7 +21,7 @@ use wire::model::{ResourceKey, ResourceType, UnixMs};
 use crate::error::{Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -163,6 +163,9 @@ pub mod meta {
     /// `u64` little-endian: deliveries never stored because the table was
     /// full of undelivered ones.
     pub const NOTIFY_DROPPED: &str = "notify_dropped";
+    /// postcard [`crate::command::ClusterIdentity`]: the cluster's id and
+    /// epoch (absent until the first leader records them).
+    pub const CLUSTER_IDENTITY: &str = "cluster_identity";
 }
 
 /// One row of the change log: a pointer to the resource that changed, never
