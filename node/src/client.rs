@@ -278,9 +278,21 @@ impl Client {
         }
     }
 
-    /// Opens a watch of `region` from `cursor` on the first node that
-    /// accepts a connection.
+    /// Opens a watch of `region` from `cursor`, in no particular cluster
+    /// epoch (the node trusts the cursor), on the first node that accepts
+    /// a connection.
     pub async fn watch(&self, region: &str, cursor: Pk) -> Result<WatchStream, ClientError> {
+        self.watch_in_epoch(region, cursor, 0).await
+    }
+
+    /// Opens a watch of `region` from `cursor`, taken in cluster epoch
+    /// `epoch` (0: unknown), on the first node that accepts a connection.
+    pub async fn watch_in_epoch(
+        &self,
+        region: &str,
+        cursor: Pk,
+        epoch: u64,
+    ) -> Result<WatchStream, ClientError> {
         let (connection, _) = transport::endpoint::connect_any(
             &self.endpoint,
             &self.agent_tls,
@@ -295,6 +307,7 @@ impl Client {
             .send(&AgentRequest::Watch(WatchRequest {
                 region: region.to_string(),
                 cursor,
+                epoch,
             }))
             .await?;
         Ok(WatchStream {

@@ -65,8 +65,7 @@ use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
 pub use command::{
     ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, ClusterIdentity, Command,
-    Fingerprint,
-    Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
+    Fingerprint, Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
 };
 pub use error::{Result, StorageError};
 pub use read::ReadView;

@@ -911,7 +911,9 @@ mod tests {
             epoch: 99,
         };
         let meta = raft_meta(77);
-        restored.restore_snapshot(&bytes, next, meta.clone()).unwrap();
+        restored
+            .restore_snapshot(&bytes, next, meta.clone())
+            .unwrap();
         let after = restored.read().unwrap();
         assert_eq!(after.cluster_identity(), Some(next));
         assert_eq!(after.raft_meta(), Some(meta));
@@ -921,7 +923,11 @@ mod tests {
             cluster_id: 7,
             epoch: 0,
         };
-        assert!(restored.restore_snapshot(&bytes, zero, raft_meta(1)).is_err());
+        assert!(
+            restored
+                .restore_snapshot(&bytes, zero, raft_meta(1))
+                .is_err()
+        );
     }
 
     #[test]

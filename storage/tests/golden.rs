@@ -20,8 +20,8 @@ use storage::command::{
     RolloutTransition, SentinelAction, SentinelTransition,
 };
 use storage::{
-    ChangeRow, ClusterIdentity, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
-    RequestRecord, SCHEMA_VERSION, Store,
+    ChangeRow, ClusterIdentity, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome,
+    RaftMeta, RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};

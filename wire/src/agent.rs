@@ -102,8 +102,9 @@ pub struct WatchRequest {
     /// The last pk the agent applied; 0 asks for a full sync.
     pub cursor: Pk,
     /// The cluster epoch the cursor belongs to (the one of the agent's
-    /// last full sync; 0: unknown). Another epoch than the node's (the
-    /// cluster was restored from a backup) is answered by
+    /// last full sync; 0: unknown, the cursor is trusted — krane never
+    /// sends a cursor without its epoch). Another epoch than the node's
+    /// (the cluster was restored from a backup) is answered by
     /// [`WatchEvent::EpochChanged`]: the cursor means nothing there.
     pub epoch: u64,
 }

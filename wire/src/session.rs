@@ -44,11 +44,18 @@ pub enum WatchStart {
 /// the node's epoch `node_epoch`, the compaction `floor` (every change row
 /// with pk <= floor may be gone) and the node's `applied_pk`. A cursor of
 /// another epoch means nothing here (the cluster was restored): the agent
-/// must sync in full, whether its cursor is behind or ahead.
-pub fn plan_watch(cursor: Pk, epoch: u64, node_epoch: u64, floor: Pk, applied_pk: Pk) -> WatchStart {
+/// must sync in full, whether its cursor is behind or ahead. Epoch 0 is a
+/// client that does not know (a debugging watch): its cursor is trusted.
+pub fn plan_watch(
+    cursor: Pk,
+    epoch: u64,
+    node_epoch: u64,
+    floor: Pk,
+    applied_pk: Pk,
+) -> WatchStart {
     if cursor == 0 {
         WatchStart::FullSync
-    } else if epoch != node_epoch {
+    } else if epoch != 0 && epoch != node_epoch {
         WatchStart::EpochChanged { epoch: node_epoch }
     } else if cursor < floor {
         WatchStart::ResyncRequired { floor }
@@ -447,8 +454,17 @@ mod tests {
                 WatchStart::EpochChanged { epoch: 2 }
             );
         }
-        // A cursor 0 needs no epoch.
+        // A cursor 0 needs no epoch; an unknown epoch trusts the cursor.
         assert_eq!(plan_watch(0, 0, 2, 10, 20), WatchStart::FullSync);
+        assert_eq!(
+            plan_watch(15, 0, 2, 10, 20),
+            WatchStart::Incremental { after: 15 }
+        );
+        // A node with no epoch yet is another epoch than a known one.
+        assert_eq!(
+            plan_watch(15, 2, 0, 10, 20),
+            WatchStart::EpochChanged { epoch: 0 }
+        );
         assert_eq!(
             plan_watch(5, 1, 1, 10, 20),
             WatchStart::ResyncRequired { floor: 10 }
@@ -482,7 +498,11 @@ mod tests {
         assert_eq!(client.cursor(), 0);
         // Not allowed on a full-sync request, nor after the first event.
         let mut fresh = WatchClient::new(0);
-        assert!(fresh.on_event(WatchEvent::EpochChanged { epoch: 9 }).is_err());
+        assert!(
+            fresh
+                .on_event(WatchEvent::EpochChanged { epoch: 9 })
+                .is_err()
+        );
 
         let mut server = WatchServer::new();
         let mut client = WatchClient::new(0);
@@ -550,7 +570,10 @@ mod tests {
         // A full sync answering an incremental request.
         assert!(
             WatchClient::new(5)
-                .on_event(WatchEvent::SyncStart { cursor: 9, epoch: 1 })
+                .on_event(WatchEvent::SyncStart {
+                    cursor: 9,
+                    epoch: 1
+                })
                 .is_err()
         );
         // A duplicate or older change.
@@ -575,7 +598,10 @@ mod tests {
         // Mismatched sync cursors.
         let mut client = WatchClient::new(0);
         client
-            .on_event(WatchEvent::SyncStart { cursor: 3, epoch: 1 })
+            .on_event(WatchEvent::SyncStart {
+                cursor: 3,
+                epoch: 1,
+            })
             .unwrap();
         assert!(client.on_event(WatchEvent::SyncEnd { cursor: 4 }).is_err());
         // Sync items outside a sync.

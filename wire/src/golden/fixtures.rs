@@ -27,10 +27,10 @@ use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
 };
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentUpdate, DeploymentView,
-    BackupChunk, LogStatus, Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest,
-    OperatorResponse, PolicyView, RegionList, RegionView, RequestId, RolloutCommand, RolloutPlan,
-    SentinelView, StartRollout, StateHash,
+    ApplyPolicy, ApplySentinel, BackupChunk, CreateDeployment, DeliveryPage, DeploymentUpdate,
+    DeploymentView, LogStatus, Membership, NodeDiagnostics, NodeStatus, OperatorCall,
+    OperatorRequest, OperatorResponse, PolicyView, RegionList, RegionView, RequestId,
+    RolloutCommand, RolloutPlan, SentinelView, StartRollout, StateHash,
 };
 use crate::rollout::{
     MemberState, Rollout, RolloutEvent, RolloutEventKind, RolloutMember, RolloutOptions,
