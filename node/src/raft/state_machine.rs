@@ -133,6 +133,22 @@ fn decode_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
     }
 }
 
+/// The applied log id and membership a store's Raft metadata holds (for
+/// backups, restores and recovery, which read and write it offline).
+pub fn decode_raft_meta(
+    meta: Option<RaftMeta>,
+) -> StoreResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+    decode_meta(meta)
+}
+
+/// The Raft metadata of an applied log id and membership.
+pub fn encode_raft_meta(
+    applied: &Option<LogId<NodeId>>,
+    membership: &StoredMembership<NodeId, BasicNode>,
+) -> StoreResult<RaftMeta> {
+    encode_meta(applied, membership)
+}
+
 /// The applied log index recorded in a store's Raft metadata (read in the
 /// same transaction as the state it describes).
 pub fn applied_index(meta: Option<RaftMeta>) -> StoreResult<Option<u64>> {
