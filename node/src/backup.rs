@@ -147,7 +147,9 @@ pub enum BackupError {
         expected: u32,
     },
     /// The file ends inside a section.
-    #[error("truncated: the file ends in the {section} ({needed} more bytes needed at offset {offset})")]
+    #[error(
+        "truncated: the file ends in the {section} ({needed} more bytes needed at offset {offset})"
+    )]
     Truncated {
         /// The section it ends in.
         section: &'static str,
@@ -247,7 +249,11 @@ pub fn encode(
     let header_len = u32::try_from(header_bytes.len()).unwrap_or(u32::MAX);
     let ca_len = u32::try_from(ca_bytes.len()).unwrap_or(u32::MAX);
     if header_len > HEADER_BYTES_MAX {
-        return Err(too_long("header", header_len.into(), HEADER_BYTES_MAX.into()));
+        return Err(too_long(
+            "header",
+            header_len.into(),
+            HEADER_BYTES_MAX.into(),
+        ));
     }
     if ca_len > CA_BYTES_MAX {
         return Err(too_long("CA section", ca_len.into(), CA_BYTES_MAX.into()));
@@ -319,7 +325,11 @@ pub fn decode(bytes: &[u8]) -> Result<BackupFile, BackupError> {
     }
     let header_len = u32::from_le_bytes(r.array("header length")?);
     if header_len > HEADER_BYTES_MAX {
-        return Err(too_long("header", header_len.into(), HEADER_BYTES_MAX.into()));
+        return Err(too_long(
+            "header",
+            header_len.into(),
+            HEADER_BYTES_MAX.into(),
+        ));
     }
     let header_bytes = r.take("header", usize::try_from(header_len).unwrap_or(usize::MAX))?;
     let body_len = u64::from_le_bytes(r.array("body length")?);
@@ -405,7 +415,9 @@ pub fn verify(bytes: &[u8]) -> Result<Verified, BackupError> {
         )));
     }
     let store = storage::Store::in_memory().map_err(BackupError::Body)?;
-    store.import_snapshot(&file.body).map_err(BackupError::Body)?;
+    store
+        .import_snapshot(&file.body)
+        .map_err(BackupError::Body)?;
     let state_hash = store
         .read()
         .and_then(|view| view.state_hash())
@@ -497,7 +509,8 @@ pub fn seal_ca(
         .and_then(|()| ring::rand::SecureRandom::fill(&rng, &mut nonce))
         .map_err(|_| BackupError::Internal("no randomness for the CA's salt and nonce".into()))?;
     let key = ca_key(passphrase, &salt, CA_PBKDF2_ITERATIONS)?;
-    let mut data = postcard::to_allocvec(files).map_err(|e| BackupError::Internal(e.to_string()))?;
+    let mut data =
+        postcard::to_allocvec(files).map_err(|e| BackupError::Internal(e.to_string()))?;
     key.seal_in_place_append_tag(
         Nonce::assume_unique_for_key(nonce),
         Aad::from(ca_aad(header)?),
@@ -581,7 +594,10 @@ mod tests {
             );
         }
         let err = verify(&bytes[..bytes.len() - 10]).unwrap_err().to_string();
-        assert!(err.contains("truncated") && err.contains("SHA-256"), "{err}");
+        assert!(
+            err.contains("truncated") && err.contains("SHA-256"),
+            "{err}"
+        );
         let err = verify(&bytes[..40]).unwrap_err().to_string();
         assert!(err.contains("truncated") && err.contains("header"), "{err}");
         let mut long = bytes.clone();
@@ -617,7 +633,10 @@ mod tests {
         let err = verify(&encode(&lying, &body, None).unwrap()).unwrap_err();
         assert!(matches!(err, BackupError::Mismatch(_)), "{err}");
         let err = verify(&encode(&header(), b"not a snapshot", None).unwrap()).unwrap_err();
-        assert!(err.to_string().contains("state snapshot is invalid"), "{err}");
+        assert!(
+            err.to_string().contains("state snapshot is invalid"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -645,7 +664,10 @@ mod tests {
             ..header()
         };
         let moved = decode(&encode(&other, &body, Some(&sealed)).unwrap()).unwrap();
-        assert!(matches!(open_ca(&moved, passphrase), Err(BackupError::CaDecrypt)));
+        assert!(matches!(
+            open_ca(&moved, passphrase),
+            Err(BackupError::CaDecrypt)
+        ));
         assert!(matches!(
             seal_ca(&files, b"short", &header()),
             Err(BackupError::WeakPassphrase(5))

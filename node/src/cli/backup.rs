@@ -184,12 +184,13 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         .context("the output path names no file")?
         .to_string_lossy();
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut file =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename into {}", path.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename into {}", path.display()))?;
     if let Ok(dir) = std::fs::File::open(dir) {
         let _ = dir.sync_all();
     }
@@ -233,7 +234,14 @@ fn print_summary(v: &Verified) {
         println!("{table}: {count}");
     }
     println!("state hash {:016x}", v.state_hash);
-    println!("ca: {}", if v.file.ca.is_some() { "included" } else { "none" });
+    println!(
+        "ca: {}",
+        if v.file.ca.is_some() {
+            "included"
+        } else {
+            "none"
+        }
+    );
     println!("sha256 {}", hex(&v.file.sha256));
 }
 
@@ -370,11 +378,20 @@ pub(super) fn restore(args: RestoreArgs) -> Result<()> {
     log_store::write_vote_offline(&log_path, &Vote::new(header.applied_term, args.node_id))
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     if let Some(dir) = &args.ca_out {
-        let path = args.passphrase_file.as_ref().context("--ca-out needs --passphrase-file")?;
+        let path = args
+            .passphrase_file
+            .as_ref()
+            .context("--ca-out needs --passphrase-file")?;
         let files = backup::open_ca(&v.file, &passphrase(path)?)?;
         std::fs::create_dir_all(dir)?;
-        write_atomically(&dir.join(transport::certs::CA_CERT_FILE), files.cert_pem.as_bytes())?;
-        write_atomically(&dir.join(transport::certs::CA_KEY_FILE), files.key_pem.as_bytes())?;
+        write_atomically(
+            &dir.join(transport::certs::CA_CERT_FILE),
+            files.cert_pem.as_bytes(),
+        )?;
+        write_atomically(
+            &dir.join(transport::certs::CA_KEY_FILE),
+            files.key_pem.as_bytes(),
+        )?;
         println!("wrote the CA into {}", dir.display());
     }
     println!("restored; start the node with this data_dir and node_id (no peers needed)");
@@ -394,7 +411,10 @@ struct Survivor {
 fn read_survivor(dir: &Path) -> Result<Survivor> {
     let state_path = dir.join(STATE_FILE);
     if !state_path.exists() {
-        bail!("{} has no {STATE_FILE}: not a node's data directory", dir.display());
+        bail!(
+            "{} has no {STATE_FILE}: not a node's data directory",
+            dir.display()
+        );
     }
     let store = storage::Store::open(&state_path).with_context(|| {
         format!(
@@ -434,7 +454,10 @@ fn read_survivor(dir: &Path) -> Result<Survivor> {
 }
 
 fn log_id(id: Option<LogId<NodeId>>) -> String {
-    id.map_or_else(|| "-".into(), |id| format!("{}@term{}", id.index, id.leader_id.term))
+    id.map_or_else(
+        || "-".into(),
+        |id| format!("{}@term{}", id.index, id.leader_id.term),
+    )
 }
 
 pub(super) async fn recover(config: Option<&OperatorConfig>, args: RecoverArgs) -> Result<()> {
@@ -450,7 +473,8 @@ pub(super) async fn recover(config: Option<&OperatorConfig>, args: RecoverArgs) 
             log_id(s.log.committed),
             log_id(s.applied),
             log_id(s.log.last_purged),
-            s.snapshot_index.map_or_else(|| "-".into(), |i| i.to_string()),
+            s.snapshot_index
+                .map_or_else(|| "-".into(), |i| i.to_string()),
             s.last_pk,
             s.log.vote.map_or_else(|| "-".into(), |v| v.to_string()),
         );
@@ -491,13 +515,18 @@ pub(super) async fn recover(config: Option<&OperatorConfig>, args: RecoverArgs) 
         );
         return Ok(());
     }
-    let node_id = args.node_id.context("--apply needs --node-id (the survivor's id)")?;
+    let node_id = args
+        .node_id
+        .context("--apply needs --node-id (the survivor's id)")?;
     if args.data_dir.len() != 1 {
         bail!("--apply takes the one survivor's --data-dir");
     }
     let survivor = &survivors[0];
     if !survivor.membership.nodes().any(|(id, _)| *id == node_id) {
-        bail!("node {node_id} is not a member of {}", survivor.dir.display());
+        bail!(
+            "node {node_id} is not a member of {}",
+            survivor.dir.display()
+        );
     }
     // Refuse while the old majority still answers: then the cluster is
     // not lost, and a second, one-member cluster would split it.

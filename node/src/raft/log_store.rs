@@ -544,7 +544,10 @@ pub struct LogSummary {
     /// How many entries lie after `after`.
     pub entries_after: u64,
     /// The newest membership in the log, with its log id.
-    pub membership: Option<(LogId<NodeId>, openraft::Membership<NodeId, openraft::BasicNode>)>,
+    pub membership: Option<(
+        LogId<NodeId>,
+        openraft::Membership<NodeId, openraft::BasicNode>,
+    )>,
 }
 
 /// Reads the log file at `path` offline, counting the entries after index

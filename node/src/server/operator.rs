@@ -104,11 +104,7 @@ async fn stream_backup(
 }
 
 /// A backup file of the state as it is now (one read transaction).
-pub fn build_backup(
-    store: &storage::Store,
-    node_id: u64,
-    now_ms: u64,
-) -> Result<Vec<u8>, String> {
+pub fn build_backup(store: &storage::Store, node_id: u64, now_ms: u64) -> Result<Vec<u8>, String> {
     let (body, raft_meta) = store.export_snapshot().map_err(|e| e.to_string())?;
     // The identity and last pk come from the body itself (one read
     // transaction), so the header cannot disagree with it.
