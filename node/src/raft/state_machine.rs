@@ -59,9 +59,10 @@ fn snapshot_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
 }
 
 /// What the state machine's raft metadata holds, postcard-encoded into the
-/// opaque [`RaftMeta`] of the store.
-type Applied = Option<LogId<NodeId>>;
-type Membership = StoredMembership<NodeId, BasicNode>;
+/// opaque [`RaftMeta`] of the store: the applied log id.
+pub type Applied = Option<LogId<NodeId>>;
+/// The applied membership, as the state machine stores it.
+pub type Membership = StoredMembership<NodeId, BasicNode>;
 
 /// The persisted current snapshot: its meta and its bytes.
 #[derive(Serialize, Deserialize)]
@@ -135,9 +136,7 @@ fn decode_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
 
 /// The applied log id and membership a store's Raft metadata holds (for
 /// backups, restores and recovery, which read and write it offline).
-pub fn decode_raft_meta(
-    meta: Option<RaftMeta>,
-) -> StoreResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+pub fn decode_raft_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
     decode_meta(meta)
 }
 
