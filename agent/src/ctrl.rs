@@ -175,10 +175,12 @@ impl CtrlClient {
         }
     }
 
-    /// Opens a watch of this agent's region after `cursor`.
+    /// Opens a watch of this agent's region after `cursor`, taken in
+    /// cluster epoch `epoch`.
     pub async fn watch(
         &self,
         cursor: Pk,
+        epoch: u64,
     ) -> Result<(FramedStream, quinn::Connection, SocketAddr), CtrlError> {
         let (connection, addr) = self.connect().await?;
         let opened = async {
@@ -188,6 +190,7 @@ impl CtrlClient {
                 .send(&AgentRequest::Watch(WatchRequest {
                     region: self.region.clone(),
                     cursor,
+                    epoch,
                 }))
                 .await?;
             Ok::<_, TransportError>(stream)

@@ -64,6 +64,11 @@ mod meta {
     pub(super) const CURSOR: &str = "cursor";
     /// How many full syncs ever began (a restart must not add one).
     pub(super) const FULL_SYNCS: &str = "full_syncs";
+    /// The cluster epoch of the last full sync, stored with its cursor
+    /// (absent: 0, unknown). A key added without a schema bump: an older
+    /// file reads as epoch 0, which a node of a known epoch answers with a
+    /// full sync.
+    pub(super) const EPOCH: &str = "epoch";
 }
 
 /// One row of the last-applied snapshot.
@@ -351,6 +356,30 @@ impl LocalState {
             write_meta_set(&txn, meta::CURSOR, cursor)?;
             txn.commit().map_err(storage)?;
         }
+        Ok(())
+    }
+
+    /// The cluster epoch the stored cursor belongs to (0: unknown).
+    pub fn epoch(&self) -> Result<u64, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_meta(&txn, meta::EPOCH)
+    }
+
+    /// The end of a full sync of cluster epoch `epoch`: moves the cursor to
+    /// `cursor` as [`LocalState::record_progress`] does and stores the
+    /// epoch with it, in one transaction.
+    pub fn record_sync_end(&self, cursor: Pk, epoch: u64) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        let stored = write_meta_get(&txn, meta::CURSOR)?;
+        if cursor < stored {
+            return Err(StateError::CursorBackwards {
+                stored,
+                requested: cursor,
+            });
+        }
+        write_meta_set(&txn, meta::CURSOR, cursor)?;
+        write_meta_set(&txn, meta::EPOCH, epoch)?;
+        txn.commit().map_err(storage)?;
         Ok(())
     }
 
@@ -775,6 +804,12 @@ mod tests {
         assert_eq!(state.applied_version(&topology_key("a")).unwrap(), Some(5));
         state.reset_cursor().unwrap();
         assert_eq!(state.cursor().unwrap(), 0);
+        // A full sync's end stores its epoch with its cursor.
+        assert_eq!(state.epoch().unwrap(), 0);
+        state.record_sync_end(4, 77).unwrap();
+        assert_eq!((state.cursor().unwrap(), state.epoch().unwrap()), (4, 77));
+        assert!(state.record_sync_end(3, 78).is_err());
+        assert_eq!(state.epoch().unwrap(), 77);
         assert_eq!(state.applied().unwrap().len(), 1, "the snapshot stays");
     }
 

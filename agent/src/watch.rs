@@ -191,6 +191,9 @@ pub struct StreamHandler<'a, R> {
     session: WatchClient,
     /// Keys the full sync in progress mentioned.
     seen: Option<BTreeSet<ResourceKey>>,
+    /// The cluster epoch of the full sync in progress, stored with its
+    /// cursor at its end.
+    sync_epoch: u64,
     /// Resources of the full sync in progress equal to the applied ones
     /// (not applied again).
     unchanged: usize,
@@ -241,6 +244,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             locks,
             session: WatchClient::new(requested),
             seen: None,
+            sync_epoch: 0,
             unchanged: 0,
             scheduler: Scheduler::new(max_concurrent),
             running: FuturesUnordered::new(),
@@ -272,9 +276,20 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
     /// stream resumes.
     pub async fn on_event(&mut self, event: WatchEvent) -> Result<Flow, WatchError> {
         match self.session.on_event(event)? {
-            ClientAction::BeginFullSync { cursor } => {
+            ClientAction::BeginFullSync { cursor, epoch } => {
+                self.sync_epoch = epoch;
                 self.received = self.received.max(cursor);
-                let stored = self.state.cursor()?;
+                let mut stored = self.state.cursor()?;
+                if stored > 0 && self.state.epoch()? != epoch {
+                    // Another epoch (or none stored): the stored cursor
+                    // means nothing in this state, which may be behind it.
+                    info!(
+                        stored,
+                        epoch, "full sync of another cluster epoch: the cursor restarts at 0"
+                    );
+                    self.state.reset_cursor()?;
+                    stored = 0;
+                }
                 if cursor < stored {
                     return Err(WatchError::LaggingSync {
                         sync: cursor,
@@ -319,7 +334,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 self.collected = self.collected.saturating_add(
                     u64::try_from(garbage.len().saturating_add(stale_objects)).unwrap_or(u64::MAX),
                 );
-                self.state.record_progress(cursor)?;
+                self.state.record_sync_end(cursor, self.sync_epoch)?;
                 self.session.applied(cursor)?;
                 self.watermark = Watermark::new(cursor);
                 info!(
@@ -354,6 +369,15 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 self.drain().await;
                 self.state.reset_cursor()?;
                 info!(floor, "resync required: the cursor was compacted away");
+                return Ok(Flow::Resync);
+            }
+            ClientAction::EpochChanged { epoch } => {
+                self.drain().await;
+                self.state.reset_cursor()?;
+                info!(
+                    epoch,
+                    "the cluster's epoch changed (restored from a backup): full sync"
+                );
                 return Ok(Flow::Resync);
             }
             ClientAction::Failed(error) => return Err(WatchError::Server(error)),
@@ -600,7 +624,11 @@ impl<R: Reconciler> WatchLoop<R> {
                 }
             };
             let periodic = stored > 0 && Instant::now() >= next_full_sync;
-            let requested = if periodic { 0 } else { stored };
+            // A cursor without its cluster epoch (a state file from before
+            // epochs) is not trusted: a cluster restored from a backup
+            // may be behind it. One full sync stores the epoch.
+            let unknown_epoch = stored > 0 && matches!(self.state.epoch(), Ok(0) | Err(_));
+            let requested = if periodic || unknown_epoch { 0 } else { stored };
             if requested == 0 {
                 info!(stored, periodic, "full sync: watching from cursor 0");
             } else {
@@ -637,7 +665,10 @@ impl<R: Reconciler> WatchLoop<R> {
         requested: Pk,
         next_full_sync: &mut Instant,
     ) -> Result<End, WatchError> {
-        let (stream, connection, addr) = self.ctrl.watch(requested).await?;
+        // The epoch the stored cursor belongs to (read after the cursor:
+        // both move together at a full sync's end).
+        let epoch = self.state.epoch()?;
+        let (stream, connection, addr) = self.ctrl.watch(requested, epoch).await?;
         info!(%addr, requested, "watching");
         let (stored, collected_before) = {
             let status = self.status.borrow();

@@ -78,7 +78,7 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
         let mut items = 0;
         loop {
             match full.next().await.unwrap() {
-                Some(WatchEvent::SyncStart { cursor }) => assert_eq!(cursor, last),
+                Some(WatchEvent::SyncStart { cursor, .. }) => assert_eq!(cursor, last),
                 Some(WatchEvent::SyncItem(_)) => items += 1,
                 Some(WatchEvent::SyncEnd { cursor }) => {
                     assert_eq!(cursor, last);

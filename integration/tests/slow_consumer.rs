@@ -107,6 +107,7 @@ async fn scenario() {
         .send(&AgentRequest::Watch(WatchRequest {
             region: REGION.into(),
             cursor,
+            epoch: 0,
         }))
         .await
         .unwrap();

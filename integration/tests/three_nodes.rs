@@ -73,7 +73,7 @@ async fn scenario() {
         let mut synced = Vec::new();
         loop {
             match watch.next().await.unwrap() {
-                Some(WatchEvent::SyncStart { cursor }) => assert_eq!(cursor, started),
+                Some(WatchEvent::SyncStart { cursor, .. }) => assert_eq!(cursor, started),
                 Some(WatchEvent::SyncItem(resource)) => {
                     let key = resource.key();
                     if key.resource_type == ResourceType::DeploymentTopology {

@@ -278,9 +278,77 @@ impl Client {
         }
     }
 
-    /// Opens a watch of `region` from `cursor` on the first node that
-    /// accepts a connection.
+    /// Takes a backup on the first node that accepts a connection: the
+    /// file's bytes as the node streams them, within `timeout_ms` in all
+    /// and at most [`crate::backup::BACKUP_BYTES_MAX`].
+    pub async fn backup(&self, timeout_ms: u64) -> Result<Vec<u8>, ClientError> {
+        let (connection, _) = transport::endpoint::connect_any(
+            &self.endpoint,
+            &self.operator_tls,
+            &self.addrs,
+            &self.server_name,
+            self.timeout_ms,
+        )
+        .await?;
+        let call = OperatorCall::new(OperatorRequest::Backup);
+        let receive = async {
+            let mut stream =
+                transport::stream::open_call(&connection, Protocol::Operator, FRAME_BYTES_MAX)
+                    .await?;
+            stream.send(&call).await?;
+            stream.finish().await?;
+            let mut bytes = Vec::new();
+            loop {
+                match stream.recv::<OperatorResponse>().await? {
+                    Some(OperatorResponse::BackupChunk(chunk)) => {
+                        let at = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+                        if chunk.offset != at || chunk.total_bytes > crate::backup::BACKUP_BYTES_MAX
+                        {
+                            return Err(ClientError::Server(WireError::new(
+                                ErrorCode::ProtocolViolation,
+                                format!(
+                                    "backup chunk at offset {} of {} bytes, expected offset {at}",
+                                    chunk.offset, chunk.total_bytes
+                                ),
+                            )));
+                        }
+                        bytes.extend_from_slice(&chunk.bytes);
+                        if u64::try_from(bytes.len()).unwrap_or(u64::MAX) >= chunk.total_bytes {
+                            return Ok(bytes);
+                        }
+                    }
+                    Some(OperatorResponse::Error(e)) => return Err(ClientError::Server(e)),
+                    Some(other) => {
+                        return Err(ClientError::Server(WireError::new(
+                            ErrorCode::ProtocolViolation,
+                            format!("unexpected answer to a backup: {other:?}"),
+                        )));
+                    }
+                    None => return Err(ClientError::NoAnswer),
+                }
+            }
+        };
+        match tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), receive).await {
+            Ok(result) => result,
+            Err(_) => Err(ClientError::Timeout { timeout_ms }),
+        }
+    }
+
+    /// Opens a watch of `region` from `cursor`, in no particular cluster
+    /// epoch (the node trusts the cursor), on the first node that accepts
+    /// a connection.
     pub async fn watch(&self, region: &str, cursor: Pk) -> Result<WatchStream, ClientError> {
+        self.watch_in_epoch(region, cursor, 0).await
+    }
+
+    /// Opens a watch of `region` from `cursor`, taken in cluster epoch
+    /// `epoch` (0: unknown), on the first node that accepts a connection.
+    pub async fn watch_in_epoch(
+        &self,
+        region: &str,
+        cursor: Pk,
+        epoch: u64,
+    ) -> Result<WatchStream, ClientError> {
         let (connection, _) = transport::endpoint::connect_any(
             &self.endpoint,
             &self.agent_tls,
@@ -295,6 +363,7 @@ impl Client {
             .send(&AgentRequest::Watch(WatchRequest {
                 region: region.to_string(),
                 cursor,
+                epoch,
             }))
             .await?;
         Ok(WatchStream {

@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod backup;
 pub mod boot;
 pub mod client;
 pub mod clock;

@@ -282,6 +282,24 @@ pub enum Mutation {
         /// What to change.
         update: wire::operator::DeploymentUpdate,
     },
+    /// Records the cluster's identity, once: the first leader proposes a
+    /// random one; a cluster that has one keeps it (a second proposal is
+    /// a no-op, answered by [`Outcome::Recorded`]). A restore writes a new
+    /// epoch offline, never through this mutation.
+    SetClusterIdentity(ClusterIdentity),
+}
+
+/// Who the cluster is: a random id made when it first had a leader, kept
+/// by backups and restores, and an epoch that a restore changes. Agents
+/// send the epoch they last synced from, and a different one makes them
+/// sync in full (their cursor may be ahead of a restored state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterIdentity {
+    /// The cluster's id, random, never changed.
+    pub cluster_id: u128,
+    /// The epoch of the state: random at first, new after every restore;
+    /// never 0 (0 means "unknown" on the wire).
+    pub epoch: u64,
 }
 
 /// A step of a notification delivery, with the guard (its state and

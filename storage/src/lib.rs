@@ -7,7 +7,9 @@
 //!   resource; [`apply::workflow`] is the home of durable workflow records
 //!   and their guarded transitions.
 //! - [`read`]: [`ReadView`], one read transaction (a consistent cut).
-//! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`].
+//! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`],
+//!   [`snapshot::inspect_snapshot`] (check without importing) and
+//!   [`Store::restore_snapshot`] (a backup under a new epoch).
 //! - [`error`]: [`StorageError`], redb errors with the operation that failed.
 //!
 //! # Invariants
@@ -64,8 +66,8 @@ use std::sync::Mutex;
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
 pub use command::{
-    ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, Command, Fingerprint,
-    Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
+    ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, ClusterIdentity, Command,
+    Fingerprint, Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,
 };
 pub use counts::Counts;
 pub use error::{Result, StorageError};

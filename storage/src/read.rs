@@ -22,7 +22,7 @@ use wire::rollout::Rollout;
 
 use wire::notify::{Delivery, NotifyEndpoint};
 
-use crate::command::RaftMeta;
+use crate::command::{ClusterIdentity, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
     self, Bytes, ChangeRow, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
@@ -64,6 +64,7 @@ pub struct ReadView {
     notify_dropped: u64,
     stamp_ms: UnixMs,
     raft_meta: Option<RaftMeta>,
+    identity: Option<ClusterIdentity>,
     // Dropped after the tables.
     _txn: ReadTransaction,
 }
@@ -117,6 +118,10 @@ impl ReadView {
                     "raft_applied and raft_membership must be both present or both absent",
                 ));
             }
+        };
+        let identity = match load_raw(&metadata, meta::CLUSTER_IDENTITY)? {
+            Some(bytes) => Some(crate::apply::meta::decode_identity(&bytes)?),
+            None => None,
         };
         Ok(ReadView {
             deployments: txn
@@ -185,6 +190,7 @@ impl ReadView {
             notify_dropped,
             stamp_ms,
             raft_meta,
+            identity,
             _txn: txn,
         })
     }
@@ -198,6 +204,11 @@ impl ReadView {
     /// gone, so a cursor below it must resync.
     pub fn floor_pk(&self) -> Pk {
         self.floor_pk
+    }
+
+    /// The cluster's identity (`None` until the first leader records it).
+    pub fn cluster_identity(&self) -> Option<ClusterIdentity> {
+        self.identity
     }
 
     /// The Raft metadata committed with this state (`None` before the

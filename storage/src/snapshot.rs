@@ -23,7 +23,7 @@ use wire::notify::{Delivery, DeliveryState, NotifyEndpoint};
 use crate::Store;
 use crate::apply::WriteTables;
 use crate::apply::notify::DELIVERIES_MAX;
-use crate::command::{REQUESTS_MAX, RaftMeta};
+use crate::command::{ClusterIdentity, REQUESTS_MAX, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::read::ReadView;
 use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
@@ -68,6 +68,24 @@ struct SnapshotBody {
     delivery_seq: u64,
     notify_dropped: u64,
     rollouts: Vec<Rollout>,
+    /// The cluster's identity (schema 4 on).
+    identity: Option<ClusterIdentity>,
+}
+
+/// What a snapshot holds, read without importing it: its counters, the
+/// Raft metadata and identity, and how many rows each table has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSummary {
+    /// The newest change pk.
+    pub last_pk: Pk,
+    /// The compaction floor.
+    pub floor_pk: Pk,
+    /// The Raft metadata the state was cut at (opaque to storage).
+    pub raft_meta: Option<RaftMeta>,
+    /// The cluster's identity, if recorded.
+    pub identity: Option<ClusterIdentity>,
+    /// Rows per table, by table name, in a fixed order.
+    pub counts: Vec<(&'static str, u64)>,
 }
 
 impl Store {
@@ -132,6 +150,7 @@ impl Store {
             delivery_seq: view.delivery_seq(),
             notify_dropped: view.notify_dropped(),
             rollouts: rows(&view.rollouts, name::ROLLOUTS, |r: &Rollout| r.seq)?,
+            identity: view.cluster_identity(),
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -142,6 +161,41 @@ impl Store {
     pub fn import_snapshot(&self, bytes: &[u8]) -> Result<()> {
         let body = parse(bytes)?;
         validate(&body)?;
+        self.write_snapshot_body(&body)
+    }
+
+    /// Restores a backup's snapshot: [`Store::import_snapshot`], with the
+    /// cluster identity and the Raft metadata replaced by `identity` and
+    /// `raft_meta` (a restore's new epoch and membership), in the same
+    /// transaction.
+    pub fn restore_snapshot(
+        &self,
+        bytes: &[u8],
+        identity: ClusterIdentity,
+        raft_meta: RaftMeta,
+    ) -> Result<()> {
+        let mut body = parse(bytes)?;
+        body.identity = Some(identity);
+        body.raft_meta = Some(raft_meta);
+        validate(&body)?;
+        self.write_snapshot_body(&body)
+    }
+
+    /// Replaces the cluster identity and the Raft metadata, keeping every
+    /// other row (quorum-loss recovery rewrites a survivor's membership).
+    pub fn rewrite_raft_meta(&self, raft_meta: &RaftMeta) -> Result<()> {
+        let mut txn = self.db.begin_write().ctx("rewrite raft meta: begin")?;
+        txn.set_durability(Durability::Immediate)
+            .ctx("rewrite raft meta: set durability")?;
+        {
+            let mut t = WriteTables::open(&txn, "rewrite raft meta")?;
+            t.put_raft_meta(raft_meta)?;
+        }
+        txn.commit().ctx("rewrite raft meta: commit")?;
+        Ok(())
+    }
+
+    fn write_snapshot_body(&self, body: &SnapshotBody) -> Result<()> {
         let mut counts = self.lock_counts();
         let mut txn = self.db.begin_write().ctx("import snapshot: begin")?;
         txn.set_durability(Durability::Immediate)
@@ -149,13 +203,42 @@ impl Store {
         clear(&txn)?;
         {
             let mut t = WriteTables::open(&txn, OP_IMPORT)?;
-            write_body(&mut t, &body)?;
+            write_body(&mut t, body)?;
         }
         txn.commit().ctx("import snapshot: commit")?;
         // Counted again when next asked.
         *counts = None;
         Ok(())
     }
+}
+
+/// Checks `bytes` completely (header, checksum, body, the invariants
+/// import checks) without importing them, and says what they hold.
+pub fn inspect_snapshot(bytes: &[u8]) -> Result<SnapshotSummary> {
+    let body = parse(bytes)?;
+    validate(&body)?;
+    let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    Ok(SnapshotSummary {
+        last_pk: body.last_pk,
+        floor_pk: body.floor_pk,
+        raft_meta: body.raft_meta.clone(),
+        identity: body.identity,
+        counts: vec![
+            (name::DEPLOYMENTS, len(body.deployments.len())),
+            (name::DEPLOYMENT_TOPOLOGY, len(body.topologies.len())),
+            (name::SENTINELS, len(body.sentinels.len())),
+            (name::CILIUM_NETWORK_POLICIES, len(body.policies.len())),
+            (name::INSTANCES, len(body.instances.len())),
+            (name::ENVIRONMENTS, len(body.environments.len())),
+            (name::REGIONS, len(body.regions.len())),
+            (name::ROLLOUTS, len(body.rollouts.len())),
+            (name::NOTIFY_ENDPOINTS, len(body.notify_endpoints.len())),
+            (name::DELIVERIES, len(body.deliveries.len())),
+            (name::JOURNAL, len(body.journal.len())),
+            (name::REQUESTS, len(body.requests.len())),
+            (name::CHANGES, len(body.changes.len())),
+        ],
+    })
 }
 
 /// Encodes the body behind the header.
@@ -287,6 +370,9 @@ fn strictly_ascending<K: Ord + Debug>(what: &str, keys: impl Iterator<Item = K>)
 /// could have produced.
 fn validate(body: &SnapshotBody) -> Result<()> {
     let invalid = |reason: String| StorageError::invalid_snapshot(reason);
+    if body.identity.is_some_and(|identity| identity.epoch == 0) {
+        return Err(invalid("the cluster epoch is 0".to_string()));
+    }
     if body.floor_pk > body.last_pk {
         return Err(invalid(format!(
             "floor pk {} is above last pk {}",
@@ -695,6 +781,9 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
     if let Some(raft) = &body.raft_meta {
         t.put_raft_meta(raft)?;
     }
+    if let Some(identity) = &body.identity {
+        t.put_cluster_identity(identity)?;
+    }
     Ok(())
 }
 
@@ -791,6 +880,61 @@ mod tests {
     }
 
     #[test]
+    fn the_identity_is_recorded_once_kept_by_snapshots_and_replaced_by_a_restore() {
+        let source = populated();
+        let first = ClusterIdentity {
+            cluster_id: 7,
+            epoch: 11,
+        };
+        apply_one(&source, 40, vec![Mutation::SetClusterIdentity(first)]);
+        // A second identity changes nothing; epoch 0 is refused.
+        apply_one(
+            &source,
+            41,
+            vec![Mutation::SetClusterIdentity(ClusterIdentity {
+                cluster_id: 8,
+                epoch: 12,
+            })],
+        );
+        let view = source.read().unwrap();
+        assert_eq!(view.cluster_identity(), Some(first));
+        let (bytes, raft) = source.export_snapshot().unwrap();
+
+        let summary = inspect_snapshot(&bytes).unwrap();
+        assert_eq!(summary.identity, Some(first));
+        assert_eq!(summary.last_pk, view.last_pk());
+        assert!(summary.counts.contains(&(name::DEPLOYMENTS, 2)));
+
+        let copy = store();
+        copy.import_snapshot(&bytes).unwrap();
+        assert_eq!(copy.read().unwrap().cluster_identity(), Some(first));
+
+        let restored = store();
+        let next = ClusterIdentity {
+            cluster_id: 7,
+            epoch: 99,
+        };
+        let meta = raft_meta(77);
+        restored
+            .restore_snapshot(&bytes, next, meta.clone())
+            .unwrap();
+        let after = restored.read().unwrap();
+        assert_eq!(after.cluster_identity(), Some(next));
+        assert_eq!(after.raft_meta(), Some(meta));
+        assert_ne!(after.raft_meta(), raft);
+        assert_eq!(after.state_hash().unwrap(), view.state_hash().unwrap());
+        let zero = ClusterIdentity {
+            cluster_id: 7,
+            epoch: 0,
+        };
+        assert!(
+            restored
+                .restore_snapshot(&bytes, zero, raft_meta(1))
+                .is_err()
+        );
+    }
+
+    #[test]
     fn import_replaces_everything() {
         let source = store();
         apply_one(&source, 5, create("other", &["us"], 1));
@@ -877,6 +1021,7 @@ mod tests {
             delivery_seq: 0,
             notify_dropped: 0,
             rollouts: vec![],
+            identity: None,
         };
         let row = |region: &str| ChangeRow {
             resource_type: wire::model::ResourceType::Sentinel,

@@ -167,6 +167,9 @@ pub mod meta {
     /// `now_ms` so far): a command stamped earlier applies at this time, so
     /// applied time never goes backwards.
     pub const STAMP_MS: &str = "stamp_ms";
+    /// postcard [`crate::command::ClusterIdentity`]: the cluster's id and
+    /// epoch (absent until the first leader records them).
+    pub const CLUSTER_IDENTITY: &str = "cluster_identity";
 }
 
 /// One row of the change log: a pointer to the resource that changed, never

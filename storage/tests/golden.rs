@@ -20,8 +20,8 @@ use storage::command::{
     RolloutTransition, SentinelAction, SentinelTransition,
 };
 use storage::{
-    ChangeRow, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome, RaftMeta,
-    RequestRecord, SCHEMA_VERSION, Store,
+    ChangeRow, ClusterIdentity, Command, Fingerprint, Guard, Mutation, MutationResult, Outcome,
+    RaftMeta, RequestRecord, SCHEMA_VERSION, Store,
 };
 use wire::golden::Goldens;
 use wire::golden::fixtures::{self, NOW_MS};
@@ -199,7 +199,16 @@ fn mutations() -> Vec<Mutation> {
     all.push(Mutation::ReplayDelivery {
         delivery_id: 70_001,
     });
+    all.push(Mutation::SetClusterIdentity(identity()));
     all
+}
+
+/// A fixture cluster identity.
+fn identity() -> ClusterIdentity {
+    ClusterIdentity {
+        cluster_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        epoch: 0x5eed_0000_0000_0001,
+    }
 }
 
 /// Every variant of [`DeliveryAction`], each in a transition.
@@ -383,6 +392,7 @@ fn populated(store: &Store) {
             start(fixtures::deploy_workflow().revision),
             Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
             Mutation::AddNotifyEndpoint(fixtures::notify_endpoint()),
+            Mutation::SetClusterIdentity(identity()),
         ],
         failed_deployment(),
         vec![
@@ -532,6 +542,7 @@ fn state_formats_match_their_goldens() {
         &[Ok(Outcome::Recorded), Err(fixtures::wire_error())],
     );
     g.check("command.RaftMeta", &[raft_meta(7)]);
+    g.check("command.ClusterIdentity", &[identity()]);
 
     // A file as apply leaves it: every metadata row.
     let dir = tempfile::tempdir().expect("temp dir");

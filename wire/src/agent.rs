@@ -101,6 +101,12 @@ pub struct WatchRequest {
     pub region: String,
     /// The last pk the agent applied; 0 asks for a full sync.
     pub cursor: Pk,
+    /// The cluster epoch the cursor belongs to (the one of the agent's
+    /// last full sync; 0: unknown, the cursor is trusted — krane never
+    /// sends a cursor without its epoch). Another epoch than the node's
+    /// (the cluster was restored from a backup) is answered by
+    /// [`WatchEvent::EpochChanged`]: the cursor means nothing there.
+    pub epoch: u64,
 }
 
 /// What krane observed of a deployment in its region.
@@ -189,6 +195,9 @@ pub enum WatchEvent {
     SyncStart {
         /// The snapshot's last change pk.
         cursor: Pk,
+        /// The cluster epoch of the snapshot (0: none recorded yet); the
+        /// agent stores it with the sync's cursor.
+        epoch: u64,
     },
     /// One live resource of the region, part of the full sync.
     SyncItem(Resource),
@@ -218,4 +227,10 @@ pub enum WatchEvent {
     },
     /// The stream ends with an error.
     Error(WireError),
+    /// The request's epoch is not the cluster's (it was restored from a
+    /// backup): the cursor means nothing here. Reconnect with cursor 0.
+    EpochChanged {
+        /// The cluster's epoch now.
+        epoch: u64,
+    },
 }

@@ -346,6 +346,10 @@ pub enum OperatorRequest {
         /// What to change.
         update: DeploymentUpdate,
     },
+    /// A backup of the node's state, cut from one read transaction: the
+    /// node answers with a stream of `BackupChunk`s (each under the frame
+    /// limit) whose bytes, joined, are the backup file.
+    Backup,
 }
 
 /// The changes of [`OperatorRequest::UpdateDeployment`]; a field left
@@ -445,6 +449,7 @@ impl OperatorRequest {
             OperatorRequest::ControlRollout { .. } => "control_rollout",
             OperatorRequest::RolloutHistory { .. } => "rollout_history",
             OperatorRequest::UpdateDeployment { .. } => "update_deployment",
+            OperatorRequest::Backup => "backup",
         }
     }
 
@@ -502,7 +507,8 @@ impl OperatorRequest {
             | OperatorRequest::ListSentinels { .. }
             | OperatorRequest::PlanRollout { .. }
             | OperatorRequest::RolloutStatus
-            | OperatorRequest::RolloutHistory { .. } => false,
+            | OperatorRequest::RolloutHistory { .. }
+            | OperatorRequest::Backup => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
@@ -1097,6 +1103,22 @@ pub enum OperatorResponse {
     Rollout(Option<crate::rollout::Rollout>),
     /// Past rollouts, newest first.
     Rollouts(Vec<crate::rollout::RolloutSummary>),
+    /// One piece of a backup file (see [`OperatorRequest::Backup`]).
+    BackupChunk(BackupChunk),
+}
+
+/// Most bytes of one [`BackupChunk`]: well under the smallest frame limit.
+pub const BACKUP_CHUNK_BYTES_MAX: usize = 256 * 1024;
+
+/// One piece of a backup file streamed by a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupChunk {
+    /// Where the piece starts in the file.
+    pub offset: u64,
+    /// The whole file's length: the last piece ends there.
+    pub total_bytes: u64,
+    /// The piece (at most [`BACKUP_CHUNK_BYTES_MAX`] bytes).
+    pub bytes: Vec<u8>,
 }
 
 /// A page of deliveries, by id, with what the table's bound cost.

@@ -32,13 +32,31 @@ pub enum WatchStart {
         /// The client's cursor, above this node's applied pk.
         cursor: Pk,
     },
+    /// The cursor was taken in another cluster epoch: tell the agent to
+    /// sync in full.
+    EpochChanged {
+        /// The node's epoch.
+        epoch: u64,
+    },
 }
 
-/// Decides how to serve `cursor` given the compaction `floor` (every change
-/// row with pk <= floor may be gone) and the node's `applied_pk`.
-pub fn plan_watch(cursor: Pk, floor: Pk, applied_pk: Pk) -> WatchStart {
+/// Decides how to serve `cursor`, taken in cluster epoch `epoch`, given
+/// the node's epoch `node_epoch`, the compaction `floor` (every change row
+/// with pk <= floor may be gone) and the node's `applied_pk`. A cursor of
+/// another epoch means nothing here (the cluster was restored): the agent
+/// must sync in full, whether its cursor is behind or ahead. Epoch 0 is a
+/// client that does not know (a debugging watch): its cursor is trusted.
+pub fn plan_watch(
+    cursor: Pk,
+    epoch: u64,
+    node_epoch: u64,
+    floor: Pk,
+    applied_pk: Pk,
+) -> WatchStart {
     if cursor == 0 {
         WatchStart::FullSync
+    } else if epoch != 0 && epoch != node_epoch {
+        WatchStart::EpochChanged { epoch: node_epoch }
     } else if cursor < floor {
         WatchStart::ResyncRequired { floor }
     } else if cursor > applied_pk {
@@ -96,12 +114,22 @@ impl WatchServer {
     }
 
     /// Begins a full sync from the snapshot at `cursor`; only as the first event.
-    pub fn sync_start(&mut self, cursor: Pk) -> Result<WatchEvent, SessionError> {
+    pub fn sync_start(&mut self, cursor: Pk, epoch: u64) -> Result<WatchEvent, SessionError> {
         if self.phase != Phase::Opened {
             return Err(SessionError("sync-start after the stream began".into()));
         }
         self.phase = Phase::Syncing { cursor };
-        Ok(WatchEvent::SyncStart { cursor })
+        Ok(WatchEvent::SyncStart { cursor, epoch })
+    }
+
+    /// The request's epoch is not the node's; only as the first event, and
+    /// it ends the stream.
+    pub fn epoch_changed(&mut self, epoch: u64) -> Result<WatchEvent, SessionError> {
+        if self.phase != Phase::Opened {
+            return Err(SessionError("epoch-changed after the stream began".into()));
+        }
+        self.phase = Phase::Closed;
+        Ok(WatchEvent::EpochChanged { epoch })
     }
 
     /// One resource of the full sync; refused if newer than the snapshot.
@@ -193,6 +221,8 @@ pub enum ClientAction {
     BeginFullSync {
         /// The snapshot's last change pk.
         cursor: Pk,
+        /// The snapshot's cluster epoch, to store with the sync's cursor.
+        epoch: u64,
     },
     /// Apply this resource as part of the full sync.
     ApplySynced(Resource),
@@ -222,6 +252,12 @@ pub enum ClientAction {
     },
     /// The server ended the stream with an error.
     Failed(WireError),
+    /// The cluster's epoch is not the one the cursor was taken in (it was
+    /// restored): reset to 0 and reconnect, for a full sync.
+    EpochChanged {
+        /// The cluster's epoch now.
+        epoch: u64,
+    },
 }
 
 /// The agent side of one watch stream.
@@ -259,9 +295,14 @@ impl WatchClient {
             )));
         }
         match (self.phase, event) {
-            (Phase::Opened, WatchEvent::SyncStart { cursor }) if self.requested == 0 => {
+            (Phase::Opened, WatchEvent::SyncStart { cursor, epoch }) if self.requested == 0 => {
                 self.phase = Phase::Syncing { cursor };
-                Ok(ClientAction::BeginFullSync { cursor })
+                Ok(ClientAction::BeginFullSync { cursor, epoch })
+            }
+            (Phase::Opened, WatchEvent::EpochChanged { epoch }) if self.requested > 0 => {
+                self.phase = Phase::Closed;
+                self.cursor = 0;
+                Ok(ClientAction::EpochChanged { epoch })
             }
             (Phase::Syncing { cursor }, WatchEvent::SyncItem(resource)) => {
                 if resource.version() > cursor {
@@ -365,6 +406,7 @@ impl WatchClient {
 fn event_name(event: &WatchEvent) -> &'static str {
     match event {
         WatchEvent::SyncStart { .. } => "sync-start",
+        WatchEvent::EpochChanged { .. } => "epoch-changed",
         WatchEvent::SyncItem(_) => "sync-item",
         WatchEvent::SyncEnd { .. } => "sync-end",
         WatchEvent::Change { .. } => "change",
@@ -404,22 +446,72 @@ mod tests {
 
     #[test]
     fn plan_follows_the_cursor_rules() {
-        assert_eq!(plan_watch(0, 10, 20), WatchStart::FullSync);
+        assert_eq!(plan_watch(0, 1, 1, 10, 20), WatchStart::FullSync);
+        // Another epoch: the cursor means nothing, behind or ahead.
+        for cursor in [5, 15, 25] {
+            assert_eq!(
+                plan_watch(cursor, 1, 2, 10, 20),
+                WatchStart::EpochChanged { epoch: 2 }
+            );
+        }
+        // A cursor 0 needs no epoch; an unknown epoch trusts the cursor.
+        assert_eq!(plan_watch(0, 0, 2, 10, 20), WatchStart::FullSync);
         assert_eq!(
-            plan_watch(5, 10, 20),
+            plan_watch(15, 0, 2, 10, 20),
+            WatchStart::Incremental { after: 15 }
+        );
+        // A node with no epoch yet is another epoch than a known one.
+        assert_eq!(
+            plan_watch(15, 2, 0, 10, 20),
+            WatchStart::EpochChanged { epoch: 0 }
+        );
+        assert_eq!(
+            plan_watch(5, 1, 1, 10, 20),
             WatchStart::ResyncRequired { floor: 10 }
         );
         assert_eq!(
-            plan_watch(10, 10, 20),
+            plan_watch(10, 1, 1, 10, 20),
             WatchStart::Incremental { after: 10 }
         );
         assert_eq!(
-            plan_watch(20, 10, 20),
+            plan_watch(20, 1, 1, 10, 20),
             WatchStart::Incremental { after: 20 }
         );
         assert_eq!(
-            plan_watch(21, 10, 20),
+            plan_watch(21, 1, 1, 10, 20),
             WatchStart::WaitForCatchUp { cursor: 21 }
+        );
+    }
+
+    /// A cursor of another epoch: the server says so as its only event,
+    /// the client resets its cursor; a full sync then carries the epoch.
+    #[test]
+    fn an_epoch_change_resets_the_cursor() {
+        let mut server = WatchServer::new();
+        let mut client = WatchClient::new(40);
+        let event = server.epoch_changed(9).unwrap();
+        assert!(server.sync_start(3, 9).is_err());
+        assert_eq!(
+            client.on_event(event).unwrap(),
+            ClientAction::EpochChanged { epoch: 9 }
+        );
+        assert_eq!(client.cursor(), 0);
+        // Not allowed on a full-sync request, nor after the first event.
+        let mut fresh = WatchClient::new(0);
+        assert!(
+            fresh
+                .on_event(WatchEvent::EpochChanged { epoch: 9 })
+                .is_err()
+        );
+
+        let mut server = WatchServer::new();
+        let mut client = WatchClient::new(0);
+        assert_eq!(
+            client.on_event(server.sync_start(3, 9).unwrap()).unwrap(),
+            ClientAction::BeginFullSync {
+                cursor: 3,
+                epoch: 9
+            }
         );
     }
 
@@ -430,7 +522,7 @@ mod tests {
         let mut server = WatchServer::new();
         let mut client = WatchClient::new(0);
         let mut events = vec![
-            server.sync_start(7).unwrap(),
+            server.sync_start(7, 1).unwrap(),
             server.sync_item(policy("a", 3)).unwrap(),
             server.sync_item(policy("b", 7)).unwrap(),
             server.sync_end().unwrap(),
@@ -467,9 +559,9 @@ mod tests {
         server.resume(5).unwrap();
         assert!(server.change(5, delete("a")).is_err());
         assert!(server.change(6, delete("a")).is_ok());
-        assert!(server.sync_start(1).is_err());
+        assert!(server.sync_start(1, 1).is_err());
         let mut syncing = WatchServer::new();
-        syncing.sync_start(4).unwrap();
+        syncing.sync_start(4, 1).unwrap();
         assert!(syncing.sync_item(policy("a", 5)).is_err());
     }
 
@@ -478,7 +570,10 @@ mod tests {
         // A full sync answering an incremental request.
         assert!(
             WatchClient::new(5)
-                .on_event(WatchEvent::SyncStart { cursor: 9 })
+                .on_event(WatchEvent::SyncStart {
+                    cursor: 9,
+                    epoch: 1
+                })
                 .is_err()
         );
         // A duplicate or older change.
@@ -503,7 +598,10 @@ mod tests {
         // Mismatched sync cursors.
         let mut client = WatchClient::new(0);
         client
-            .on_event(WatchEvent::SyncStart { cursor: 3 })
+            .on_event(WatchEvent::SyncStart {
+                cursor: 3,
+                epoch: 1,
+            })
             .unwrap();
         assert!(client.on_event(WatchEvent::SyncEnd { cursor: 4 }).is_err());
         // Sync items outside a sync.

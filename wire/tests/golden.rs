@@ -104,6 +104,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.RolloutPlan", &[rollout_plan()]);
     g.check("operator.OperatorResponse", &operator_responses());
     g.check("operator.DeliveryPage", &[delivery_page()]);
+    g.check("operator.BackupChunk", &[backup_chunk()]);
 
     // notifications
     g.check("notify.NotifyEndpoint", &[notify_endpoint()]);

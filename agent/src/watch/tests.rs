@@ -103,7 +103,7 @@ fn delete(server: &mut WatchServer, version: Pk, id: &str) -> WatchEvent {
 
 /// A full sync of `items` (id, version) read at `cursor`.
 fn full_sync(server: &mut WatchServer, cursor: Pk, items: &[(&str, Pk)]) -> Vec<WatchEvent> {
-    let mut events = vec![server.sync_start(cursor).unwrap()];
+    let mut events = vec![server.sync_start(cursor, 0).unwrap()];
     for (id, version) in items {
         events.push(server.sync_item(topology(id, *version)).unwrap());
     }
@@ -281,6 +281,46 @@ async fn resync_required_resets_the_cursor() {
 }
 
 #[tokio::test]
+async fn an_epoch_change_resets_the_cursor_and_a_sync_of_the_new_epoch_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = LocalState::open_in(dir.path()).unwrap();
+    state
+        .record_applied(50, &ResourceChange::Apply(topology("a", 50)))
+        .unwrap();
+    state.record_sync_end(50, 3).unwrap();
+    let fake = Fake::default();
+    // The cluster was restored: its epoch is 4 and it is behind the cursor.
+    let mut handler = new_handler(&state, &fake, 50);
+    let flow = handler
+        .on_event(WatchServer::new().epoch_changed(4).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(flow, Flow::Resync);
+    assert_eq!(state.cursor().unwrap(), 0);
+
+    // The full sync of epoch 4 at cursor 20 (behind 50) is taken whole:
+    // "a" is not in it, so it is collected; the epoch is stored.
+    let mut handler = new_handler(&state, &fake, 0);
+    let mut server = WatchServer::new();
+    let mut events = vec![server.sync_start(20, 4).unwrap()];
+    events.push(server.sync_item(topology("b", 20)).unwrap());
+    events.push(server.sync_end().unwrap());
+    for event in events {
+        handler.on_event(event).await.unwrap();
+        while handler.busy() {
+            handler.next_done().await.unwrap();
+        }
+    }
+    assert_eq!((state.cursor().unwrap(), state.epoch().unwrap()), (20, 4));
+    assert!(
+        state
+            .applied_resource(&topology_key("a"))
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
 async fn a_full_sync_behind_the_stored_cursor_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state = LocalState::open_in(dir.path()).unwrap();
@@ -291,7 +331,7 @@ async fn a_full_sync_behind_the_stored_cursor_is_refused() {
     // A periodic full sync (request 0, cursor kept) served by a lagging node.
     let mut server = WatchServer::new();
     let mut handler = new_handler(&state, &fake, 0);
-    let result = handler.on_event(server.sync_start(7).unwrap()).await;
+    let result = handler.on_event(server.sync_start(7, 0).unwrap()).await;
     assert!(
         matches!(
             result,

@@ -1,5 +1,6 @@
 //! Command-line definitions and dispatch.
 
+mod backup;
 mod certs;
 mod cluster;
 mod debug;
@@ -110,6 +111,15 @@ pub(crate) enum Command {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Take a backup (`--out FILE`) from a node, online, or check one
+    /// offline (`ctrl backup verify FILE`).
+    Backup(backup::BackupArgs),
+    /// Build a new node's data directory from a backup.
+    Restore(backup::RestoreArgs),
+    /// After losing a majority: read stopped nodes' data directories
+    /// (`--plan`), make the most advanced survivor a one-member cluster
+    /// (`--apply`).
+    Recover(backup::RecoverArgs),
     /// Support: `ctrl debug bundle --out FILE`.
     #[command(subcommand)]
     Debug(debug::DebugCommand),
@@ -223,6 +233,22 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Notify(command) => notify::run(&operator_config(&cli.config)?, command).await,
         Command::Status { output } => status::run(&operator_config(&cli.config)?, output).await,
         Command::Debug(command) => debug::run(&operator_config(&cli.config)?, command).await,
+        Command::Backup(args) => {
+            let config = match args.command {
+                Some(_) => None,
+                None => Some(operator_config(&cli.config)?),
+            };
+            backup::backup(config.as_ref(), args).await
+        }
+        Command::Restore(args) => backup::restore(args),
+        Command::Recover(args) => {
+            let config = if args.apply {
+                Some(operator_config(&cli.config)?)
+            } else {
+                None
+            };
+            backup::recover(config.as_ref(), args).await
+        }
         Command::Completion { shell } => {
             // Written to memory first: the generator panics on a write
             // error (a closed pipe), which must be an error instead.

@@ -26,6 +26,11 @@ pub(crate) struct WatchArgs {
     /// Start after this pk; 0 asks for a full sync first.
     #[arg(long, default_value_t = 0)]
     pub cursor: u64,
+    /// The cluster epoch the cursor was taken in (printed in the
+    /// sync-start event; 0: unknown, the cursor is trusted); another one
+    /// than the cluster's ends the watch.
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u64,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
     /// Stop after this many events (default: run until interrupted).
@@ -42,7 +47,9 @@ pub(crate) struct WatchArgs {
 
 pub(super) async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> {
     let client = node::client::Client::new(&as_agent(config, &args)?)?;
-    let mut stream = client.watch(&args.region, args.cursor).await?;
+    let mut stream = client
+        .watch_in_epoch(&args.region, args.cursor, args.epoch)
+        .await?;
     let mut session = WatchClient::new(args.cursor);
     let mut stdout = std::io::stdout().lock();
     let mut count = 0u64;
@@ -56,6 +63,13 @@ pub(super) async fn run(config: &OperatorConfig, args: WatchArgs) -> Result<()> 
             ClientAction::FinishFullSync { cursor } => session.applied(cursor)?,
             ClientAction::Apply { version, .. } => session.applied(version)?,
             ClientAction::Failed(e) => bail!("the node ended the watch: {e}"),
+            ClientAction::EpochChanged { epoch } => {
+                bail!(
+                    "the cluster's epoch is {epoch}, not {} (it was restored from a backup); \
+                     watch from 0",
+                    args.epoch
+                )
+            }
             ClientAction::Resync { floor } => {
                 bail!(
                     "cursor {} is below the compaction floor {floor}; watch from 0",

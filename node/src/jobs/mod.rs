@@ -15,6 +15,7 @@
 //! - [`notify`]: webhook deliveries (at least once, retried with backoff).
 
 pub mod compaction;
+pub mod identity;
 pub mod notify;
 pub mod workflows;
 
@@ -78,7 +79,11 @@ pub fn leader_jobs(state: &Arc<NodeState>, config: &NodeConfig) -> Vec<LeaderJob
             notify::run(state.clone(), settings.clone())
         })
     };
-    vec![compaction, workflows, notify]
+    let identity = {
+        let state = state.clone();
+        LeaderJob::new("identity", move || identity::run(state.clone()))
+    };
+    vec![compaction, workflows, notify, identity]
 }
 
 /// Runs `jobs` on this node while it leads, as Raft's server metrics say,

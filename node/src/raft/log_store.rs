@@ -524,6 +524,162 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
+/// What a Raft log file holds, read offline (the node stopped): for
+/// `ctrl recover --plan`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSummary {
+    /// The stored vote.
+    pub vote: Option<Vote<NodeId>>,
+    /// The last committed log id written.
+    pub committed: Option<LogId<NodeId>>,
+    /// The last purged log id.
+    pub last_purged: Option<LogId<NodeId>>,
+    /// The last entry's log id (else the last purged one).
+    pub last_log_id: Option<LogId<NodeId>>,
+    /// The `now_ms` of the last entry carrying a command, if any.
+    pub last_command_ms: Option<u64>,
+    /// The `now_ms` of the first entry after `after` carrying a command
+    /// (see [`summarize_offline`]).
+    pub first_command_after_ms: Option<u64>,
+    /// How many entries lie after `after`.
+    pub entries_after: u64,
+    /// The newest membership in the log, with its log id.
+    pub membership: Option<(
+        LogId<NodeId>,
+        openraft::Membership<NodeId, openraft::BasicNode>,
+    )>,
+}
+
+/// Reads the log file at `path` offline, counting the entries after index
+/// `after` (the survivor's applied index, say). Fails if a node holds it
+/// open.
+pub fn summarize_offline(path: &Path, after: u64) -> Result<LogSummary, LogStoreError> {
+    let db = Database::open(path).map_err(redb::Error::from)?;
+    let found = init_schema(&db)?;
+    if found != LOG_SCHEMA_VERSION {
+        return Err(LogStoreError::SchemaMismatch {
+            found,
+            expected: LOG_SCHEMA_VERSION,
+        });
+    }
+    let txn = db.begin_read().map_err(redb::Error::from)?;
+    let log = txn.open_table(LOG).map_err(redb::Error::from)?;
+    let meta = txn.open_table(META).map_err(redb::Error::from)?;
+    let meta_value = |key: &str| -> Result<Option<Vec<u8>>, LogStoreError> {
+        Ok(meta
+            .get(key)
+            .map_err(redb::Error::from)?
+            .map(|v| v.value().to_vec()))
+    };
+    let corrupt = |what: &str, e: postcard::Error| {
+        LogStoreError::Redb(redb::Error::Io(std::io::Error::other(format!(
+            "the {what} does not decode: {e}"
+        ))))
+    };
+    let vote: Option<Vote<NodeId>> = match meta_value(KEY_VOTE)? {
+        Some(bytes) => Some(postcard::from_bytes(&bytes).map_err(|e| corrupt("vote", e))?),
+        None => None,
+    };
+    let committed: Option<LogId<NodeId>> = match meta_value(KEY_COMMITTED)? {
+        Some(bytes) => postcard::from_bytes::<Option<LogId<NodeId>>>(&bytes)
+            .map_err(|e| corrupt("committed log id", e))?,
+        None => None,
+    };
+    let last_purged: Option<LogId<NodeId>> = match meta_value(KEY_LAST_PURGED)? {
+        Some(bytes) => Some(postcard::from_bytes(&bytes).map_err(|e| corrupt("purge point", e))?),
+        None => None,
+    };
+    let mut summary = LogSummary {
+        vote,
+        committed,
+        last_purged,
+        last_log_id: last_purged,
+        last_command_ms: None,
+        first_command_after_ms: None,
+        entries_after: 0,
+        membership: None,
+    };
+    for row in log.iter().map_err(redb::Error::from)? {
+        let (index, bytes) = row.map_err(redb::Error::from)?;
+        let entry: Entry<TypeConfig> =
+            postcard::from_bytes(bytes.value()).map_err(|e| corrupt("log entry", e))?;
+        summary.last_log_id = Some(entry.log_id);
+        let after_point = index.value() > after;
+        if after_point {
+            summary.entries_after += 1;
+        }
+        match &entry.payload {
+            openraft::EntryPayload::Normal(command) => {
+                summary.last_command_ms = Some(command.now_ms);
+                if after_point && summary.first_command_after_ms.is_none() {
+                    summary.first_command_after_ms = Some(command.now_ms);
+                }
+            }
+            openraft::EntryPayload::Membership(membership) => {
+                summary.membership = Some((entry.log_id, membership.clone()));
+            }
+            openraft::EntryPayload::Blank => {}
+        }
+    }
+    Ok(summary)
+}
+
+/// Writes a vote into the log file at `path` (created if missing),
+/// offline: a restored member starts with the backup's term, voted for
+/// itself and uncommitted, so the first election is of a later term.
+pub fn write_vote_offline(path: &Path, vote: &Vote<NodeId>) -> Result<(), LogStoreError> {
+    let db = Database::create(path).map_err(redb::Error::from)?;
+    let found = init_schema(&db)?;
+    if found != LOG_SCHEMA_VERSION {
+        return Err(LogStoreError::SchemaMismatch {
+            found,
+            expected: LOG_SCHEMA_VERSION,
+        });
+    }
+    let bytes =
+        postcard::to_allocvec(vote).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+    let txn = db.begin_write().map_err(redb::Error::from)?;
+    {
+        let mut meta = txn.open_table(META).map_err(redb::Error::from)?;
+        meta.insert(KEY_VOTE, bytes.as_slice())
+            .map_err(redb::Error::from)?;
+    }
+    txn.commit().map_err(redb::Error::from)?;
+    Ok(())
+}
+
+/// Appends `entry` after the last entry of the log file at `path` and
+/// stores `vote`, in one durable transaction, offline (quorum-loss
+/// recovery appends a membership of the survivor alone).
+pub fn append_offline(
+    path: &Path,
+    entry: &Entry<TypeConfig>,
+    vote: &Vote<NodeId>,
+) -> Result<(), LogStoreError> {
+    let db = Database::open(path).map_err(redb::Error::from)?;
+    let found = init_schema(&db)?;
+    if found != LOG_SCHEMA_VERSION {
+        return Err(LogStoreError::SchemaMismatch {
+            found,
+            expected: LOG_SCHEMA_VERSION,
+        });
+    }
+    let io = |e: postcard::Error| redb::Error::Io(std::io::Error::other(e));
+    let entry_bytes = postcard::to_allocvec(entry).map_err(io)?;
+    let vote_bytes = postcard::to_allocvec(vote).map_err(io)?;
+    let txn = db.begin_write().map_err(redb::Error::from)?;
+    {
+        let mut log = txn.open_table(LOG).map_err(redb::Error::from)?;
+        let mut meta = txn.open_table(META).map_err(redb::Error::from)?;
+        log.insert(entry.log_id.index, entry_bytes.as_slice())
+            .map_err(redb::Error::from)?;
+        meta.insert(KEY_VOTE, vote_bytes.as_slice())
+            .map_err(redb::Error::from)?;
+    }
+    txn.commit().map_err(redb::Error::from)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};

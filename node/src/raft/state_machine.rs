@@ -60,9 +60,10 @@ fn snapshot_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
 }
 
 /// What the state machine's raft metadata holds, postcard-encoded into the
-/// opaque [`RaftMeta`] of the store.
-type Applied = Option<LogId<NodeId>>;
-type Membership = StoredMembership<NodeId, BasicNode>;
+/// opaque [`RaftMeta`] of the store: the applied log id.
+pub type Applied = Option<LogId<NodeId>>;
+/// The applied membership, as the state machine stores it.
+pub type Membership = StoredMembership<NodeId, BasicNode>;
 
 /// The persisted current snapshot: its meta and its bytes.
 #[derive(Serialize, Deserialize)]
@@ -143,6 +144,20 @@ fn decode_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
             Ok((applied, membership))
         }
     }
+}
+
+/// The applied log id and membership a store's Raft metadata holds (for
+/// backups, restores and recovery, which read and write it offline).
+pub fn decode_raft_meta(meta: Option<RaftMeta>) -> StoreResult<(Applied, Membership)> {
+    decode_meta(meta)
+}
+
+/// The Raft metadata of an applied log id and membership.
+pub fn encode_raft_meta(
+    applied: &Option<LogId<NodeId>>,
+    membership: &StoredMembership<NodeId, BasicNode>,
+) -> StoreResult<RaftMeta> {
+    encode_meta(applied, membership)
 }
 
 /// The applied log index recorded in a store's Raft metadata (read in the

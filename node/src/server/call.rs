@@ -6,7 +6,6 @@
 //! A protocol says what it needs through [`Protocol`]; its handler gets
 //! only authorized requests.
 
-use std::future::Future;
 use std::marker::PhantomData;
 
 use quinn::{RecvStream, SendStream};
@@ -58,33 +57,6 @@ pub(crate) async fn accept<'a, P: Protocol>(
             Ok(None)
         }
     }
-}
-
-/// Serves a one-request call: accepts the stream, reads and authorizes the
-/// request, answers with what `handle` makes of it, and finishes.
-pub(crate) async fn serve_one<P, R, F, Fut>(
-    send: SendStream,
-    recv: RecvStream,
-    identity: &Identity,
-    frame_bytes_max: usize,
-    handle: F,
-) -> Result<(), ServeError>
-where
-    P: Protocol,
-    R: Serialize,
-    F: FnOnce(P::Request) -> Fut,
-    Fut: Future<Output = R>,
-{
-    let Some(mut call) = accept::<P>(send, recv, identity, frame_bytes_max).await? else {
-        return Ok(());
-    };
-    let Some(request) = call.request().await? else {
-        return Ok(());
-    };
-    let response = handle(request).await;
-    call.answer(&response).await?;
-    call.finish().await;
-    Ok(())
 }
 
 impl<P: Protocol> Call<'_, P> {

@@ -54,10 +54,71 @@ pub async fn serve_stream(
     recv: RecvStream,
 ) -> Result<(), ServeError> {
     let frame_bytes_max = state.limits.frame_bytes_max;
-    call::serve_one::<Operator, _, _, _>(send, recv, identity, frame_bytes_max, |call| {
-        handle(state, identity, call)
-    })
-    .await
+    let Some(mut call) = call::accept::<Operator>(send, recv, identity, frame_bytes_max).await?
+    else {
+        return Ok(());
+    };
+    let Some(request) = call.request().await? else {
+        return Ok(());
+    };
+    if matches!(request.request, OperatorRequest::Backup) {
+        return stream_backup(state, call).await;
+    }
+    let response = handle(state, identity, request).await;
+    call.answer(&response).await?;
+    call.finish().await;
+    Ok(())
+}
+
+/// Answers [`OperatorRequest::Backup`]: the state exported from one read
+/// transaction, made into a backup file, streamed in chunks of at most
+/// [`wire::operator::BACKUP_CHUNK_BYTES_MAX`].
+async fn stream_backup(
+    state: &NodeState,
+    mut call: call::Call<'_, Operator>,
+) -> Result<(), ServeError> {
+    let store = state.store.clone();
+    let (node_id, now_ms) = (state.node_id, state.clock.now_ms());
+    let built = tokio::task::spawn_blocking(move || build_backup(&store, node_id, now_ms)).await;
+    let bytes = match built.map_err(|e| format!("the backup task failed: {e}")) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(message)) | Err(message) => {
+            let error = WireError::new(ErrorCode::Internal, message);
+            call.answer(&OperatorResponse::Error(error)).await?;
+            call.finish().await;
+            return Ok(());
+        }
+    };
+    let total_bytes = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    let mut offset = 0u64;
+    for piece in bytes.chunks(wire::operator::BACKUP_CHUNK_BYTES_MAX) {
+        let chunk = wire::operator::BackupChunk {
+            offset,
+            total_bytes,
+            bytes: piece.to_vec(),
+        };
+        call.answer(&OperatorResponse::BackupChunk(chunk)).await?;
+        offset += u64::try_from(piece.len()).unwrap_or(u64::MAX);
+    }
+    call.finish().await;
+    Ok(())
+}
+
+/// A backup file of the state as it is now (one read transaction).
+pub fn build_backup(store: &storage::Store, node_id: u64, now_ms: u64) -> Result<Vec<u8>, String> {
+    let (body, raft_meta) = store.export_snapshot().map_err(|e| e.to_string())?;
+    // The identity and last pk come from the body itself (one read
+    // transaction), so the header cannot disagree with it.
+    let summary = storage::snapshot::inspect_snapshot(&body).map_err(|e| e.to_string())?;
+    let header = crate::backup::header_for(
+        raft_meta,
+        summary.identity,
+        summary.last_pk,
+        node_id,
+        now_ms,
+    )
+    .map_err(|e| e.to_string())?;
+    crate::backup::encode(&header, &body, None).map_err(|e| e.to_string())
 }
 
 /// Operator requests that take longer than this (and do not wait by

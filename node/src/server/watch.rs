@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::info;
 use transport::stream::FramedStream;
 use wire::agent::{ResourceChange, WatchEvent, WatchRequest};
 use wire::session::{WatchServer, WatchStart, plan_watch};
@@ -47,13 +48,32 @@ pub async fn serve(
     let mut server = WatchServer::new();
     let mut applied_pk = state.applied_pk.clone();
     let view = state.store.read()?;
-    let plan = plan_watch(request.cursor, view.floor_pk(), view.last_pk());
+    let epoch = node_epoch(&view);
+    let plan = plan_watch(
+        request.cursor,
+        request.epoch,
+        epoch,
+        view.floor_pk(),
+        view.last_pk(),
+    );
     match plan {
         WatchStart::FullSync => {
             metrics.full_sync();
             full_sync(state, metrics, stream, &mut server, &request.region, view).await?
         }
         WatchStart::Incremental { after } => server.resume(after)?,
+        WatchStart::EpochChanged { epoch } => {
+            metrics.resync_required();
+            info!(
+                region = %request.region,
+                cursor = request.cursor,
+                agent_epoch = request.epoch,
+                epoch,
+                "the agent's cursor is of another cluster epoch: it must sync in full"
+            );
+            send(state, metrics, stream, &server.epoch_changed(epoch)?).await?;
+            return Ok(());
+        }
         WatchStart::ResyncRequired { floor } => {
             metrics.resync_required();
             send(state, metrics, stream, &server.resync_required(floor)).await?;
@@ -90,6 +110,12 @@ pub async fn serve(
     .await
 }
 
+/// The epoch of the state `view` reads (0 before the first leader recorded
+/// the cluster's identity).
+fn node_epoch(view: &storage::ReadView) -> u64 {
+    view.cluster_identity().map_or(0, |identity| identity.epoch)
+}
+
 async fn full_sync(
     state: &NodeState,
     metrics: &WatchGuard,
@@ -99,7 +125,8 @@ async fn full_sync(
     view: storage::ReadView,
 ) -> Result<(), ServeError> {
     let cursor = view.last_pk();
-    send(state, metrics, stream, &server.sync_start(cursor)?).await?;
+    let epoch = node_epoch(&view);
+    send(state, metrics, stream, &server.sync_start(cursor, epoch)?).await?;
     let page = state.limits.sync_page_resources;
     let mut after = None;
     loop {

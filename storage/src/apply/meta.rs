@@ -7,10 +7,10 @@
 //! describes.
 
 use super::{Applier, WriteTables};
-use crate::command::RaftMeta;
+use crate::command::{ClusterIdentity, MutationResult, Outcome, RaftMeta};
 use crate::error::Result;
 use crate::read::load_raw;
-use crate::tables::{self, meta};
+use crate::tables::{self, meta, name};
 
 impl<'t> Applier<'t> {
     /// Starts a batch: reads the counters the batch continues from.
@@ -48,4 +48,27 @@ impl<'t> Applier<'t> {
         self.t.put_meta_u64(meta::STAMP_MS, self.stamp_ms)?;
         self.t.put_raft_meta(raft)
     }
+}
+
+impl Applier<'_> {
+    /// [`crate::Mutation::SetClusterIdentity`]: written only if the cluster
+    /// has none (the identity never changes through Raft); epoch 0 is
+    /// refused (it means "unknown" on the wire).
+    pub(super) fn set_cluster_identity(
+        &mut self,
+        identity: &ClusterIdentity,
+    ) -> Result<MutationResult> {
+        if identity.epoch == 0 {
+            return Ok(super::bad_request("a cluster epoch is never 0"));
+        }
+        if load_raw(&self.t.metadata, meta::CLUSTER_IDENTITY)?.is_none() {
+            self.t.put_cluster_identity(identity)?;
+        }
+        Ok(Ok(Outcome::Recorded))
+    }
+}
+
+/// Decodes the stored identity.
+pub(crate) fn decode_identity(bytes: &[u8]) -> Result<ClusterIdentity> {
+    tables::decode(name::METADATA, &meta::CLUSTER_IDENTITY, bytes)
 }

@@ -50,7 +50,7 @@ mod cilium;
 mod deployment;
 mod environment;
 mod instances;
-mod meta;
+pub(crate) mod meta;
 pub mod notify;
 mod region;
 mod requests;
@@ -235,6 +235,7 @@ impl Applier<'_> {
                 deployment_id,
                 update,
             } => self.update_deployment(deployment_id, update),
+            Mutation::SetClusterIdentity(identity) => self.set_cluster_identity(identity),
         }
     }
 }

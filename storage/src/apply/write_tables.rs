@@ -110,6 +110,18 @@ impl<'t> WriteTables<'t> {
         Ok(())
     }
 
+    /// Writes the cluster's identity.
+    pub(crate) fn put_cluster_identity(
+        &mut self,
+        identity: &crate::command::ClusterIdentity,
+    ) -> Result<()> {
+        let bytes = tables::encode("the cluster identity", identity)?;
+        self.metadata
+            .insert(meta::CLUSTER_IDENTITY, bytes.as_slice())
+            .ctx_table(self.op, name::METADATA)?;
+        Ok(())
+    }
+
     /// Writes the Raft metadata, opaque bytes from the caller.
     pub(crate) fn put_raft_meta(&mut self, raft: &RaftMeta) -> Result<()> {
         self.metadata

@@ -27,10 +27,10 @@ use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
 };
 use crate::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeliveryPage, DeploymentUpdate, DeploymentView,
-    LogStatus, Membership, NodeDiagnostics, NodeStatus, OperatorCall, OperatorRequest,
-    OperatorResponse, PolicyView, RegionList, RegionView, RequestId, RolloutCommand, RolloutPlan,
-    SentinelView, StartRollout, StateHash,
+    ApplyPolicy, ApplySentinel, BackupChunk, CreateDeployment, DeliveryPage, DeploymentUpdate,
+    DeploymentView, LogStatus, Membership, NodeDiagnostics, NodeStatus, OperatorCall,
+    OperatorRequest, OperatorResponse, PolicyView, RegionList, RegionView, RequestId,
+    RolloutCommand, RolloutPlan, SentinelView, StartRollout, StateHash,
 };
 use crate::rollout::{
     MemberState, Rollout, RolloutEvent, RolloutEventKind, RolloutMember, RolloutOptions,
@@ -515,6 +515,7 @@ pub fn watch_request() -> WatchRequest {
     WatchRequest {
         region: "eu-west".into(),
         cursor: 70_000,
+        epoch: 0x5eed_0000_0000_0001,
     }
 }
 
@@ -582,7 +583,10 @@ pub fn resource_changes() -> Vec<ResourceChange> {
 /// Every variant of [`WatchEvent`], each with every field set.
 pub fn watch_events() -> Vec<WatchEvent> {
     vec![
-        WatchEvent::SyncStart { cursor: 0 },
+        WatchEvent::SyncStart {
+            cursor: 0,
+            epoch: 0x5eed_0000_0000_0001,
+        },
         WatchEvent::SyncItem(Resource::DeploymentTopology(topology())),
         WatchEvent::SyncEnd { cursor: 302 },
         WatchEvent::Change {
@@ -595,6 +599,9 @@ pub fn watch_events() -> Vec<WatchEvent> {
             ErrorCode::PermissionDenied,
             "an agent of region us-east may not watch eu-west",
         )),
+        WatchEvent::EpochChanged {
+            epoch: 0x5eed_0000_0000_0002,
+        },
     ]
 }
 
@@ -830,7 +837,17 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             id: "dep_01hx3k9".into(),
             update: deployment_update(),
         },
+        OperatorRequest::Backup,
     ]
+}
+
+/// A fixture [`BackupChunk`], every field set.
+pub fn backup_chunk() -> BackupChunk {
+    BackupChunk {
+        offset: 262_144,
+        total_bytes: 600_000,
+        bytes: b"ctrlbkup".to_vec(),
+    }
 }
 
 /// A fixture [`PolicyView`], every field set.
@@ -1050,6 +1067,7 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         OperatorResponse::RolloutPlan(rollout_plan()),
         OperatorResponse::Rollout(Some(rollout())),
         OperatorResponse::Rollouts(vec![rollout_summary()]),
+        OperatorResponse::BackupChunk(backup_chunk()),
     ]
 }
 

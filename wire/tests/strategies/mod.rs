@@ -428,7 +428,11 @@ prop_compose! {
 
 prop_compose! {
     pub fn watch_request()(region in short_string(), cursor in any::<u64>()) -> WatchRequest {
-        WatchRequest { region, cursor }
+        WatchRequest {
+            region,
+            cursor,
+            epoch: cursor.rotate_left(7),
+        }
     }
 }
 
@@ -573,13 +577,15 @@ pub(crate) fn resource_change() -> impl Strategy<Value = ResourceChange> {
 /// stack when built in place.
 pub(crate) fn watch_event() -> BoxedStrategy<WatchEvent> {
     prop_oneof![
-        any::<u64>().prop_map(|cursor| WatchEvent::SyncStart { cursor }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(cursor, epoch)| WatchEvent::SyncStart { cursor, epoch }),
         resource().prop_map(WatchEvent::SyncItem),
         any::<u64>().prop_map(|cursor| WatchEvent::SyncEnd { cursor }),
         (any::<u64>(), resource_change())
             .prop_map(|(version, change)| WatchEvent::Change { version, change }),
         any::<u64>().prop_map(|cursor| WatchEvent::Progress { cursor }),
         any::<u64>().prop_map(|floor| WatchEvent::ResyncRequired { floor }),
+        any::<u64>().prop_map(|epoch| WatchEvent::EpochChanged { epoch }),
         wire_error().prop_map(WatchEvent::Error),
     ]
     .boxed()
@@ -707,6 +713,7 @@ pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
                     },
                 }
             }),
+        Just(OperatorRequest::Backup),
     ]
     .boxed()
 }
@@ -779,6 +786,15 @@ pub(crate) fn operator_response() -> BoxedStrategy<OperatorResponse> {
             0..3
         )
         .prop_map(OperatorResponse::Policies),
+        (any::<u64>(), any::<u64>(), vec(any::<u8>(), 0..64)).prop_map(
+            |(offset, total_bytes, bytes)| {
+                OperatorResponse::BackupChunk(wire::operator::BackupChunk {
+                    offset,
+                    total_bytes,
+                    bytes,
+                })
+            }
+        ),
     ]
     .boxed()
 }

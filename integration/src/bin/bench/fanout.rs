@@ -100,6 +100,7 @@ pub(crate) async fn fan_out(watchers: usize, rounds: usize, per_connection: usiz
                 .send(&AgentRequest::Watch(WatchRequest {
                     region: REGION.to_string(),
                     cursor: 0,
+                    epoch: 0,
                 }))
                 .await?;
             let tx = tx.clone();

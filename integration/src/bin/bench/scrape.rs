@@ -206,6 +206,7 @@ async fn open_watchers(cluster: &ProcessCluster, watchers: usize) -> Result<Vec<
                 .send(&AgentRequest::Watch(WatchRequest {
                     region: WATCHED_REGION.to_string(),
                     cursor: 0,
+                    epoch: 0,
                 }))
                 .await?;
             loop {
