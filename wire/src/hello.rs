@@ -9,7 +9,7 @@ use crate::error::{ErrorCode, WireError};
 /// The version of every protocol in this crate. Bumped on any change of a
 /// message's encoding but a variant appended to an enum (a new field above
 /// all); `tests/golden.rs` pins every message's bytes under it.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Guards against a peer that is not speaking this protocol at all.
 pub const MAGIC: [u8; 4] = *b"CTRL";
