@@ -190,10 +190,10 @@ impl StateError {
             _ => false,
         };
         match self {
-            StateError::Open { source, .. } => match source {
-                redb::DatabaseError::Storage(e) => storage_corrupt(e),
-                _ => false,
-            },
+            StateError::Open {
+                source: redb::DatabaseError::Storage(e),
+                ..
+            } => storage_corrupt(e),
             StateError::Storage(redb::Error::Corrupted(_) | redb::Error::ValueTooLarge(_)) => true,
             StateError::Storage(redb::Error::Io(io)) => matches!(
                 io.kind(),

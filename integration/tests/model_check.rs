@@ -264,13 +264,13 @@ impl Cluster {
             return Ok(());
         }
         r.failures_left -= 1;
-        // Transient (503): retried; a permanent refusal would be reported
-        // and passed instead.
-        Err(K8sError::Client(Box::new(kube::Error::Api(
-            kube::core::Status::failure("injected failure", "ServiceUnavailable")
-                .with_code(503)
-                .boxed(),
-        ))))
+        // A transient failure (retried; a permanent refusal would be
+        // reported and passed instead).
+        Err(K8sError::LocalState(Box::new(
+            agent::state::StateError::Missing {
+                path: "injected failure".into(),
+            },
+        )))
     }
 }
 

@@ -1193,7 +1193,7 @@ mod tests {
             ..crate::golden::fixtures::create_deployment()
         };
         valid().validate().unwrap();
-        let cases: [(&str, fn(&mut CreateDeployment)); 5] = [
+        let cases: [Spoil<CreateDeployment>; 5] = [
             (
                 "env_vars \"1X\" is not a valid environment variable name",
                 |c| {

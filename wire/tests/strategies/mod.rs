@@ -457,7 +457,7 @@ prop_compose! {
 }
 
 /// Either outcome of an apply.
-pub fn apply_outcome() -> impl Strategy<Value = ApplyOutcome> {
+pub(crate) fn apply_outcome() -> impl Strategy<Value = ApplyOutcome> {
     prop_oneof![
         Just(ApplyOutcome::Applied),
         (short_string(), any::<u16>(), option::of(short_string())).prop_map(
