@@ -77,7 +77,60 @@ impl From<kube::Error> for K8sError {
     }
 }
 
+/// Kubernetes' refusal of an object for good: what krane records against
+/// the resource's version and reports to ctrl instead of retrying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The API server's message (or krane's, for an object it would not
+    /// send), at most [`wire::model::FAILED_APPLY_ERROR_BYTES_MAX`] bytes.
+    pub reason: String,
+    /// The HTTP status; 0 when krane refused the object it built.
+    pub code: u16,
+    /// The first field the API server named, if any.
+    pub field: Option<String>,
+}
+
 impl K8sError {
+    /// The refusal, if this error is permanent for the object as it is:
+    /// 400 Bad Request, 422 Invalid, 413 too large, 403 from an admission
+    /// webhook, or an object krane itself found invalid. Conflicts (409),
+    /// throttling (429), other 4xx (401, 403 by RBAC, 404, 408, 410), 5xx,
+    /// timeouts and connection errors are transient: `None`, retried with
+    /// backoff.
+    pub fn rejection(&self) -> Option<Rejection> {
+        let status = match self {
+            K8sError::Invalid(message) => {
+                return Some(Rejection {
+                    reason: cut(message),
+                    code: 0,
+                    field: None,
+                });
+            }
+            K8sError::Api { source, .. } | K8sError::Client(source) => match source.as_ref() {
+                kube::Error::Api(status) => status,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let admission = status.code == 403
+            && (status.message.contains("admission webhook")
+                || status.message.contains("denied the request"));
+        let permanent = matches!(status.code, 400 | 413 | 422) || admission;
+        if !permanent {
+            return None;
+        }
+        let field = status
+            .details
+            .as_ref()
+            .and_then(|d| d.causes.iter().find(|c| !c.field.is_empty()))
+            .map(|c| cut(&c.field));
+        Some(Rejection {
+            reason: cut(&status.message),
+            code: status.code,
+            field,
+        })
+    }
+
     /// Whether the API server answered 404 Not Found.
     pub fn is_not_found(&self) -> bool {
         match self {
@@ -112,6 +165,16 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<Client, K8sError> {
         None => kube::Config::incluster().map_err(|e| K8sError::InCluster(Box::new(e)))?,
     };
     Ok(Client::try_from(config)?)
+}
+
+/// `text` cut to [`wire::model::FAILED_APPLY_ERROR_BYTES_MAX`] bytes at a
+/// character boundary.
+fn cut(text: &str) -> String {
+    let mut end = text.len().min(wire::model::FAILED_APPLY_ERROR_BYTES_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// Whether an object carries krane's managed-by label.
@@ -381,5 +444,71 @@ mod tests {
             MANAGED_BY_VALUE.to_string(),
         )]));
         assert!(is_managed(&meta));
+    }
+}
+
+#[cfg(test)]
+mod rejection_tests {
+    use super::*;
+
+    fn api(code: u16, message: &str, field: Option<&str>) -> K8sError {
+        let mut status = kube::core::Status::failure(message, "Invalid").with_code(code);
+        if let Some(field) = field {
+            status = status.with_details(kube::core::response::StatusDetails {
+                causes: vec![kube::core::response::StatusCause {
+                    reason: "FieldValueInvalid".into(),
+                    message: "Invalid value".into(),
+                    field: field.into(),
+                }],
+                name: "web".into(),
+                group: "apps".into(),
+                kind: "statefulsets".into(),
+                uid: String::new(),
+                retry_after_seconds: 0,
+            });
+        }
+        K8sError::Api {
+            kind: "StatefulSet",
+            namespace: "apps".into(),
+            name: "web".into(),
+            source: Box::new(kube::Error::Api(status.boxed())),
+        }
+    }
+
+    #[test]
+    fn validation_errors_are_permanent_conflicts_and_throttling_are_not() {
+        let invalid = api(422, "StatefulSet.apps \"web\" is invalid", Some("spec.x"));
+        assert_eq!(
+            invalid.rejection(),
+            Some(Rejection {
+                reason: "StatefulSet.apps \"web\" is invalid".into(),
+                code: 422,
+                field: Some("spec.x".into()),
+            })
+        );
+        assert_eq!(api(400, "bad", None).rejection().map(|r| r.code), Some(400));
+        assert_eq!(
+            api(403, "admission webhook \"x\" denied the request: no", None)
+                .rejection()
+                .map(|r| r.code),
+            Some(403)
+        );
+        for transient in [
+            api(403, "User \"krane\" cannot patch", None),
+            api(409, "conflict", None),
+            api(429, "too many requests", None),
+            api(404, "not found", None),
+            api(500, "etcd timeout", None),
+            api(503, "unavailable", None),
+        ] {
+            assert_eq!(transient.rejection(), None, "{transient}");
+        }
+        let built = K8sError::Invalid("x".repeat(5_000));
+        let rejection = built.rejection().unwrap();
+        assert_eq!(rejection.code, 0);
+        assert_eq!(
+            rejection.reason.len(),
+            wire::model::FAILED_APPLY_ERROR_BYTES_MAX
+        );
     }
 }

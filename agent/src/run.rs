@@ -11,7 +11,7 @@ use config::AgentConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::sync::{mpsc, watch};
-use tracing::info;
+use tracing::{info, warn};
 use transport::http::HttpServer;
 use wire::model::Resource;
 
@@ -65,7 +65,17 @@ pub async fn run(
     status: watch::Sender<WatchStatus>,
 ) -> Result<(), RunError> {
     transport::tls::install_crypto_provider();
-    let state = Arc::new(LocalState::open_in(&config.data_dir)?);
+    let path = config.data_dir.join(crate::state::STATE_FILE);
+    let (state, recovered) = LocalState::open_or_recover(&path, system_clock()())?;
+    if let Some(recovered) = recovered {
+        warn!(
+            moved_to = %recovered.moved_to.display(),
+            "the local state was torn or corrupted ({}); moved aside, starting empty: \
+             a full sync adopts what the cluster holds",
+            recovered.error
+        );
+    }
+    let state = Arc::new(state);
     let summary = state.summary()?;
     info!(
         data_dir = %config.data_dir.display(),

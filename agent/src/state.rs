@@ -23,6 +23,17 @@
 //!   ([`LocalState::finish_full_sync`], then [`LocalState::record_progress`]).
 //!   A crash in between repeats the full sync, which is idempotent.
 //!
+//! - Every record ends with a checksum of its bytes; a record failing it,
+//!   or not decoding, is an error, never a default. At start
+//!   ([`LocalState::open_or_recover`]) a torn or corrupted file is moved
+//!   aside (`krane.redb.corrupt-<unix ms>`) and krane starts empty: a full
+//!   sync adopts what the cluster holds. Nothing read from a corrupted
+//!   file is applied.
+//! - A version Kubernetes rejected for good is recorded (the `rejected`
+//!   table) with its report in the apply outbox, in one transaction,
+//!   before the cursor may move past it; that version is never applied
+//!   again, a newer one is tried, a delete forgets it.
+//!
 //! Every call is synchronous (redb); one call is one short transaction.
 
 use std::collections::BTreeSet;
@@ -41,7 +52,11 @@ use wire::model::{ApplyReport, Resource, ResourceKey, SentinelStatus};
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
 /// Version of the layout below; a file of another version is refused.
-pub const SCHEMA_VERSION: u64 = 2;
+/// 3: every record ends with its checksum; the rejected versions table;
+/// the apply outbox keyed by resource type and id.
+pub const SCHEMA_VERSION: u64 = 3;
+/// Bytes of the checksum ending every record (FNV-1a 64 of the rest).
+pub const CHECKSUM_BYTES: usize = 8;
 
 /// Metadata key → `u64`.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -53,9 +68,13 @@ const OUTBOX: TableDefinition<&str, &[u8]> = TableDefinition::new("outbox");
 type KeyedOutbox = TableDefinition<'static, &'static str, &'static [u8]>;
 /// Sentinel id → postcard [`SentinelStatus`] not yet acknowledged.
 const SENTINEL_OUTBOX: KeyedOutbox = TableDefinition::new("sentinel_outbox");
-/// Policy id → postcard [`ApplyReport`] (the newest version applied) not
-/// yet acknowledged.
+/// `type/id` → postcard [`ApplyReport`] (a policy's newest version
+/// applied, or a version Kubernetes rejected) not yet acknowledged.
 const APPLY_OUTBOX: KeyedOutbox = TableDefinition::new("apply_outbox");
+/// `(resource type, region, id)` → postcard [`RejectedRow`]: the newest
+/// version of the resource Kubernetes rejected for good (not applied
+/// again; a newer version is tried).
+const REJECTED: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("rejected");
 
 /// Keys of the [`META`] table.
 mod meta {
@@ -69,6 +88,12 @@ mod meta {
     /// file reads as epoch 0, which a node of a known epoch answers with a
     /// full sync.
     pub(super) const EPOCH: &str = "epoch";
+}
+
+/// A version Kubernetes rejected.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RejectedRow {
+    version: Pk,
 }
 
 /// One row of the last-applied snapshot.
@@ -117,6 +142,21 @@ pub enum StateError {
     /// A stored row does not decode.
     #[error("local state row does not decode: {0}")]
     Codec(#[from] postcard::Error),
+    /// A stored row's checksum does not match its bytes.
+    #[error("a local state row fails its checksum (torn or corrupted file)")]
+    Checksum,
+    /// Opening or reading the file panicked inside the storage engine (a
+    /// corrupted file).
+    #[error("the local state storage failed on a corrupted file: {0}")]
+    Panicked(String),
+    /// The corrupted file could not be moved aside.
+    #[error("cannot move the corrupted {} aside: {source}", path.display())]
+    MoveAside {
+        /// The state file.
+        path: PathBuf,
+        /// Why renaming it failed.
+        source: std::io::Error,
+    },
     /// A cursor lower than the stored one was asked to be stored.
     #[error("the cursor may not move back from {stored} to {requested}")]
     CursorBackwards {
@@ -139,6 +179,74 @@ pub enum StateError {
 
 fn storage(e: impl Into<redb::Error>) -> StateError {
     StateError::Storage(e.into())
+}
+
+impl StateError {
+    /// Whether the error says the file is torn or corrupted (as opposed to
+    /// locked by another process, unreadable for permissions, or of
+    /// another schema): krane then moves it aside and starts empty.
+    pub fn is_corruption(&self) -> bool {
+        let storage_corrupt = |e: &redb::StorageError| match e {
+            redb::StorageError::Corrupted(_) | redb::StorageError::ValueTooLarge(_) => true,
+            redb::StorageError::Io(io) => matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+            ),
+            _ => false,
+        };
+        match self {
+            StateError::Open {
+                source: redb::DatabaseError::Storage(e),
+                ..
+            } => storage_corrupt(e),
+            StateError::Storage(redb::Error::Corrupted(_) | redb::Error::ValueTooLarge(_)) => true,
+            StateError::Storage(redb::Error::Io(io)) => matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+            ),
+            StateError::Storage(redb::Error::TableTypeMismatch { .. }) => true,
+            StateError::Codec(_) | StateError::Checksum | StateError::Panicked(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A record's bytes: its postcard encoding, then the FNV-1a 64 of it
+/// (little-endian), so a torn or flipped record is detected.
+fn seal<T: Serialize>(value: &T) -> Result<Vec<u8>, StateError> {
+    let mut bytes = postcard::to_stdvec(value)?;
+    let sum = checksum(&bytes);
+    bytes.extend_from_slice(&sum.to_le_bytes());
+    Ok(bytes)
+}
+
+/// The record sealed by [`seal`], its checksum verified.
+fn unseal<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StateError> {
+    let split = bytes
+        .len()
+        .checked_sub(CHECKSUM_BYTES)
+        .ok_or(StateError::Checksum)?;
+    let (body, sum) = bytes.split_at(split);
+    let stored = u64::from_le_bytes(sum.try_into().map_err(|_| StateError::Checksum)?);
+    if stored != checksum(body) {
+        return Err(StateError::Checksum);
+    }
+    Ok(postcard::from_bytes(body)?)
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut hash = wire::digest::Fnv1a::new();
+    hash.write(bytes);
+    hash.finish()
+}
+
+/// Why the state file was moved aside at start.
+#[derive(Debug)]
+pub struct Recovered {
+    /// Where the corrupted file now is.
+    pub moved_to: PathBuf,
+    /// What was wrong with it.
+    pub error: StateError,
 }
 
 /// One resource of the last-applied snapshot.
@@ -208,9 +316,119 @@ impl LocalState {
             txn.open_table(OUTBOX).map_err(storage)?;
             txn.open_table(SENTINEL_OUTBOX).map_err(storage)?;
             txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+            txn.open_table(REJECTED).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
         Ok(LocalState { db })
+    }
+
+    /// Opens the state at `path` as [`LocalState::open`] does, and reads
+    /// every record once (checksums and decoding); a torn or corrupted
+    /// file — redb refuses it, a record fails its checksum or does not
+    /// decode, or the storage engine panics on it — is renamed
+    /// `krane.redb.corrupt-<unix ms>` and an empty state is created in its
+    /// place (the next watch is a full sync, adopting what the cluster
+    /// holds). Any other error (locked by another krane, another schema,
+    /// permissions) is returned. `now_ms` names the moved file.
+    pub fn open_or_recover(
+        path: &Path,
+        now_ms: u64,
+    ) -> Result<(LocalState, Option<Recovered>), StateError> {
+        let attempt = std::panic::catch_unwind(|| {
+            let state = LocalState::open(path)?;
+            state.verify()?;
+            Ok::<_, StateError>(state)
+        });
+        let error = match attempt {
+            Ok(Ok(state)) => return Ok((state, None)),
+            Ok(Err(e)) if e.is_corruption() => e,
+            Ok(Err(e)) => return Err(e),
+            Err(panic) => StateError::Panicked(
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                    .unwrap_or_else(|| "a panic".into()),
+            ),
+        };
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".corrupt-{now_ms}"));
+        let moved_to = PathBuf::from(name);
+        std::fs::rename(path, &moved_to).map_err(|source| StateError::MoveAside {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let state = LocalState::open(path)?;
+        Ok((state, Some(Recovered { moved_to, error })))
+    }
+
+    /// Reads every record of every table, checking checksums and decoding.
+    pub fn verify(&self) -> Result<(), StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        read_summary(&txn)?;
+        for table in [OUTBOX, SENTINEL_OUTBOX, APPLY_OUTBOX] {
+            let table = txn.open_table(table).map_err(storage)?;
+            for entry in table.iter().map_err(storage)? {
+                let (_, bytes) = entry.map_err(storage)?;
+                let bytes = bytes.value();
+                let split = bytes
+                    .len()
+                    .checked_sub(CHECKSUM_BYTES)
+                    .ok_or(StateError::Checksum)?;
+                let (body, sum) = bytes.split_at(split);
+                if sum != checksum(body).to_le_bytes() {
+                    return Err(StateError::Checksum);
+                }
+            }
+        }
+        let table = txn.open_table(REJECTED).map_err(storage)?;
+        for entry in table.iter().map_err(storage)? {
+            let (_, bytes) = entry.map_err(storage)?;
+            unseal::<RejectedRow>(bytes.value())?;
+        }
+        Ok(())
+    }
+
+    /// The newest version of `key` Kubernetes rejected, if any.
+    pub fn rejected_version(&self, key: &ResourceKey) -> Result<Option<Pk>, StateError> {
+        let txn = self.db.begin_read().map_err(storage)?;
+        let table = txn.open_table(REJECTED).map_err(storage)?;
+        let row = table.get(table_key(key)).map_err(storage)?;
+        match row {
+            Some(bytes) => Ok(Some(unseal::<RejectedRow>(bytes.value())?.version)),
+            None => Ok(None),
+        }
+    }
+
+    /// Records that Kubernetes rejected `report.version` of its resource,
+    /// and puts the report in the apply outbox, in one transaction: before
+    /// the cursor may move past the change. A version not newer than the
+    /// one recorded changes nothing.
+    pub fn record_rejected(&self, report: &ApplyReport) -> Result<(), StateError> {
+        let txn = self.db.begin_write().map_err(storage)?;
+        {
+            let mut table = txn.open_table(REJECTED).map_err(storage)?;
+            let stored = match table.get(table_key(&report.key)).map_err(storage)? {
+                Some(bytes) => Some(unseal::<RejectedRow>(bytes.value())?.version),
+                None => None,
+            };
+            if stored.is_some_and(|v| v >= report.version) {
+                return Ok(());
+            }
+            let row = seal(&RejectedRow {
+                version: report.version,
+            })?;
+            table
+                .insert(table_key(&report.key), row.as_slice())
+                .map_err(storage)?;
+            let mut outbox = txn.open_table(APPLY_OUTBOX).map_err(storage)?;
+            let bytes = seal(report)?;
+            outbox
+                .insert(outbox_key(&report.key).as_str(), bytes.as_slice())
+                .map_err(storage)?;
+        }
+        txn.commit().map_err(storage)?;
+        Ok(())
     }
 
     /// Opens `DATA_DIR/krane.redb`.
@@ -245,7 +463,7 @@ impl LocalState {
         let row = table.get(table_key(key)).map_err(storage)?;
         match row {
             Some(bytes) => {
-                let row: AppliedRow = postcard::from_bytes(bytes.value())?;
+                let row: AppliedRow = unseal(bytes.value())?;
                 Ok(Some((row.version, row.resource)))
             }
             None => Ok(None),
@@ -425,7 +643,7 @@ impl LocalState {
         {
             let mut table = txn.open_table(OUTBOX).map_err(storage)?;
             for report in reports {
-                let bytes = postcard::to_stdvec(report)?;
+                let bytes = seal(report)?;
                 table
                     .insert(report.deployment_id(), bytes.as_slice())
                     .map_err(storage)?;
@@ -442,7 +660,7 @@ impl LocalState {
         let mut out = Vec::new();
         for entry in table.iter().map_err(storage)?.take(max) {
             let (_, bytes) = entry.map_err(storage)?;
-            out.push(postcard::from_bytes(bytes.value())?);
+            out.push(unseal(bytes.value())?);
         }
         Ok(out)
     }
@@ -462,7 +680,7 @@ impl LocalState {
         let removed = {
             let mut table = txn.open_table(OUTBOX).map_err(storage)?;
             let stored = match table.get(report.deployment_id()).map_err(storage)? {
-                Some(bytes) => Some(postcard::from_bytes::<DeploymentReport>(bytes.value())?),
+                Some(bytes) => Some(unseal::<DeploymentReport>(bytes.value())?),
                 None => None,
             };
             if stored.as_ref() == Some(report) {
@@ -508,7 +726,7 @@ impl LocalState {
     /// of the same resource; committed before it returns, so a version
     /// applied is reported even if krane stops right after.
     pub fn apply_outbox_put(&self, report: &ApplyReport) -> Result<(), StateError> {
-        self.keyed_put(APPLY_OUTBOX, &[(report.key.resource_id.as_str(), report)])
+        self.keyed_put(APPLY_OUTBOX, &[(outbox_key(&report.key).as_str(), report)])
     }
 
     /// Up to `max` unacknowledged apply reports, in resource id order.
@@ -524,7 +742,7 @@ impl LocalState {
     /// Removes `report` once ctrl acknowledged (or refused) it, only if it
     /// is still the stored one. Returns whether it was removed.
     pub fn apply_outbox_ack(&self, report: &ApplyReport) -> Result<bool, StateError> {
-        self.keyed_ack(APPLY_OUTBOX, &report.key.resource_id, report)
+        self.keyed_ack(APPLY_OUTBOX, &outbox_key(&report.key), report)
     }
 }
 
@@ -545,7 +763,7 @@ impl LocalState {
         {
             let mut table = txn.open_table(table).map_err(storage)?;
             for (key, item) in items {
-                let bytes = postcard::to_stdvec(item)?;
+                let bytes = seal(item)?;
                 table.insert(*key, bytes.as_slice()).map_err(storage)?;
             }
         }
@@ -564,7 +782,7 @@ impl LocalState {
         let mut out = Vec::new();
         for entry in table.iter().map_err(storage)?.take(max) {
             let (_, bytes) = entry.map_err(storage)?;
-            out.push(postcard::from_bytes(bytes.value())?);
+            out.push(unseal(bytes.value())?);
         }
         Ok(out)
     }
@@ -587,7 +805,7 @@ impl LocalState {
         let removed = {
             let mut table = txn.open_table(table).map_err(storage)?;
             let stored = match table.get(key).map_err(storage)? {
-                Some(bytes) => Some(postcard::from_bytes::<T>(bytes.value())?),
+                Some(bytes) => Some(unseal::<T>(bytes.value())?),
                 None => None,
             };
             if stored.as_ref() == Some(item) {
@@ -626,6 +844,11 @@ pub fn read_summary_at(path: &Path) -> Result<StateSummary, StateError> {
     read_summary(&txn)
 }
 
+/// The apply outbox's key of a resource: `type/id`.
+fn outbox_key(key: &ResourceKey) -> String {
+    format!("{}/{}", key.resource_type.as_str(), key.resource_id)
+}
+
 fn table_key(key: &ResourceKey) -> (&str, &str, &str) {
     (
         key.resource_type.as_str(),
@@ -654,7 +877,7 @@ fn upsert(txn: &WriteTransaction, resource: &Resource) -> Result<(), StateError>
     let key = resource.key();
     let mut table = txn.open_table(APPLIED).map_err(storage)?;
     let stored = match table.get(table_key(&key)).map_err(storage)? {
-        Some(bytes) => Some(postcard::from_bytes::<AppliedRow>(bytes.value())?.version),
+        Some(bytes) => Some(unseal::<AppliedRow>(bytes.value())?.version),
         None => None,
     };
     if let Some(stored) = stored.filter(|&stored| stored > resource.version()) {
@@ -664,7 +887,7 @@ fn upsert(txn: &WriteTransaction, resource: &Resource) -> Result<(), StateError>
             requested: resource.version(),
         });
     }
-    let row = postcard::to_stdvec(&AppliedRow {
+    let row = seal(&AppliedRow {
         version: resource.version(),
         resource: resource.clone(),
     })?;
@@ -677,6 +900,9 @@ fn upsert(txn: &WriteTransaction, resource: &Resource) -> Result<(), StateError>
 fn remove(txn: &WriteTransaction, key: &ResourceKey) -> Result<(), StateError> {
     let mut table = txn.open_table(APPLIED).map_err(storage)?;
     table.remove(table_key(key)).map_err(storage)?;
+    // Made again later, its versions are new: nothing is rejected yet.
+    let mut rejected = txn.open_table(REJECTED).map_err(storage)?;
+    rejected.remove(table_key(key)).map_err(storage)?;
     Ok(())
 }
 
@@ -685,7 +911,7 @@ fn read_applied(txn: &ReadTransaction) -> Result<Vec<(ResourceKey, Pk, Resource)
     let mut out = Vec::new();
     for entry in table.iter().map_err(storage)? {
         let (_, bytes) = entry.map_err(storage)?;
-        let row: AppliedRow = postcard::from_bytes(bytes.value())?;
+        let row: AppliedRow = unseal(bytes.value())?;
         out.push((row.resource.key(), row.version, row.resource));
     }
     Ok(out)
@@ -911,6 +1137,114 @@ mod tests {
             [sentinel_status("a", 2)]
         );
         assert_eq!(state.sentinel_outbox_len().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_garbage_file_is_moved_aside_and_the_state_starts_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_FILE);
+        {
+            let state = open(&dir);
+            state
+                .record_applied(5, &ResourceChange::Apply(topology("a", 5)))
+                .unwrap();
+        }
+        // Torn: the header overwritten.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[..4096].fill(0xAB);
+        std::fs::write(&path, &bytes).unwrap();
+        let (state, recovered) = LocalState::open_or_recover(&path, 1_234).unwrap();
+        let recovered = recovered.expect("recovered");
+        assert_eq!(
+            recovered.moved_to,
+            dir.path().join(format!("{STATE_FILE}.corrupt-1234"))
+        );
+        assert!(recovered.moved_to.exists());
+        assert!(recovered.error.is_corruption(), "{}", recovered.error);
+        assert_eq!(
+            state.cursor().unwrap(),
+            0,
+            "empty: the next watch is a full sync"
+        );
+        assert!(state.applied().unwrap().is_empty());
+        // A healthy file opens as it is.
+        drop(state);
+        let (state, recovered) = LocalState::open_or_recover(&path, 1_235).unwrap();
+        assert!(recovered.is_none());
+        drop(state);
+        // Truncated to nothing useful: also moved aside.
+        std::fs::write(&path, b"redb").unwrap();
+        let (_, recovered) = LocalState::open_or_recover(&path, 1_236).unwrap();
+        assert!(recovered.is_some());
+    }
+
+    #[test]
+    fn a_record_failing_its_checksum_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_FILE);
+        {
+            let state = open(&dir);
+            state.record_synced(&topology("a", 5)).unwrap();
+            // One bit flipped in the stored row.
+            let txn = state.db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(APPLIED).unwrap();
+                let key = topology_key("a");
+                let mut row = table
+                    .get(table_key(&key))
+                    .unwrap()
+                    .unwrap()
+                    .value()
+                    .to_vec();
+                row[3] ^= 0x01;
+                table.insert(table_key(&key), row.as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+            assert!(matches!(state.applied(), Err(StateError::Checksum)));
+        }
+        let (state, recovered) = LocalState::open_or_recover(&path, 7).unwrap();
+        assert!(matches!(
+            recovered.map(|r| r.error),
+            Some(StateError::Checksum)
+        ));
+        assert!(state.applied().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_file_another_krane_holds_is_not_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_FILE);
+        let _held = open(&dir);
+        let error = LocalState::open_or_recover(&path, 9).unwrap_err();
+        assert!(!error.is_corruption(), "{error}");
+        assert!(!dir.path().join(format!("{STATE_FILE}.corrupt-9")).exists());
+    }
+
+    #[test]
+    fn a_rejected_version_is_kept_until_the_resource_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = open(&dir);
+        let report = |version| ApplyReport {
+            key: topology_key("a"),
+            version,
+            outcome: wire::model::ApplyOutcome::Rejected {
+                reason: "invalid".into(),
+                code: 422,
+                field: None,
+            },
+            at_ms: 1,
+        };
+        state.record_rejected(&report(7)).unwrap();
+        state.record_rejected(&report(6)).unwrap();
+        assert_eq!(state.rejected_version(&topology_key("a")).unwrap(), Some(7));
+        assert_eq!(state.apply_outbox(10).unwrap(), [report(7)]);
+        drop(state);
+        let state = open(&dir);
+        assert_eq!(state.rejected_version(&topology_key("a")).unwrap(), Some(7));
+        state
+            .record_applied(9, &ResourceChange::Delete(topology_key("a")))
+            .unwrap();
+        assert_eq!(state.rejected_version(&topology_key("a")).unwrap(), None);
     }
 
     #[test]

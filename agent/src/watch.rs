@@ -13,7 +13,12 @@
 //! `max_concurrent_applies` at once, one at a time per resource and in pk
 //! order, each under the resource's lock ([`crate::locks`], shared with the
 //! drift repairer). A failed apply is retried in place
-//! ([`APPLY_ATTEMPTS_MAX`]) while the others go on; the stored cursor
+//! ([`APPLY_ATTEMPTS_MAX`]) while the others go on — unless Kubernetes
+//! rejected it for good ([`K8sError::rejection`]: a validation error, a
+//! bad request, an admission webhook's denial): that version is recorded
+//! as rejected and put in the apply outbox (in one transaction, before the
+//! cursor may move past it), reported to ctrl, never applied again, and
+//! counts as done; a newer version of the resource is tried. The stored cursor
 //! moves to the end of the contiguous applied prefix ([`Watermark`]). A
 //! change equal to the last-applied snapshot is not applied again (so a
 //! stream repeated after a crash makes no Kubernetes writes). The session
@@ -175,6 +180,9 @@ enum Applied {
     Unchanged,
     /// Older than the applied version: ignored.
     Stale,
+    /// Kubernetes rejected this version for good (now or before): recorded
+    /// and reported, not applied; the watch moves on.
+    Rejected,
 }
 
 type Done = (
@@ -412,11 +420,16 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             }
         };
         if let Some(failures) = self.failures {
-            failures.record_success(&queued.key);
+            if applied == Applied::Rejected {
+                failures.record_failure(&queued.key, "rejected by Kubernetes (reported to ctrl)");
+            } else {
+                failures.record_success(&queued.key);
+            }
             failures.count_apply(match applied {
                 Applied::Written => "written",
                 Applied::Unchanged => "unchanged",
                 Applied::Stale => "stale",
+                Applied::Rejected => "rejected",
             });
         }
         match (queued.pk, applied) {
@@ -502,6 +515,13 @@ async fn apply_one<R: Reconciler>(
     let key = change.key();
     let _guard = locks.lock(&key).await;
     let applied = state.applied_resource(&key)?;
+    if let ResourceChange::Apply(resource) = change
+        && state
+            .rejected_version(&key)?
+            .is_some_and(|v| v >= resource.version())
+    {
+        return Ok(Applied::Rejected);
+    }
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -518,6 +538,22 @@ async fn apply_one<R: Reconciler>(
         };
         match result {
             Ok(()) => break,
+            // A permanent refusal of this version: recorded and reported
+            // (durably, before the cursor may pass it), and the watch
+            // moves on. Deletes are retried: nothing newer can replace them.
+            Err(e)
+                if let ResourceChange::Apply(resource) = change
+                    && let Some(rejection) = e.rejection() =>
+            {
+                warn!(
+                    ?key,
+                    version = resource.version(),
+                    code = rejection.code,
+                    "Kubernetes rejected this version; recorded and reported, not retried: {e}"
+                );
+                reconciler.rejected(resource, &rejection).await?;
+                return Ok(Applied::Rejected);
+            }
             Err(e) if attempt >= APPLY_ATTEMPTS_MAX || matches!(e, K8sError::Invalid(_)) => {
                 return Err(e.into());
             }

@@ -264,7 +264,13 @@ impl Cluster {
             return Ok(());
         }
         r.failures_left -= 1;
-        Err(K8sError::Invalid("injected failure".into()))
+        // A transient failure (retried; a permanent refusal would be
+        // reported and passed instead).
+        Err(K8sError::LocalState(Box::new(
+            agent::state::StateError::Missing {
+                path: "injected failure".into(),
+            },
+        )))
     }
 }
 
@@ -282,6 +288,21 @@ impl Reconciler for Cluster {
             }
             *highest = (*highest).max(version);
             r.objects.insert(key, resource.clone());
+            Ok(())
+        })
+    }
+
+    async fn rejected(
+        &self,
+        resource: &Resource,
+        _rejection: &agent::k8s::Rejection,
+    ) -> Result<(), K8sError> {
+        self.with(|r| {
+            r.violations.push(format!(
+                "{:?}: version {} rejected; the model's cluster rejects nothing",
+                resource.key(),
+                resource.version()
+            ));
             Ok(())
         })
     }

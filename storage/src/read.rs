@@ -479,14 +479,34 @@ impl ReadView {
         )
     }
 
-    /// The latest version of policy `policy_id` krane reported applied in
-    /// `region`, if any.
+    /// krane's latest report on policy `policy_id` in `region` (applied,
+    /// or rejected by Kubernetes), if any.
     pub fn policy_applied(&self, policy_id: &str, region: &str) -> Result<Option<ApplyReport>> {
-        load(
+        self.apply_report(&ResourceKey {
+            resource_type: ResourceType::CiliumNetworkPolicy,
+            resource_id: policy_id.into(),
+            region: region.into(),
+        })
+    }
+
+    /// krane's latest report on the resource `key` (a policy applied, or a
+    /// version of any resource Kubernetes rejected), if any.
+    pub fn apply_report(&self, key: &ResourceKey) -> Result<Option<ApplyReport>> {
+        let report: Option<ApplyReport> = load(
             &self.policy_applied,
             name::POLICY_APPLIED,
-            (region, policy_id),
-        )
+            (key.region.as_str(), key.resource_id.as_str()),
+        )?;
+        Ok(report.filter(|r| r.key.resource_type == key.resource_type))
+    }
+
+    /// Kubernetes' rejection of the resource `key` at `version` or later,
+    /// as krane reported it: `None` unless its current version was
+    /// rejected.
+    pub fn rejected(&self, key: &ResourceKey, version: Pk) -> Result<Option<ApplyReport>> {
+        Ok(self
+            .apply_report(key)?
+            .filter(|r| !r.outcome.is_applied() && r.version >= version))
     }
 
     /// The cilium policy `id` of `region`, if it exists.

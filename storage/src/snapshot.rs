@@ -548,13 +548,27 @@ fn validate(body: &SnapshotBody) -> Result<()> {
         )));
     }
     if let Some(a) = body.policy_applied.iter().find(|a| {
-        body.policies
-            .binary_search_by(|x| (&x.region, &x.id).cmp(&(&a.key.region, &a.key.resource_id)))
-            .is_err()
+        let wanted = (&a.key.region, &a.key.resource_id);
+        match a.key.resource_type {
+            wire::model::ResourceType::CiliumNetworkPolicy => body
+                .policies
+                .binary_search_by(|x| (&x.region, &x.id).cmp(&wanted))
+                .is_err(),
+            wire::model::ResourceType::Sentinel => body
+                .sentinels
+                .binary_search_by(|x| (&x.region, &x.id).cmp(&wanted))
+                .is_err(),
+            wire::model::ResourceType::DeploymentTopology => !body
+                .topologies
+                .iter()
+                .any(|t| (&t.region, &t.deployment_id) == wanted),
+        }
     }) {
         return Err(invalid(format!(
-            "applied version of policy {:?}/{:?} that does not exist",
-            a.key.region, a.key.resource_id
+            "apply report of {} {:?}/{:?} that does not exist",
+            a.key.resource_type.as_str(),
+            a.key.region,
+            a.key.resource_id
         )));
     }
     Ok(())

@@ -68,7 +68,7 @@ pub mod name {
     pub const REQUESTS: &str = "requests";
     /// The request records' index by (created_at_ms, request id).
     pub const REQUESTS_BY_AGE: &str = "requests_by_age";
-    /// krane's latest applied version of each policy, by (region, policy id).
+    /// krane's latest apply report of each resource, by (region, resource id).
     pub const POLICY_APPLIED: &str = "policy_applied";
     /// Webhook endpoints by name.
     pub const NOTIFY_ENDPOINTS: &str = "notify_endpoints";
@@ -120,8 +120,11 @@ pub const REQUESTS: TableDefinition<&str, Bytes> = TableDefinition::new(name::RE
 /// first (compaction and eviction take them from the front).
 pub const REQUESTS_BY_AGE: TableDefinition<RequestAgeKey, ()> =
     TableDefinition::new(name::REQUESTS_BY_AGE);
-/// `(region, policy_id)` → [`wire::model::ApplyReport`]: the latest
-/// version of an existing policy krane reported applied.
+/// `(region, resource id)` → [`wire::model::ApplyReport`]: krane's latest
+/// report on an existing resource: a policy version applied, or a version
+/// of any resource Kubernetes rejected (ids carry their type's prefix, so
+/// a policy's, a deployment's and a sentinel's never collide; a reader
+/// checks the report's type).
 pub const POLICY_APPLIED: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::POLICY_APPLIED);
 

@@ -468,7 +468,10 @@ fn state_formats_match_their_goldens() {
     g.check("tables.journal", &[fixtures::journal_entry()]);
     g.check("tables.regions", &[fixtures::region()]);
     g.check("tables.requests", &[request_record()]);
-    g.check("tables.policy_applied", &[fixtures::apply_report()]);
+    g.check(
+        "tables.policy_applied",
+        &[fixtures::apply_report(), fixtures::apply_rejected()],
+    );
     g.check("tables.notify_endpoints", &[fixtures::notify_endpoint()]);
     g.check("tables.deliveries", &[fixtures::delivery()]);
     g.check("tables.rollouts", &[fixtures::rollout()]);
@@ -533,7 +536,10 @@ fn state_formats_match_their_goldens() {
             mutations: mutations(),
         }],
     );
-    g.check("command.Mutation", &mutations());
+    // Cases added under the current version go after the command's own.
+    let mut every = mutations();
+    every.push(Mutation::ReportApply(fixtures::apply_rejected()));
+    g.check("command.Mutation", &every);
     g.check("command.Outcome", &outcomes());
     g.check("command.Guard", &[guard()]);
     g.check("command.RolloutStep", &rollout_steps());

@@ -147,8 +147,11 @@ fn validate(field: &str, value: &str, bytes_max: usize, dots: bool) -> Result<()
         && value.bytes().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
         })
-        && value.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+        // Each dot-separated label starts and ends alphanumeric.
+        && value.split('.').all(|label| {
+            label.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && label.ends_with(|c: char| c.is_ascii_alphanumeric())
+        });
     if ok {
         Ok(())
     } else {
@@ -203,6 +206,9 @@ mod tests {
         for bad in [
             ".a".into(),
             "a_b".into(),
+            "a..b".into(),
+            "a-.b".into(),
+            "a.-b".into(),
             "a".repeat(DNS_SUBDOMAIN_BYTES_MAX + 1),
         ] {
             let error = validate_dns_subdomain("name", &bad).expect_err(&bad);

@@ -16,6 +16,9 @@
 //!   snapshots.
 //! - [`notify`]: webhook endpoints, the events workflow transitions
 //!   announce, and their per-endpoint delivery records.
+//! - [`validate`]: what Kubernetes or Cilium would refuse, refused where
+//!   the user is (env var names, image references, quantities, a cilium
+//!   policy's shape), each error naming the field.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
 //! - `golden` (feature `golden`, for tests): golden-byte checks that pin
@@ -45,6 +48,7 @@ pub mod notify;
 pub mod operator;
 pub mod rollout;
 pub mod session;
+pub mod validate;
 pub mod workload;
 
 pub use error::{ErrorCode, WireError};

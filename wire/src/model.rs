@@ -655,11 +655,60 @@ pub struct SentinelStatus {
 pub enum ApplyOutcome {
     /// The Kubernetes API accepted the object.
     Applied,
+    /// The Kubernetes API refused the object for good (a validation error,
+    /// a bad request, an admission webhook's denial): krane does not try
+    /// this version again, and its watch moves on; a newer version is
+    /// tried.
+    Rejected {
+        /// Kubernetes' message (at most [`FAILED_APPLY_ERROR_BYTES_MAX`]
+        /// bytes).
+        reason: String,
+        /// The HTTP status code of the refusal (422 for a validation
+        /// error); 0 when krane refused the object it built before
+        /// sending it.
+        code: u16,
+        /// The field Kubernetes named (`spec.template.spec.containers[0].env[0].name`),
+        /// when it named one.
+        field: Option<String>,
+    },
 }
 
-/// krane's word on one resource version it applied: ctrl records the
-/// latest per resource (a deploy's `network` step waits for its policies'
-/// `Applied`), and forgets it when the resource is deleted.
+impl ApplyOutcome {
+    /// Whether the API server accepted the object.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, ApplyOutcome::Applied)
+    }
+
+    /// The refusal as one line for operators (`422 Invalid: … (field …)`),
+    /// `None` when applied.
+    pub fn rejection(&self) -> Option<String> {
+        match self {
+            ApplyOutcome::Applied => None,
+            ApplyOutcome::Rejected {
+                reason,
+                code,
+                field,
+            } => {
+                let mut text = if *code == 0 {
+                    format!("refused by krane: {reason}")
+                } else {
+                    format!("Kubernetes refused it ({code}): {reason}")
+                };
+                if let Some(field) = field.as_ref().filter(|f| !reason.contains(f.as_str())) {
+                    text.push_str(&format!(" (field {field})"));
+                }
+                Some(text)
+            }
+        }
+    }
+}
+
+/// krane's word on one resource version it applied or that Kubernetes
+/// rejected: ctrl records the latest per resource (a deploy's `network`
+/// step waits for its policies' `Applied`; a `Rejected` current version
+/// fails the deploy or the sentinel deploy), and forgets it when the
+/// resource is deleted. krane reports every policy version it applied and
+/// every version of any resource Kubernetes rejected.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyReport {
     /// The resource applied (its region is the reporting agent's).

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ErrorCode, WireError};
 use crate::k8s_name::{self, DNS_LABEL_BYTES_MAX};
 use crate::model::{
-    CiliumNetworkPolicy, Deployment, DesiredState, Environment, Instance, JournalEntry, Pk, Region,
-    Sentinel, SentinelStatus, UnixMs,
+    ApplyReport, CiliumNetworkPolicy, Deployment, DesiredState, Environment, Instance,
+    JournalEntry, Pk, Region, Sentinel, SentinelStatus, UnixMs,
 };
 use crate::notify::{AddEndpoint, Delivery, EndpointView};
+use crate::validate;
 use crate::workload::{HealthCheck, WorkloadSpec};
 
 /// ALPN of the operator protocol.
@@ -389,11 +390,11 @@ impl DeploymentUpdate {
                 "replicas must be between 1 and {REPLICAS_MAX} (stop a deployment to run none)"
             )));
         }
-        if self.cpu_millicores == Some(0) {
-            return Err(bad_request("cpu_millicores must be at least 1".into()));
+        if let Some(cpu) = self.cpu_millicores {
+            validate::cpu_millicores("cpu_millicores", cpu)?;
         }
-        if self.memory_mib == Some(0) {
-            return Err(bad_request("memory_mib must be at least 1".into()));
+        if let Some(memory) = self.memory_mib {
+            validate::memory_mib("memory_mib", memory)?;
         }
         Ok(())
     }
@@ -640,15 +641,9 @@ impl CreateDeployment {
                 return bad(format!("{field} is longer than {NAME_BYTES_MAX} bytes"));
             }
         }
-        if self.image.chars().any(char::is_whitespace) {
-            return bad(format!("image {:?} contains whitespace", self.image));
-        }
-        if self.cpu_millicores == 0 {
-            return bad("cpu_millicores must be at least 1".into());
-        }
-        if self.memory_mib == 0 {
-            return bad("memory_mib must be at least 1".into());
-        }
+        validate::image_reference("image", &self.image)?;
+        validate::cpu_millicores("cpu_millicores", self.cpu_millicores)?;
+        validate::memory_mib("memory_mib", self.memory_mib)?;
         if self.replicas == 0 || self.replicas > REPLICAS_MAX {
             return bad(format!("replicas must be between 1 and {REPLICAS_MAX}"));
         }
@@ -668,11 +663,12 @@ impl CreateDeployment {
             return bad(format!("more than {ENV_VARS_MAX} env vars"));
         }
         for (key, value) in &self.env_vars {
-            if key.is_empty() || key.len() > NAME_BYTES_MAX || key.contains('=') {
+            if key.len() > NAME_BYTES_MAX {
                 return bad(format!(
-                    "env var name {key:?} is empty, too long or contains '='"
+                    "env_vars name {key:?} is longer than {NAME_BYTES_MAX} bytes"
                 ));
             }
+            validate::env_var_name("env_vars", key)?;
             if value.len() > ENV_VALUE_BYTES_MAX {
                 return bad(format!(
                     "env var {key} is longer than {ENV_VALUE_BYTES_MAX} bytes"
@@ -826,11 +822,11 @@ impl ApplySentinel {
                 "replicas must be between 1 and {REPLICAS_MAX}"
             )));
         }
-        if self.cpu_millicores == Some(0) {
-            return Err(bad_request("cpu_millicores must be at least 1".into()));
+        if let Some(cpu) = self.cpu_millicores {
+            validate::cpu_millicores("cpu_millicores", cpu)?;
         }
-        if self.memory_mib == Some(0) {
-            return Err(bad_request("memory_mib must be at least 1".into()));
+        if let Some(memory) = self.memory_mib {
+            validate::memory_mib("memory_mib", memory)?;
         }
         Ok(())
     }
@@ -872,7 +868,9 @@ impl ApplyPolicy {
                 "policy_json is longer than {POLICY_JSON_BYTES_MAX} bytes"
             )));
         }
-        Ok(())
+        let document: serde_json::Value = serde_json::from_str(&self.policy_json)
+            .map_err(|e| bad_request(format!("policy_json is not JSON: {e}")))?;
+        validate::cilium_policy("policy_json", &document)
     }
 }
 
@@ -895,10 +893,7 @@ fn validate_name(field: &str, value: &str) -> Result<(), WireError> {
 
 fn validate_image(image: &str) -> Result<(), WireError> {
     validate_name("image", image)?;
-    if image.chars().any(char::is_whitespace) {
-        return Err(bad_request(format!("image {image:?} contains whitespace")));
-    }
-    Ok(())
+    validate::image_reference("image", image)
 }
 
 /// A region name: a lowercase DNS label (`us-east`, `eu-west-1`).
@@ -929,6 +924,9 @@ pub struct SentinelView {
     pub sentinel: Sentinel,
     /// What krane last observed, `None` before its first report.
     pub status: Option<SentinelStatus>,
+    /// Kubernetes' refusal of the sentinel's current version, as krane
+    /// reported it; `None` unless it was refused.
+    pub rejected: Option<ApplyReport>,
 }
 
 /// A cilium policy with the newest version krane reported applied.
@@ -938,6 +936,9 @@ pub struct PolicyView {
     pub policy: CiliumNetworkPolicy,
     /// The newest version of it krane applied, `None` before its report.
     pub applied_version: Option<Pk>,
+    /// Kubernetes' refusal of the policy's current version, as krane
+    /// reported it; `None` unless it was refused.
+    pub rejected: Option<ApplyReport>,
 }
 
 /// A deployment with the instances agents reported for it.
@@ -947,6 +948,9 @@ pub struct DeploymentView {
     pub deployment: Deployment,
     /// Its pods in every region, as krane last reported them.
     pub instances: Vec<Instance>,
+    /// Kubernetes' refusals of its current topology, one per region that
+    /// refused it, as krane reported them (region order).
+    pub rejected: Vec<ApplyReport>,
 }
 
 impl DeploymentView {
@@ -1159,7 +1163,7 @@ mod tests {
             region: "us-east".into(),
             name: "allow-env-1".into(),
             namespace: "krane".into(),
-            policy_json: "{}".into(),
+            policy_json: r#"{"endpointSelector":{}}"#.into(),
         }
     }
 
@@ -1175,17 +1179,21 @@ mod tests {
     #[test]
     fn apply_sentinel_errors_name_the_field() {
         sentinel().validate().unwrap();
-        let cases: [Spoil<ApplySentinel>; 10] = [
+        let cases: [Spoil<ApplySentinel>; 12] = [
             ("workspace_id", |s| s.workspace_id.clear()),
             ("project_id", |s| s.project_id.clear()),
             ("app_id", |s| s.app_id = "a".repeat(NAME_BYTES_MAX + 1)),
             ("environment_id", |s| s.environment_id.clear()),
             ("region", |s| s.region = "US_EAST".into()),
             ("image", |s| s.image = Some("a b".into())),
+            ("image", |s| s.image = Some("Sentinel:1".into())),
             ("deadline_ms", |s| s.deadline_ms = Some(0)),
             ("replicas", |s| s.replicas = Some(0)),
             ("cpu_millicores", |s| s.cpu_millicores = Some(0)),
             ("memory_mib", |s| s.memory_mib = Some(0)),
+            ("cpu_millicores", |s| {
+                s.cpu_millicores = Some(validate::CPU_MILLICORES_MAX + 1)
+            }),
         ];
         for (field, spoil) in cases {
             let mut request = sentinel();
@@ -1198,6 +1206,44 @@ mod tests {
         assert!(message(request.validate()).contains("replicas"));
         request.replicas = None;
         request.validate().unwrap();
+    }
+
+    #[test]
+    fn create_deployment_refuses_what_kubernetes_would() {
+        let valid = || CreateDeployment {
+            spec: Box::default(),
+            ..crate::golden::fixtures::create_deployment()
+        };
+        valid().validate().unwrap();
+        let cases: [Spoil<CreateDeployment>; 5] = [
+            (
+                "env_vars \"1X\" is not a valid environment variable name",
+                |c| {
+                    c.env_vars.insert("1X".into(), "v".into());
+                },
+            ),
+            (
+                "env_vars \"A B\" is not a valid environment variable name",
+                |c| {
+                    c.env_vars.insert("A B".into(), "v".into());
+                },
+            ),
+            ("image \"Shop:1\" is not an image reference", |c| {
+                c.image = "Shop:1".into();
+            }),
+            ("cpu_millicores must be between 1 and", |c| {
+                c.cpu_millicores = 0
+            }),
+            ("memory_mib must be between 1 and", |c| {
+                c.memory_mib = validate::MEMORY_MIB_MAX + 1;
+            }),
+        ];
+        for (says, spoil) in cases {
+            let mut request = valid();
+            spoil(&mut request);
+            let message = message(request.validate());
+            assert!(message.starts_with(says), "{says}: {message}");
+        }
     }
 
     #[test]
@@ -1226,7 +1272,7 @@ mod tests {
     #[test]
     fn apply_policy_errors_name_the_field() {
         policy().validate().unwrap();
-        let cases: [Spoil<ApplyPolicy>; 8] = [
+        let cases: [Spoil<ApplyPolicy>; 11] = [
             ("workspace_id", |p| p.workspace_id.clear()),
             ("environment_id", |p| p.environment_id.clear()),
             ("region", |p| p.region.clear()),
@@ -1234,6 +1280,11 @@ mod tests {
             ("name", |p| p.name = "-allow".into()),
             ("namespace", |p| p.namespace = "a.b".into()),
             ("policy_json", |p| p.policy_json = " ".into()),
+            ("policy_json", |p| p.policy_json = "{".into()),
+            ("policy_json", |p| p.policy_json = "{}".into()),
+            ("policy_json", |p| {
+                p.policy_json = r#"{"ingress":[]}"#.into()
+            }),
             ("policy_json", |p| {
                 p.policy_json = "x".repeat(POLICY_JSON_BYTES_MAX + 1)
             }),

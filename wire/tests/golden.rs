@@ -33,7 +33,7 @@ fn wire_formats_match_their_goldens() {
     g.check("model.Instance", &[instance()]);
     g.check("model.SentinelStatus", &[sentinel_status()]);
     g.check("model.ApplyOutcome", &apply_outcomes());
-    g.check("model.ApplyReport", &[apply_report()]);
+    g.check("model.ApplyReport", &[apply_report(), apply_rejected()]);
     g.check("model.RegionSource", &region_sources());
     g.check("model.FailedApply", &[failed_apply()]);
     g.check("model.Heartbeat", &[heartbeat()]);

@@ -25,7 +25,7 @@ use wire::model::{
     ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Pk, Resource, ResourceKey, ResourceType,
 };
 
-use crate::k8s::{K8sError, Namespaces, Outcome};
+use crate::k8s::{K8sError, Namespaces, Outcome, Rejection};
 use crate::state::LocalState;
 use crate::status::Clock;
 
@@ -51,7 +51,8 @@ pub enum Notice {
         /// The deployment deleted.
         deployment_id: String,
     },
-    /// An apply report was put in the local state's apply outbox.
+    /// An apply report (a policy applied, or a rejection) was put in the
+    /// local state's apply outbox.
     ApplyRecorded,
 }
 
@@ -106,6 +107,25 @@ impl ApplyRecorder {
         Ok(true)
     }
 
+    /// Records that Kubernetes rejected `resource` (this version) for good:
+    /// kept in the local state (not applied again) and put in the apply
+    /// outbox, in one transaction.
+    pub fn rejected(&self, resource: &Resource, rejection: &Rejection) -> Result<(), K8sError> {
+        let report = ApplyReport {
+            key: resource.key(),
+            version: resource.version(),
+            outcome: ApplyOutcome::Rejected {
+                reason: rejection.reason.clone(),
+                code: rejection.code,
+                field: rejection.field.clone(),
+            },
+            at_ms: (self.clock)(),
+        };
+        self.state
+            .record_rejected(&report)
+            .map_err(|e| K8sError::LocalState(Box::new(e)))
+    }
+
     /// Forgets a deleted policy: made again, it is reported again.
     pub fn policy_deleted(&self, policy_id: &str) {
         self.recorded
@@ -127,6 +147,14 @@ pub trait Reconciler: Send + Sync {
         &self,
         key: &ResourceKey,
         last: Option<&Resource>,
+    ) -> impl Future<Output = Result<(), K8sError>> + Send;
+
+    /// Kubernetes rejected `resource` for good: record it durably against
+    /// its version and report it (before the cursor moves past it).
+    fn rejected(
+        &self,
+        resource: &Resource,
+        rejection: &Rejection,
     ) -> impl Future<Output = Result<(), K8sError>> + Send;
 
     /// After a full sync that mentioned `desired`: deletes the managed
@@ -176,6 +204,12 @@ impl Controller {
 impl Reconciler for Controller {
     async fn collect(&self, desired: &BTreeSet<gc::Owner>) -> Result<usize, K8sError> {
         gc::collect(&self.client, desired).await
+    }
+
+    async fn rejected(&self, resource: &Resource, rejection: &Rejection) -> Result<(), K8sError> {
+        self.applied.rejected(resource, rejection)?;
+        self.notify(Notice::ApplyRecorded).await;
+        Ok(())
     }
 
     async fn apply(&self, resource: &Resource) -> Result<(), K8sError> {

@@ -12,6 +12,7 @@ use crate::test_support::{topology, topology_key};
 enum Call {
     Apply(String, Pk),
     Delete(String, Option<Pk>),
+    Rejected(String, Pk),
 }
 
 /// Records calls; fails every call about `failing`; holds every call
@@ -20,10 +21,16 @@ enum Call {
 struct Fake {
     calls: Mutex<Vec<Call>>,
     failing: Mutex<Option<String>>,
+    /// Applies of this id are refused for good (422).
+    rejecting: Mutex<Option<String>>,
     slow: Mutex<Option<String>>,
     release: tokio::sync::Notify,
     /// Sizes of the desired sets garbage collection was given.
     collected: Mutex<Vec<usize>>,
+    /// The rejections reported.
+    state_of_rejections: Mutex<Vec<wire::model::ApplyReport>>,
+    /// Where rejections are recorded, as the controller's recorder does.
+    store: Mutex<Option<std::sync::Arc<LocalState>>>,
 }
 
 impl Fake {
@@ -42,9 +49,18 @@ impl Fake {
         *self.failing.lock().unwrap() = id.map(str::to_string);
     }
 
+    fn reject_on(&self, id: Option<&str>) {
+        *self.rejecting.lock().unwrap() = id.map(str::to_string);
+    }
+
+    /// A transient failure (503) for `failing`.
     fn check(&self, id: &str) -> Result<(), K8sError> {
         match self.failing.lock().unwrap().as_deref() {
-            Some(failing) if failing == id => Err(K8sError::Invalid(format!("{id} fails"))),
+            Some(failing) if failing == id => Err(K8sError::Client(Box::new(kube::Error::Api(
+                kube::core::Status::failure(&format!("{id} fails"), "ServiceUnavailable")
+                    .with_code(503)
+                    .boxed(),
+            )))),
             _ => Ok(()),
         }
     }
@@ -59,11 +75,45 @@ impl Reconciler for Fake {
         let id = resource.key().resource_id;
         self.gate(&id).await;
         self.check(&id)?;
+        if self.rejecting.lock().unwrap().as_deref() == Some(id.as_str()) {
+            return Err(K8sError::Invalid(format!("{id} is invalid")));
+        }
         self.calls
             .lock()
             .unwrap()
             .push(Call::Apply(id, resource.version()));
         Ok(())
+    }
+
+    async fn rejected(
+        &self,
+        resource: &Resource,
+        rejection: &crate::k8s::Rejection,
+    ) -> Result<(), K8sError> {
+        let report = wire::model::ApplyReport {
+            key: resource.key(),
+            version: resource.version(),
+            outcome: wire::model::ApplyOutcome::Rejected {
+                reason: rejection.reason.clone(),
+                code: rejection.code,
+                field: rejection.field.clone(),
+            },
+            at_ms: 1,
+        };
+        self.state_of_rejections
+            .lock()
+            .unwrap()
+            .push(report.clone());
+        self.calls.lock().unwrap().push(Call::Rejected(
+            resource.key().resource_id,
+            resource.version(),
+        ));
+        match self.store.lock().unwrap().as_ref() {
+            Some(state) => state
+                .record_rejected(&report)
+                .map_err(|e| K8sError::LocalState(Box::new(e))),
+            None => Ok(()),
+        }
     }
 
     async fn collect(
@@ -577,4 +627,61 @@ fn a_slow_consumer_reset_is_told_apart_from_other_failures() {
     assert!(matches!(other, WatchError::Transport(_)), "{other:?}");
     let closed = WatchError::from(TransportError::NoPeerCertificate);
     assert!(matches!(closed, WatchError::Transport(_)), "{closed:?}");
+}
+
+#[tokio::test]
+async fn a_rejected_version_is_recorded_reported_and_passed_and_a_newer_one_is_tried() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = std::sync::Arc::new(LocalState::open_in(dir.path()).unwrap());
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    *fake.store.lock().unwrap() = Some(state.clone());
+    fake.reject_on(Some("b"));
+    let failures = crate::heartbeat::FailedApplies::default();
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5).recording_failures(&failures);
+    for (version, id) in [(6, "a"), (7, "b"), (8, "c")] {
+        step(&mut handler, change(&mut server, version, id)).await;
+    }
+    // The region's later change was applied; the cursor passed the rejection.
+    assert_eq!(
+        fake.take(),
+        [apply("a", 6), Call::Rejected("b".into(), 7), apply("c", 8)]
+    );
+    assert_eq!(state.cursor().unwrap(), 8);
+    assert_eq!(state.rejected_version(&topology_key("b")).unwrap(), Some(7));
+    let reported = state.apply_outbox(10).unwrap();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].version, 7);
+    assert_eq!(
+        reported[0].outcome.rejection().unwrap(),
+        "refused by krane: b is invalid"
+    );
+    assert_eq!(failures.list()[0].key.resource_id, "b");
+    assert_eq!(
+        applied_ids(&state),
+        [("a".to_string(), 6), ("c".to_string(), 8)],
+        "the snapshot holds what was applied, never the rejected spec"
+    );
+
+    // Streamed again (a full sync), the rejected version is not tried again.
+    let mut server = WatchServer::new();
+    let mut handler = new_handler(&state, &fake, 0).recording_failures(&failures);
+    feed(
+        &mut handler,
+        full_sync(&mut server, 8, &[("a", 6), ("b", 7), ("c", 8)]),
+    )
+    .await;
+    assert_eq!(fake.take(), [], "nothing new to write");
+
+    // A newer version of it is tried, and applied once valid.
+    fake.reject_on(None);
+    let mut server = WatchServer::new();
+    server.resume(8).unwrap();
+    let mut handler = new_handler(&state, &fake, 8).recording_failures(&failures);
+    step(&mut handler, change(&mut server, 9, "b")).await;
+    assert_eq!(fake.take(), [apply("b", 9)]);
+    assert_eq!(state.cursor().unwrap(), 9);
+    assert!(failures.list().is_empty(), "applied: no longer failing");
 }

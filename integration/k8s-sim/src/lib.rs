@@ -53,7 +53,9 @@
 //!   owned whole) and `api::apply`; strategic merge: see [`patch`];
 //! - only a few defaults are set (replicas, update strategies, a service's
 //!   cluster IP, a namespace's status) and objects are not validated
-//!   against schemas beyond names, kinds and JSON shape;
+//!   against schemas beyond names, kinds, JSON shape and the checks of
+//!   [`validation`] (label keys and values, env var names, a cilium
+//!   policy's selector), which answer `422 Invalid` as a real server does;
 //! - the controller's own simplifications are listed in [`controller`].
 
 #![forbid(unsafe_code)]
@@ -73,6 +75,7 @@ mod server;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod validation;
 pub mod watch;
 
 use std::collections::BTreeSet;

@@ -283,6 +283,7 @@ impl Store {
             ));
         }
         check_namespace(res, namespace, &object)?;
+        crate::validation::check(res, &name, &object)?;
         let key = Key::new(res, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(ApiError::already_exists(res, &name));
@@ -341,6 +342,9 @@ impl Store {
             )));
         }
         check_namespace(res, &key.namespace, &object)?;
+        if part == Part::Main {
+            crate::validation::check(res, &key.name, &object)?;
+        }
         let wanted_rv = meta::meta_str(&object, "resourceVersion").unwrap_or("");
         if !wanted_rv.is_empty()
             && wanted_rv != meta::meta_str(current, "resourceVersion").unwrap_or("")

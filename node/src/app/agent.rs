@@ -8,6 +8,7 @@ use storage::Mutation;
 use wire::agent::{
     AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, REPORT_INSTANCES_MAX,
 };
+use wire::model::FAILED_APPLY_ERROR_BYTES_MAX;
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, internal, propose_one};
@@ -51,10 +52,29 @@ pub async fn answer<S: Propose + ReadState>(
         AgentRequest::ReportDeploymentStatus(report) => report_mutation(report)?,
         AgentRequest::ReportSentinelStatus(status) => Mutation::ReportSentinelStatus(status),
         AgentRequest::Heartbeat(report) => heartbeat_mutation(report)?,
-        AgentRequest::ReportApply(report) => Mutation::ReportApply(report),
+        AgentRequest::ReportApply(report) => apply_mutation(report)?,
     };
     propose_one(state, mutation).await?;
     Ok(AgentResponse::Ack)
+}
+
+/// The mutation an apply report asks for; a rejection's texts are
+/// bounded by [`FAILED_APPLY_ERROR_BYTES_MAX`].
+fn apply_mutation(report: wire::model::ApplyReport) -> Result<Mutation, WireError> {
+    if let wire::model::ApplyOutcome::Rejected { reason, field, .. } = &report.outcome
+        && (reason.len() > FAILED_APPLY_ERROR_BYTES_MAX
+            || field
+                .as_ref()
+                .is_some_and(|f| f.len() > FAILED_APPLY_ERROR_BYTES_MAX))
+    {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "a rejection's reason and field are at most {FAILED_APPLY_ERROR_BYTES_MAX} bytes"
+            ),
+        ));
+    }
+    Ok(Mutation::ReportApply(report))
 }
 
 /// The mutation a heartbeat asks for, checked against its bounds before

@@ -85,9 +85,22 @@ pub fn view(state: &impl ReadState, id: &str) -> Result<DeploymentView, WireErro
         .ok_or_else(|| WireError::new(ErrorCode::NotFound, format!("no deployment {id:?}")))?;
     super::secrets::names_only(&mut deployment.spec);
     let instances = view.instances(id).map_err(internal)?;
+    let mut rejected = Vec::new();
+    for region in &deployment.regions {
+        let Some(topology) = view.topology(id, region).map_err(internal)? else {
+            continue;
+        };
+        let key = wire::model::ResourceKey {
+            resource_type: wire::model::ResourceType::DeploymentTopology,
+            resource_id: id.to_string(),
+            region: region.clone(),
+        };
+        rejected.extend(view.rejected(&key, topology.version).map_err(internal)?);
+    }
     Ok(DeploymentView {
         deployment,
         instances,
+        rejected,
     })
 }
 

@@ -29,13 +29,19 @@ pub fn list<S: ReadState>(
         .map_err(internal)?
         .into_iter()
         .map(|policy| {
-            let applied_version = view
+            let report = view
                 .policy_applied(&policy.id, &policy.region)
-                .map_err(internal)?
+                .map_err(internal)?;
+            let applied_version = report
+                .as_ref()
+                .filter(|a| a.outcome.is_applied())
                 .map(|a| a.version);
+            let rejected =
+                report.filter(|a| !a.outcome.is_applied() && a.version >= policy.version);
             Ok(PolicyView {
                 policy,
                 applied_version,
+                rejected,
             })
         })
         .collect()
@@ -48,8 +54,8 @@ pub async fn apply<S: Propose + ReadState>(
     clock: &dyn Clock,
     apply: ApplyPolicy,
 ) -> Result<String, WireError> {
+    // The document's JSON and its shape (`wire::validate::cilium_policy`).
     apply.validate()?;
-    check_document(&apply.policy_json)?;
     let existing = {
         let view = state.read().map_err(internal)?;
         view.region_policies(&apply.region, REGION_SCAN_MAX)
@@ -79,21 +85,6 @@ fn matches(policy: &CiliumNetworkPolicy, apply: &ApplyPolicy) -> bool {
     policy.environment_id == apply.environment_id
         && policy.k8s_namespace == apply.namespace
         && policy.k8s_name == apply.name
-}
-
-/// A policy document is the object's `spec`: a JSON object.
-fn check_document(policy_json: &str) -> Result<(), WireError> {
-    match serde_json::from_str::<serde_json::Value>(policy_json) {
-        Ok(serde_json::Value::Object(_)) => Ok(()),
-        Ok(_) => Err(WireError::new(
-            ErrorCode::BadRequest,
-            "policy_json must be a JSON object (the policy's spec)",
-        )),
-        Err(e) => Err(WireError::new(
-            ErrorCode::BadRequest,
-            format!("policy_json is not JSON: {e}"),
-        )),
-    }
 }
 
 /// Deletes the policy `id` (krane deletes its object).

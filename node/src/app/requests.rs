@@ -408,7 +408,7 @@ mod tests {
             region: "us-east".into(),
             name: "web".into(),
             namespace: "apps".into(),
-            policy_json: "{}".into(),
+            policy_json: r#"{"endpointSelector":{}}"#.into(),
         });
         let OperatorResponse::PolicyApplied { policy_id } =
             once(&node, "a1", apply.clone()).await.unwrap()

@@ -147,7 +147,29 @@ pub fn get(state: &impl ReadState, id: &str) -> Result<SentinelView, WireError> 
     let status = view
         .sentinel_status(id, &sentinel.region)
         .map_err(internal)?;
-    Ok(SentinelView { sentinel, status })
+    let rejected = rejection(&view, &sentinel)?;
+    Ok(SentinelView {
+        sentinel,
+        status,
+        rejected,
+    })
+}
+
+/// Kubernetes' rejection of `sentinel`'s current version, if krane
+/// reported one.
+fn rejection(
+    view: &storage::ReadView,
+    sentinel: &Sentinel,
+) -> Result<Option<wire::model::ApplyReport>, WireError> {
+    view.rejected(
+        &wire::model::ResourceKey {
+            resource_type: wire::model::ResourceType::Sentinel,
+            resource_id: sentinel.id.clone(),
+            region: sentinel.region.clone(),
+        },
+        sentinel.version,
+    )
+    .map_err(internal)
 }
 
 /// A page of sentinels with their status, and the `after` of the next.
@@ -178,7 +200,12 @@ pub fn list(
         let status = view
             .sentinel_status(&sentinel.id, &sentinel.region)
             .map_err(internal)?;
-        items.push(SentinelView { sentinel, status });
+        let rejected = rejection(&view, &sentinel)?;
+        items.push(SentinelView {
+            sentinel,
+            status,
+            rejected,
+        });
     }
     Ok((items, next_after))
 }

@@ -46,11 +46,15 @@ fn check(name: &str, value: &impl Serialize) -> Option<String> {
 }
 
 fn sentinel_line() -> SentinelLine {
-    SentinelLine::new(&fixtures::sentinel(), Some(&fixtures::sentinel_status()))
+    SentinelLine::new(
+        &fixtures::sentinel(),
+        Some(&fixtures::sentinel_status()),
+        Some(&fixtures::apply_rejected()),
+    )
 }
 
 fn unreported_sentinel_line() -> SentinelLine {
-    SentinelLine::new(&fixtures::sentinel(), None)
+    SentinelLine::new(&fixtures::sentinel(), None, None)
 }
 
 fn deploy_line() -> DeployLine {

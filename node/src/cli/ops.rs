@@ -531,6 +531,14 @@ fn print_view(view: &DeploymentView) {
         );
     }
     println!("regions:     {}", d.regions.join(","));
+    for report in &view.rejected {
+        if let Some(why) = report.outcome.rejection() {
+            println!(
+                "rejected:    in {} (version {}): {why}",
+                report.key.region, report.version
+            );
+        }
+    }
     println!("replicas:    {} per region", d.replicas);
     println!(
         "resources:   {}m cpu, {} MiB",

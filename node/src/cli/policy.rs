@@ -90,11 +90,12 @@ pub(super) async fn run(config: &OperatorConfig, command: PolicyCommand) -> Resu
     Ok(())
 }
 
-/// A whole object (with `kind` and `spec`) gives its spec and name; any
-/// other document is the spec itself.
+/// A whole object (with `kind` and `spec`, or `specs`: a list of rules)
+/// gives its spec and name; any other document is the spec itself (an
+/// object, or a list of rules).
 fn split_document(document: serde_json::Value) -> (serde_json::Value, Option<String>) {
     if document.get("kind").is_some()
-        && let Some(spec) = document.get("spec")
+        && let Some(spec) = document.get("spec").or_else(|| document.get("specs"))
     {
         let name = document["metadata"]["name"].as_str().map(str::to_string);
         return (spec.clone(), name);
@@ -189,15 +190,25 @@ fn table(views: &[PolicyView]) -> String {
     );
     for view in views {
         let p = &view.policy;
-        let applied = match view.applied_version {
-            Some(v) if v >= p.version => "yes".to_string(),
-            Some(v) => format!("v{v}"),
-            None => "no".to_string(),
+        let applied = match (view.applied_version, &view.rejected) {
+            (_, Some(rejected)) => match &rejected.outcome {
+                wire::model::ApplyOutcome::Rejected { code, .. } => format!("rejected ({code})"),
+                wire::model::ApplyOutcome::Applied => "no".to_string(),
+            },
+            (Some(v), None) if v >= p.version => "yes".to_string(),
+            (Some(v), None) => format!("v{v}"),
+            (None, None) => "no".to_string(),
         };
         out.push_str(&format!(
             "{:<28} {:<12} {:<20} {:<12} {:<8} {applied}\n",
             p.id, p.region, p.environment_id, p.k8s_namespace, p.version
         ));
+    }
+    // The reasons, below the table (they are long).
+    for view in views {
+        if let Some(why) = view.rejected.as_ref().and_then(|r| r.outcome.rejection()) {
+            out.push_str(&format!("{} rejected: {why}\n", view.policy.id));
+        }
     }
     out
 }
@@ -210,16 +221,24 @@ mod list_tests {
     fn the_table_says_whether_the_current_version_is_applied() {
         let mut view = wire::golden::fixtures::policy_view();
         view.policy.version = 41;
+        let rejected = view.clone();
+        view.rejected = None;
         let mut older = view.clone();
         older.applied_version = Some(40);
         let mut none = view.clone();
         none.applied_version = None;
-        let text = table(&[view, older, none]);
-        let applied: Vec<&str> = text
+        let text = table(&[view, older, none, rejected]);
+        let applied: Vec<String> = text
             .lines()
             .skip(1)
-            .map(|l| l.split_whitespace().last().unwrap())
+            .take(4)
+            .map(|l| l.split_whitespace().skip(5).collect::<Vec<_>>().join(" "))
             .collect();
-        assert_eq!(applied, ["yes", "v40", "no"]);
+        assert_eq!(applied, ["yes", "v40", "no", "rejected (422)"]);
+        let reason = text.lines().nth(5).unwrap();
+        assert!(
+            reason.starts_with("cnp_01hx rejected: Kubernetes refused it (422): StatefulSet.apps"),
+            "{reason}"
+        );
     }
 }

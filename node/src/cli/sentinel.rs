@@ -9,7 +9,7 @@ use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::model::{
-    DesiredState, Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
+    ApplyReport, DesiredState, Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
 };
 use wire::operator::{ApplySentinel, OperatorRequest, OperatorResponse, SentinelView};
 
@@ -202,10 +202,16 @@ pub(crate) struct SentinelLine {
     pub observed_generation: Option<i64>,
     pub applied_version: Option<Pk>,
     pub reported_at_ms: Option<UnixMs>,
+    /// Kubernetes' refusal of the current version, as krane reported it.
+    pub rejected: Option<String>,
 }
 
 impl SentinelLine {
-    pub(crate) fn new(sentinel: &Sentinel, status: Option<&SentinelStatus>) -> SentinelLine {
+    pub(crate) fn new(
+        sentinel: &Sentinel,
+        status: Option<&SentinelStatus>,
+        rejected: Option<&ApplyReport>,
+    ) -> SentinelLine {
         SentinelLine {
             id: sentinel.id.clone(),
             environment_id: sentinel.environment_id.clone(),
@@ -225,6 +231,7 @@ impl SentinelLine {
             observed_generation: status.map(|s| s.observed_generation),
             applied_version: status.map(|s| s.applied_version),
             reported_at_ms: status.map(|s| s.updated_at_ms),
+            rejected: rejected.and_then(|r| r.outcome.rejection()),
         }
     }
 }
@@ -239,7 +246,8 @@ pub(super) async fn get(config: &OperatorConfig, id: String, output: Output) -> 
                     "{}",
                     serde_json::to_string_pretty(&SentinelLine::new(
                         &view.sentinel,
-                        view.status.as_ref()
+                        view.status.as_ref(),
+                        view.rejected.as_ref(),
                     ))?
                 ),
                 Output::Text => print_view(&view),
@@ -262,11 +270,9 @@ pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> 
         };
         match client.call(&request).await? {
             OperatorResponse::Sentinels { items, next_after } => {
-                lines.extend(
-                    items
-                        .iter()
-                        .map(|v| SentinelLine::new(&v.sentinel, v.status.as_ref())),
-                );
+                lines.extend(items.iter().map(|v| {
+                    SentinelLine::new(&v.sentinel, v.status.as_ref(), v.rejected.as_ref())
+                }));
                 match next_after {
                     Some(next) => after = Some(next),
                     None => break,
@@ -328,5 +334,8 @@ fn print_view(view: &SentinelView) {
             status.updated_replicas
         ),
         None => println!("status:      not reported"),
+    }
+    if let Some(why) = view.rejected.as_ref().and_then(|r| r.outcome.rejection()) {
+        println!("rejected:    {why}");
     }
 }

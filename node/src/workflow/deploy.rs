@@ -16,7 +16,10 @@
 //!   `finalizing`.
 //! - `finalizing`: becomes live (the replaced deployment goes to standby
 //!   after the live grace), then `ready`.
-//! - In flight, always: more instances running is progress (the deadline
+//! - In flight, always: a rejection Kubernetes gave for the current
+//!   version of its topology in a region, of its environment's sentinel or
+//!   of its policies (krane's `ReportApply`) fails the deploy with that
+//!   reason; more instances running is progress (the deadline
 //!   moves); a region whose every instance failed for `fail_fast_ms` fails
 //!   the deploy; the deadline passing fails it. Neither fires before
 //!   `leader_grace_ms` after this leader took over.
@@ -31,7 +34,7 @@ use storage::command::{DeployAction, DeployTransition};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{
     CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Environment, Health, Instance,
-    InstanceStatus, Pk, Sentinel, SentinelStatus, UnixMs,
+    InstanceStatus, Pk, ResourceType, Sentinel, SentinelStatus, UnixMs,
 };
 
 use super::{Decision, Workflow};
@@ -59,6 +62,10 @@ pub struct Observed {
     pub sentinels: BTreeMap<String, (Sentinel, Option<SentinelStatus>)>,
     /// The deployment's policies in every target region.
     pub policies: Vec<PolicyState>,
+    /// What Kubernetes rejected of the deploy's current versions, as krane
+    /// reported it: its topology in a region, the environment's sentinel,
+    /// one of its policies (one line each, naming the resource and region).
+    pub rejected: Vec<String>,
 }
 
 /// One of a deployment's policies in one region, as stored and as krane
@@ -120,11 +127,45 @@ impl DeployWorkflow {
                 sentinels.insert(region.clone(), (sentinel, status));
             }
         }
+        let mut rejected = Vec::new();
+        for region in &deployment.regions {
+            let key = |resource_type, id: &str| wire::model::ResourceKey {
+                resource_type,
+                resource_id: id.to_string(),
+                region: region.clone(),
+            };
+            if let Some(topology) = view.topology(&deployment.id, region)?
+                && let Some(report) = view.rejected(
+                    &key(ResourceType::DeploymentTopology, &deployment.id),
+                    topology.version,
+                )?
+                && let Some(why) = report.outcome.rejection()
+            {
+                rejected.push(format!("its pods in {region}: {why}"));
+            }
+            if let Some((sentinel, _)) = sentinels.get(region)
+                && let Some(report) =
+                    view.rejected(&key(ResourceType::Sentinel, &sentinel.id), sentinel.version)?
+                && let Some(why) = report.outcome.rejection()
+            {
+                rejected.push(format!("sentinel {} in {region}: {why}", sentinel.id));
+            }
+        }
         let mut policies = Vec::new();
         for region in &deployment.regions {
             for id in policy_ids(&deployment.id) {
                 let version = view.policy(&id, region)?.map(|p| p.version);
-                let applied = view.policy_applied(&id, region)?.map(|a| a.version);
+                let report = view.policy_applied(&id, region)?;
+                let applied = report
+                    .as_ref()
+                    .filter(|a| a.outcome.is_applied())
+                    .map(|a| a.version);
+                if let (Some(version), Some(report)) = (version, &report)
+                    && report.version >= version
+                    && let Some(why) = report.outcome.rejection()
+                {
+                    rejected.push(format!("policy {id} in {region}: {why}"));
+                }
                 policies.push(PolicyState {
                     id,
                     region: region.clone(),
@@ -138,6 +179,7 @@ impl DeployWorkflow {
             instances: view.instances(&deployment.id)?,
             sentinels,
             policies,
+            rejected,
         })
     }
 }
@@ -237,6 +279,14 @@ fn decide_in_flight(
     let workflow = &deployment.workflow;
     if deployment.status == DeploymentStatus::Pending {
         return Ok(start(deployment, observed, settings));
+    }
+    // Kubernetes refused what this deploy wrote: final for these versions,
+    // no deadline to wait for (a leader's grace is for what it has not
+    // seen yet; a recorded rejection has been seen).
+    if !observed.rejected.is_empty() {
+        return Ok(DeployAction::Fail {
+            reason: format!("Kubernetes rejected {}", observed.rejected.join("; ")),
+        });
     }
     let regions = region_counts(deployment, &observed.instances);
 
@@ -788,6 +838,40 @@ mod tests {
         };
         assert!(reason.contains("every instance in eu failed"), "{reason}");
         assert!(reason.contains("ImagePullBackOff"), "{reason}");
+    }
+
+    #[test]
+    fn a_rejection_of_a_current_version_fails_the_deploy_at_once_with_its_reason() {
+        let rejected = vec![
+            "its pods in eu: Kubernetes refused it (422): StatefulSet.apps \"dep-1\" is invalid: \
+             spec.template.spec.containers[0].env[0].name: Invalid value: \"1X\""
+                .to_string(),
+        ];
+        for status in [
+            DeploymentStatus::Deploying,
+            DeploymentStatus::Network,
+            DeploymentStatus::Finalizing,
+        ] {
+            let d = record(status, &["eu"]);
+            let observed = Observed {
+                instances: vec![pod("eu", 0, InstanceStatus::Pending)],
+                rejected: rejected.clone(),
+                ..Observed::default()
+            };
+            // Under a leader that just took over, long before the deadline.
+            let decision = decide(&d, &observed, NOW, NOW + 1);
+            let Some(DeployAction::Fail { reason }) = action(&decision) else {
+                panic!("{status:?}: {decision:?}")
+            };
+            assert_eq!(reason, &format!("Kubernetes rejected {}", rejected[0]));
+        }
+        // Out of flight, a rejection changes nothing.
+        let d = record(DeploymentStatus::Ready, &["eu"]);
+        let observed = Observed {
+            rejected,
+            ..Observed::default()
+        };
+        assert_eq!(action(&decide(&d, &observed, 0, NOW)), None);
     }
 
     #[test]

@@ -211,6 +211,29 @@ impl Applier<'_> {
         Ok(Ok(Outcome::Recorded))
     }
 
+    /// Kubernetes rejected `version` of sentinel `id`: a deploy of that
+    /// version in progress fails with the reason (a rejection is final for
+    /// the version; no deadline to wait for).
+    pub(super) fn sentinel_rejected(
+        &mut self,
+        id: &str,
+        region: &str,
+        version: Pk,
+        reason: String,
+    ) -> Result<()> {
+        let (found, _) = self.sentinel_and_status(id, region)?;
+        if let Some(mut sentinel) = found
+            && sentinel.version == version
+            && sentinel.deploy.status == SentinelDeployStatus::Progressing
+        {
+            sentinel.deploy.status = SentinelDeployStatus::Failed;
+            sentinel.deploy.reason = Some(reason);
+            sentinel.deploy.ended_at_ms = Some(self.now_ms);
+            self.put_sentinel(&sentinel)?;
+        }
+        Ok(())
+    }
+
     pub(super) fn report_sentinel_status(
         &mut self,
         status: &SentinelStatus,

@@ -402,9 +402,30 @@ pub fn apply_report() -> ApplyReport {
     }
 }
 
+/// A fixture [`ApplyReport`] of a rejected version, every field set.
+pub fn apply_rejected() -> ApplyReport {
+    ApplyReport {
+        key: ResourceKey {
+            resource_type: ResourceType::DeploymentTopology,
+            resource_id: "dep_01hx3k9".into(),
+            region: "eu-west".into(),
+        },
+        version: 43,
+        outcome: apply_outcomes().remove(1),
+        at_ms: NOW_MS + 8,
+    }
+}
+
 /// Every variant of [`ApplyOutcome`], each with every field set.
 pub fn apply_outcomes() -> Vec<ApplyOutcome> {
-    vec![ApplyOutcome::Applied]
+    vec![
+        ApplyOutcome::Applied,
+        ApplyOutcome::Rejected {
+            reason: "StatefulSet.apps \"web\" is invalid: spec.template.spec.containers[0].env[0].name: Invalid value: \"1X\"".into(),
+            code: 422,
+            field: Some("spec.template.spec.containers[0].env[0].name".into()),
+        },
+    ]
 }
 
 /// Every variant of [`RegionSource`], each with every field set.
@@ -712,6 +733,7 @@ pub fn sentinel_view() -> SentinelView {
     SentinelView {
         sentinel: sentinel(),
         status: Some(sentinel_status()),
+        rejected: Some(apply_rejected()),
     }
 }
 
@@ -720,6 +742,7 @@ pub fn deployment_view() -> DeploymentView {
     DeploymentView {
         deployment: deployment(),
         instances: vec![instance()],
+        rejected: vec![apply_rejected()],
     }
 }
 
@@ -855,6 +878,7 @@ pub fn policy_view() -> PolicyView {
     PolicyView {
         policy: policy(),
         applied_version: Some(41),
+        rejected: Some(apply_rejected()),
     }
 }
 

@@ -460,13 +460,28 @@ prop_compose! {
     }
 }
 
+/// Either outcome of an apply.
+pub(crate) fn apply_outcome() -> impl Strategy<Value = ApplyOutcome> {
+    prop_oneof![
+        Just(ApplyOutcome::Applied),
+        (short_string(), any::<u16>(), option::of(short_string())).prop_map(
+            |(reason, code, field)| ApplyOutcome::Rejected {
+                reason,
+                code,
+                field
+            }
+        ),
+    ]
+}
+
 prop_compose! {
     pub fn apply_report()(
         key in resource_key(),
         version in any::<u64>(),
+        outcome in apply_outcome(),
         at_ms in any::<u64>(),
     ) -> ApplyReport {
-        ApplyReport { key, version, outcome: ApplyOutcome::Applied, at_ms }
+        ApplyReport { key, version, outcome, at_ms }
     }
 }
 
@@ -658,8 +673,9 @@ prop_compose! {
     pub fn sentinel_view()(
         sentinel in sentinel(),
         status in option::of(sentinel_status()),
+        rejected in option::of(apply_report()),
     ) -> SentinelView {
-        SentinelView { sentinel, status }
+        SentinelView { sentinel, status, rejected }
     }
 }
 
@@ -752,8 +768,9 @@ prop_compose! {
     pub fn deployment_view()(
         deployment in deployment(),
         instances in vec(instance(), 0..3),
+        rejected in vec(apply_report(), 0..2),
     ) -> DeploymentView {
-        DeploymentView { deployment, instances }
+        DeploymentView { deployment, instances, rejected }
     }
 }
 
@@ -777,12 +794,16 @@ pub(crate) fn operator_response() -> BoxedStrategy<OperatorResponse> {
         region().prop_map(OperatorResponse::Region),
         region_list().prop_map(OperatorResponse::Regions),
         vec(
-            (cilium_network_policy(), option::of(any::<u64>())).prop_map(
-                |(policy, applied_version)| PolicyView {
+            (
+                cilium_network_policy(),
+                option::of(any::<u64>()),
+                option::of(apply_report())
+            )
+                .prop_map(|(policy, applied_version, rejected)| PolicyView {
                     policy,
-                    applied_version
-                }
-            ),
+                    applied_version,
+                    rejected,
+                }),
             0..3
         )
         .prop_map(OperatorResponse::Policies),
