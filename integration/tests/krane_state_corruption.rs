@@ -117,7 +117,22 @@ async fn scenario(binary: &Path) {
         text.contains("torn or corrupted") && text.contains("moved aside"),
         "krane says why:\n{text}"
     );
-    // The new state is healthy: a full sync, both topologies.
+    // The new state is healthy: a full sync, both topologies (recorded
+    // once the sync ends, which may be after the new pods run).
+    integration::kit::wait::wait_until(
+        tokio::time::Instant::now() + WAIT,
+        "krane's full sync to end",
+        async || {
+            let text = std::fs::read_to_string(&log2).unwrap_or_default();
+            if text.contains("full sync done") {
+                Ok(())
+            } else {
+                Err("not yet")
+            }
+        },
+    )
+    .await
+    .expect("the full sync ends");
     krane.kill();
     let state = krane::state(binary, data_dir).await.expect("krane state");
     assert_eq!(state["full_syncs"], 1, "{state:#}");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::{Site, start_node_logged};
 
 /// A snapshot after every few applied entries.
-const SNAPSHOT_OFTEN: &str = "\n[raft]\nsnapshot_logs_since_last = 3\n";
+const SNAPSHOT_OFTEN: &str = "\n[raft]\nsnapshot_logs_since_last = 6\n";
 /// Writes sent at most: a snapshot is due well before.
 const WRITES_MAX: usize = 10;
 /// Bound on the node's exit after the failure.

@@ -298,9 +298,11 @@ impl Reporter {
                     self.refused(&item)
                 }
                 Err(e) if e.is_retryable() => {
-                    warn!(?item, "report failed; kept for a retry: {e}");
                     if let Pending::Status(_) = item {
                         self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        warn!(?item, "status report failed; kept for a retry: {e}");
+                    } else {
+                        warn!(?item, "report failed; kept for a retry: {e}");
                     }
                     failed = true;
                     continue;

@@ -129,7 +129,7 @@ mod tests {
         for i in 0..300 {
             let mut request = create_request(&["us-east"]);
             // Sizes vary, so pages end at different counts.
-            request.image = format!("registry.example/app-{}:{}", "x".repeat(i % 97), i);
+            request.image = format!("registry.example/app{}:{}", "x".repeat(i % 97), i);
             let id = deployments::create(&node, node.clock(), &settings, request)
                 .await
                 .expect("create");
