@@ -2,7 +2,7 @@
 //! with the state by apply, in memory only: what the node's metrics show
 //! without reading every deployment at each scrape.
 //!
-//! Apply adds what each write changes to a [`CountDelta`] (the old value
+//! Apply adds what each write changes to a `CountDelta` (the old value
 //! comes back from the table's insert or remove) and, once its
 //! transaction commits, folds the delta into the store's [`Counts`]. The
 //! lock over them is held across the commit, so a recount (at the first
