@@ -78,7 +78,18 @@ async fn scenario() {
         .build();
     operator.create(small).await.expect("create");
     let agent = node.agent_client(REGION).unwrap();
-    let cursor = synced_cursor(&agent).await;
+    // The workflow writes the first deployment's rows when it starts it,
+    // after the create's answer: a sync before that ends at cursor 0.
+    let cursor = integration::kit::wait::wait_until(
+        tokio::time::Instant::now() + TEST_TIMEOUT,
+        "the first deployment's rows",
+        async || match synced_cursor(&agent).await {
+            0 => Err(0),
+            cursor => Ok(cursor),
+        },
+    )
+    .await
+    .expect("the first deployment starts");
 
     // The slow consumer: a watch from `cursor` that is never read.
     let agent_tls = as_agent(&node.operator, REGION).tls;
