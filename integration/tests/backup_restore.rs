@@ -62,6 +62,19 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
             .await
             .unwrap();
 
+        // Regions the cluster starts with (the test regions), in the backup
+        // too.
+        let initial_regions = u64::try_from(
+            source
+                .operator()
+                .unwrap()
+                .regions()
+                .await
+                .unwrap()
+                .regions
+                .len(),
+        )
+        .unwrap();
         // Write load: regions added one after another until told to stop.
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicU64::new(0));
@@ -109,8 +122,9 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         let hash = field(&verified, "state hash ");
         let regions: u64 = field(&verified, "regions:").parse().unwrap();
         assert!(
-            (WRITES_BEFORE_BACKUP..=regions_written).contains(&regions),
-            "{regions} regions in the backup, {regions_written} written"
+            (WRITES_BEFORE_BACKUP + initial_regions..=regions_written + initial_regions)
+                .contains(&regions),
+            "{regions} regions in the backup, {regions_written} written after {initial_regions}"
         );
         let cluster_line = field(&verified, "cluster ");
 
