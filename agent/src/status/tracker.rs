@@ -174,15 +174,23 @@ impl Tracker {
     /// Up to `max` reports of changed deployments, stamped `now_ms`; they
     /// are no longer dirty (see [`Tracker::requeue`]). A deleted
     /// deployment whose pods are gone is reported `Deleted`; while pods
-    /// remain, its instances are reported.
+    /// remain, its instances are reported. Pods of a deployment whose
+    /// apply has not been noticed yet (its StatefulSet's pods can be seen
+    /// before the apply returns) are not reported: their sizes are not
+    /// known, and the notice marks the deployment dirty again.
     pub fn take_reports(&mut self, max: usize, now_ms: UnixMs) -> Vec<DeploymentReport> {
-        let chosen: Vec<String> = self.dirty.iter().take(max).cloned().collect();
+        let mut chosen = Vec::new();
+        while chosen.len() < max {
+            let Some(deployment_id) = self.dirty.pop_first() else {
+                break;
+            };
+            if self.sizes.contains_key(&deployment_id) || self.deleted.contains(&deployment_id) {
+                chosen.push(deployment_id);
+            }
+        }
         chosen
             .into_iter()
-            .map(|deployment_id| {
-                self.dirty.remove(&deployment_id);
-                self.report(deployment_id, now_ms)
-            })
+            .map(|deployment_id| self.report(deployment_id, now_ms))
             .collect()
     }
 
@@ -314,7 +322,11 @@ mod tests {
         );
         tracker.on_pod_event("krane", Event::Apply(running("dep_b", "b-0", "10.0.0.2")));
         let reports = tracker.take_reports(10, 77);
-        assert_eq!(reports.len(), 2);
+        assert_eq!(
+            reports.len(),
+            1,
+            "dep_b's apply was not noticed: {reports:?}"
+        );
         assert_eq!(
             instances(&reports[0]),
             [
@@ -339,15 +351,25 @@ mod tests {
         assert_eq!(list[0].address, "10.0.0.1");
         assert_eq!(list[0].updated_at_ms, 77);
         assert_eq!(list[1].reason.as_deref(), Some("ErrImagePull"));
-        // dep_b was never applied by this krane: sizes unknown.
-        assert_eq!(instances(&reports[1]).len(), 1);
+        // dep_b's pods were seen before its apply returned: reported
+        // once the apply is noticed, with its sizes.
         assert!(!tracker.is_dirty());
+        tracker.on_notice(applied("dep_b"));
+        let reports = tracker.take_reports(10, 78);
+        let DeploymentReport::Instances { instances: b, .. } = &reports[0] else {
+            panic!("{reports:?}");
+        };
+        assert_eq!(
+            (b.len(), b[0].cpu_millicores, b[0].memory_mib),
+            (1, 250, 512)
+        );
     }
 
     #[test]
     fn batches_are_bounded_and_unchanged_pods_are_not_reported() {
         let mut tracker = Tracker::new("us-east");
         for i in 0..5 {
+            tracker.on_notice(applied(&format!("dep_{i}")));
             let pod = running(&format!("dep_{i}"), &format!("p{i}"), "10.0.0.1");
             tracker.on_pod_event("krane", Event::Apply(pod));
         }
@@ -409,6 +431,8 @@ mod tests {
     #[test]
     fn a_relist_replaces_the_namespace() {
         let mut tracker = Tracker::new("us-east");
+        tracker.on_notice(applied("dep_a"));
+        tracker.on_notice(applied("dep_b"));
         tracker.on_pod_event("krane", Event::Apply(running("dep_a", "a-0", "10.0.0.1")));
         tracker.on_pod_event("krane", Event::Apply(running("dep_b", "b-0", "10.0.0.2")));
         tracker.take_reports(10, 0);
