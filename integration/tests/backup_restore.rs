@@ -13,9 +13,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use config::{ConfigFile, PeerConfig};
+use config::{AgentConfig, ConfigFile, PeerConfig, TlsFiles};
 use integration::cluster::TestCluster;
+use integration::kit::krane::{self, Krane};
 use integration::kit::wait::{bounded, wait_until};
+use k8s_sim::resources::STATEFUL_SETS;
+use k8s_sim::{SimConfig, Simulator};
 use node::client::Client;
 use wire::operator::{OperatorRequest, OperatorResponse};
 
@@ -23,6 +26,40 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Writes made before the backup, at least.
 const WRITES_BEFORE_BACKUP: u64 = 20;
+/// The region of the krane process (it has a certificate in the test CA).
+const REGION: &str = "us-east";
+/// The namespace krane applies deployments in (its default).
+const NAMESPACE: &str = "krane";
+
+/// A deployment of one replica to [`REGION`] in an environment of its own.
+fn deployment(environment: &str) -> wire::operator::CreateDeployment {
+    integration::requests::deployment([REGION])
+        .owner("ws_1", "proj_1", environment)
+        .own_environment()
+        .build()
+}
+
+/// Whether the simulator holds the StatefulSet of deployment `id`.
+fn applied(sim: &Simulator, id: &str) -> bool {
+    sim.get(&STATEFUL_SETS, NAMESPACE, &wire::k8s_name::deployment(id))
+        .is_some()
+}
+
+/// Writes krane's config: the simulator, `endpoints`, its data directory.
+fn write_agent_config(dir: &std::path::Path, sim: &Simulator, endpoints: &[SocketAddr]) {
+    let mut agent = AgentConfig::new(
+        REGION,
+        endpoints.iter().map(|a| (*a).into()).collect(),
+        TlsFiles::in_dir(&dir.join("certs"), &format!("agent-{REGION}")),
+    );
+    let kubeconfig = dir.join(format!("{REGION}.kubeconfig"));
+    sim.write_kubeconfig(&kubeconfig).unwrap();
+    agent.kubeconfig = Some(kubeconfig);
+    agent.data_dir = dir.join(format!("krane-{REGION}"));
+    agent.reconnect_backoff_min_ms = 50;
+    agent.reconnect_backoff_max_ms = 200;
+    std::fs::write(dir.join("krane.toml"), agent.to_toml_string()).unwrap();
+}
 
 fn free_addr() -> SocketAddr {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a free port");
@@ -61,6 +98,25 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         let ctrl = integration::kit::ctrl::with_config(&operator_path)
             .await
             .unwrap();
+
+        // A krane process watches the source; a deployment it applied is
+        // in the backup.
+        let krane_bin = integration::kit::binaries::krane().await.unwrap();
+        let sim = Simulator::start(SimConfig::default()).await.unwrap();
+        let source_addrs: Vec<SocketAddr> = source.configs.iter().map(|c| c.listen_addr).collect();
+        write_agent_config(&dir, &sim, &source_addrs);
+        let krane_data = dir.join(format!("krane-{REGION}"));
+        let agent =
+            Krane::start(krane_bin, &dir.join("krane.toml"), &dir.join("krane.log")).unwrap();
+        let operator = source.operator().unwrap();
+        let kept = operator.create(deployment("env_kept")).await.unwrap();
+        wait_until(
+            Instant::now() + STEP_TIMEOUT,
+            "krane to apply the first deployment",
+            async || applied(&sim, &kept).then_some(()).ok_or("not yet"),
+        )
+        .await
+        .unwrap();
 
         // Regions the cluster starts with (the test regions), in the backup
         // too.
@@ -112,6 +168,19 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         stop.store(true, Ordering::Relaxed);
         load.await.unwrap();
         let regions_written = written.load(Ordering::Relaxed);
+        // A deployment after the backup: krane's cursor moves past it.
+        let lost = operator.create(deployment("env_lost")).await.unwrap();
+        wait_until(
+            Instant::now() + STEP_TIMEOUT,
+            "krane to apply the later deployment",
+            async || applied(&sim, &lost).then_some(()).ok_or("not yet"),
+        )
+        .await
+        .unwrap();
+        agent.kill();
+        let stored = krane::state(krane_bin, &krane_data).await.unwrap();
+        let cursor_before = stored["cursor"].as_u64().expect("a cursor");
+        let syncs_before = stored["full_syncs"].as_u64().expect("a full-sync count");
 
         // Offline verification prints the state's hash and counts.
         let verified = ctrl
@@ -127,6 +196,11 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
             "{regions} regions in the backup, {regions_written} written after {initial_regions}"
         );
         let cluster_line = field(&verified, "cluster ");
+        let backup_pk: u64 = field(&verified, "last pk ").parse().unwrap();
+        assert!(
+            cursor_before > backup_pk,
+            "krane's cursor {cursor_before} is ahead of the backup's last pk {backup_pk}"
+        );
 
         // Damaged and truncated copies are refused, naming the problem.
         let bytes = std::fs::read(&backup).unwrap();
@@ -297,6 +371,43 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         let check = restored_ctrl.ok(&["cluster", "check"]).await.unwrap();
         assert!(!check.contains("differ"), "{check}");
         drop(client);
+
+        // krane, its cursor ahead of the restored cluster, syncs in full:
+        // the deployment the backup never held goes, the other stays, and
+        // a deploy made after the restore is applied.
+        write_agent_config(&dir, &sim, &addrs);
+        let agent = Krane::start(
+            krane_bin,
+            &dir.join("krane.toml"),
+            &dir.join("krane-restored.log"),
+        )
+        .unwrap();
+        let restored_operator = integration::kit::operator::Operator::new(&operator).unwrap();
+        let fresh = restored_operator
+            .create(deployment("env_fresh"))
+            .await
+            .unwrap();
+        wait_until(
+            Instant::now() + STEP_TIMEOUT,
+            "krane to converge on the restored cluster",
+            async || {
+                let state = (
+                    applied(&sim, &kept),
+                    applied(&sim, &lost),
+                    applied(&sim, &fresh),
+                );
+                (state == (true, false, true))
+                    .then_some(())
+                    .ok_or(format!("{state:?}"))
+            },
+        )
+        .await
+        .unwrap();
+        agent.kill();
+        let stored = krane::state(krane_bin, &krane_data).await.unwrap();
+        assert_eq!(stored["full_syncs"], syncs_before + 1, "{stored:#}");
+        let log = std::fs::read_to_string(dir.join("krane-restored.log")).unwrap();
+        assert!(log.contains("the cluster's epoch changed"), "{log}");
         for node in restored {
             node.shutdown().await;
         }
