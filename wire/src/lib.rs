@@ -23,6 +23,8 @@
 //!   rules), free of I/O so both sides are tested without sockets.
 //! - `golden` (feature `golden`, for tests): golden-byte checks that pin
 //!   every serialized format to its version.
+//! - `fuzz` (feature `fuzz`, for tests): the mutation engine of the
+//!   time-boxed fuzzers.
 //!
 //! # Serialized formats
 //!
@@ -39,6 +41,8 @@ pub mod agent;
 pub mod digest;
 pub mod error;
 pub mod frame;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 #[cfg(feature = "golden")]
 pub mod golden;
 pub mod hello;

@@ -16,7 +16,7 @@
 mod strategies;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use wire::agent::{AgentRequest, AgentResponse, WatchEvent};
 use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES};
+use wire::fuzz;
 use wire::hello::Hello;
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
@@ -39,27 +40,6 @@ const FUZZ_FRAME_BYTES_MAX: usize = FUZZ_FRAME_BYTES_MAX_U32 as usize;
 const FUZZ_FRAME_BYTES_MAX_U32: u32 = 64 * 1024;
 /// Messages per generated stream.
 const STREAM_MESSAGES_MAX: usize = 8;
-/// Mutations per stream.
-const MUTATIONS_MAX: usize = 8;
-
-fn budget() -> Duration {
-    let seconds = std::env::var("FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_SECONDS);
-    Duration::from_secs(seconds)
-}
-
-fn seed() -> u64 {
-    std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        })
-}
 
 fn encoded<T: Serialize>(msg: &T) -> Vec<u8> {
     frame::encode(msg, FRAME_BYTES_MAX).expect("a generated message encodes")
@@ -78,48 +58,6 @@ fn framed(runner: &mut TestRunner, kind: u8) -> Vec<u8> {
         4 => encoded(&one(runner, operator_response())),
         5 => encoded(&one(runner, operator_call())),
         _ => encoded(&one(runner, hello())),
-    }
-}
-
-fn mutate(bytes: &mut Vec<u8>, rng: &mut StdRng) {
-    let mutations = rng.random_range(0..=MUTATIONS_MAX);
-    for _ in 0..mutations {
-        let len = bytes.len();
-        match rng.random_range(0..7u8) {
-            0 if len > 0 => {
-                let at = rng.random_range(0..len);
-                bytes[at] ^= 1 << rng.random_range(0..8u8);
-            }
-            1 if len > 0 => {
-                let at = rng.random_range(0..len);
-                bytes[at] = rng.random();
-            }
-            2 if len > 0 => bytes.truncate(rng.random_range(0..len)),
-            3 => {
-                let at = rng.random_range(0..=len);
-                let garbage: Vec<u8> = (0..rng.random_range(1..32)).map(|_| rng.random()).collect();
-                bytes.splice(at..at, garbage);
-            }
-            4 if len > 8 => {
-                // Splice a copy of one part over another.
-                let from = rng.random_range(0..len);
-                let to = rng.random_range(0..len);
-                let n = rng.random_range(1..=(len - from.max(to)).min(64));
-                let part: Vec<u8> = bytes[from..from + n].to_vec();
-                bytes[to..to + n].copy_from_slice(&part);
-            }
-            5 => {
-                // A forged length prefix: near, at, or over the limit.
-                let at = rng.random_range(0..=len);
-                let forged = match rng.random_range(0..3u8) {
-                    0 => FUZZ_FRAME_BYTES_MAX_U32,
-                    1 => FUZZ_FRAME_BYTES_MAX_U32 + 1,
-                    _ => rng.random(),
-                };
-                bytes.splice(at..at, forged.to_be_bytes());
-            }
-            _ => {}
-        }
     }
 }
 
@@ -150,8 +88,8 @@ fn feed<T: serde::de::DeserializeOwned>(bytes: &[u8], rng: &mut StdRng) {
 
 #[test]
 fn decoders_survive_mutated_streams() {
-    let seed = seed();
-    let budget = budget();
+    let seed = fuzz::seed();
+    let budget = fuzz::budget(DEFAULT_SECONDS);
     let mut rng = StdRng::seed_from_u64(seed);
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
@@ -165,7 +103,7 @@ fn decoders_survive_mutated_streams() {
             let kind = rng.random();
             bytes.extend(framed(&mut runner, kind));
         }
-        mutate(&mut bytes, &mut rng);
+        fuzz::mutate(&mut bytes, &mut rng, FUZZ_FRAME_BYTES_MAX_U32);
         let input = bytes.clone();
         let mut feed_rng = rng.clone();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -180,7 +118,7 @@ fn decoders_survive_mutated_streams() {
         if outcome.is_err() {
             panic!(
                 "decoder panicked (FUZZ_SEED={seed}, stream {streams}); input: {}",
-                hex(&input)
+                fuzz::hex(&input)
             );
         }
         streams += 1;
@@ -198,8 +136,4 @@ fn seed_bytes(seed: u64) -> [u8; 32] {
         chunk.copy_from_slice(&(seed.rotate_left(i * 13) ^ u64::from(i)).to_le_bytes());
     }
     out
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
