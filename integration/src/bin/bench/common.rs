@@ -19,9 +19,13 @@ pub(crate) fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> 
     Ok(Client::new(&as_agent(&cluster.operator_of(id), REGION))?)
 }
 
-/// A deployment of one replica in [`REGION`].
+/// A deployment of one replica in [`REGION`], in an environment of its
+/// own: deploys to one environment supersede each other, and one
+/// superseded before the workflow started it never writes its topology.
 pub(crate) fn create_request() -> OperatorRequest {
-    integration::requests::create_deployment([REGION])
+    integration::requests::deployment([REGION])
+        .own_environment()
+        .request()
 }
 
 /// Creates a deployment in [`REGION`]; returns its id.
