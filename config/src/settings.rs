@@ -10,11 +10,14 @@ use crate::error::ConfigError;
 use crate::validate::Check;
 
 /// Default [`RaftSettings::heartbeat_interval_ms`].
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 50;
 /// Default [`RaftSettings::election_timeout_min_ms`].
-pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 300;
-/// Default [`RaftSettings::election_timeout_max_ms`].
-pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 200;
+/// Default [`RaftSettings::election_timeout_max_ms`]: also the follower's
+/// leader lease (openraft's), so a follower elects itself between
+/// `max + min` and `2 × max` after the leader's last heartbeat (600–800
+/// ms), eight heartbeats missed at the least.
+pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 400;
 /// Default [`RaftSettings::snapshot_logs_since_last`].
 pub const DEFAULT_SNAPSHOT_LOGS_SINCE_LAST: u64 = 10_000;
 /// Bounds of [`RaftSettings::snapshot_logs_since_last`].
@@ -81,10 +84,13 @@ pub const DEFAULT_CUTOFF_STEP_MAX_MS: u64 = 600_000;
 pub struct RaftSettings {
     /// How often the leader sends heartbeats.
     pub heartbeat_interval_ms: u64,
-    /// A follower hearing nothing for a random time between min and max
-    /// starts an election.
+    /// A follower hearing nothing from the leader for its lease
+    /// (`election_timeout_max_ms`) and then a random time between min and
+    /// max starts an election.
     pub election_timeout_min_ms: u64,
-    /// Upper bound of the election timeout, above `election_timeout_min_ms`.
+    /// Upper bound of the election timeout, above `election_timeout_min_ms`;
+    /// also the lease during which a follower refuses to vote for another
+    /// candidate after hearing from the leader.
     pub election_timeout_max_ms: u64,
     /// Take a snapshot after this many log entries since the last one.
     pub snapshot_logs_since_last: u64,

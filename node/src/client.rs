@@ -41,6 +41,14 @@ pub enum ClientError {
         /// The timeout of the call.
         timeout_ms: u64,
     },
+    /// The node sent nothing, not even the acknowledgement of a
+    /// keep-alive, for `silent_ms` while the call waited: it is gone or
+    /// stopped.
+    #[error("the node went silent for {silent_ms} ms")]
+    Silent {
+        /// How long nothing came.
+        silent_ms: u64,
+    },
     /// A state-changing request without a request id was sent but its
     /// answer was lost: it may or may not have been applied, so it was not
     /// sent again.
@@ -49,6 +57,16 @@ pub enum ClientError {
     )]
     AnswerLost(String),
 }
+
+/// A call that may be sent again (it has a request id, or changes
+/// nothing) gives up on its node when the connection received nothing for
+/// this long: a live node acknowledges the keep-alives the client sends
+/// every [`transport::tls::KEEP_ALIVE_INTERVAL_MS`], so this is two missed
+/// acknowledgements, well before the QUIC idle timeout
+/// ([`transport::tls::IDLE_TIMEOUT_MS`]) closes the connection.
+pub const SILENCE_MS: u64 = 2 * transport::tls::KEEP_ALIVE_INTERVAL_MS;
+/// How often a waiting call looks at what its connection received.
+pub const SILENCE_POLL_MS: u64 = 50;
 
 /// How one try of a call failed.
 enum Attempt {
@@ -150,7 +168,10 @@ impl Client {
                 .iter()
                 .position(|a| *a == addr)
                 .map_or(0, |i| i + 1);
-            match self.call_within(&connection, &call, self.timeout_ms).await {
+            match self
+                .call_within(&connection, &call, self.timeout_ms, repeatable)
+                .await
+            {
                 Ok(OperatorResponse::Error(e)) if retry_elsewhere(&e) => {
                     failures.push(format!("{addr}: {e}"));
                     self.forget(&connection).await;
@@ -237,19 +258,22 @@ impl Client {
         )
         .await?;
         let call = OperatorCall::new(request.clone());
-        match self.call_within(&connection, &call, timeout_ms).await {
+        match self.call_within(&connection, &call, timeout_ms, false).await {
             Ok(OperatorResponse::Error(e)) => Err(ClientError::Server(e)),
             Ok(response) => Ok(response),
             Err(Attempt::NotSent(e) | Attempt::Lost(e)) => Err(e),
         }
     }
 
-    /// One try of `call` on `connection`, within `timeout_ms`.
+    /// One try of `call` on `connection`, within `timeout_ms`; with
+    /// `give_up_on_silence`, the try also ends once the node has been
+    /// silent for [`SILENCE_MS`].
     async fn call_within(
         &self,
         connection: &quinn::Connection,
         call: &OperatorCall,
         timeout_ms: u64,
+        give_up_on_silence: bool,
     ) -> Result<OperatorResponse, Attempt> {
         let timeout = std::time::Duration::from_millis(timeout_ms);
         let deadline = tokio::time::Instant::now() + timeout;
@@ -270,11 +294,22 @@ impl Client {
             stream.finish().await?;
             stream.recv::<OperatorResponse>().await
         };
-        match tokio::time::timeout_at(deadline, exchange).await {
-            Ok(Ok(Some(response))) => Ok(response),
-            Ok(Ok(None)) => Err(Attempt::Lost(ClientError::NoAnswer)),
-            Ok(Err(e)) => Err(Attempt::Lost(e.into())),
-            Err(_) => Err(Attempt::Lost(timed_out())),
+        let answered = async {
+            match tokio::time::timeout_at(deadline, exchange).await {
+                Ok(Ok(Some(response))) => Ok(response),
+                Ok(Ok(None)) => Err(Attempt::Lost(ClientError::NoAnswer)),
+                Ok(Err(e)) => Err(Attempt::Lost(e.into())),
+                Err(_) => Err(Attempt::Lost(timed_out())),
+            }
+        };
+        if !give_up_on_silence {
+            return answered.await;
+        }
+        tokio::select! {
+            result = answered => result,
+            () = silent(connection, SILENCE_MS) => Err(Attempt::Lost(ClientError::Silent {
+                silent_ms: SILENCE_MS,
+            })),
         }
     }
 
@@ -370,6 +405,25 @@ impl Client {
             _connection: connection,
             stream,
         })
+    }
+}
+
+/// Returns once `connection` has received no datagram for `silence_ms`
+/// (looked at every [`SILENCE_POLL_MS`]).
+async fn silent(connection: &quinn::Connection, silence_ms: u64) {
+    let silence = std::time::Duration::from_millis(silence_ms);
+    let poll = std::time::Duration::from_millis(SILENCE_POLL_MS);
+    let mut received = connection.stats().udp_rx.datagrams;
+    let mut since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(poll).await;
+        let now = connection.stats().udp_rx.datagrams;
+        if now != received {
+            received = now;
+            since = tokio::time::Instant::now();
+        } else if since.elapsed() >= silence {
+            return;
+        }
     }
 }
 
