@@ -28,8 +28,10 @@ pub enum ExpiryStatus {
     /// More than [`EXPIRY_NOTICE_DAYS`] left.
     Ok,
     /// At most [`EXPIRY_NOTICE_DAYS`] left.
+    #[serde(rename = "expires_within_30_days")]
     ExpiresWithin30Days,
     /// At most [`EXPIRY_URGENT_DAYS`] left.
+    #[serde(rename = "expires_within_7_days")]
     ExpiresWithin7Days,
     /// Past its not-after time: peers refuse it.
     Expired,
