@@ -587,6 +587,18 @@ pub(crate) fn write_new(path: &Path, contents: &[u8], private: bool) -> Result<(
         })
 }
 
+/// The DER of the first certificate in the PEM file `path`.
+pub fn leaf_der(path: &Path) -> Result<Vec<u8>, CertError> {
+    tls::parse_certs(path, &tls::read_text(path)?)?
+        .into_iter()
+        .next()
+        .map(|der| der.to_vec())
+        .ok_or_else(|| CertError::Pem {
+            path: path.to_path_buf(),
+            reason: "holds no certificate".into(),
+        })
+}
+
 /// When the first certificate in the PEM file `path` expires, in seconds
 /// since the Unix epoch (0 for a date before it).
 pub fn not_after_secs(path: &Path) -> Result<u64, CertError> {
