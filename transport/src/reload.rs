@@ -361,19 +361,33 @@ impl ReloadingTls {
     }
 }
 
-/// Logs each certificate whose status is not `ok` once per status reached
-/// (`warned` remembers, by serial); forgets the certificates no longer
-/// loaded.
-fn log_expiries(
-    statuses: &[(String, String, ExpiryStatus, u64)],
+/// The certificates of `statuses` to log now: each whose status is not
+/// `ok`, once per status reached (`warned` remembers, by serial); the
+/// certificates no longer loaded are forgotten.
+fn expiry_notices<'a>(
+    statuses: &'a [(String, String, ExpiryStatus, u64)],
     warned: &mut BTreeMap<String, ExpiryStatus>,
-) {
+) -> Vec<&'a (String, String, ExpiryStatus, u64)> {
     warned.retain(|serial, _| statuses.iter().any(|(_, s, _, _)| s == serial));
-    for (what, serial, status, not_after_secs) in statuses {
+    let mut notices = Vec::new();
+    for entry in statuses {
+        let (_, serial, status, _) = entry;
         if *status == ExpiryStatus::Ok || warned.get(serial) == Some(status) {
             continue;
         }
         warned.insert(serial.clone(), *status);
+        notices.push(entry);
+    }
+    notices
+}
+
+/// Logs what [`expiry_notices`] picks: a warning within 30 and within 7
+/// days of the expiry, an error once expired.
+fn log_expiries(
+    statuses: &[(String, String, ExpiryStatus, u64)],
+    warned: &mut BTreeMap<String, ExpiryStatus>,
+) {
+    for (what, serial, status, not_after_secs) in expiry_notices(statuses, warned) {
         let days_left = expiry::days_left(*not_after_secs, now_secs());
         match status {
             ExpiryStatus::Expired => error!(
@@ -562,5 +576,34 @@ impl ServerCertVerifier for CurrentServerVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.current().server_verifier.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_expiry_threshold_is_logged_once_per_certificate() {
+        let entry =
+            |serial: &str, status| ("certificate x".to_string(), serial.to_string(), status, 0);
+        let mut warned = BTreeMap::new();
+        let ok = [entry("a", ExpiryStatus::Ok)];
+        assert!(expiry_notices(&ok, &mut warned).is_empty());
+        let soon = [entry("a", ExpiryStatus::ExpiresWithin30Days)];
+        assert_eq!(expiry_notices(&soon, &mut warned).len(), 1);
+        assert!(
+            expiry_notices(&soon, &mut warned).is_empty(),
+            "logged twice"
+        );
+        let urgent = [entry("a", ExpiryStatus::ExpiresWithin7Days)];
+        assert_eq!(expiry_notices(&urgent, &mut warned).len(), 1);
+        let expired = [entry("a", ExpiryStatus::Expired)];
+        assert_eq!(expiry_notices(&expired, &mut warned).len(), 1);
+        assert!(expiry_notices(&expired, &mut warned).is_empty());
+        // A renewed certificate (another serial) starts afresh.
+        let renewed = [entry("b", ExpiryStatus::ExpiresWithin30Days)];
+        assert_eq!(expiry_notices(&renewed, &mut warned).len(), 1);
+        assert_eq!(warned.len(), 1);
     }
 }
