@@ -6,12 +6,13 @@
 //! moves (a Kubernetes Service, DNS) is found again.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use config::AgentConfig;
 use tracing::{debug, info};
 use transport::TransportError;
+use transport::reload::ReloadingTls;
 use transport::stream::{FramedStream, open_call};
 use transport::tls::TlsPaths;
 use wire::agent::{AgentRequest, AgentResponse, WatchRequest};
@@ -79,8 +80,8 @@ pub struct CtrlClient {
 }
 
 impl CtrlClient {
-    /// Loads the TLS files and binds a client endpoint. Needs a tokio
-    /// runtime.
+    /// Loads the TLS files once and binds a client endpoint. Needs a
+    /// tokio runtime.
     pub fn new(config: &AgentConfig) -> Result<CtrlClient, CtrlError> {
         let tls = TlsPaths {
             ca_cert: config.tls.ca_cert.clone(),
@@ -88,6 +89,25 @@ impl CtrlClient {
             key: config.tls.key.clone(),
         };
         let client_config = transport::tls::client_config(&tls, wire::agent::ALPN)?;
+        CtrlClient::with_client_config(config, client_config)
+    }
+
+    /// A client whose every new connection presents the certificate `tls`
+    /// holds then and trusts its CA bundle then (krane reloads them when
+    /// the files change); the kept connection is not replaced by a reload.
+    /// Needs a tokio runtime.
+    pub fn with_tls(
+        config: &AgentConfig,
+        tls: &Arc<ReloadingTls>,
+    ) -> Result<CtrlClient, CtrlError> {
+        let client_config = tls.client_config(wire::agent::ALPN)?;
+        CtrlClient::with_client_config(config, client_config)
+    }
+
+    fn with_client_config(
+        config: &AgentConfig,
+        client_config: quinn::ClientConfig,
+    ) -> Result<CtrlClient, CtrlError> {
         let bind = config
             .endpoints
             .iter()

@@ -13,6 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tracing::warn;
+use transport::reload::{TlsReport, TlsReporter};
 
 use crate::heartbeat::FailedApplies;
 use crate::state::LocalState;
@@ -27,8 +28,8 @@ pub struct Scraped<'a> {
     /// The region, as a label.
     pub region: &'a str,
     /// Each loaded certificate's name and expiry, in seconds since the
-    /// Unix epoch.
-    pub certificates: &'a [(&'static str, u64)],
+    /// Unix epoch, and the reloads of the TLS files.
+    pub tls: &'a TlsReport,
     /// Now, in seconds since the Unix epoch.
     pub now_secs: u64,
     /// Applies by result and the resources failing.
@@ -42,7 +43,7 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
     let Scraped {
         state,
         region,
-        certificates,
+        tls,
         now_secs,
         failures,
         reports,
@@ -93,7 +94,7 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
     );
     let expiry = Family::<[(&'static str, &'static str); 1], Gauge>::default();
     let now_secs = i64::try_from(now_secs).unwrap_or(i64::MAX);
-    for &(cert, not_after_secs) in certificates {
+    for &(cert, not_after_secs) in &tls.expiries {
         let not_after_secs = i64::try_from(not_after_secs).unwrap_or(i64::MAX);
         expiry
             .get_or_create(&[("cert", cert)])
@@ -103,6 +104,16 @@ pub fn render(status: &WatchStatus, scraped: Scraped<'_>) -> String {
         "krane_tls_cert_expiry_seconds",
         "Seconds until each loaded certificate expires (negative: expired)",
         expiry,
+    );
+    let reloads = Family::<[(&'static str, &'static str); 1], Counter>::default();
+    for (result, total) in [("ok", tls.reloads), ("failed", tls.reload_failures)] {
+        reloads.get_or_create(&[("result", result)]).inc_by(total);
+    }
+    registry.register(
+        "krane_tls_reloads",
+        "Reloads of the TLS certificate, key and CA bundle after their files changed, \
+         by result (ok: new connections use them; failed: the old ones stay)",
+        reloads,
     );
     if let Some(failures) = failures {
         let applies = Family::<[(&'static str, &'static str); 1], Counter>::default();
@@ -203,9 +214,9 @@ pub struct AgentProbe {
     pub state: Weak<LocalState>,
     /// The region, as a label.
     pub region: String,
-    /// Each loaded certificate's name (`agent`, `ca`) and expiry, in
-    /// seconds since the Unix epoch.
-    pub certificates: Vec<(&'static str, u64)>,
+    /// The loaded certificates' expiries (`agent`, `ca`) and the
+    /// reloads of the TLS files.
+    pub tls: Arc<dyn TlsReporter>,
     /// The watch loop's apply results.
     pub failures: Arc<FailedApplies>,
     /// The reporter's counts.
@@ -219,12 +230,13 @@ impl transport::http::Probe for AgentProbe {
         let now_secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let tls = self.tls.report();
         render(
             &status,
             Scraped {
                 state: state.as_deref(),
                 region: &self.region,
-                certificates: &self.certificates,
+                tls: &tls,
                 now_secs,
                 failures: Some(&self.failures),
                 reports: Some(&self.reports),
@@ -265,7 +277,11 @@ mod tests {
             Scraped {
                 state: None,
                 region: "us-east",
-                certificates: &[("agent", 1_000)],
+                tls: &TlsReport {
+                    expiries: vec![("agent", 1_000)],
+                    reloads: 1,
+                    reload_failures: 2,
+                },
                 now_secs: 400,
                 failures: Some(&failures),
                 reports: Some(&reports),
@@ -279,6 +295,8 @@ mod tests {
             "krane_watch_streams_total 3",
             "krane_drift_repairs_total 2",
             "krane_tls_cert_expiry_seconds{cert=\"agent\"} 600",
+            "krane_tls_reloads_total{result=\"ok\"} 1",
+            "krane_tls_reloads_total{result=\"failed\"} 2",
             "krane_applies_total{result=\"written\"} 2",
             "krane_applies_total{result=\"failed\"} 1",
             "krane_applies_total{result=\"stale\"} 0",

@@ -13,6 +13,8 @@ use rand::rngs::StdRng;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use transport::http::HttpServer;
+use transport::reload::ReloadingTls;
+use transport::tls::TlsPaths;
 use wire::model::Resource;
 
 use crate::backoff::Backoff;
@@ -85,6 +87,17 @@ pub async fn run(
         region = %config.region,
         "krane starting"
     );
+    let tls_paths = TlsPaths {
+        ca_cert: config.tls.ca_cert.clone(),
+        cert: config.tls.cert.clone(),
+        key: config.tls.key.clone(),
+    };
+    let tls = ReloadingTls::load(&tls_paths, "agent").map_err(CtrlError::from)?;
+    // Ends once krane's clients and probe are gone (it holds `tls` weakly).
+    tokio::spawn(ReloadingTls::watch(
+        Arc::downgrade(&tls),
+        Duration::from_millis(config.tls.reload_interval_ms),
+    ));
     let failures = Arc::new(FailedApplies::default());
     let report_counters = Arc::new(ReportCounters::default());
     let metrics_server = match config.metrics_addr {
@@ -93,10 +106,7 @@ pub async fn run(
                 status: status.subscribe(),
                 state: Arc::downgrade(&state),
                 region: config.region.clone(),
-                certificates: certificate_expiries(&[
-                    ("agent", &config.tls.cert),
-                    ("ca", &config.tls.ca_cert),
-                ]),
+                tls: tls.clone(),
                 failures: failures.clone(),
                 reports: report_counters.clone(),
             };
@@ -109,7 +119,8 @@ pub async fn run(
         None => None,
     };
     let client = k8s::client(config.kubeconfig.as_deref()).await?;
-    let ctrl = Arc::new(CtrlClient::new(config)?);
+    let ctrl = Arc::new(CtrlClient::with_tls(config, &tls)?);
+    drop(tls);
 
     let mut namespaces = BTreeSet::from([config.namespace.clone()]);
     let mut known = Vec::new();
@@ -222,22 +233,4 @@ pub async fn run(
         server.stop().await;
     }
     Ok(())
-}
-
-/// The expiry of each named certificate file, in seconds since the Unix
-/// epoch; one that cannot be read is left out (connecting to ctrl names
-/// the problem).
-fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
-    files
-        .iter()
-        .filter_map(
-            |&(name, path)| match transport::certs::not_after_secs(path) {
-                Ok(secs) => Some((name, secs)),
-                Err(e) => {
-                    tracing::warn!("no expiry metric for the {name} certificate: {e}");
-                    None
-                }
-            },
-        )
-        .collect()
 }

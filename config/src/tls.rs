@@ -1,5 +1,6 @@
 //! [`TlsFiles`]: the PEM files of one side of a mutual-TLS connection.
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +18,10 @@ pub const CA_CERT_FILE: &str = "ca.pem";
 pub const CERT_EXTENSION: &str = "pem";
 /// The extension of a private key file: `<name>.key`.
 pub const KEY_EXTENSION: &str = "key";
+/// The default [`TlsFiles::reload_interval_ms`].
+pub const DEFAULT_RELOAD_INTERVAL_MS: u64 = 10_000;
+/// The bounds of [`TlsFiles::reload_interval_ms`].
+pub const RELOAD_INTERVAL_MS_RANGE: RangeInclusive<u64> = 100..=3_600_000;
 
 /// The `[tls]` section: the CA certificate peers must be signed by, and
 /// this side's certificate chain and private key, all PEM.
@@ -32,6 +37,22 @@ pub struct TlsFiles {
     /// This side's private key.
     #[serde(serialize_with = "serialize_path")]
     pub key: PathBuf,
+    /// How often a node or krane reads the three files again to reload
+    /// them when they changed (new connections use the new material; open
+    /// ones keep going). The operator CLI reads them once.
+    #[serde(
+        default = "default_reload_interval_ms",
+        skip_serializing_if = "is_default_reload_interval"
+    )]
+    pub reload_interval_ms: u64,
+}
+
+fn default_reload_interval_ms() -> u64 {
+    DEFAULT_RELOAD_INTERVAL_MS
+}
+
+fn is_default_reload_interval(value: &u64) -> bool {
+    *value == DEFAULT_RELOAD_INTERVAL_MS
 }
 
 impl TlsFiles {
@@ -43,6 +64,7 @@ impl TlsFiles {
             ca_cert: dir.join(CA_CERT_FILE),
             cert: dir.join(format!("{name}.{CERT_EXTENSION}")),
             key: dir.join(format!("{name}.{KEY_EXTENSION}")),
+            reload_interval_ms: DEFAULT_RELOAD_INTERVAL_MS,
         }
     }
 
@@ -57,7 +79,12 @@ impl TlsFiles {
     pub(crate) fn check(&self, check: &Check<'_>, section: &str) -> Result<(), ConfigError> {
         check.path_set(&format!("{section}.ca_cert"), &self.ca_cert)?;
         check.path_set(&format!("{section}.cert"), &self.cert)?;
-        check.path_set(&format!("{section}.key"), &self.key)
+        check.path_set(&format!("{section}.key"), &self.key)?;
+        check.in_range(
+            &format!("{section}.reload_interval_ms"),
+            self.reload_interval_ms,
+            &RELOAD_INTERVAL_MS_RANGE,
+        )
     }
 }
 
@@ -71,6 +98,16 @@ mod tests {
         assert_eq!(files.ca_cert, Path::new("/etc/ctrl/certs/ca.pem"));
         assert_eq!(files.cert, Path::new("/etc/ctrl/certs/node-1.pem"));
         assert_eq!(files.key, Path::new("/etc/ctrl/certs/node-1.key"));
+    }
+
+    #[test]
+    fn reload_interval_is_bounded() {
+        let mut files = TlsFiles::in_dir(Path::new("certs"), "node-1");
+        files.reload_interval_ms = 10;
+        let error = files
+            .check(&Check::new(Path::new("node.toml")), "tls")
+            .unwrap_err();
+        assert_eq!(error.field(), Some("tls.reload_interval_ms"), "{error}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::runtime::RaftRuntime;
 use crate::server;
 use transport::closing::Closed;
 use transport::http::{HttpServer, Probe};
+use transport::reload::ReloadingTls;
 
 /// File names under the data directory.
 pub const RAFT_LOG_FILE: &str = "raft-log.redb";
@@ -283,12 +284,22 @@ pub async fn start_with_clock(
             source,
         }
     })?;
+    let tls_paths = transport::tls::TlsPaths {
+        ca_cert: config.tls.ca_cert.clone(),
+        cert: config.tls.cert.clone(),
+        key: config.tls.key.clone(),
+    };
+    let tls_error = |source| StartError::Tls {
+        paths: tls_paths.clone(),
+        source,
+    };
+    let tls = ReloadingTls::load(&tls_paths, "node").map_err(tls_error)?;
     let metrics = Arc::new(Metrics::new(
         log_store.committed_index(),
         state_path.clone(),
         log_path.clone(),
         config.raft.election_timeout_max_ms,
-        certificate_expiries(&[("node", &config.tls.cert), ("ca", &config.tls.ca_cert)]),
+        tls.clone(),
         log_store.stats(),
         state_machine.stats(),
     ));
@@ -299,20 +310,12 @@ pub async fn start_with_clock(
         state_machine.applied_stamp_ms(),
     ));
 
-    let tls_paths = transport::tls::TlsPaths {
-        ca_cert: config.tls.ca_cert.clone(),
-        cert: config.tls.cert.clone(),
-        key: config.tls.key.clone(),
-    };
-    let tls_error = |source| StartError::Tls {
-        paths: tls_paths.clone(),
-        source,
-    };
-    let server_config = transport::tls::server_config(
-        &tls_paths,
-        &[wire::agent::ALPN, wire::operator::ALPN, network::ALPN],
-    )
-    .map_err(tls_error)?;
+    // Every handshake, served or dialled, uses the material `tls` holds
+    // now: a reload (see `transport::reload`) reaches new connections of
+    // the server, the Raft network and forwarding alike.
+    let server_config = tls
+        .server_config(&[wire::agent::ALPN, wire::operator::ALPN, network::ALPN])
+        .map_err(tls_error)?;
     let keyring = match &config.secrets_key {
         Some(path) => Some(Arc::new(
             transport::sealing::Keyring::load(path).map_err(StartError::SecretsKey)?,
@@ -334,7 +337,7 @@ pub async fn start_with_clock(
         })?;
     let network = Network::new(
         endpoint.clone(),
-        transport::tls::client_config(&tls_paths, network::ALPN).map_err(tls_error)?,
+        tls.client_config(network::ALPN).map_err(tls_error)?,
         config::tls::DEFAULT_SERVER_NAME.to_string(),
         config.limits.frame_bytes_max,
     );
@@ -437,6 +440,12 @@ pub async fn start_with_clock(
         config_toml: toml::to_string(config).unwrap_or_else(|e| format!("# not encodable: {e}\n")),
     });
     tokio::spawn(metrics::follow_leader(state.raft.server_metrics(), metrics));
+    // Ends once the node is gone (it holds `tls` weakly).
+    tokio::spawn(ReloadingTls::watch(
+        Arc::downgrade(&tls),
+        Duration::from_millis(config.tls.reload_interval_ms),
+    ));
+    drop(tls);
     let metrics_server = match config.metrics_addr {
         Some(addr) => Some(
             HttpServer::start(addr, Arc::new(NodeProbe(state.clone())))
@@ -464,24 +473,6 @@ pub async fn start_with_clock(
         stop_background,
         released: [log_closed, store_closed, socket_closed],
     })
-}
-
-/// The expiry of each named certificate file, in seconds since the Unix
-/// epoch; one that cannot be read is left out (loading the TLS config
-/// names the problem).
-fn certificate_expiries(files: &[(&'static str, &std::path::Path)]) -> Vec<(&'static str, u64)> {
-    files
-        .iter()
-        .filter_map(
-            |&(name, path)| match transport::certs::not_after_secs(path) {
-                Ok(secs) => Some((name, secs)),
-                Err(e) => {
-                    warn!("no expiry metric for the {name} certificate: {e}");
-                    None
-                }
-            },
-        )
-        .collect()
 }
 
 /// The node's answers on `metrics_addr`.

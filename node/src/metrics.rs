@@ -29,6 +29,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use storage::{Counts, ReadView};
 use tracing::warn;
+use transport::reload::TlsReporter;
 use wire::model::{DeploymentStatus, DesiredState, InstanceStatus};
 
 use crate::raft::NodeId;
@@ -57,10 +58,11 @@ pub struct Metrics {
     /// The longest a leader of several voters may go without a quorum's
     /// acknowledgement and still be ready (the election timeout).
     quorum_ack_ms_max: u64,
-    /// Each loaded certificate's name (`node`, `ca`) and expiry, in
-    /// seconds since the Unix epoch.
-    certificates: Vec<(&'static str, u64)>,
+    /// The loaded certificates' expiries (`node`, `ca`, in seconds since
+    /// the Unix epoch) and reloads, read at scrape time.
+    certificates: Arc<dyn TlsReporter>,
     cert_expiry: Family<StatusLabel, Gauge>,
+    tls_reloads: Family<StatusLabel, Counter>,
     has_leader: Gauge,
     term: Gauge,
     commit_index: Gauge,
@@ -95,15 +97,15 @@ fn workflow_duration_seconds() -> Histogram {
 impl Metrics {
     /// Metrics over the committed index the Raft log reports, the sizes of
     /// `state_file` and `raft_log_file`, the readiness bound
-    /// `quorum_ack_ms_max` and the loaded `certificates` (name and expiry
-    /// in seconds since the Unix epoch), with the Raft log writer's and
+    /// `quorum_ack_ms_max` and the loaded `certificates` (their expiries
+    /// and reloads, read at each scrape), with the Raft log writer's and
     /// the state machine's histograms.
     pub fn new(
         committed_index: Arc<AtomicU64>,
         state_file: PathBuf,
         raft_log_file: PathBuf,
         quorum_ack_ms_max: u64,
-        certificates: Vec<(&'static str, u64)>,
+        certificates: Arc<dyn TlsReporter>,
         log: LogStats,
         apply: ApplyStats,
     ) -> Metrics {
@@ -218,6 +220,13 @@ impl Metrics {
             "Seconds until each loaded certificate expires (negative: expired)",
             cert_expiry.clone(),
         );
+        let tls_reloads = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "ctrl_tls_reloads",
+            "Reloads of the TLS certificate, key and CA bundle after their files changed, \
+             by result (ok: new handshakes use them; failed: the old ones stay)",
+            tls_reloads.clone(),
+        );
         let leader_changes = Counter::default();
         registry.register(
             "ctrl_raft_leader_changes",
@@ -281,6 +290,7 @@ impl Metrics {
             quorum_ack_ms_max,
             certificates,
             cert_expiry,
+            tls_reloads,
             has_leader,
             term,
             commit_index,
@@ -365,10 +375,15 @@ impl Metrics {
         now_ms: u64,
     ) -> String {
         let now_secs = saturating(now_ms / 1_000);
-        for &(cert, not_after_secs) in &self.certificates {
+        let tls = self.certificates.report();
+        for &(cert, not_after_secs) in &tls.expiries {
             self.cert_expiry
                 .get_or_create(&[("cert", cert)])
                 .set(saturating(not_after_secs).saturating_sub(now_secs));
+        }
+        for (result, total) in [("ok", tls.reloads), ("failed", tls.reload_failures)] {
+            let counter = self.tls_reloads.get_or_create(&[("result", result)]);
+            counter.inc_by(total.saturating_sub(counter.get()));
         }
         self.has_leader
             .set(i64::from(raft.current_leader.is_some()));
@@ -544,6 +559,7 @@ mod tests {
     use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, StoredMembership};
 
     use super::*;
+    use transport::reload::TlsReport;
 
     const ACK_MS_MAX: u64 = 600;
 
@@ -604,7 +620,11 @@ mod tests {
             PathBuf::from("/nonexistent/state.redb"),
             PathBuf::from("/nonexistent/raft-log.redb"),
             ACK_MS_MAX,
-            vec![("node", 1_000)],
+            Arc::new(TlsReport {
+                expiries: vec![("node", 1_000)],
+                reloads: 2,
+                reload_failures: 0,
+            }),
             LogStats::default(),
             ApplyStats::default(),
         ));
@@ -631,6 +651,8 @@ mod tests {
             "deployment_workflow_status{status=\"ready\"} 0",
             "deployment_instances_by_status{status=\"running\"} 0",
             "ctrl_tls_cert_expiry_seconds{cert=\"node\"} 600",
+            "ctrl_tls_reloads_total{result=\"ok\"} 2",
+            "ctrl_tls_reloads_total{result=\"failed\"} 0",
             // Only the end of a deploy is its duration.
             "deployment_workflow_duration_seconds_sum{status=\"ready\"} 2.5",
             "deployment_workflow_duration_seconds_count{status=\"ready\"} 1",

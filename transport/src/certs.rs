@@ -18,6 +18,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, PublicKeyData, SanType,
 };
+use rustls::pki_types::CertificateDer;
 
 use crate::error::CertError;
 use crate::identity::Identity;
@@ -44,7 +45,7 @@ pub const SERVER_NAMES_MAX: usize = 32;
 pub const SERVER_NAME_BYTES_MAX: usize = 253;
 /// Last second representable in a certificate (9999-12-31T23:59:59Z).
 const UNIX_SECS_MAX: u64 = 253_402_300_799;
-const SECS_PER_DAY: u64 = 86_400;
+pub(crate) const SECS_PER_DAY: u64 = 86_400;
 
 /// The certificate and key files of one identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +219,7 @@ pub fn init_dir(
     let issuer = LoadedCa {
         issuer: Issuer::new(ca_params, ca_key),
         not_after_secs: ca_not_after_secs,
+        der: ca_cert.der().to_vec(),
     };
 
     for (node_id, bundle) in &nodes {
@@ -283,15 +285,19 @@ pub fn issue_operator(dir: &Path) -> Result<CertBundle, CertError> {
 }
 
 /// A CA able to sign, and when it expires.
-struct LoadedCa {
+pub(crate) struct LoadedCa {
     issuer: Issuer<'static, KeyPair>,
-    not_after_secs: u64,
+    pub(crate) not_after_secs: u64,
+    /// The DER of the CA certificate matching the key.
+    pub(crate) der: Vec<u8>,
 }
 
 impl LoadedCa {
     /// Loads `ca.pem` and `ca.key` from `dir`, checking that the
-    /// certificate is a CA, is still valid, and matches the key.
-    fn load(dir: &Path) -> Result<LoadedCa, CertError> {
+    /// certificate is a CA, is still valid, and matches the key. During a
+    /// CA rotation `ca.pem` is a bundle: the certificate signing is the one
+    /// matching `ca.key`.
+    pub(crate) fn load(dir: &Path) -> Result<LoadedCa, CertError> {
         let ca = ca_bundle(dir);
         let cert_pem = tls::read_text(&ca.cert)?;
         let key_pem = tls::read_text(&ca.key)?;
@@ -303,27 +309,33 @@ impl LoadedCa {
             path: ca.cert.clone(),
             reason,
         };
-        let der = tls::parse_certs(&ca.cert, &cert_pem)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| bad_ca("holds no certificate".into()))?;
-        let (_, x509) = x509_parser::parse_x509_certificate(&der)
-            .map_err(|e| bad_ca(format!("certificate does not parse: {e}")))?;
-        if !x509.is_ca() {
-            return Err(bad_ca("is not a CA certificate".into()));
+        let certs = tls::parse_certs(&ca.cert, &cert_pem)?;
+        let mut matching = None;
+        for der in certs {
+            let (_, x509) = x509_parser::parse_x509_certificate(&der)
+                .map_err(|e| bad_ca(format!("a certificate does not parse: {e}")))?;
+            if x509.public_key().raw == key.subject_public_key_info().as_slice() {
+                if !x509.is_ca() {
+                    return Err(bad_ca("is not a CA certificate".into()));
+                }
+                let not_after_secs =
+                    u64::try_from(x509.validity().not_after.timestamp()).unwrap_or(0);
+                matching = Some((der.to_vec(), not_after_secs));
+                break;
+            }
         }
-        if x509.public_key().raw != key.subject_public_key_info().as_slice() {
+        let Some((der, not_after_secs)) = matching else {
             return Err(bad_ca(format!(
-                "does not match the key in {}",
+                "holds no certificate matching the key in {}",
                 ca.key.display()
             )));
-        }
-        let not_after_secs = u64::try_from(x509.validity().not_after.timestamp()).unwrap_or(0);
-        let issuer = Issuer::from_ca_cert_der(&der, key)
+        };
+        let issuer = Issuer::from_ca_cert_der(&CertificateDer::from(der.as_slice()), key)
             .map_err(|e| bad_ca(format!("cannot sign with this CA: {e}")))?;
         Ok(LoadedCa {
             issuer,
             not_after_secs,
+            der,
         })
     }
 
@@ -336,14 +348,41 @@ impl LoadedCa {
         server_sans: &[SanType],
         now_secs: u64,
     ) -> Result<(), CertError> {
+        let not_after_secs = self.leaf_not_after(now_secs, LEAF_VALIDITY_DAYS)?;
+        let leaf = self.sign(
+            identity,
+            server_sans,
+            now_secs.saturating_sub(CLOCK_SKEW_SECS),
+            not_after_secs,
+        )?;
+        write_new(&bundle.key, leaf.key_pem.as_bytes(), true)?;
+        write_new(&bundle.cert, leaf.cert_pem.as_bytes(), false)?;
+        Ok(())
+    }
+
+    /// The end of a leaf's validity of `days` from `now_secs`, never past
+    /// the CA's own; refused once the CA has expired.
+    pub(crate) fn leaf_not_after(&self, now_secs: u64, days: u64) -> Result<u64, CertError> {
         let not_after_secs = now_secs
-            .saturating_add(LEAF_VALIDITY_DAYS * SECS_PER_DAY)
+            .saturating_add(days.saturating_mul(SECS_PER_DAY))
             .min(self.not_after_secs);
         if not_after_secs <= now_secs {
             return Err(CertError::InvalidInput(
                 "the CA has expired; a new CA (and new certificates) are needed".into(),
             ));
         }
+        Ok(not_after_secs)
+    }
+
+    /// A new key and a certificate for `identity` valid from
+    /// `not_before_secs` to `not_after_secs`, in PEM.
+    pub(crate) fn sign(
+        &self,
+        identity: &Identity,
+        server_sans: &[SanType],
+        not_before_secs: u64,
+        not_after_secs: u64,
+    ) -> Result<SignedLeaf, CertError> {
         let uri = identity.to_uri();
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -360,22 +399,57 @@ impl LoadedCa {
                 .push(ExtendedKeyUsagePurpose::ServerAuth);
         }
         params.use_authority_key_identifier_extension = true;
-        set_validity(&mut params, now_secs, not_after_secs)?;
+        set_validity_window(&mut params, not_before_secs, not_after_secs)?;
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
-        write_key(&bundle.key, &key)?;
-        write_new(&bundle.cert, cert.pem().as_bytes(), false)?;
-        Ok(())
+        Ok(SignedLeaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
     }
 }
 
-fn check_region(region: &str) -> Result<(), CertError> {
+/// A freshly signed leaf: its certificate and private key, in PEM.
+pub(crate) struct SignedLeaf {
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
+}
+
+/// Issues `bundle` (files that must not exist yet) for `identity` with
+/// the CA in `dir`, valid from `not_before_secs` to `not_after_secs`
+/// (seconds since the Unix epoch) exactly as given, even in the past: for
+/// tests and drills that need a certificate already expired or not yet
+/// valid. A node identity gets [`DEFAULT_SERVER_NAMES`] and the loopback
+/// addresses.
+pub fn issue_with_validity(
+    dir: &Path,
+    bundle: &CertBundle,
+    identity: &Identity,
+    not_before_secs: u64,
+    not_after_secs: u64,
+) -> Result<(), CertError> {
+    if not_after_secs <= not_before_secs {
+        return Err(CertError::InvalidInput(
+            "a certificate's validity must end after it begins".into(),
+        ));
+    }
+    refuse_existing(bundle)?;
+    let sans = match identity {
+        Identity::Node { .. } => server_sans(&[])?,
+        Identity::Operator | Identity::Agent { .. } => Vec::new(),
+    };
+    let leaf = LoadedCa::load(dir)?.sign(identity, &sans, not_before_secs, not_after_secs)?;
+    write_new(&bundle.key, leaf.key_pem.as_bytes(), true)?;
+    write_new(&bundle.cert, leaf.cert_pem.as_bytes(), false)
+}
+
+pub(crate) fn check_region(region: &str) -> Result<(), CertError> {
     wire::operator::validate_region(region).map_err(|e| CertError::InvalidInput(e.message))
 }
 
 /// The SANs of a server: the given names (defaults if none), both loopback
 /// addresses, without duplicates.
-fn server_sans(server_names: &[String]) -> Result<Vec<SanType>, CertError> {
+pub(crate) fn server_sans(server_names: &[String]) -> Result<Vec<SanType>, CertError> {
     if server_names.len() > SERVER_NAMES_MAX {
         return Err(CertError::InvalidInput(format!(
             "at most {SERVER_NAMES_MAX} server names"
@@ -440,7 +514,7 @@ fn refuse_existing(bundle: &CertBundle) -> Result<(), CertError> {
     Ok(())
 }
 
-fn now_unix_secs() -> Result<u64, CertError> {
+pub(crate) fn now_unix_secs() -> Result<u64, CertError> {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_err(|_| CertError::InvalidInput("the system clock is before 1970".into()))?
@@ -448,7 +522,20 @@ fn now_unix_secs() -> Result<u64, CertError> {
     Ok(secs)
 }
 
-fn set_validity(
+pub(crate) fn set_validity(
+    params: &mut CertificateParams,
+    not_before_secs: u64,
+    not_after_secs: u64,
+) -> Result<(), CertError> {
+    set_validity_window(
+        params,
+        not_before_secs.saturating_sub(CLOCK_SKEW_SECS),
+        not_after_secs,
+    )
+}
+
+/// Sets the validity exactly as given.
+fn set_validity_window(
     params: &mut CertificateParams,
     not_before_secs: u64,
     not_after_secs: u64,
@@ -459,19 +546,18 @@ fn set_validity(
         ));
     }
     let epoch = rcgen::date_time_ymd(1970, 1, 1);
-    params.not_before =
-        epoch + Duration::from_secs(not_before_secs.saturating_sub(CLOCK_SKEW_SECS));
+    params.not_before = epoch + Duration::from_secs(not_before_secs);
     params.not_after = epoch + Duration::from_secs(not_after_secs);
     Ok(())
 }
 
-fn write_key(path: &Path, key: &KeyPair) -> Result<(), CertError> {
+pub(crate) fn write_key(path: &Path, key: &KeyPair) -> Result<(), CertError> {
     write_new(path, key.serialize_pem().as_bytes(), true)
 }
 
 /// Writes a file that must not exist yet; `private` files are readable by
 /// the owner alone.
-fn write_new(path: &Path, contents: &[u8], private: bool) -> Result<(), CertError> {
+pub(crate) fn write_new(path: &Path, contents: &[u8], private: bool) -> Result<(), CertError> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
@@ -498,6 +584,18 @@ fn write_new(path: &Path, contents: &[u8], private: bool) -> Result<(), CertErro
         .map_err(|source| CertError::Write {
             path: path.to_path_buf(),
             source,
+        })
+}
+
+/// The DER of the first certificate in the PEM file `path`.
+pub fn leaf_der(path: &Path) -> Result<Vec<u8>, CertError> {
+    tls::parse_certs(path, &tls::read_text(path)?)?
+        .into_iter()
+        .next()
+        .map(|der| der.to_vec())
+        .ok_or_else(|| CertError::Pem {
+            path: path.to_path_buf(),
+            reason: "holds no certificate".into(),
         })
 }
 

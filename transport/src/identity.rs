@@ -110,13 +110,20 @@ impl Identity {
     /// The identity of the peer of an established connection, from the
     /// leaf of the certificate chain it presented.
     pub fn from_connection(connection: &quinn::Connection) -> Result<Identity, TransportError> {
-        let chain = connection
-            .peer_identity()
-            .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
-            .ok_or(TransportError::NoPeerCertificate)?;
-        let leaf = chain.first().ok_or(TransportError::NoPeerCertificate)?;
-        Identity::from_cert_der(leaf).map_err(TransportError::PeerIdentity)
+        let leaf = peer_leaf_der(connection)?;
+        Identity::from_cert_der(&leaf).map_err(TransportError::PeerIdentity)
     }
+}
+
+/// The DER of the leaf certificate the peer of an established connection
+/// presented (to tell which of its certificates a peer used).
+pub fn peer_leaf_der(connection: &quinn::Connection) -> Result<Vec<u8>, TransportError> {
+    let chain = connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or(TransportError::NoPeerCertificate)?;
+    let leaf = chain.first().ok_or(TransportError::NoPeerCertificate)?;
+    Ok(leaf.to_vec())
 }
 
 impl fmt::Display for Identity {

@@ -8,6 +8,14 @@
 //! - [`tls`]: rustls configs (ring provider, TLS 1.3 only, client
 //!   certificates required) wrapped as quinn configs with bounded transport
 //!   limits.
+//! - [`expiry`]: how close a certificate is to its expiry (the rule of
+//!   `ctrl certs check`, the warnings and the metrics), and reading a
+//!   certificate directory.
+//! - [`renew`]: fresh leaves from the CA of a directory, and CA rotation
+//!   (a bundle of old and new CA), every file replaced atomically.
+//! - [`reload`]: a node's or krane's certificate, key and CA bundle
+//!   reloaded when the files change; new handshakes use the new material,
+//!   open connections keep going.
 //! - [`verify`]: clients accept a server holding a node certificate of
 //!   the cluster CA, whatever address or name they dialled.
 //! - [`endpoint`]: server and client endpoints, and connecting to the first
@@ -33,9 +41,12 @@ pub mod certs;
 pub mod closing;
 pub mod endpoint;
 pub mod error;
+pub mod expiry;
 pub mod frame;
 pub mod http;
 pub mod identity;
+pub mod reload;
+pub mod renew;
 pub mod sealing;
 pub mod stream;
 pub mod tls;

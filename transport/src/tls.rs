@@ -76,25 +76,44 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Reads and parses the three files; every error names its file.
 pub fn load_pem_files(ca_cert: &Path, cert: &Path, key: &Path) -> Result<PemFiles, CertError> {
-    let ca_certs = parse_certs(ca_cert, &read_text(ca_cert)?)?;
-    let cert_chain = parse_certs(cert, &read_text(cert)?)?;
-    let key_der = parse_key(key, &read_text(key)?)?;
-    warn_if_key_readable_by_others(key);
+    let paths = TlsPaths {
+        ca_cert: ca_cert.to_path_buf(),
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+    };
+    let texts = PemTexts {
+        ca_cert: read_text(ca_cert)?,
+        cert: read_text(cert)?,
+        key: read_text(key)?,
+    };
+    parse_pem_texts(&paths, &texts)
+}
+
+/// The text of the three files of [`TlsPaths`], as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PemTexts {
+    pub(crate) ca_cert: String,
+    pub(crate) cert: String,
+    pub(crate) key: String,
+}
+
+/// Parses what was read from `paths`; every error names its file.
+pub(crate) fn parse_pem_texts(paths: &TlsPaths, texts: &PemTexts) -> Result<PemFiles, CertError> {
+    let ca_certs = parse_certs(&paths.ca_cert, &texts.ca_cert)?;
+    let cert_chain = parse_certs(&paths.cert, &texts.cert)?;
+    let key_der = parse_key(&paths.key, &texts.key)?;
+    warn_if_key_readable_by_others(&paths.key);
     Ok(PemFiles {
         ca_certs,
         cert_chain,
         key: key_der,
-        paths: TlsPaths {
-            ca_cert: ca_cert.to_path_buf(),
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-        },
+        paths: paths.clone(),
     })
 }
 
@@ -200,7 +219,7 @@ pub fn negotiated_alpn(connection: &quinn::Connection) -> Option<Vec<u8>> {
         .protocol
 }
 
-fn root_store(files: &PemFiles) -> Result<Arc<RootCertStore>, TransportError> {
+pub(crate) fn root_store(files: &PemFiles) -> Result<Arc<RootCertStore>, TransportError> {
     let mut roots = RootCertStore::empty();
     for cert in &files.ca_certs {
         roots
@@ -210,11 +229,11 @@ fn root_store(files: &PemFiles) -> Result<Arc<RootCertStore>, TransportError> {
     Ok(Arc::new(roots))
 }
 
-fn tls_error(path: &Path, e: impl std::fmt::Display) -> TransportError {
+pub(crate) fn tls_error(path: &Path, e: impl std::fmt::Display) -> TransportError {
     TransportError::TlsConfig(format!("{}: {e}", path.display()))
 }
 
-fn key_pair_error(paths: &TlsPaths, e: rustls::Error) -> TransportError {
+pub(crate) fn key_pair_error(paths: &TlsPaths, e: rustls::Error) -> TransportError {
     TransportError::TlsConfig(format!(
         "{} with {}: {e}",
         paths.cert.display(),

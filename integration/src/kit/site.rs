@@ -26,6 +26,9 @@ pub const LEADER_WAIT: Duration = Duration::from_secs(30);
 pub const BACKOFF_MIN_MS: u64 = 50;
 /// The longest reconnect wait, in milliseconds.
 pub const BACKOFF_MAX_MS: u64 = 200;
+/// How often krane reads its TLS files again: a renewal is picked up
+/// quickly.
+pub const TLS_RELOAD_INTERVAL_MS: u64 = 200;
 
 /// Three `ctrl serve` processes (any may be down), and per region a
 /// simulator and a krane process.
@@ -118,6 +121,7 @@ impl ProcessSite {
             agent.data_dir = site.dir.path().join(format!("krane-{region}"));
             agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
             agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
+            agent.tls.reload_interval_ms = TLS_RELOAD_INTERVAL_MS;
             let path = site.dir.path().join(format!("krane-{region}.toml"));
             std::fs::write(&path, agent.to_toml_string()).expect("write the krane config");
             let log = site.dir.path().join(format!("krane-{region}.log"));

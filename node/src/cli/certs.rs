@@ -1,11 +1,19 @@
 //! `ctrl certs`: a CA and node, operator and agent certificates, for sites
 //! without an ACME service; and the nodes' secrets key file (written by
-//! `init`, rotated by `rotate-secrets-key`).
+//! `init`, rotated by `rotate-secrets-key`). `check` lists every
+//! certificate of a directory with its expiry ([`CheckLine`], the `-o json`
+//! shape); `renew` issues fresh leaves in place (nodes and krane reload
+//! them); `rotate-ca` and `drop-old-ca` begin and end a CA rotation.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Subcommand;
+use serde::Serialize;
+use transport::expiry::{self, CertInfo, CertKind, ExpiryStatus};
+use transport::renew::{self, RenewSelection};
+
+use super::Output;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum CertsCommand {
@@ -50,6 +58,49 @@ pub(crate) enum CertsCommand {
         #[arg(long)]
         region: String,
     },
+    /// List every certificate in a directory (CA, nodes, operator, agents)
+    /// with its expiry; exits non-zero when one has expired or a file does
+    /// not read.
+    Check {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Issue fresh certificates (new keys) from the CA in the directory for
+    /// the identities and names the current ones carry, replacing the files
+    /// atomically. Running nodes and krane pick them up within their
+    /// `tls.reload_interval_ms`. No selection: every node, operator and
+    /// agent certificate in the directory.
+    Renew {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node ids, comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+        nodes: Vec<u64>,
+        /// Agent regions, comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "REGION,...")]
+        agents: Vec<String>,
+        /// The operator certificate.
+        #[arg(long)]
+        operator: bool,
+        /// Validity in days (never past the CA's own expiry).
+        #[arg(long, default_value_t = renew::RENEW_DEFAULT_DAYS)]
+        days: u64,
+    },
+    /// Begin a CA rotation: add a new CA to `ca.pem` (old and new are then
+    /// both trusted) and sign with it from now on (`ca.key` is the new key;
+    /// the old one is kept beside it). See README, "Rotating the CA".
+    RotateCa {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// End a CA rotation: `ca.pem` keeps only the CA of `ca.key`. Only
+    /// once every leaf is renewed under the new CA.
+    DropOldCa {
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// Put a new key on top of the nodes' secrets key file (`secrets_key`):
     /// it seals new secret values once the nodes restart with the file;
     /// the old keys stay to open the values they sealed.
@@ -93,6 +144,55 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
                 dir.display()
             );
         }
+        CertsCommand::Check { dir, output } => check(&dir, output)?,
+        CertsCommand::Renew {
+            dir,
+            nodes,
+            agents,
+            operator,
+            days,
+        } => {
+            let selection = RenewSelection {
+                nodes,
+                agents,
+                operator,
+            };
+            for renewed in renew::renew(&dir, &selection, days)? {
+                println!(
+                    "renewed {} ({}), valid until {}",
+                    renewed.bundle.cert.display(),
+                    renewed.identity,
+                    rfc3339(renewed.not_after_secs)
+                );
+            }
+            println!(
+                "running nodes and krane load the new files within their \
+                 tls.reload_interval_ms; copy them to the hosts that read them elsewhere"
+            );
+        }
+        CertsCommand::RotateCa { dir } => {
+            let rotated = renew::rotate_ca(&dir)?;
+            println!(
+                "new CA '{}' added to {} (old and new CA trusted); {} signs from now on, \
+                 the old key is kept as {}",
+                rotated.subject,
+                rotated.bundle.display(),
+                rotated.key.display(),
+                rotated.old_key.display()
+            );
+            println!(
+                "next: copy {} to every node and krane, wait for the reload \
+                 (ctrl_tls_reloads_total), then `ctrl certs renew`, then `ctrl certs drop-old-ca`",
+                rotated.bundle.display()
+            );
+        }
+        CertsCommand::DropOldCa { dir } => {
+            let dropped = renew::drop_old_cas(&dir)?;
+            println!(
+                "{dropped} old CA certificate(s) dropped from {}; copy it to every node and krane",
+                transport::certs::ca_bundle(&dir).cert.display()
+            );
+        }
         CertsCommand::RotateSecretsKey { file } => {
             let id = transport::sealing::rotate_file(&file)?;
             println!(
@@ -103,4 +203,212 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// One certificate as `ctrl certs check -o json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CheckLine {
+    /// The file it is in.
+    pub file: String,
+    /// Its position in the file (a CA bundle holds several).
+    pub index: usize,
+    /// `ca`, `node`, `operator`, `agent` or `other`.
+    pub kind: CertKind,
+    /// The subject's common name.
+    pub subject: String,
+    /// The `ctrl://` identity it names, if any.
+    pub identity: Option<String>,
+    /// The serial number, hex.
+    pub serial: String,
+    /// Valid until, seconds since the Unix epoch.
+    pub not_after_secs: u64,
+    /// The same, RFC 3339 in UTC.
+    pub not_after: String,
+    /// Whole days left (negative once expired).
+    pub days_left: i64,
+    /// `ok`, `expires_within_30_days`, `expires_within_7_days`, `expired`.
+    pub status: ExpiryStatus,
+}
+
+impl CheckLine {
+    pub(crate) fn new(info: &CertInfo, now_secs: u64) -> CheckLine {
+        CheckLine {
+            file: info.file.display().to_string(),
+            index: info.index,
+            kind: info.kind,
+            subject: info.subject.clone(),
+            identity: info.identity.clone(),
+            serial: info.serial.clone(),
+            not_after_secs: info.not_after_secs,
+            not_after: rfc3339(info.not_after_secs),
+            days_left: expiry::days_left(info.not_after_secs, now_secs),
+            status: expiry::expiry_status(info.not_after_secs, now_secs),
+        }
+    }
+}
+
+/// What `ctrl certs check -o json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct CheckReport {
+    /// Now, seconds since the Unix epoch.
+    pub checked_at_secs: u64,
+    /// Every certificate read.
+    pub certificates: Vec<CheckLine>,
+    /// The files that did not read, each error naming its file.
+    pub errors: Vec<String>,
+}
+
+impl CheckReport {
+    fn expired(&self) -> usize {
+        self.certificates
+            .iter()
+            .filter(|c| c.status == ExpiryStatus::Expired)
+            .count()
+    }
+}
+
+fn check(dir: &Path, output: Output) -> Result<()> {
+    let now_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let inspection = expiry::inspect_dir(dir)?;
+    let report = CheckReport {
+        checked_at_secs: now_secs,
+        certificates: inspection
+            .certs
+            .iter()
+            .map(|info| CheckLine::new(info, now_secs))
+            .collect(),
+        errors: inspection.errors.iter().map(|e| e.to_string()).collect(),
+    };
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Text => print!("{}", check_text(&report)),
+    }
+    let expired = report.expired();
+    if expired > 0 || !report.errors.is_empty() {
+        bail!(
+            "{expired} certificate(s) expired, {} file(s) unreadable in {}",
+            report.errors.len(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn check_text(report: &CheckReport) -> String {
+    let mut out = format!(
+        "{:<28} {:<9} {:<28} {:<20} {:>9}  {}\n",
+        "FILE", "KIND", "IDENTITY", "NOT AFTER", "DAYS LEFT", "STATUS"
+    );
+    for line in &report.certificates {
+        let file = Path::new(&line.file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| line.file.clone());
+        let file = if line.index > 0 {
+            format!("{file} #{}", line.index + 1)
+        } else {
+            file
+        };
+        let who = line
+            .identity
+            .clone()
+            .unwrap_or_else(|| line.subject.clone());
+        let kind = serde_json::to_value(line.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{file:<28} {kind:<9} {who:<28} {:<20} {:>9}  {}\n",
+            line.not_after,
+            line.days_left,
+            line.status.as_str()
+        ));
+    }
+    for error in &report.errors {
+        out.push_str(&format!("unreadable: {error}\n"));
+    }
+    out
+}
+
+/// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub(crate) fn rfc3339(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm), for days since 1970.
+    let z = i64::try_from(days).unwrap_or(i64::MAX / 2) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_of_known_times() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_524_611), "2026-11-24T12:50:11Z");
+        assert_eq!(rfc3339(253_402_300_799), "9999-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn an_expired_certificate_fails_the_check_and_is_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        transport::certs::init_dir(dir.path(), &[1], &["us-east".into()], &[]).unwrap();
+        check(dir.path(), Output::Text).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let expired = transport::certs::CertBundle::in_dir(dir.path(), "agent-old");
+        transport::certs::issue_with_validity(
+            dir.path(),
+            &expired,
+            &transport::Identity::Agent {
+                region: "old".into(),
+            },
+            now - 100_000,
+            now - 1_000,
+        )
+        .unwrap();
+        let error = check(dir.path(), Output::Json).unwrap_err();
+        assert!(
+            error.to_string().contains("1 certificate(s) expired"),
+            "{error}"
+        );
+        let inspection = expiry::inspect_dir(dir.path()).unwrap();
+        let line = inspection
+            .certs
+            .iter()
+            .map(|c| CheckLine::new(c, now))
+            .find(|l| l.identity.as_deref() == Some("ctrl://agent/old"))
+            .unwrap();
+        assert_eq!(line.status, ExpiryStatus::Expired);
+        assert_eq!(line.days_left, -1);
+        let text = check_text(&CheckReport {
+            checked_at_secs: now,
+            certificates: vec![line],
+            errors: vec!["junk.pem: bad".into()],
+        });
+        assert!(
+            text.contains("agent-old.pem") && text.contains("expired"),
+            "{text}"
+        );
+        assert!(text.contains("unreadable: junk.pem"), "{text}");
+    }
 }

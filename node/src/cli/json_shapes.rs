@@ -11,6 +11,7 @@ use serde::Serialize;
 use wire::golden::fixtures;
 use wire::model::DeploymentStatus;
 
+use super::certs::{CheckLine, CheckReport};
 use super::cluster::Row;
 use super::notify::{DeliveryList, EndpointLine};
 use super::rollout::StatusView;
@@ -92,6 +93,41 @@ fn unreachable_row() -> Row {
     }
 }
 
+fn certs_check() -> CheckReport {
+    let now_secs = fixtures::NOW_MS / 1_000;
+    let info = |file: &str, index, kind, identity: Option<&str>, days_left: i64| {
+        let not_after_secs = now_secs.saturating_add_signed(days_left * 86_400 + 60);
+        transport::expiry::CertInfo {
+            file: PathBuf::from(format!("/etc/ctrl/certs/{file}")),
+            index,
+            kind,
+            subject: identity.unwrap_or("ctrl cluster CA").to_string(),
+            identity: identity.map(str::to_string),
+            serial: "4f2a9c".into(),
+            not_before_secs: now_secs - 86_400,
+            not_after_secs,
+        }
+    };
+    use transport::expiry::CertKind;
+    let infos = [
+        info("ca.pem", 0, CertKind::Ca, None, 3_000),
+        info("ca.pem", 1, CertKind::Ca, None, 20),
+        info("node-1.pem", 0, CertKind::Node, Some("ctrl://node/1"), 5),
+        info(
+            "agent-us-east.pem",
+            0,
+            CertKind::Agent,
+            Some("ctrl://agent/us-east"),
+            -3,
+        ),
+    ];
+    CheckReport {
+        checked_at_secs: now_secs,
+        certificates: infos.iter().map(|i| CheckLine::new(i, now_secs)).collect(),
+        errors: vec!["/etc/ctrl/certs/junk.pem: holds no CERTIFICATE block".into()],
+    }
+}
+
 #[test]
 fn the_read_commands_json_shapes_match_their_goldens() {
     let regions = fixtures::region_list();
@@ -124,6 +160,7 @@ fn the_read_commands_json_shapes_match_their_goldens() {
         ),
         check("rollout_history", &vec![fixtures::rollout_summary()]),
         check("cluster_status", &vec![row(), unreachable_row()]),
+        check("certs_check", &certs_check()),
         check(
             "status",
             &SiteStatus {

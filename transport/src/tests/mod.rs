@@ -64,6 +64,13 @@ enum Event {
 /// Serves the agent and operator ALPNs; every call echoes one string.
 fn spawn_echo_server(paths: &TlsPaths) -> (SocketAddr, mpsc::UnboundedReceiver<Event>) {
     let config = tls::server_config(paths, &[wire::agent::ALPN, wire::operator::ALPN]).unwrap();
+    spawn_echo_server_with(config)
+}
+
+/// [`spawn_echo_server`] with a given server config.
+fn spawn_echo_server_with(
+    config: quinn::ServerConfig,
+) -> (SocketAddr, mpsc::UnboundedReceiver<Event>) {
     let (endpoint, _) = server_endpoint("127.0.0.1:0".parse().unwrap(), config).unwrap();
     let addr = endpoint.local_addr().unwrap();
     let (events, rx) = mpsc::unbounded_channel();
@@ -641,3 +648,5 @@ fn errors_and_streams_cross_tasks_and_anyhow() {
     assert_send_sync::<crate::stream::FramedStream>();
     assert_send_sync::<Identity>();
 }
+
+mod reload;
