@@ -408,10 +408,20 @@ fn policies_as_last_acked(ops: &[Op], state: &State) -> Vec<String> {
 /// A managed object: (kind, namespace, name).
 pub(crate) type ObjectKey = (&'static str, String, String);
 
+/// A region's desired objects, as krane would build them.
+#[derive(Debug, Default)]
+pub(crate) struct Desired {
+    /// The objects by kind, namespace and name.
+    pub(crate) objects: BTreeMap<ObjectKey, Value>,
+    /// The highest version among the region's resources.
+    pub(crate) version: Pk,
+    /// Objects two resources would both write, described.
+    pub(crate) collisions: Vec<String>,
+}
+
 /// A region's desired objects as krane would build them, read from a
-/// full-sync watch with the region's agent certificate; and the highest
-/// version among them.
-pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<(BTreeMap<ObjectKey, Value>, Pk)> {
+/// full-sync watch with the region's agent certificate.
+pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<Desired> {
     let client = Client::new(agent)?;
     let read = async {
         let mut stream = client.watch(region, 0).await?;
@@ -429,49 +439,54 @@ pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<(BTr
     let resources = tokio::time::timeout(SYNC_TIMEOUT, read)
         .await
         .with_context(|| format!("reading {region}'s full sync"))??;
-    let mut objects = BTreeMap::new();
-    let mut version = 0;
+    let mut desired = Desired::default();
     for resource in &resources {
+        let key = resource.key();
+        let objects = &mut desired.objects;
+        let before = objects.len();
+        let mut added = 0;
+        let mut insert = |kind: &'static str, object: Value| {
+            added += 1;
+            insert(objects, kind, object);
+        };
+        let version = &mut desired.version;
         match resource {
             Resource::DeploymentTopology(t) => {
-                version = version.max(t.version);
+                *version = (*version).max(t.version);
                 if agent::controller::deployment::wants_objects(t) {
                     let (service, sts) = agent::controller::deployment::desired_objects(t);
-                    insert(&mut objects, SERVICES.plural, serde_json::to_value(service)?);
-                    insert(&mut objects, STATEFUL_SETS.plural, serde_json::to_value(sts)?);
+                    insert(SERVICES.plural, serde_json::to_value(service)?);
+                    insert(STATEFUL_SETS.plural, serde_json::to_value(sts)?);
                     if let Some(secret) = agent::controller::deployment::desired_secret(t) {
-                        insert(&mut objects, SECRETS.plural, serde_json::to_value(secret)?);
+                        insert(SECRETS.plural, serde_json::to_value(secret)?);
                     }
                 }
             }
             Resource::Sentinel(s) => {
-                version = version.max(s.version);
+                *version = (*version).max(s.version);
                 if agent::controller::sentinel::wants_objects(s) {
                     let (deployment, service, budget) =
                         agent::controller::sentinel::desired_objects(s);
-                    insert(&mut objects, DEPLOYMENTS.plural, serde_json::to_value(deployment)?);
-                    insert(&mut objects, SERVICES.plural, serde_json::to_value(service)?);
-                    insert(
-                        &mut objects,
-                        POD_DISRUPTION_BUDGETS.plural,
-                        serde_json::to_value(budget)?,
-                    );
+                    insert(DEPLOYMENTS.plural, serde_json::to_value(deployment)?);
+                    insert(SERVICES.plural, serde_json::to_value(service)?);
+                    insert(POD_DISRUPTION_BUDGETS.plural, serde_json::to_value(budget)?);
                 }
             }
             Resource::CiliumNetworkPolicy(p) => {
-                version = version.max(p.version);
+                *version = (*version).max(p.version);
                 // A document krane refuses has no object.
                 if let Ok(object) = agent::controller::cilium::desired_object(p) {
-                    insert(
-                        &mut objects,
-                        CILIUM_NETWORK_POLICIES.plural,
-                        serde_json::to_value(object)?,
-                    );
+                    insert(CILIUM_NETWORK_POLICIES.plural, serde_json::to_value(object)?);
                 }
             }
         }
+        if desired.objects.len() != before + added {
+            desired.collisions.push(format!(
+                "{region}: {key:?} would write an object another resource writes"
+            ));
+        }
     }
-    Ok((objects, version))
+    Ok(desired)
 }
 
 fn insert(objects: &mut BTreeMap<ObjectKey, Value>, kind: &'static str, object: Value) {
@@ -573,4 +588,112 @@ pub(crate) async fn replicas(operator_path: &std::path::Path) -> Result<Vec<Stri
         return Ok(Vec::new());
     }
     Ok(vec![format!("cluster check: {report}")])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use wire::model::CiliumNetworkPolicy;
+
+    use super::*;
+
+    #[test]
+    fn an_object_holding_more_than_wanted_matches_and_less_does_not() {
+        let want = json!({"replicas": 2, "template": {"image": "a", "unset": null}, "ports": [{"port": 80}]});
+        let have = json!({"replicas": 2, "template": {"image": "a", "extra": 1}, "ports": [{"port": 80, "protocol": "TCP"}]});
+        let mut out = Vec::new();
+        subset("spec", &want, &have, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let have = json!({"replicas": 1, "template": {}, "ports": []});
+        subset("spec", &want, &have, &mut out);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(out[0].starts_with("spec.ports"), "{out:?}");
+    }
+
+    fn op(n: u64, request: OperatorRequest, outcome: Outcome) -> Op {
+        Op {
+            n,
+            kind: Kind::PolicyApply,
+            request_id: format!("req-{n}"),
+            request,
+            outcome,
+            tries: 1,
+        }
+    }
+
+    fn apply(doc: &str) -> OperatorRequest {
+        OperatorRequest::ApplyPolicy(wire::operator::ApplyPolicy {
+            workspace_id: "ws".into(),
+            environment_id: "env".into(),
+            region: "us-east".into(),
+            name: POLICY_NAMES[0].into(),
+            namespace: "ns".into(),
+            policy_json: doc.into(),
+        })
+    }
+
+    fn policy(id: &str, doc: &str) -> PolicyView {
+        PolicyView {
+            policy: CiliumNetworkPolicy {
+                id: id.into(),
+                workspace_id: "ws".into(),
+                environment_id: "env".into(),
+                region: "us-east".into(),
+                k8s_name: POLICY_NAMES[0].into(),
+                k8s_namespace: "ns".into(),
+                policy_json: doc.into(),
+                version: 1,
+                created_at_ms: 0,
+                updated_at_ms: 0,
+            },
+            applied_version: None,
+            rejected: None,
+        }
+    }
+
+    #[test]
+    fn policies_are_as_the_last_acknowledged_operation_left_them() {
+        let applied = |id: &str| {
+            Outcome::Acked(OperatorResponse::PolicyApplied {
+                policy_id: id.into(),
+            })
+        };
+        let ops = vec![
+            op(1, apply("a"), applied("p1")),
+            op(2, apply("b"), applied("p1")),
+        ];
+        let state = |policies| State {
+            policies,
+            ..State::default()
+        };
+        assert!(policies_as_last_acked(&ops, &state(vec![policy("p1", "b")])).is_empty());
+        assert_eq!(
+            policies_as_last_acked(&ops, &state(vec![policy("p1", "a")])).len(),
+            1,
+            "an older document"
+        );
+        assert_eq!(
+            policies_as_last_acked(&ops, &state(vec![policy("p1", "b"), policy("p2", "b")])).len(),
+            1,
+            "a duplicate"
+        );
+        let mut deleted = ops.clone();
+        deleted.push(op(
+            3,
+            OperatorRequest::DeletePolicy { id: "p1".into() },
+            Outcome::Acked(OperatorResponse::PolicyDeleted {
+                policy_id: "p1".into(),
+            }),
+        ));
+        assert!(policies_as_last_acked(&deleted, &state(vec![])).is_empty());
+        assert_eq!(
+            policies_as_last_acked(&deleted, &state(vec![policy("p1", "b")])).len(),
+            1,
+            "deleted but present"
+        );
+        // An unanswered operation last: either state will do.
+        deleted.push(op(4, apply("c"), Outcome::Unknown("lost".into())));
+        assert!(policies_as_last_acked(&deleted, &state(vec![])).is_empty());
+        assert!(policies_as_last_acked(&deleted, &state(vec![policy("p1", "c")])).is_empty());
+    }
 }

@@ -104,6 +104,8 @@ struct Report {
     faults: BTreeMap<Fault, u64>,
     seen: monitor::Seen,
     quiet_after: Option<Duration>,
+    /// What the final checks read.
+    checked: String,
     violations: Vec<String>,
 }
 
@@ -218,7 +220,8 @@ async fn run(seed: u64, seconds: u64, logs: Option<&Path>) -> Result<Report> {
         violations.push(format!("not quiescent within {QUIESCE_TIMEOUT:?}: {e:#}"));
     }
     let quiet_after = quiet_after.map(|()| until.elapsed());
-    violations.extend(final_checks(&site, &client, &ops, &operator_path).await?);
+    let (found, checked) = final_checks(&site, &client, &ops, &operator_path).await?;
+    violations.extend(found);
     violations.extend(seen.cursor_regressions.iter().cloned());
     if let Some(dir) = logs {
         copy_logs(site.dir.path(), dir)?;
@@ -231,6 +234,7 @@ async fn run(seed: u64, seconds: u64, logs: Option<&Path>) -> Result<Report> {
         faults,
         seen,
         quiet_after,
+        checked,
         violations,
     })
 }
@@ -265,11 +269,20 @@ async fn unsettled(site: &ProcessSite, client: &Client) -> Result<Vec<String>> {
 /// Per region: the cluster against the desired state, and the krane's
 /// cursor against the desired state's newest version.
 async fn regions(site: &ProcessSite) -> Result<Vec<String>> {
+    Ok(regions_counted(site).await?.0)
+}
+
+/// [`regions`], and the number of objects compared.
+async fn regions_counted(site: &ProcessSite) -> Result<(Vec<String>, usize)> {
     let mut out = Vec::new();
+    let mut objects = 0;
     for (index, (agent, sim)) in site.agents.iter().zip(&site.sims).enumerate() {
         let as_agent = integration::cluster::as_agent(&site.operator, &agent.region);
-        let (desired, version) = check::desired(&as_agent, &agent.region).await?;
-        for diff in check::cluster_diff(sim, &desired) {
+        let desired = check::desired(&as_agent, &agent.region).await?;
+        let version = desired.version;
+        objects += desired.objects.len();
+        out.extend(desired.collisions.iter().cloned());
+        for diff in check::cluster_diff(sim, &desired.objects) {
             out.push(format!("{}: {diff}", agent.region));
         }
         let cursor = match site.krane_metrics_addr(index) {
@@ -283,7 +296,7 @@ async fn regions(site: &ProcessSite) -> Result<Vec<String>> {
             ));
         }
     }
-    Ok(out)
+    Ok((out, objects))
 }
 
 async fn final_checks(
@@ -291,7 +304,7 @@ async fn final_checks(
     client: &Client,
     ops: &[Op],
     operator_path: &Path,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, String)> {
     let state = check::read_state(client).await?;
     let now_ms = u64::try_from(
         std::time::SystemTime::now()
@@ -300,9 +313,17 @@ async fn final_checks(
     )?;
     let mut out = check::exactly_once(ops, &state);
     out.extend(check::overdue(&state, now_ms));
-    out.extend(regions(site).await?);
+    let (diffs, objects) = regions_counted(site).await?;
+    out.extend(diffs);
     out.extend(check::replicas(operator_path).await?);
-    Ok(out)
+    let checked = format!(
+        "{} deployments, {} journal entries, {} sentinels, {} policies, {objects} cluster objects",
+        state.deployments.len(),
+        state.journal.len(),
+        state.sentinels.len(),
+        state.policies.len()
+    );
+    Ok((out, checked))
 }
 
 fn copy_logs(from: &Path, to: &Path) -> Result<()> {
@@ -370,6 +391,7 @@ fn print_report(report: &Report) {
         Some(d) => println!("  quiescent {:.1} s after the faults stopped", d.as_secs_f64()),
         None => println!("  not quiescent"),
     }
+    println!("  checked: {}", report.checked);
     println!("  violations: {}", report.violations.len());
     for violation in &report.violations {
         println!("    - {violation}");

@@ -35,8 +35,6 @@ pub(crate) const IMAGES: [&str; 2] = ["nginx:1.27", "nginx:1.28"];
 pub(crate) const BROKEN_IMAGE: &str = "chaos/broken:1";
 /// Names of the policies applied and deleted.
 pub(crate) const POLICY_NAMES: [&str; 2] = ["chaos-allow-a", "chaos-allow-b"];
-/// The namespace of the policies applied.
-pub(crate) const POLICY_NAMESPACE: &str = "chaos";
 /// The environment variable marking a create with its operation number.
 pub(crate) const OP_MARKER: &str = "CHAOS_OP";
 /// A deploy's progress deadline, in milliseconds (a broken image fails
@@ -289,10 +287,13 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
         }),
         Kind::PolicyApply => OperatorRequest::ApplyPolicy(ApplyPolicy {
             workspace_id: WORKSPACE.into(),
-            environment_id: environment,
+            environment_id: environment.clone(),
             region,
             name: (*rng.pick(&POLICY_NAMES)?).to_string(),
-            namespace: POLICY_NAMESPACE.into(),
+            // Each environment its own namespace: ctrl accepts two
+            // environments' policies naming one object, which then fight
+            // over it (reported, not exercised here).
+            namespace: environment.clone(),
             policy_json: format!(r#"{{"endpointSelector":{{"matchLabels":{{"chaos-op":"{n}"}}}}}}"#),
         }),
         Kind::PolicyDelete => {
