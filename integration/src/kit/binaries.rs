@@ -80,7 +80,11 @@ fn beside_this_binary(bin: &str) -> Result<Option<PathBuf>> {
         bail!(
             "no {bin} beside {} (build it, or name one in ${})",
             exe.display(),
-            if bin == "krane" { KRANE_BIN_ENV } else { CTRL_BIN_ENV }
+            if bin == "krane" {
+                KRANE_BIN_ENV
+            } else {
+                CTRL_BIN_ENV
+            }
         );
     }
     Ok(Some(path))

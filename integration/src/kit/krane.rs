@@ -44,8 +44,7 @@ pub const TORN_BYTES: usize = 8_192;
 /// `data_dir` (krane stopped) with garbage, as a torn write leaves it.
 pub fn tear_state_file(data_dir: &Path) -> Result<()> {
     let path = data_dir.join(agent::state::STATE_FILE);
-    let mut bytes =
-        std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let torn = bytes.len().min(TORN_BYTES);
     bytes[..torn].fill(0x5A);
     std::fs::write(&path, &bytes).with_context(|| format!("writing {}", path.display()))

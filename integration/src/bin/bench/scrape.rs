@@ -13,7 +13,6 @@
 //! scrapes and subtracted: figure = (burst CPU − idle rate × burst time) /
 //! scrapes, the median of `--count` rounds (default 5).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -223,4 +222,3 @@ async fn open_watchers(cluster: &ProcessCluster, watchers: usize) -> Result<Vec<
     }
     Ok(held)
 }
-

@@ -18,9 +18,7 @@ use serde_json::Value;
 use wire::Pk;
 use wire::agent::WatchEvent;
 use wire::model::{Deployment, JournalEntry, Resource, SentinelDeployStatus};
-use wire::operator::{
-    LIST_PAGE_MAX, OperatorRequest, OperatorResponse, PolicyView, SentinelView,
-};
+use wire::operator::{LIST_PAGE_MAX, OperatorRequest, OperatorResponse, PolicyView, SentinelView};
 use wire::rollout::{Rollout, RolloutState};
 
 use crate::ops::{Kind, OP_MARKER, Op, Outcome, POLICY_NAMES};
@@ -112,8 +110,7 @@ pub(crate) async fn read_state(client: &Client) -> Result<State> {
             after: after.clone(),
             limit: LIST_PAGE_MAX,
         };
-        let OperatorResponse::Sentinels { items, next_after } = call(client, request).await?
-        else {
+        let OperatorResponse::Sentinels { items, next_after } = call(client, request).await? else {
             bail!("unexpected answer to a sentinel list");
         };
         state.sentinels.extend(items);
@@ -162,7 +159,10 @@ pub(crate) fn in_progress(state: &State) -> Vec<String> {
         }
     }
     if let Some(r) = &state.rollout
-        && matches!(r.state, RolloutState::InProgress | RolloutState::RollingBack)
+        && matches!(
+            r.state,
+            RolloutState::InProgress | RolloutState::RollingBack
+        )
     {
         out.push(format!("rollout {} {}", r.seq, r.state.as_str()));
     }
@@ -200,7 +200,8 @@ pub(crate) fn overdue(state: &State, now_ms: u64) -> Vec<String> {
 }
 
 /// Every acknowledged operation took effect once, and no operation more
-/// than once; the journal and the state agree on the deployments.
+/// than once; the journal and the state agree on the deployments (one
+/// creation entry each, the status the last entry reached).
 pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
     let mut out = Vec::new();
     // Deployments by the operation that created them.
@@ -212,7 +213,10 @@ pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
     }
     for (n, ids) in &by_op {
         if ids.len() > 1 {
-            out.push(format!("operation {n} created {} deployments: {ids:?}", ids.len()));
+            out.push(format!(
+                "operation {n} created {} deployments: {ids:?}",
+                ids.len()
+            ));
         }
     }
     // Creation entries of the journal, by deployment and by request id.
@@ -239,9 +243,34 @@ pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
             ));
         }
     }
+    // Each deployment's status is where its last journal entry left it.
+    let mut last: BTreeMap<&str, &JournalEntry> = BTreeMap::new();
+    for e in &state.journal {
+        if last
+            .get(e.deployment_id.as_str())
+            .is_none_or(|l| l.seq < e.seq)
+        {
+            last.insert(&e.deployment_id, e);
+        }
+    }
+    for d in &state.deployments {
+        if let Some(entry) = last.get(d.id.as_str())
+            && entry.to != d.status
+        {
+            out.push(format!(
+                "deployment {} is {}, its last journal entry ({}) says {}",
+                d.id,
+                d.status.as_str(),
+                entry.seq,
+                entry.to.as_str()
+            ));
+        }
+    }
     for id in created.keys() {
         if !ids.contains(id) {
-            out.push(format!("the journal created {id}, which is not in the state"));
+            out.push(format!(
+                "the journal created {id}, which is not in the state"
+            ));
         }
     }
     for op in ops {
@@ -274,7 +303,10 @@ pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
                 ));
             }
             (_, Outcome::Acked(OperatorResponse::Error(e))) => {
-                out.push(format!("operation {} acknowledged with an error: {e}", op.n));
+                out.push(format!(
+                    "operation {} acknowledged with an error: {e}",
+                    op.n
+                ));
             }
             _ => {}
         }
@@ -305,7 +337,10 @@ fn sentinels_once(ops: &[Op], state: &State) -> Vec<String> {
     }
     for op in ops {
         if let Some(OperatorResponse::SentinelDeployed { sentinel_id, .. }) = op.acked()
-            && !state.sentinels.iter().any(|s| &s.sentinel.id == sentinel_id)
+            && !state
+                .sentinels
+                .iter()
+                .any(|s| &s.sentinel.id == sentinel_id)
         {
             out.push(format!(
                 "acknowledged sentinel apply {} answered {sentinel_id}, which does not exist",
@@ -362,8 +397,7 @@ fn policies_as_last_acked(ops: &[Op], state: &State) -> Vec<String> {
     }
     // Per key: the document the last operation left (`None`: deleted),
     // or unknowable (an unanswered operation came after).
-    let mut expected: BTreeMap<(String, String, String), Option<Option<String>>> =
-        BTreeMap::new();
+    let mut expected: BTreeMap<(String, String, String), Option<Option<String>>> = BTreeMap::new();
     for op in ops {
         let (key, effect) = match &op.request {
             OperatorRequest::ApplyPolicy(apply) => (
@@ -476,7 +510,10 @@ pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<Desi
                 *version = (*version).max(p.version);
                 // A document krane refuses has no object.
                 if let Ok(object) = agent::controller::cilium::desired_object(p) {
-                    insert(CILIUM_NETWORK_POLICIES.plural, serde_json::to_value(object)?);
+                    insert(
+                        CILIUM_NETWORK_POLICIES.plural,
+                        serde_json::to_value(object)?,
+                    );
                 }
             }
         }
@@ -490,7 +527,10 @@ pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<Desi
 }
 
 fn insert(objects: &mut BTreeMap<ObjectKey, Value>, kind: &'static str, object: Value) {
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let namespace = object["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default()

@@ -177,7 +177,9 @@ async fn behind_snapshot(
     };
     let leader_client = Client::new(&site.operator_of(leader))?;
     // The leader's last index bounds the follower's.
-    let at_kill = log_status(&leader_client).await.and_then(|s| s.last_log_index);
+    let at_kill = log_status(&leader_client)
+        .await
+        .and_then(|s| s.last_log_index);
     site.kill_node(target);
     let deadline = Instant::now() + BEHIND_WAIT;
     let mut reached = false;
@@ -204,8 +206,7 @@ async fn behind_snapshot(
 }
 
 async fn log_status(client: &Client) -> Option<wire::operator::LogStatus> {
-    match tokio::time::timeout(LOG_STATUS_TIMEOUT, client.call(&OperatorRequest::LogStatus)).await
-    {
+    match tokio::time::timeout(LOG_STATUS_TIMEOUT, client.call(&OperatorRequest::LogStatus)).await {
         Ok(Ok(OperatorResponse::LogStatus(status))) => Some(status),
         _ => None,
     }

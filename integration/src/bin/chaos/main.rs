@@ -211,8 +211,10 @@ async fn run(seed: u64, seconds: u64, logs: Option<&Path>) -> Result<Report> {
         let _ = stop.send(true);
         (ops, faults, quiet)
     };
-    let (seen, (ops, faults, quiet)) =
-        tokio::join!(monitor::run(&targets, &shared, phase_started, stopped), work);
+    let (seen, (ops, faults, quiet)) = tokio::join!(
+        monitor::run(&targets, &shared, phase_started, stopped),
+        work
+    );
     let faults = faults?;
     let quiet_after = quiet.as_ref().ok().map(|_| ());
     let mut violations = Vec::new();
@@ -353,9 +355,25 @@ fn print_report(report: &Report) {
     );
     for op in &report.ops {
         if let Outcome::Unknown(why) = &op.outcome {
-            println!("    unknown: {} {} ({}): {why}", op.kind.as_str(), op.n, op.request_id);
+            println!(
+                "    unknown: {} {} ({}): {why}",
+                op.kind.as_str(),
+                op.n,
+                op.request_id
+            );
         }
     }
+    let mut refusals: BTreeMap<(Kind, &str), usize> = BTreeMap::new();
+    for op in &report.ops {
+        if let Outcome::Refused(e) = &op.outcome {
+            *refusals.entry((op.kind, e.code.as_str())).or_default() += 1;
+        }
+    }
+    let refusals: Vec<String> = refusals
+        .iter()
+        .map(|((kind, code), n)| format!("{} {code} {n}", kind.as_str()))
+        .collect();
+    println!("  refused: {}", refusals.join(", "));
     let mut kinds: BTreeMap<Kind, (usize, usize)> = BTreeMap::new();
     for op in &report.ops {
         let entry = kinds.entry(op.kind).or_default();
@@ -388,7 +406,10 @@ fn print_report(report: &Report) {
     }
     println!("  cursor samples: {}", report.seen.cursor_samples);
     match report.quiet_after {
-        Some(d) => println!("  quiescent {:.1} s after the faults stopped", d.as_secs_f64()),
+        Some(d) => println!(
+            "  quiescent {:.1} s after the faults stopped",
+            d.as_secs_f64()
+        ),
         None => println!("  not quiescent"),
     }
     println!("  checked: {}", report.checked);

@@ -144,7 +144,9 @@ impl Op {
 pub(crate) async fn drive(client: &Client, rng: &mut Rng, until: Instant) -> Vec<Op> {
     let mut ops: Vec<Op> = Vec::new();
     while Instant::now() < until {
-        let n = u64::try_from(ops.len()).unwrap_or(u64::MAX).saturating_add(1);
+        let n = u64::try_from(ops.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         let Some((kind, request)) = next(rng, &ops, n) else {
             continue;
         };
@@ -165,7 +167,11 @@ pub(crate) async fn drive(client: &Client, rng: &mut Rng, until: Instant) -> Vec
 
 /// Sends `request` under `request_id` until it is answered or refused, or
 /// [`OP_TIMEOUT`] passes.
-async fn send(client: &Client, request: &OperatorRequest, request_id: &RequestId) -> (Outcome, u32) {
+async fn send(
+    client: &Client,
+    request: &OperatorRequest,
+    request_id: &RequestId,
+) -> (Outcome, u32) {
     let deadline = Instant::now() + OP_TIMEOUT;
     let mut tries = 0;
     loop {
@@ -294,7 +300,9 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
             // environments' policies naming one object, which then fight
             // over it (reported, not exercised here).
             namespace: environment.clone(),
-            policy_json: format!(r#"{{"endpointSelector":{{"matchLabels":{{"chaos-op":"{n}"}}}}}}"#),
+            policy_json: format!(
+                r#"{{"endpointSelector":{{"matchLabels":{{"chaos-op":"{n}"}}}}}}"#
+            ),
         }),
         Kind::PolicyDelete => {
             let applied = policies(ops);

@@ -95,7 +95,10 @@ mod tests {
             assert!(rng.below(3) < 3);
             let d = rng.between_ms(10, 20);
             assert!((10..=20).contains(&d.as_millis()));
-            assert!(matches!(rng.weighted(&[('a', 1), ('b', 0), ('c', 2)]), Some('a' | 'c')));
+            assert!(matches!(
+                rng.weighted(&[('a', 1), ('b', 0), ('c', 2)]),
+                Some('a' | 'c')
+            ));
         }
         assert_eq!(rng.below(0), 0);
         assert_eq!(rng.pick::<u8>(&[]), None);
