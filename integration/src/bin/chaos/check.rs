@@ -274,8 +274,8 @@ pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
         }
     }
     for op in ops {
-        match (op.kind, &op.outcome) {
-            (Kind::Deploy, Outcome::Acked(OperatorResponse::Created { deployment_id })) => {
+        match (op.kind, op.acked(), &op.outcome) {
+            (Kind::Deploy, Some(OperatorResponse::Created { deployment_id }), _) => {
                 let found = by_op.get(&op.n.to_string()).cloned().unwrap_or_default();
                 if found != [deployment_id.as_str()] {
                     out.push(format!(
@@ -291,18 +291,16 @@ pub(crate) fn exactly_once(ops: &[Op], state: &State) -> Vec<String> {
                     ));
                 }
             }
-            (Kind::Deploy, Outcome::Refused(e)) => {
-                if by_op.contains_key(&op.n.to_string()) {
-                    out.push(format!("refused create {} ({e}) was applied", op.n));
-                }
+            (Kind::Deploy, _, Outcome::Refused(e)) if by_op.contains_key(&op.n.to_string()) => {
+                out.push(format!("refused create {} ({e}) was applied", op.n));
             }
-            (_, Outcome::Refused(e)) if e.message.contains("was already used") => {
+            (_, _, Outcome::Refused(e)) if e.message.contains("was already used") => {
                 out.push(format!(
                     "operation {} ({}) refused as another request under its id: {e}",
                     op.n, op.request_id
                 ));
             }
-            (_, Outcome::Acked(OperatorResponse::Error(e))) => {
+            (_, Some(OperatorResponse::Error(e)), _) => {
                 out.push(format!(
                     "operation {} acknowledged with an error: {e}",
                     op.n
@@ -694,9 +692,9 @@ mod tests {
     #[test]
     fn policies_are_as_the_last_acknowledged_operation_left_them() {
         let applied = |id: &str| {
-            Outcome::Acked(OperatorResponse::PolicyApplied {
+            Outcome::Acked(Box::new(OperatorResponse::PolicyApplied {
                 policy_id: id.into(),
-            })
+            }))
         };
         let ops = vec![
             op(1, apply("a"), applied("p1")),
@@ -721,9 +719,9 @@ mod tests {
         deleted.push(op(
             3,
             OperatorRequest::DeletePolicy { id: "p1".into() },
-            Outcome::Acked(OperatorResponse::PolicyDeleted {
+            Outcome::Acked(Box::new(OperatorResponse::PolicyDeleted {
                 policy_id: "p1".into(),
-            }),
+            })),
         ));
         assert!(policies_as_last_acked(&deleted, &state(vec![])).is_empty());
         assert_eq!(

@@ -106,7 +106,7 @@ impl Kind {
 #[derive(Debug, Clone)]
 pub(crate) enum Outcome {
     /// Answered with this.
-    Acked(OperatorResponse),
+    Acked(Box<OperatorResponse>),
     /// Refused by a node (a definite error, nothing applied).
     Refused(wire::WireError),
     /// No answer within [`OP_TIMEOUT`]: it may or may not have been applied.
@@ -134,7 +134,7 @@ impl Op {
     /// The answer, if acknowledged.
     pub(crate) fn acked(&self) -> Option<&OperatorResponse> {
         match &self.outcome {
-            Outcome::Acked(response) => Some(response),
+            Outcome::Acked(response) => Some(response.as_ref()),
             _ => None,
         }
     }
@@ -182,7 +182,7 @@ async fn send(
         )
         .await;
         let lost = match answer {
-            Ok(Ok(response)) => return (Outcome::Acked(response), tries),
+            Ok(Ok(response)) => return (Outcome::Acked(Box::new(response)), tries),
             Ok(Err(ClientError::Server(e))) if definite(e.code) => {
                 return (Outcome::Refused(e), tries);
             }
