@@ -235,6 +235,13 @@ impl ProcessSite {
             .is_some()
     }
 
+    /// With relays: where clients reach each node through its relay (node
+    /// 1 first), so that [`Faults::drop_client_replies`] can lose a
+    /// node's answers; empty without relays.
+    pub fn relay_addrs(&self) -> Vec<SocketAddr> {
+        self.relays.iter().map(|r| r.addr).collect()
+    }
+
     /// Where region `index`'s krane serves `/metrics`.
     pub fn krane_metrics_addr(&self, index: usize) -> Option<SocketAddr> {
         self.agents.get(index)?.metrics_addr

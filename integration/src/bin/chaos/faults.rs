@@ -6,6 +6,9 @@
 //! - a node SIGKILLed (the leader more often than not) and started again;
 //! - a node SIGSTOPped and continued (a long pause: a GC, a VM migration);
 //! - a node cut off from its peers through the relays, then healed;
+//! - a node's answers to operators lost (its relay drops them) while it
+//!   still serves their requests, so the client sends them again, under
+//!   the same request id, to another node;
 //! - a krane SIGKILLed and started again;
 //! - a krane SIGKILLed, its state file torn, and started again;
 //! - a follower SIGKILLed and kept down until the leader's log was
@@ -50,6 +53,8 @@ pub(crate) enum Fault {
     NodePause,
     /// A node cut off from its peers, then healed.
     Partition,
+    /// A node's answers to operators dropped, then let through again.
+    AnswersLost,
     /// A krane SIGKILLed and started again.
     KraneKill,
     /// A krane SIGKILLed, its state file torn, started again.
@@ -62,10 +67,11 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    const MIX: [(Fault, u64); 6] = [
-        (Fault::NodeKill, 28),
-        (Fault::NodePause, 18),
-        (Fault::Partition, 18),
+    const MIX: [(Fault, u64); 7] = [
+        (Fault::NodeKill, 24),
+        (Fault::NodePause, 16),
+        (Fault::Partition, 16),
+        (Fault::AnswersLost, 10),
         (Fault::KraneKill, 14),
         (Fault::KraneCorrupt, 12),
         (Fault::BehindSnapshot, 10),
@@ -77,6 +83,7 @@ impl Fault {
             Fault::NodeKill => "node_sigkill",
             Fault::NodePause => "node_sigstop",
             Fault::Partition => "partition",
+            Fault::AnswersLost => "answers_lost",
             Fault::KraneKill => "krane_sigkill",
             Fault::KraneCorrupt => "krane_state_corrupted",
             Fault::BehindSnapshot => "node_behind_snapshot",
@@ -119,6 +126,12 @@ pub(crate) async fn inject(
             }
             Fault::Partition => {
                 site.faults.isolate(&[target]);
+                tokio::time::sleep(rng.between_ms(DOWN_MS.0, DOWN_MS.1)).await;
+                site.faults.heal();
+                Ok(fault)
+            }
+            Fault::AnswersLost => {
+                site.faults.drop_client_replies(target, 0);
                 tokio::time::sleep(rng.between_ms(DOWN_MS.0, DOWN_MS.1)).await;
                 site.faults.heal();
                 Ok(fault)

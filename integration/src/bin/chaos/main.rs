@@ -6,7 +6,7 @@
 //!     target/debug/chaos --minutes 30
 //!
 //! It starts three `ctrl serve` processes, each behind a fault-injecting
-//! UDP relay (node-to-node traffic only), two simulated clusters
+//! UDP relay (node-to-node traffic, and the operations'), two simulated clusters
 //! (`us-east`, `eu-west`) with a `krane run` process each
 //! ([`integration::kit::site`]); then, for the run's budget, sends
 //! operator requests ([`ops`]) while injecting faults ([`faults`]) and
@@ -194,13 +194,19 @@ async fn run(seed: u64, seconds: u64, logs: Option<&Path>) -> Result<Report> {
             .map(|a| (a.region.clone(), a.metrics_addr))
             .collect(),
     };
+    // The operations reach the nodes through their relays, so a node's
+    // answers can be lost; the checks and the monitor reach them directly.
     let client = Client::new(&site.operator)?;
+    let ops_client = Client::new(&config::OperatorConfig {
+        endpoints: site.relay_addrs(),
+        ..site.operator.clone()
+    })?;
     let (stop, stopped) = watch::channel(false);
     let until = Instant::now() + Duration::from_secs(seconds);
     let phase_started = Instant::now();
     let work = async {
         let (ops, faults) = tokio::join!(
-            ops::drive(&client, &mut ops_rng, until),
+            ops::drive(&ops_client, &mut ops_rng, until),
             faults::inject(&mut site, &shared, &mut faults_rng, until),
         );
         println!(
