@@ -16,7 +16,7 @@ use integration::kit::wait::bounded;
 /// Bound on the whole test (every run, one after another).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Seconds of operations and faults per run.
-const SECONDS: u64 = 15;
+const SECONDS: u64 = 12;
 /// The fixed seed.
 const FIXED_SEED: u64 = 1;
 /// Seeds that once found a violation, replayed every time with a budget

@@ -151,7 +151,7 @@ pub(crate) async fn inject(
                 }
                 site.start_krane(region).map(|()| fault)
             }
-            Fault::BehindSnapshot => behind_snapshot(site, shared, &nodes, rng).await,
+            Fault::BehindSnapshot => behind_snapshot(site, shared, &nodes, rng, until).await,
             Fault::BehindSnapshotNotReached => Ok(fault),
         };
         shared.fault_ended();
@@ -171,12 +171,14 @@ fn pick_node(rng: &mut Rng, nodes: &[u64], leader: Option<u64>) -> u64 {
 }
 
 /// Kills a follower, waits until the leader's log is purged past the
-/// last entry it had (or [`BEHIND_WAIT`]), starts it again.
+/// last entry it had (or [`BEHIND_WAIT`], or the end of the fault phase
+/// at `until`), starts it again.
 async fn behind_snapshot(
     site: &mut ProcessSite,
     shared: &Shared,
     nodes: &[u64],
     rng: &mut Rng,
+    until: Instant,
 ) -> Result<Fault> {
     let leader = shared.leader();
     let followers: Vec<u64> = nodes
@@ -194,7 +196,7 @@ async fn behind_snapshot(
         .await
         .and_then(|s| s.last_log_index);
     site.kill_node(target);
-    let deadline = Instant::now() + BEHIND_WAIT;
+    let deadline = (Instant::now() + BEHIND_WAIT).min(until);
     let mut reached = false;
     while let Some(last) = at_kill
         && Instant::now() < deadline
