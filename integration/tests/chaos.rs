@@ -29,6 +29,15 @@ const FIXED_SEED: u64 = 1;
 ///   Kubernetes object; the checker's policies now live in a namespace
 ///   per environment, and the checker reports two resources writing one
 ///   object.
+///
+/// Found by longer runs, too long to replay here (`chaos --seed N
+/// --minutes M`):
+///
+/// - 20261124 (30 min): a krane restarted after SIGKILL served
+///   `krane_cursor_pk 0` until its watch resumed (fixed: the stored cursor
+///   is published first); a node panicked in openraft ("follower log
+///   reversion is not allowed", "assertion failed: Some(log_id) <=
+///   self.committed()") and an acknowledged create was lost (open).
 const REGRESSIONS: &[(u64, u64)] = &[(12_738_713_515_701_106_041, SECONDS)];
 
 /// Runs `chaos --seed SEED --seconds SECONDS`; its output, or a panic

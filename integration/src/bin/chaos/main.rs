@@ -25,7 +25,8 @@
 //!   caught up;
 //! - no krane's cursor went backwards (its metric, sampled);
 //! - the replicas are identical (`ctrl cluster check`);
-//! - no workflow is open past its deadline and a grace.
+//! - no workflow is open past its deadline and a grace;
+//! - no node or krane panicked or stopped on a fatal error (their logs).
 //!
 //! It prints the seed first, then its figures (operations by kind and
 //! outcome, faults by kind, Raft elections and the spurious ones — with no
@@ -324,6 +325,7 @@ async fn final_checks(
     let (diffs, objects) = regions_counted(site).await?;
     out.extend(diffs);
     out.extend(check::replicas(operator_path).await?);
+    out.extend(crashes(site.dir.path())?);
     let checked = format!(
         "{} deployments, {} journal entries, {} sentinels, {} policies, {objects} cluster objects",
         state.deployments.len(),
@@ -332,6 +334,33 @@ async fn final_checks(
         state.policies.len()
     );
     Ok((out, checked))
+}
+
+/// A node or krane that panicked (its log says so), or a node that
+/// stopped on a fatal error: one line each.
+fn crashes(dir: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.contains("panicked at") {
+                let why = lines.next().unwrap_or_default();
+                out.push(format!("{name}: {line} {why}"));
+            } else if line.contains("stopping the node") {
+                out.push(format!("{name}: {line}"));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn copy_logs(from: &Path, to: &Path) -> Result<()> {
