@@ -98,6 +98,7 @@ pub async fn run(
         Arc::downgrade(&tls),
         Duration::from_millis(config.tls.reload_interval_ms),
     ));
+    publish_stored_cursor(&status, summary.cursor);
     let failures = Arc::new(FailedApplies::default());
     let report_counters = Arc::new(ReportCounters::default());
     let metrics_server = match config.metrics_addr {
@@ -233,4 +234,30 @@ pub async fn run(
         server.stop().await;
     }
     Ok(())
+}
+
+/// Publishes the cursor stored in the local state before anything serves
+/// `/metrics`: `krane_cursor_pk` is the stored cursor, so a restart must
+/// not show 0 until the watch loop resumes (a cursor seen going
+/// backwards).
+fn publish_stored_cursor(status: &watch::Sender<WatchStatus>, cursor: wire::Pk) {
+    status.send_modify(|s| {
+        s.cursor = s.cursor.max(cursor);
+        s.received = s.received.max(cursor);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::watch;
+
+    use crate::watch::WatchStatus;
+
+    #[test]
+    fn the_stored_cursor_is_published_before_metrics_are_served() {
+        let (status, seen) = watch::channel(WatchStatus::default());
+        super::publish_stored_cursor(&status, 633);
+        assert_eq!(seen.borrow().cursor, 633);
+        assert_eq!(seen.borrow().received, 633);
+    }
 }

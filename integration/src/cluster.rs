@@ -125,33 +125,27 @@ impl TestCluster {
         with_relays: bool,
     ) -> Result<TestCluster> {
         let dir = tempfile::tempdir()?;
-        let ids: Vec<u64> = (1..=count).collect();
-        let (certs, addrs) = certs_and_addrs(dir.path(), count)?;
         let faults = std::sync::Arc::new(crate::relay::Faults::default());
-        let mut relays = Vec::new();
-        if with_relays {
-            let nodes: std::collections::HashMap<SocketAddr, u64> =
-                addrs.iter().copied().zip(ids.iter().copied()).collect();
-            for (&id, &addr) in ids.iter().zip(&addrs) {
-                relays.push(
-                    crate::relay::Relay::start(id, addr, nodes.clone(), faults.clone()).await?,
-                );
-            }
-        }
-        // Where peers reach each node: its relay, or the node itself.
-        let peer_addrs: Vec<SocketAddr> = if with_relays {
-            relays.iter().map(|r| r.addr).collect()
+        let planned = if with_relays {
+            plan_behind_relays(dir.path(), count, faults.clone(), configure).await?
         } else {
-            addrs.clone()
+            let (configs, operator) = plan(dir.path(), count, configure)?;
+            Planned {
+                configs,
+                operator,
+                relays: Vec::new(),
+            }
         };
-        let configs = node_configs(
-            dir.path(),
-            &certs,
-            &addrs,
-            &peer_addrs,
-            with_relays,
-            configure,
-        );
+        let Planned {
+            configs,
+            operator,
+            relays,
+        } = planned;
+        let ids: Vec<u64> = (1..=count).collect();
+        let peer_addrs: Vec<SocketAddr> = configs
+            .iter()
+            .map(|c| c.advertise_addr.unwrap_or(c.listen_addr))
+            .collect();
         let mut nodes = Vec::new();
         for config in &configs {
             nodes.push(Some(node::boot::start(config).await?));
@@ -170,11 +164,7 @@ impl TestCluster {
             faults,
             nodes,
             configs,
-            operator: OperatorConfig {
-                endpoints: addrs,
-                tls: TlsFiles::in_dir(&certs, "operator"),
-                ..OperatorConfig::default()
-            },
+            operator,
         };
         cluster.wait_for_leader(ELECTION_TIMEOUT).await?;
         crate::kit::operator::Operator::new(&cluster.operator)?
@@ -327,6 +317,52 @@ fn node_configs(
     configs
 }
 
+/// Node configs, an operator config and the relays in front of the nodes,
+/// from [`plan_behind_relays`].
+pub struct Planned {
+    /// Node `i + 1`'s config at index `i`.
+    pub configs: Vec<NodeConfig>,
+    /// Names every node at its own address (not its relay's).
+    pub operator: OperatorConfig,
+    /// Relay `i` fronts node `i + 1`.
+    pub relays: Vec<crate::relay::Relay>,
+}
+
+/// [`plan`] with a relay ([`crate::relay`]) started in front of every
+/// node, sharing `faults`: peers and the Raft membership name the relays
+/// (each node advertises its relay's address), so node-to-node traffic
+/// can be cut, while operators and agents reach each node directly.
+pub async fn plan_behind_relays(
+    dir: &Path,
+    count: u64,
+    faults: std::sync::Arc<crate::relay::Faults>,
+    configure: impl Fn(&mut NodeConfig),
+) -> Result<Planned> {
+    let (certs, addrs) = certs_and_addrs(dir, count)?;
+    let ids: Vec<u64> = (1..=count).collect();
+    let nodes: std::collections::HashMap<SocketAddr, u64> =
+        addrs.iter().copied().zip(ids.iter().copied()).collect();
+    let mut relays = Vec::new();
+    for (&id, &addr) in ids.iter().zip(&addrs) {
+        relays.push(crate::relay::Relay::start(id, addr, nodes.clone(), faults.clone()).await?);
+    }
+    let peer_addrs: Vec<SocketAddr> = relays.iter().map(|r| r.addr).collect();
+    let configs = node_configs(dir, &certs, &addrs, &peer_addrs, true, configure);
+    Ok(Planned {
+        configs,
+        operator: operator_config_all(&certs, addrs),
+        relays,
+    })
+}
+
+fn operator_config_all(certs: &Path, endpoints: Vec<SocketAddr>) -> OperatorConfig {
+    OperatorConfig {
+        endpoints,
+        tls: TlsFiles::in_dir(certs, "operator"),
+        ..OperatorConfig::default()
+    }
+}
+
 /// Certificates (regions `us-east`, `eu-west`) and node configs for a
 /// cluster of `count` nodes on free loopback ports under `dir`, nothing
 /// started; and an operator config naming every node.
@@ -337,12 +373,7 @@ pub fn plan(
 ) -> Result<(Vec<NodeConfig>, OperatorConfig)> {
     let (certs, addrs) = certs_and_addrs(dir, count)?;
     let configs = node_configs(dir, &certs, &addrs, &addrs, false, configure);
-    let operator = OperatorConfig {
-        endpoints: addrs,
-        tls: TlsFiles::in_dir(&certs, "operator"),
-        ..OperatorConfig::default()
-    };
-    Ok((configs, operator))
+    Ok((configs, operator_config_all(&certs, addrs)))
 }
 
 /// Fresh certificates under `dir/certs` for nodes `1..=count` (regions

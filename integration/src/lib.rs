@@ -11,7 +11,10 @@
 //! child processes. [`relay`] puts UDP relays between nodes to cut them
 //! apart. [`processes`] runs a cluster as separate node processes, for
 //! benchmarks compared with peers whose members are processes. [`requests`]
-//! builds the operator requests benchmarks and tests send.
+//! builds the operator requests benchmarks and tests send. [`scrape`]
+//! reads the `/metrics` of nodes and agents. The `chaos` binary
+//! (`src/bin/chaos/`) runs a random mix of operations and faults against
+//! a whole site of processes and checks the result.
 
 #![forbid(unsafe_code)]
 
@@ -21,4 +24,5 @@ pub mod kit;
 pub mod processes;
 pub mod relay;
 pub mod requests;
+pub mod scrape;
 pub mod stats;

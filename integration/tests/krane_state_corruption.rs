@@ -77,11 +77,7 @@ async fn scenario(binary: &Path) {
     krane.kill();
 
     // Torn while krane is down: the file's header is garbage.
-    let path = data_dir.join(agent::state::STATE_FILE);
-    let mut bytes = std::fs::read(&path).expect("krane's state file");
-    let torn = bytes.len().min(8_192);
-    bytes[..torn].fill(0x5A);
-    std::fs::write(&path, &bytes).unwrap();
+    krane::tear_state_file(data_dir).expect("tear the state file");
     assert!(
         krane::state(binary, data_dir).await.is_err(),
         "unreadable as it is"

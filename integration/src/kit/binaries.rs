@@ -13,7 +13,10 @@
 //! cargo's JSON messages; [`ctrl`] builds ctrl the same way. A build is
 //! bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN` and `CTRL_BIN` name prebuilt
 //! binaries instead (for a cross-compiled layout, or to test a release
-//! build).
+//! build). A binary of this package (`chaos`), which cargo puts beside
+//! `ctrl` and `krane` in `<target>/<profile>/`, uses the ones beside it
+//! (build them first: `cargo build -p node --bin ctrl -p agent --bin
+//! krane`); it never builds into another target directory.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -54,11 +57,37 @@ async fn built(
         .get_or_try_init(|| async {
             match std::env::var_os(env) {
                 Some(path) => Ok(PathBuf::from(path)),
-                None => build(package, bin).await,
+                None => match beside_this_binary(bin)? {
+                    Some(path) => Ok(path),
+                    None => build(package, bin).await,
+                },
             }
         })
         .await?;
     Ok(path.as_path())
+}
+
+/// For a binary of this package (not a test, whose executable is in
+/// `deps/`): `bin` in the same directory, which must exist.
+fn beside_this_binary(bin: &str) -> Result<Option<PathBuf>> {
+    let exe = std::env::current_exe().context("this executable's path")?;
+    if build_layout(&exe).is_some() {
+        return Ok(None);
+    }
+    let dir = exe.parent().context("this executable's directory")?;
+    let path = dir.join(bin);
+    if !path.exists() {
+        bail!(
+            "no {bin} beside {} (build it, or name one in ${})",
+            exe.display(),
+            if bin == "krane" {
+                KRANE_BIN_ENV
+            } else {
+                CTRL_BIN_ENV
+            }
+        );
+    }
+    Ok(Some(path))
 }
 
 /// Where and how the calling test was built: `(target dir, profile)`,

@@ -1,6 +1,7 @@
 //! The real `krane` binary: [`Krane`] runs `krane run` as a child process
 //! (killed with SIGKILL, a crash, when dropped), [`state`] reads its local
-//! state with `krane state -o json` (a run bounded like every [`Cli`] run).
+//! state with `krane state -o json` (a run bounded like every [`Cli`] run),
+//! and [`tear_state_file`] corrupts that state as a torn write would.
 
 use std::path::Path;
 
@@ -19,7 +20,7 @@ impl Krane {
     /// `krane run --config CONFIG`, its log (`KRANE_LOG=info`) appended to
     /// `log`.
     pub fn start(binary: &Path, config: &Path, log: &Path) -> Result<Krane> {
-        let mut command = std::process::Command::new(binary);
+        let mut command = super::process::tied_to_parent(binary);
         command
             .args(["run", "--config"])
             .arg(config)
@@ -34,6 +35,19 @@ impl Krane {
     pub fn kill(self) {
         self.process.kill();
     }
+}
+
+/// Bytes at the start of krane's state file [`tear_state_file`] overwrites.
+pub const TORN_BYTES: usize = 8_192;
+
+/// Overwrites the first [`TORN_BYTES`] of krane's state file in
+/// `data_dir` (krane stopped) with garbage, as a torn write leaves it.
+pub fn tear_state_file(data_dir: &Path) -> Result<()> {
+    let path = data_dir.join(agent::state::STATE_FILE);
+    let mut bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let torn = bytes.len().min(TORN_BYTES);
+    bytes[..torn].fill(0x5A);
+    std::fs::write(&path, &bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `krane state --data-dir DIR -o json`.

@@ -1,8 +1,9 @@
 //! Child processes of a test: [`Cli`] runs one command to its end, every
 //! run bounded by a timeout and killed when it expires; [`Process`] is a
 //! long-running program (`ctrl serve`, `krane run`) whose output goes to a
-//! log file, killed (SIGKILL, a crash) when dropped; [`log_count`] counts a
-//! line in such a log.
+//! log file, killed (SIGKILL, a crash) when dropped, and signalled
+//! (`STOP`, `CONT`) on demand; [`tied_to_parent`] makes such a child die
+//! with its parent; [`log_count`] counts a line in such a log.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -160,6 +161,30 @@ fn success(what: &str, output: Output) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Bound on `kill -s SIGNAL PID` ([`Process::signal`]).
+pub const SIGNAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between two checks of a `kill` run's exit.
+const SIGNAL_POLL: Duration = Duration::from_millis(2);
+/// `setpriv`, which [`tied_to_parent`] runs children under.
+pub const SETPRIV: &str = "/usr/bin/setpriv";
+
+/// A command running `program` that is SIGKILLed when the process that
+/// starts it dies, even by SIGKILL: under `setpriv --pdeathsig KILL` (it
+/// sets the signal, then execs `program`, keeping its pid), when
+/// [`SETPRIV`] exists; otherwise `program` itself, which only [`Process`]'s
+/// drop kills. The kernel sends the signal when the *thread* that started
+/// the child ends, so start children from threads that live as long as the
+/// caller (a tokio worker or the main thread, never `spawn_blocking`).
+pub fn tied_to_parent(program: &Path) -> std::process::Command {
+    if Path::new(SETPRIV).exists() {
+        let mut command = std::process::Command::new(SETPRIV);
+        command.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        command
+    } else {
+        std::process::Command::new(program)
+    }
+}
+
 /// A long-running child process, its stdout and stderr appended to a log
 /// file; killed with SIGKILL (a crash) and reaped when dropped.
 #[derive(Debug)]
@@ -188,6 +213,39 @@ impl Process {
     /// SIGKILL: a crash, with no chance to flush or close anything.
     pub fn kill(mut self) {
         self.stop();
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (a name `kill -s` knows: `STOP`, `CONT`, …) to the
+    /// child, with `/bin/kill` (the crate uses no `unsafe`, so no
+    /// `libc::kill`); bounded by [`SIGNAL_TIMEOUT`].
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let mut kill = std::process::Command::new("kill")
+            .args(["-s", signal, &self.pid().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting kill")?;
+        let deadline = std::time::Instant::now() + SIGNAL_TIMEOUT;
+        loop {
+            if let Some(status) = kill.try_wait().context("waiting for kill")? {
+                if !status.success() {
+                    bail!("kill -s {signal} {} failed ({status})", self.pid());
+                }
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = kill.kill();
+                let _ = kill.wait();
+                bail!("kill -s {signal} ran past {SIGNAL_TIMEOUT:?}");
+            }
+            std::thread::sleep(SIGNAL_POLL);
+        }
     }
 
     fn stop(&mut self) {

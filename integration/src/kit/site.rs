@@ -1,12 +1,20 @@
-//! A site of real processes for the leader-kill tests: three `ctrl serve`
-//! children (any may be SIGKILLed and started again), and per region a
-//! Kubernetes simulator with a `krane run` child. Its nodes' configs are
-//! written once, so a node started again keeps its data.
+//! A site of real processes for the leader-kill tests and the `chaos`
+//! checker: three `ctrl serve` children (any may be SIGKILLed or
+//! SIGSTOPped and started or continued again), optionally each behind a
+//! fault-injecting UDP relay ([`crate::relay`]) for partitions, and per
+//! region a Kubernetes simulator with a `krane run` child (which may be
+//! SIGKILLed and started again, its `/metrics` served on a loopback port).
+//! Its configs are written once, so a node or krane started again keeps
+//! its data. Every child is SIGKILLed when the site is dropped, and dies
+//! with the process that started it ([`super::process::tied_to_parent`]).
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::{Context, Result};
 use config::{AgentConfig, ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
 use k8s_sim::{SimConfig, Simulator};
 use node::client::Client;
@@ -18,7 +26,8 @@ use super::krane::Krane;
 use super::operator::Operator;
 use super::process::Process;
 use super::wait::wait_until;
-use crate::cluster::plan;
+use crate::cluster::{Planned, plan, plan_behind_relays};
+use crate::relay::{Faults, Relay};
 
 /// Bound on the nodes agreeing on a leader, and on the first init.
 pub const LEADER_WAIT: Duration = Duration::from_secs(30);
@@ -36,6 +45,7 @@ pub struct ProcessSite {
     /// Configs, data, certificates and logs; removed on drop.
     pub dir: tempfile::TempDir,
     ctrl: PathBuf,
+    krane: PathBuf,
     /// Node `i + 1`'s config at index `i`.
     pub configs: Vec<NodeConfig>,
     /// Names every node.
@@ -43,45 +53,78 @@ pub struct ProcessSite {
     nodes: BTreeMap<u64, Process>,
     /// The regions' simulators, in the order of the regions given.
     pub sims: Vec<Simulator>,
-    _kranes: Vec<Krane>,
+    /// The regions' krane configs, in the same order.
+    pub agents: Vec<AgentConfig>,
+    kranes: Vec<Option<Krane>>,
+    /// With relays: relay `i` fronts node `i + 1` (empty otherwise).
+    relays: Vec<Relay>,
+    /// The faults the relays inject (no effect without relays).
+    pub faults: Arc<Faults>,
 }
 
 impl ProcessSite {
     /// Starts `nodes` nodes (configured by `configure`), initialises the
     /// cluster, registers `regions` and starts a simulator and a krane for
-    /// each.
+    /// each; panics if any of it fails (for tests).
     pub async fn start(
         nodes: u64,
         regions: &[&str],
         configure: impl Fn(&mut NodeConfig),
     ) -> ProcessSite {
-        let ctrl = binaries::ctrl()
+        ProcessSite::try_start(nodes, regions, false, configure)
             .await
-            .expect("the ctrl binary")
-            .to_path_buf();
-        let krane = binaries::krane().await.expect("the krane binary");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (configs, operator) = plan(dir.path(), nodes, configure).expect("plan the cluster");
+            .expect("the site starts")
+    }
+
+    /// [`ProcessSite::start`], with every node behind a relay when
+    /// `relays` (peers and the membership name the relays; operators and
+    /// kranes reach the nodes directly); an error if any of it fails.
+    pub async fn try_start(
+        nodes: u64,
+        regions: &[&str],
+        relays: bool,
+        configure: impl Fn(&mut NodeConfig),
+    ) -> Result<ProcessSite> {
+        let ctrl = binaries::ctrl().await?.to_path_buf();
+        let krane = binaries::krane().await?.to_path_buf();
+        let dir = tempfile::tempdir()?;
+        let faults = Arc::new(Faults::default());
+        let Planned {
+            configs,
+            operator,
+            relays,
+        } = if relays {
+            plan_behind_relays(dir.path(), nodes, faults.clone(), configure).await?
+        } else {
+            let (configs, operator) = plan(dir.path(), nodes, configure)?;
+            Planned {
+                configs,
+                operator,
+                relays: Vec::new(),
+            }
+        };
         for config in &configs {
-            std::fs::write(
-                node_config_path(dir.path(), config.node_id),
-                config.to_toml_string(),
-            )
-            .expect("write a node config");
+            let path = node_config_path(dir.path(), config.node_id);
+            std::fs::write(&path, config.to_toml_string())
+                .with_context(|| format!("writing {}", path.display()))?;
         }
         let mut site = ProcessSite {
             dir,
             ctrl,
+            krane,
             configs,
             operator,
             nodes: BTreeMap::new(),
             sims: Vec::new(),
-            _kranes: Vec::new(),
+            agents: Vec::new(),
+            kranes: Vec::new(),
+            relays,
+            faults,
         };
         for id in 1..=nodes {
-            site.start_node(id);
+            site.try_start_node(id)?;
         }
-        let first = Client::new(&site.operator_of(1)).expect("client");
+        let first = Client::new(&site.operator_of(1))?;
         wait_until(
             Instant::now() + LEADER_WAIT,
             "node 1 to initialise the cluster",
@@ -90,28 +133,24 @@ impl ProcessSite {
                 other => Err(format!("{other:?}")),
             },
         )
-        .await
-        .expect("cluster init");
+        .await?;
         let all: Vec<u64> = (1..=nodes).collect();
-        site.agreed_leader(&all).await;
+        site.try_agreed_leader(&all, LEADER_WAIT).await?;
         Operator::from(first)
             .add_regions(regions.iter().copied())
-            .await
-            .expect("regions added");
+            .await?;
 
+        let certs = site
+            .operator
+            .tls
+            .ca_cert
+            .parent()
+            .context("the certificate directory")?
+            .to_path_buf();
         for region in regions {
-            let sim = Simulator::start(SimConfig::default())
-                .await
-                .expect("simulator");
+            let sim = Simulator::start(SimConfig::default()).await?;
             let kubeconfig = site.dir.path().join(format!("{region}.kubeconfig"));
-            sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-            let certs = site
-                .operator
-                .tls
-                .ca_cert
-                .parent()
-                .expect("the certificate directory")
-                .to_path_buf();
+            sim.write_kubeconfig(&kubeconfig)?;
             let mut agent = AgentConfig::new(
                 region,
                 site.configs.iter().map(|c| c.listen_addr.into()).collect(),
@@ -122,47 +161,122 @@ impl ProcessSite {
             agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
             agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
             agent.tls.reload_interval_ms = TLS_RELOAD_INTERVAL_MS;
-            let path = site.dir.path().join(format!("krane-{region}.toml"));
-            std::fs::write(&path, agent.to_toml_string()).expect("write the krane config");
-            let log = site.dir.path().join(format!("krane-{region}.log"));
-            site._kranes
-                .push(Krane::start(krane, &path, &log).expect("krane starts"));
+            agent.metrics_addr = Some(crate::scrape::free_tcp_addr()?);
+            let path = krane_config_path(site.dir.path(), region);
+            std::fs::write(&path, agent.to_toml_string())
+                .with_context(|| format!("writing {}", path.display()))?;
+            site.agents.push(agent);
+            site.kranes.push(None);
             site.sims.push(sim);
+            site.start_krane(site.agents.len() - 1)?;
         }
-        site
+        Ok(site)
     }
 
-    /// `ctrl serve --config node-ID.toml`, its log appended to `node-ID.log`.
+    /// `ctrl serve --config node-ID.toml`, its log appended to
+    /// `node-ID.log`; panics if it cannot start (for tests).
     pub fn start_node(&mut self, id: u64) {
-        let mut command = std::process::Command::new(&self.ctrl);
+        self.try_start_node(id).expect("ctrl serve starts");
+    }
+
+    /// [`ProcessSite::start_node`], an error if it cannot start.
+    pub fn try_start_node(&mut self, id: u64) -> Result<()> {
+        let mut command = super::process::tied_to_parent(&self.ctrl);
         command
             .args(["serve", "--config"])
             .arg(node_config_path(self.dir.path(), id))
             .env("CTRL_LOG", "info")
             .env("NO_COLOR", "1");
         let log = self.dir.path().join(format!("node-{id}.log"));
-        let process = Process::start(command, &log).expect("ctrl serve starts");
+        let process = Process::start(command, &log)?;
         self.nodes.insert(id, process);
+        Ok(())
     }
 
-    /// SIGKILL: a crash of node `id`.
+    /// SIGKILL: a crash of node `id`; panics if it does not run.
     pub fn kill(&mut self, id: u64) {
         self.nodes.remove(&id).expect("the node runs").kill();
     }
 
+    /// SIGKILL of node `id`; whether it was running.
+    pub fn kill_node(&mut self, id: u64) -> bool {
+        self.nodes.remove(&id).map(Process::kill).is_some()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to node `id`.
+    pub fn signal_node(&self, id: u64, signal: &str) -> Result<()> {
+        self.nodes
+            .get(&id)
+            .with_context(|| format!("node {id} does not run"))?
+            .signal(signal)
+    }
+
+    /// Whether node `id`'s process was started and not killed since.
+    pub fn node_runs(&self, id: u64) -> bool {
+        self.nodes.contains_key(&id)
+    }
+
+    /// Starts region `index`'s krane (killing the one running, if any),
+    /// its log appended to `krane-REGION.log`.
+    pub fn start_krane(&mut self, index: usize) -> Result<()> {
+        let agent = self.agents.get(index).context("no such region")?;
+        let region = agent.region.clone();
+        let path = krane_config_path(self.dir.path(), &region);
+        let log = self.dir.path().join(format!("krane-{region}.log"));
+        let krane = Krane::start(&self.krane, &path, &log)?;
+        if let Some(old) = self.kranes.get_mut(index).and_then(|k| k.replace(krane)) {
+            old.kill();
+        }
+        Ok(())
+    }
+
+    /// SIGKILL of region `index`'s krane; whether it was running.
+    pub fn kill_krane(&mut self, index: usize) -> bool {
+        self.kranes
+            .get_mut(index)
+            .and_then(Option::take)
+            .map(Krane::kill)
+            .is_some()
+    }
+
+    /// With relays: where clients reach each node through its relay (node
+    /// 1 first), so that [`Faults::drop_client_replies`] can lose a
+    /// node's answers; empty without relays.
+    pub fn relay_addrs(&self) -> Vec<SocketAddr> {
+        self.relays.iter().map(|r| r.addr).collect()
+    }
+
+    /// Where region `index`'s krane serves `/metrics`.
+    pub fn krane_metrics_addr(&self, index: usize) -> Option<SocketAddr> {
+        self.agents.get(index)?.metrics_addr
+    }
+
     /// An operator config naming node `id` only.
     pub fn operator_of(&self, id: u64) -> OperatorConfig {
-        let index = usize::try_from(id - 1).expect("a node id");
+        let index = usize::try_from(id.saturating_sub(1)).unwrap_or(usize::MAX);
         OperatorConfig {
-            endpoints: vec![self.configs[index].listen_addr],
+            endpoints: self
+                .configs
+                .get(index)
+                .map(|c| vec![c.listen_addr])
+                .unwrap_or_default(),
             ..self.operator.clone()
         }
     }
 
-    /// The leader nodes `ids` (each asked alone) all name.
+    /// The leader nodes `ids` (each asked alone) all name; panics if they
+    /// do not agree within [`LEADER_WAIT`] (for tests).
     pub async fn agreed_leader(&self, ids: &[u64]) -> u64 {
+        self.try_agreed_leader(ids, LEADER_WAIT)
+            .await
+            .expect("one leader")
+    }
+
+    /// The leader nodes `ids` (each asked alone) all name, waited for at
+    /// most `wait`.
+    pub async fn try_agreed_leader(&self, ids: &[u64], wait: Duration) -> Result<u64> {
         wait_until(
-            Instant::now() + LEADER_WAIT,
+            Instant::now() + wait,
             "the nodes to name one leader",
             async || {
                 let mut leaders = Vec::new();
@@ -184,7 +298,19 @@ impl ProcessSite {
             },
         )
         .await
-        .expect("one leader")
+    }
+
+    /// Stops relaying (after the nodes and kranes are killed).
+    pub async fn shutdown(mut self) {
+        for id in self.nodes.keys().copied().collect::<Vec<_>>() {
+            self.kill_node(id);
+        }
+        for index in 0..self.kranes.len() {
+            self.kill_krane(index);
+        }
+        for relay in std::mem::take(&mut self.relays) {
+            relay.shutdown().await;
+        }
     }
 
     /// Pods of `image` fail to start in every simulator.
@@ -196,6 +322,11 @@ impl ProcessSite {
     pub fn sims_heal(&self, image: &str) {
         self.sims.iter().for_each(|s| s.remove_failing_image(image));
     }
+}
+
+/// `DIR/krane-REGION.toml`.
+pub fn krane_config_path(dir: &Path, region: &str) -> PathBuf {
+    dir.join(format!("krane-{region}.toml"))
 }
 
 /// `DIR/node-ID.toml`.

@@ -13,16 +13,12 @@
 //! scrapes and subtracted: figure = (burst CPU − idle rate × burst time) /
 //! scrapes, the median of `--count` rounds (default 5).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
-use http_body_util::{BodyExt, Empty};
-use hyper::Request;
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
 use integration::processes::ProcessCluster;
+use integration::scrape::{free_tcp_addr, gauge, get};
 use integration::stats::Summary;
 use node::client::Client;
 use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
@@ -225,34 +221,4 @@ async fn open_watchers(cluster: &ProcessCluster, watchers: usize) -> Result<Vec<
         held.push((endpoint, connection, streams));
     }
     Ok(held)
-}
-
-/// `GET path` on `addr` over HTTP/1.1; the body of a 200 answer.
-async fn get(addr: SocketAddr, path: &str) -> Result<String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .with_context(|| format!("cannot connect to {addr}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(connection);
-    let request = Request::get(path)
-        .header(hyper::header::HOST, addr.to_string())
-        .body(Empty::<Bytes>::new())?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
-    ensure!(status.is_success(), "GET {path}: {status}");
-    Ok(String::from_utf8_lossy(&body).into_owned())
-}
-
-/// The value of the sample named exactly `series` (name and labels).
-fn gauge(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-}
-
-/// A loopback TCP address free at the time of the call.
-fn free_tcp_addr() -> Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
 }
