@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod backup;
 pub mod endpoint;
 pub mod error;
 mod field;
@@ -42,6 +43,7 @@ pub mod tls;
 pub mod validate;
 
 pub use agent::AgentConfig;
+pub use backup::BackupSettings;
 pub use endpoint::{Endpoint, EndpointError};
 pub use error::ConfigError;
 pub use file::CONFIG_FILE_BYTES_MAX;

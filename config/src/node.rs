@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backup::BackupSettings;
 use crate::error::ConfigError;
 use crate::file::{ConfigFile, resolve, serialize_optional_path, serialize_path};
 use crate::log::LogFormat;
@@ -111,6 +112,10 @@ pub struct NodeConfig {
         serialize_with = "serialize_optional_path"
     )]
     pub secrets_key: Option<PathBuf>,
+    /// Scheduled backups (`[backup]`: directory, interval, how many to
+    /// keep), written by the leader. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSettings>,
 }
 
 /// The file name of the secrets key file `ctrl certs init` writes beside
@@ -155,6 +160,7 @@ impl NodeConfig {
             log_format: LogFormat::Text,
             metrics_addr: None,
             secrets_key: Some(data_dir.join(CERTS_DIR).join(SECRETS_KEY_FILE)),
+            backup: None,
         }
     }
 
@@ -235,6 +241,9 @@ impl ConfigFile for NodeConfig {
         if let Some(path) = &self.secrets_key {
             check.path_set("secrets_key", path)?;
         }
+        if let Some(backup) = &self.backup {
+            backup.check(&check)?;
+        }
         self.deploy.check(&check)?;
         self.notify.check(&check)
     }
@@ -245,6 +254,9 @@ impl ConfigFile for NodeConfig {
         self.tls.resolve_relative_paths(base_dir);
         if let Some(path) = &mut self.secrets_key {
             resolve(base_dir, path);
+        }
+        if let Some(backup) = &mut self.backup {
+            backup.resolve_relative_paths(base_dir);
         }
     }
 }
@@ -353,6 +365,25 @@ key = "/etc/ctrl/node-1.key"
         assert_eq!(config.compaction.batch_rows_max, 10_000);
         assert_eq!(config.compaction.keep_rows_min, 10_000);
         assert_eq!(config.compaction.cutoff_step_max_ms, 600_000);
+    }
+
+    #[test]
+    fn scheduled_backups_are_off_unless_configured_and_bounded() {
+        assert_eq!(parse(MINIMAL).unwrap().backup, None);
+        let text = with("", "[backup]\ndir = \"/var/backups/ctrl\"\n");
+        let backup = parse(&text).unwrap().backup.unwrap();
+        assert_eq!(
+            backup,
+            BackupSettings::in_dir(PathBuf::from("/var/backups/ctrl"))
+        );
+        assert_eq!(backup.interval_ms, 3_600_000);
+        assert_eq!(backup.keep, 24);
+        let text = with("", "[backup]\ndir = \"b\"\ninterval_ms = 999\n");
+        assert_invalid(&text, "backup.interval_ms", "999");
+        let text = with("", "[backup]\ndir = \"b\"\nkeep = 0\n");
+        assert_invalid(&text, "backup.keep", "0");
+        let text = with("", "[backup]\ninterval_ms = 60000\n");
+        assert!(parse(&text).is_err(), "dir is required");
     }
 
     #[test]

@@ -258,7 +258,10 @@ impl Client {
         )
         .await?;
         let call = OperatorCall::new(request.clone());
-        match self.call_within(&connection, &call, timeout_ms, false).await {
+        match self
+            .call_within(&connection, &call, timeout_ms, false)
+            .await
+        {
             Ok(OperatorResponse::Error(e)) => Err(ClientError::Server(e)),
             Ok(response) => Ok(response),
             Err(Attempt::NotSent(e) | Attempt::Lost(e)) => Err(e),

@@ -83,6 +83,11 @@ pub struct Metrics {
     transitions: Family<StatusLabel, Counter>,
     notify_attempts: Family<StatusLabel, Counter>,
     watch_streams: Family<RegionLabel, Gauge>,
+    /// When this node last wrote and verified a scheduled backup, in ms
+    /// since the Unix epoch (0: never).
+    backup_last_success_ms: AtomicU64,
+    backup_age: Gauge,
+    backups: Family<StatusLabel, Counter>,
     watch_events: Family<RegionLabel, Counter>,
     watch_full_syncs: Family<RegionLabel, Counter>,
     watch_slow_consumer_resets: Family<RegionLabel, Counter>,
@@ -276,8 +281,24 @@ impl Metrics {
             "Watches answered that their cursor is below the compaction floor, per region",
             watch_resyncs_required.clone(),
         );
+        let backup_age = Gauge::default();
+        registry.register(
+            "ctrl_backup_last_success_age_seconds",
+            "Seconds since the newest scheduled backup this node wrote and verified, or \
+             found in its backup directory when it became leader (-1: none)",
+            backup_age.clone(),
+        );
+        let backups = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "ctrl_backups",
+            "Scheduled backups this node attempted as leader, by result (ok, failed)",
+            backups.clone(),
+        );
         Metrics {
             registry,
+            backup_last_success_ms: AtomicU64::new(0),
+            backup_age,
+            backups,
             instances_total,
             topology_regions,
             topology_status,
@@ -344,6 +365,24 @@ impl Metrics {
             .inc();
     }
 
+    /// A scheduled backup written at `created_at_ms` was verified.
+    pub fn backup_succeeded(&self, created_at_ms: u64) {
+        self.backups.get_or_create(&[("result", "ok")]).inc();
+        self.backup_seen(created_at_ms);
+    }
+
+    /// A verified backup of `created_at_ms` exists (found on disk): the
+    /// age counts from it unless a newer one is known.
+    pub fn backup_seen(&self, created_at_ms: u64) {
+        self.backup_last_success_ms
+            .fetch_max(created_at_ms, Ordering::Relaxed);
+    }
+
+    /// A scheduled backup failed (writing, verifying or pruning).
+    pub fn backup_failed(&self) {
+        self.backups.get_or_create(&[("result", "failed")]).inc();
+    }
+
     /// A watch stream of `region` opened; it counts as open until the
     /// guard is dropped.
     pub fn watch_opened(&self, region: &str) -> WatchGuard {
@@ -391,6 +430,12 @@ impl Metrics {
         self.commit_index.set(saturating(self.committed_index()));
         self.applied_index
             .set(saturating(raft.last_applied.map_or(0, |id| id.index)));
+        let backup_ms = self.backup_last_success_ms.load(Ordering::Relaxed);
+        self.backup_age.set(if backup_ms == 0 {
+            -1
+        } else {
+            saturating(now_ms.saturating_sub(backup_ms) / 1_000)
+        });
         let [state_file, log_file] = &self.files;
         let size = |path: &PathBuf| std::fs::metadata(path).map_or(0, |m| saturating(m.len()));
         self.state_file_bytes.set(size(state_file));
@@ -658,12 +703,21 @@ mod tests {
             "deployment_workflow_duration_seconds_count{status=\"ready\"} 1",
             "deployment_instance_startup_time_seconds_sum 2.0",
             "deployment_instance_startup_time_seconds_count 2",
+            "ctrl_backup_last_success_age_seconds -1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
         }
         drop(watch);
+        metrics.backup_succeeded(100_000);
+        metrics.backup_seen(50_000);
         let text = metrics.render(&raft, store.read(), store.counts(), 400_000);
         assert!(text.contains("ctrl_watch_streams_open{region=\"us-east\"} 0"));
+        for line in [
+            "ctrl_backup_last_success_age_seconds 300",
+            "ctrl_backups_total{result=\"ok\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in {text}");
+        }
     }
 
     fn metrics_of_leader() -> RaftMetrics {

@@ -13,7 +13,10 @@
 //! - [`workflows`]: the workflow driver (deploys, their deadlines and
 //!   schedules).
 //! - [`notify`]: webhook deliveries (at least once, retried with backoff).
+//! - [`backup`]: scheduled backups, when the config has a `[backup]`
+//!   section.
 
+pub mod backup;
 pub mod compaction;
 pub mod identity;
 pub mod notify;
@@ -83,7 +86,14 @@ pub fn leader_jobs(state: &Arc<NodeState>, config: &NodeConfig) -> Vec<LeaderJob
         let state = state.clone();
         LeaderJob::new("identity", move || identity::run(state.clone()))
     };
-    vec![compaction, workflows, notify, identity]
+    let mut jobs = vec![compaction, workflows, notify, identity];
+    if let Some(settings) = &config.backup {
+        let (state, settings) = (state.clone(), settings.clone());
+        jobs.push(LeaderJob::new("backup", move || {
+            backup::run(state.clone(), settings.clone())
+        }));
+    }
+    jobs
 }
 
 /// Runs `jobs` on this node while it leads, as Raft's server metrics say,

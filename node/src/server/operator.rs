@@ -79,7 +79,8 @@ async fn stream_backup(
 ) -> Result<(), ServeError> {
     let store = state.store.clone();
     let (node_id, now_ms) = (state.node_id, state.clock.now_ms());
-    let built = tokio::task::spawn_blocking(move || build_backup(&store, node_id, now_ms)).await;
+    let built =
+        tokio::task::spawn_blocking(move || crate::backup::build(&store, node_id, now_ms)).await;
     let bytes = match built.map_err(|e| format!("the backup task failed: {e}")) {
         Ok(Ok(bytes)) => bytes,
         Ok(Err(message)) | Err(message) => {
@@ -102,23 +103,6 @@ async fn stream_backup(
     }
     call.finish().await;
     Ok(())
-}
-
-/// A backup file of the state as it is now (one read transaction).
-pub fn build_backup(store: &storage::Store, node_id: u64, now_ms: u64) -> Result<Vec<u8>, String> {
-    let (body, raft_meta) = store.export_snapshot().map_err(|e| e.to_string())?;
-    // The identity and last pk come from the body itself (one read
-    // transaction), so the header cannot disagree with it.
-    let summary = storage::snapshot::inspect_snapshot(&body).map_err(|e| e.to_string())?;
-    let header = crate::backup::header_for(
-        raft_meta,
-        summary.identity,
-        summary.last_pk,
-        node_id,
-        now_ms,
-    )
-    .map_err(|e| e.to_string())?;
-    crate::backup::encode(&header, &body, None).map_err(|e| e.to_string())
 }
 
 /// Operator requests that take longer than this (and do not wait by
