@@ -58,9 +58,9 @@ pub enum BackupJobError {
     Verify {
         /// The file.
         path: PathBuf,
-        /// What is wrong with it.
+        /// What is wrong with it (boxed: the error is large).
         #[source]
-        source: BackupError,
+        source: Box<BackupError>,
     },
     /// The file read back is larger than any backup may be.
     #[error("the backup {} is {len} bytes, over the limit of {BACKUP_BYTES_MAX}", path.display())]
@@ -191,7 +191,7 @@ fn verify_file(path: &Path) -> Result<(u64, backup::Verified), BackupJobError> {
     let read = fs::read(path).map_err(io("cannot read", path))?;
     let verified = backup::verify(&read).map_err(|source| BackupJobError::Verify {
         path: path.to_path_buf(),
-        source,
+        source: Box::new(source),
     })?;
     Ok((len, verified))
 }
