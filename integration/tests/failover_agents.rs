@@ -19,9 +19,16 @@ const WAIT: Duration = Duration::from_secs(30);
 const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 const NAMESPACE: &str = "krane";
 
+/// A deploy to `region` in an environment of its own: two deploys to one
+/// environment supersede each other, and the one superseded before the
+/// workflow started it never reaches krane.
 async fn deploy(operator: &Operator, region: &str) -> String {
     operator
-        .create(integration::requests::deployment([region]).build())
+        .create(
+            integration::requests::deployment([region])
+                .own_environment()
+                .build(),
+        )
         .await
         .expect("create")
 }
