@@ -455,8 +455,21 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write_and_wait(|done| Op::Vote { bytes, done }).await
     }
 
+    /// The stored vote, always read back *uncommitted*. openraft reads the
+    /// vote only at start, and 0.9 restores a node whose stored vote is
+    /// committed and its own as leader at once, in the same term. That is
+    /// unsafe here: a leader replicates its entries before its own fsync
+    /// (followers may hold them, and two followers commit them), so after a
+    /// crash it could write other entries under the same log ids. Read
+    /// uncommitted, the vote still binds the node to its term (it grants
+    /// no other candidate of that term), but the node starts as a follower
+    /// and the next leader is elected in a later term, with a log holding
+    /// every committed entry.
     async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {
-        self.meta(KEY_VOTE)
+        Ok(self.meta::<Vote<NodeId>>(KEY_VOTE)?.map(|mut vote| {
+            vote.committed = false;
+            vote
+        }))
     }
 
     /// Kept for the writer's next transaction, without waiting (openraft
@@ -806,6 +819,28 @@ mod tests {
         );
 
         g.assert_all();
+    }
+
+    /// A leader that restarts must not lead again in its old term: its
+    /// own appends may have been lost while followers kept (and
+    /// committed) them, so it would write other entries under their log
+    /// ids. The vote it reads back binds it to the term but is not
+    /// committed, so openraft starts it as a follower.
+    #[tokio::test]
+    async fn a_committed_vote_is_read_back_uncommitted() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        let mut store = LogStore::open(&path).expect("open");
+        store
+            .save_vote(&Vote::new_committed(9, 1))
+            .await
+            .expect("vote");
+        close(store).await;
+        let mut store = LogStore::open(&path).expect("reopen");
+        let vote = store.read_vote().await.expect("vote").expect("a vote");
+        assert_eq!(vote, Vote::new(9, 1));
+        assert!(!vote.is_committed());
+        close(store).await;
     }
 
     #[tokio::test]
