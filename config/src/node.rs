@@ -346,8 +346,8 @@ key = "/etc/ctrl/node-1.key"
             config.raft.heartbeat_interval_ms,
             DEFAULT_HEARTBEAT_INTERVAL_MS
         );
-        assert_eq!(config.raft.election_timeout_min_ms, 300);
-        assert_eq!(config.raft.election_timeout_max_ms, 600);
+        assert_eq!(config.raft.election_timeout_min_ms, 200);
+        assert_eq!(config.raft.election_timeout_max_ms, 400);
         assert_eq!(config.raft.snapshot_logs_since_last, 10_000);
         assert_eq!(config.raft.logs_kept_after_snapshot, 1_000);
         assert_eq!(config.raft.max_payload_entries, 300);
@@ -415,7 +415,7 @@ key = "/etc/ctrl/node-1.key"
     fn partial_section_keeps_other_defaults() {
         let config = parse(&with("", "[raft]\nelection_timeout_max_ms = 900\n")).unwrap();
         assert_eq!(config.raft.election_timeout_max_ms, 900);
-        assert_eq!(config.raft.election_timeout_min_ms, 300);
+        assert_eq!(config.raft.election_timeout_min_ms, 200);
     }
 
     #[test]
@@ -537,11 +537,11 @@ key = "/etc/ctrl/node-1.key"
 
     #[test]
     fn heartbeat_must_be_below_election_timeout() {
-        let text = with("", "[raft]\nheartbeat_interval_ms = 300\n");
+        let text = with("", "[raft]\nheartbeat_interval_ms = 200\n");
         assert_invalid(
             &text,
             "raft.heartbeat_interval_ms",
-            "must be less than election_timeout_min_ms (got 300 >= 300)",
+            "must be less than election_timeout_min_ms (got 200 >= 200)",
         );
     }
 

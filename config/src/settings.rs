@@ -10,14 +10,14 @@ use crate::error::ConfigError;
 use crate::validate::Check;
 
 /// Default [`RaftSettings::heartbeat_interval_ms`].
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 100;
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 50;
 /// Default [`RaftSettings::election_timeout_min_ms`].
-pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 300;
+pub const DEFAULT_ELECTION_TIMEOUT_MIN_MS: u64 = 200;
 /// Default [`RaftSettings::election_timeout_max_ms`]: also the follower's
 /// leader lease (openraft's), so a follower elects itself between
-/// `max + min` and `2 × max` after the leader's last heartbeat (900–1200
-/// ms).
-pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 600;
+/// `max + min` and `2 × max` after the leader's last heartbeat (600–800
+/// ms), eight heartbeats missed at the least.
+pub const DEFAULT_ELECTION_TIMEOUT_MAX_MS: u64 = 400;
 /// Default [`RaftSettings::snapshot_logs_since_last`].
 pub const DEFAULT_SNAPSHOT_LOGS_SINCE_LAST: u64 = 10_000;
 /// Bounds of [`RaftSettings::snapshot_logs_since_last`].

@@ -24,7 +24,7 @@ const WRITERS: usize = 4;
 const WRITES_EACH_SIDE: usize = 40;
 /// Bound on the load reaching either count.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
-/// Generous bound on kill → first write (a follower elects itself 900–1200
+/// Generous bound on kill → first write (a follower elects itself 600–800
 /// ms after the last heartbeat with the default `[raft]` timings).
 const FAILOVER_BOUND: Duration = Duration::from_secs(10);
 /// Page size when reading every deployment back from one node.
