@@ -66,9 +66,9 @@ enum Fallback {
 struct Replay {
     connection: quinn::Connection,
     protocol: Protocol,
-    /// The encoded frames, prefixes included.
-    frames: Vec<u8>,
-    frame_count: usize,
+    /// The encoded frames, prefixes included (at most
+    /// [`REPLAY_FRAMES_MAX`]).
+    frames: Vec<Vec<u8>>,
     finished: bool,
 }
 
@@ -113,13 +113,12 @@ impl FramedStream {
             return Ok(());
         };
         let bytes = wire::frame::encode(msg, self.frame_bytes_max)?;
-        if replay.frame_count < REPLAY_FRAMES_MAX {
-            replay.frames.extend_from_slice(&bytes);
-            replay.frame_count += 1;
+        self.send.write_all(&bytes).await.map_err(io_error)?;
+        if replay.frames.len() < REPLAY_FRAMES_MAX {
+            replay.frames.push(bytes);
         } else {
             self.fallback = Fallback::Settled;
         }
-        self.send.write_all(&bytes).await.map_err(io_error)?;
         Ok(())
     }
 
@@ -222,7 +221,6 @@ pub async fn open_call_offering(
             connection: connection.clone(),
             protocol,
             frames: Vec::new(),
-            frame_count: 0,
             finished: false,
         }));
     }
@@ -258,11 +256,9 @@ async fn reopen_legacy(
         frame_bytes_max,
     )
     .await?;
-    stream
-        .send
-        .write_all(&replay.frames)
-        .await
-        .map_err(io_error)?;
+    for frame in &replay.frames {
+        stream.send.write_all(frame).await.map_err(io_error)?;
+    }
     if replay.finished {
         stream.finish().await?;
     }
