@@ -57,8 +57,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// allocated; an end of stream inside a frame is
     /// [`FrameError::Truncated`].
     pub async fn read_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        self.read_frame_with(frame::decode).await
+    }
+
+    /// As [`FrameReader::read_frame`], the payload read by `read` (see
+    /// [`FrameDecoder::next_frame_with`]). Cancel-safe in the same way.
+    pub async fn read_frame_with<T>(
+        &mut self,
+        mut read: impl FnMut(&[u8]) -> Result<T, FrameError>,
+    ) -> Result<Option<T>, FrameError> {
         loop {
-            if let Some(msg) = self.decoder.next_frame()? {
+            if let Some(msg) = self.decoder.next_frame_with(&mut read)? {
                 return Ok(Some(msg));
             }
             // `next_frame` returned `None`: the prefix is incomplete, or

@@ -155,6 +155,16 @@ impl FrameDecoder {
     /// at the following frame; a prefix over the limit is refused again on
     /// every call.
     pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, FrameError> {
+        self.next_frame_with(decode)
+    }
+
+    /// As [`FrameDecoder::next_frame`], the payload read by `read` instead
+    /// of decoded as one type (a payload that may be one of several
+    /// messages). `read` sees the whole payload and nothing else.
+    pub fn next_frame_with<T>(
+        &mut self,
+        read: impl FnOnce(&[u8]) -> Result<T, FrameError>,
+    ) -> Result<Option<T>, FrameError> {
         let Some(prefix) = self.buf.first_chunk::<LEN_PREFIX_BYTES>() else {
             return Ok(None);
         };
@@ -163,7 +173,7 @@ impl FrameDecoder {
         if self.buf.len() < end {
             return Ok(None);
         }
-        let msg = decode(&self.buf[LEN_PREFIX_BYTES..end]);
+        let msg = read(&self.buf[LEN_PREFIX_BYTES..end]);
         self.buf.drain(..end);
         if self.buf.is_empty() && self.buf.capacity() > RETAINED_BYTES_MAX {
             self.buf = Vec::with_capacity(LEN_PREFIX_BYTES);

@@ -351,6 +351,9 @@ pub enum OperatorRequest {
     /// node answers with a stream of `BackupChunk`s (each under the frame
     /// limit) whose bytes, joined, are the backup file.
     Backup,
+    /// The answering node's software and protocol versions; answered by
+    /// `NodeVersion` (`ctrl cluster status` shows it per node).
+    NodeVersion,
 }
 
 /// The changes of [`OperatorRequest::UpdateDeployment`]; a field left
@@ -451,6 +454,7 @@ impl OperatorRequest {
             OperatorRequest::RolloutHistory { .. } => "rollout_history",
             OperatorRequest::UpdateDeployment { .. } => "update_deployment",
             OperatorRequest::Backup => "backup",
+            OperatorRequest::NodeVersion => "node_version",
         }
     }
 
@@ -509,7 +513,8 @@ impl OperatorRequest {
             | OperatorRequest::PlanRollout { .. }
             | OperatorRequest::RolloutStatus
             | OperatorRequest::RolloutHistory { .. }
-            | OperatorRequest::Backup => false,
+            | OperatorRequest::Backup
+            | OperatorRequest::NodeVersion => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion { .. } | OperatorRequest::SetRegionSchedulable { .. } => {
@@ -1109,6 +1114,19 @@ pub enum OperatorResponse {
     Rollouts(Vec<crate::rollout::RolloutSummary>),
     /// One piece of a backup file (see [`OperatorRequest::Backup`]).
     BackupChunk(BackupChunk),
+    /// The answering node's versions (answer to `NodeVersion`).
+    NodeVersion(NodeVersion),
+}
+
+/// What one node runs, as `ctrl cluster status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVersion {
+    /// Raft id of the node that answered.
+    pub node_id: u64,
+    /// The version of its `ctrl` build (its crate version).
+    pub software: String,
+    /// The protocol versions it speaks.
+    pub protocols: crate::hello::VersionRange,
 }
 
 /// Most bytes of one [`BackupChunk`]: well under the smallest frame limit.

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 
 use wire::agent::{AgentRequest, AgentResponse, DeploymentReport, ResourceChange, WatchEvent};
 use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES, payload_len};
-use wire::hello::{Hello, Protocol};
+use wire::hello::{Hello, LegacyHello, Protocol};
 use wire::model::{DeploymentStatus, DesiredState, Health, InstanceStatus, Resource, ResourceType};
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
@@ -160,6 +160,7 @@ hostile_input_tests! {
     operator_call: OperatorCall = operator_call();
     operator_response: OperatorResponse = operator_response();
     hello: Hello = hello();
+    legacy_hello: LegacyHello = legacy_hello();
 }
 
 // ------------------------------------------------------------ enum encodings
@@ -212,6 +213,11 @@ proptest! {
     #[test]
     fn unknown_protocol_in_hello_is_refused(payload in unknown_hello_protocol()) {
         assert_unknown_variant_refused::<Hello>(&payload)?;
+    }
+
+    #[test]
+    fn unknown_protocol_in_legacy_hello_is_refused(payload in unknown_legacy_hello_protocol()) {
+        assert_unknown_variant_refused::<LegacyHello>(&payload)?;
     }
 }
 

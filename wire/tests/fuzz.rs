@@ -26,7 +26,7 @@ use serde::Serialize;
 use wire::agent::{AgentRequest, AgentResponse, WatchEvent};
 use wire::frame::{self, FRAME_BYTES_MAX, FrameDecoder, FrameError, LEN_PREFIX_BYTES};
 use wire::fuzz;
-use wire::hello::Hello;
+use wire::hello::{Hello, LegacyHello};
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
 use strategies::*;
@@ -114,6 +114,7 @@ fn decoders_survive_mutated_streams() {
             feed::<OperatorCall>(&input, &mut feed_rng);
             feed::<OperatorResponse>(&input, &mut feed_rng);
             feed::<Hello>(&input, &mut feed_rng);
+            feed::<LegacyHello>(&input, &mut feed_rng);
         }));
         if outcome.is_err() {
             panic!(

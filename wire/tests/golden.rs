@@ -73,6 +73,8 @@ fn wire_formats_match_their_goldens() {
     g.check("error.WireError", &[wire_error()]);
     g.check("hello.Protocol", &protocols());
     g.check("hello.Hello", &[hello()]);
+    g.check("hello.VersionRange", &[version_range()]);
+    g.check("hello.LegacyHello", &[legacy_hello()]);
 
     // the agent protocol
     g.check("agent.AgentRequest", &agent_requests());
@@ -91,6 +93,7 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.LogStatus", &[log_status()]);
     g.check("operator.StateHash", &[state_hash()]);
     g.check("operator.NodeStatus", &[node_status()]);
+    g.check("operator.NodeVersion", &[node_version()]);
     g.check("operator.NodeDiagnostics", &[node_diagnostics()]);
     g.check("operator.CreateDeployment", &[create_deployment()]);
     g.check("operator.DeploymentUpdate", &[deployment_update()]);

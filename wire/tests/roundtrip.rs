@@ -123,6 +123,7 @@ roundtrip_tests! {
     operator_response_roundtrips: operator_response();
     // handshake
     hello_roundtrips: hello();
+    legacy_hello_roundtrips: legacy_hello();
 }
 
 proptest! {
@@ -142,10 +143,44 @@ proptest! {
     fn hello_check_survives(
         hello in hello(),
         expected in protocol(),
+        ours in version_range(),
     ) {
         let bytes = frame::encode(&hello, FRAME_BYTES_MAX)?;
         let back: wire::hello::Hello = frame::decode(&bytes[LEN_PREFIX_BYTES..])?;
-        prop_assert_eq!(back.check(expected), hello.check(expected));
+        prop_assert_eq!(back.check(expected, ours), hello.check(expected, ours));
+    }
+
+    /// The two hello forms never decode from the same bytes: each is read
+    /// back as itself, never as the other, whatever its values.
+    #[test]
+    fn hello_forms_never_share_bytes(
+        hello in hello(),
+        legacy in legacy_hello(),
+    ) {
+        use wire::hello::{LegacyHello, PeerHello};
+        let ranged = postcard::to_stdvec(&hello)?;
+        prop_assert!(frame::decode::<LegacyHello>(&ranged).is_err());
+        prop_assert_eq!(PeerHello::decode(&ranged, true)?, PeerHello::Ranged(hello.clone()));
+        prop_assert!(PeerHello::decode(&ranged, false).is_err());
+        let old = postcard::to_stdvec(&legacy)?;
+        prop_assert!(frame::decode::<wire::hello::Hello>(&old).is_err());
+        prop_assert_eq!(PeerHello::decode(&old, true)?, PeerHello::Legacy(legacy.clone()));
+        prop_assert_eq!(PeerHello::decode(&old, false)?, PeerHello::Legacy(legacy));
+    }
+
+    /// The version two ranges agree on is in both, and the highest such.
+    #[test]
+    fn the_agreed_version_is_the_highest_common(a in version_range(), b in version_range()) {
+        match a.highest_common(b) {
+            Some(v) => {
+                prop_assert!(a.contains(v) && b.contains(v));
+                prop_assert!(v == u32::MAX || !(a.contains(v + 1) && b.contains(v + 1)));
+                prop_assert_eq!(b.highest_common(a), Some(v));
+            }
+            None => prop_assert!(
+                (a.min.max(b.min)..=a.max.min(b.max)).is_empty()
+            ),
+        }
     }
 
     /// A stream interleaving the message kinds of one connection (hello,

@@ -9,7 +9,7 @@ use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::operator::{
-    CLUSTER_WAIT_MS_MAX, Membership, NodeStatus, OperatorRequest, OperatorResponse,
+    CLUSTER_WAIT_MS_MAX, Membership, NodeStatus, NodeVersion, OperatorRequest, OperatorResponse,
 };
 
 use super::Output;
@@ -72,6 +72,9 @@ pub(super) struct Row {
     /// Snapshot and purged indexes (the last log index is in `status`).
     pub snapshot_index: Option<u64>,
     pub purged_index: Option<u64>,
+    /// Its software and protocol versions; `None` when it could not say (a
+    /// node older than the `NodeVersion` request answers it with an error).
+    pub version: Option<NodeVersion>,
     pub error: Option<String>,
 }
 
@@ -161,6 +164,13 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
             },
             Err(_) => None,
         };
+        let version = match &client {
+            Ok(client) => match client.call(&OperatorRequest::NodeVersion).await {
+                Ok(OperatorResponse::NodeVersion(version)) => Some(version),
+                _ => None,
+            },
+            Err(_) => None,
+        };
         rows.push(match answer {
             Ok(OperatorResponse::NodeStatus(status)) => Row {
                 endpoint: endpoint.to_string(),
@@ -168,6 +178,7 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
                 status: Some(status),
                 snapshot_index: log.as_ref().and_then(|l| l.snapshot_index),
                 purged_index: log.as_ref().and_then(|l| l.purged_index),
+                version,
                 error: None,
             },
             Ok(other) => Row {
@@ -176,6 +187,7 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
                 status: None,
                 snapshot_index: None,
                 purged_index: None,
+                version,
                 error: Some(format!("unexpected answer: {other:?}")),
             },
             Err(e) => Row {
@@ -184,6 +196,7 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
                 status: None,
                 snapshot_index: None,
                 purged_index: None,
+                version: None,
                 error: Some(e.to_string()),
             },
         });
@@ -197,13 +210,13 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
         Output::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
         Output::Text => {
             println!(
-                "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  VERSION",
                 "ENDPOINT", "ID", "ROLE", "TERM", "LOG", "SNAPSHOT", "PURGED", "APPLIED", "PK"
             );
             for row in &rows {
                 match &row.status {
                     Some(s) => println!(
-                        "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                        "{:<22} {:>4} {:<10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}  {}",
                         row.endpoint,
                         s.node_id,
                         s.role,
@@ -212,7 +225,8 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
                         opt(row.snapshot_index),
                         opt(row.purged_index),
                         opt(s.applied_index),
-                        s.last_change_pk
+                        s.last_change_pk,
+                        version_text(row.version.as_ref()),
                     ),
                     None => println!(
                         "{:<22} unreachable: {}",
@@ -224,6 +238,17 @@ async fn status(config: &OperatorConfig, output: Output) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `0.5.0 (protocol 4..=5)`, or what an older node that cannot say means.
+fn version_text(version: Option<&NodeVersion>) -> String {
+    match version {
+        Some(v) => format!("{} (protocol {})", v.software, v.protocols),
+        None => format!(
+            "unknown (protocol {} or older)",
+            wire::hello::LEGACY_HELLO_VERSION
+        ),
+    }
 }
 
 fn opt(value: Option<u64>) -> String {

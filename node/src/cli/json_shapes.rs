@@ -78,6 +78,7 @@ fn row() -> Row {
         status: Some(fixtures::node_status()),
         snapshot_index: Some(3_000),
         purged_index: Some(2_000),
+        version: Some(fixtures::node_version()),
         error: None,
     }
 }
@@ -89,6 +90,7 @@ fn unreachable_row() -> Row {
         status: None,
         snapshot_index: None,
         purged_index: None,
+        version: None,
         error: Some("timed out".into()),
     }
 }

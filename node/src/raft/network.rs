@@ -671,6 +671,28 @@ mod tests {
         g.assert_all();
     }
 
+    /// A client tells a protocol-4 node's refusal of its hello by this
+    /// variant's index (`wire::hello::Protocol::refusal_variant`).
+    #[test]
+    fn the_refusal_is_the_variant_the_hello_fallback_recognises() {
+        let error =
+            wire::WireError::new(wire::ErrorCode::BadFrame, "frame payload does not decode");
+        let bytes = postcard::to_allocvec(&RaftResponse::Refused(error.clone())).expect("encode");
+        assert_eq!(
+            wire::hello::hello_refusal(wire::hello::Protocol::Raft, &bytes),
+            Some(error)
+        );
+        let probe = RaftResponse::Probe(ProbeAnswer {
+            node_id: 1,
+            initialized: false,
+        });
+        let bytes = postcard::to_allocvec(&probe).expect("encode");
+        assert_eq!(
+            wire::hello::hello_refusal(wire::hello::Protocol::Raft, &bytes),
+            None
+        );
+    }
+
     #[test]
     fn an_oversized_run_of_entries_is_cut_to_fit() {
         // 300 entries of 10 KiB each against a 1 MiB frame: about 76.

@@ -229,6 +229,13 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
                 metrics: state.metrics_text(),
             },
         )),
+        OperatorRequest::NodeVersion => {
+            Ok(OperatorResponse::NodeVersion(wire::operator::NodeVersion {
+                node_id: state.node_id,
+                software: env!("CARGO_PKG_VERSION").to_string(),
+                protocols: wire::hello::PROTOCOL_VERSIONS,
+            }))
+        }
         OperatorRequest::ListNotifyEndpoints => {
             notify::list(state).map(OperatorResponse::NotifyEndpoints)
         }

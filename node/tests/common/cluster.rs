@@ -115,6 +115,19 @@ impl Cluster {
         self.nodes.insert(id, process);
     }
 
+    /// [`Cluster::start`] with another `ctrl` binary (a previous release).
+    pub(crate) fn start_bin(&mut self, id: u64, bin: &Path) {
+        let process = super::start_node_bin(bin, &self.node_config(id));
+        self.nodes.insert(id, process);
+    }
+
+    /// Stops node `id` as an operator does (SIGTERM) and waits for it.
+    pub(crate) fn stop(&mut self, id: u64) {
+        if let Some(process) = self.nodes.remove(&id) {
+            process.stop();
+        }
+    }
+
     /// [`Cluster::start`] with the node's log (its stderr lines) on the
     /// channel returned.
     pub(crate) fn start_logged(&mut self, id: u64) -> std::sync::mpsc::Receiver<String> {

@@ -191,8 +191,21 @@ pub(crate) fn start_node_logged(config: &Path) -> (NodeProcess, mpsc::Receiver<S
     (node, log.expect("stderr piped"))
 }
 
+/// [`start_node`] with another `ctrl` binary (a previous release).
+pub(crate) fn start_node_bin(bin: &Path, config: &Path) -> NodeProcess {
+    spawn_serving_bin(bin, config, Stdio::inherit()).0
+}
+
 fn spawn_serving(config: &Path, stderr: Stdio) -> (NodeProcess, Option<mpsc::Receiver<String>>) {
-    let mut child = Command::new(ctrl_bin())
+    spawn_serving_bin(Path::new(ctrl_bin()), config, stderr)
+}
+
+fn spawn_serving_bin(
+    bin: &Path,
+    config: &Path,
+    stderr: Stdio,
+) -> (NodeProcess, Option<mpsc::Receiver<String>>) {
+    let mut child = Command::new(bin)
         .arg("serve")
         .arg("--config")
         .arg(config)
@@ -252,11 +265,34 @@ pub(crate) struct NodeProcess {
     pub child: Child,
 }
 
+/// Bound on a node exiting after SIGTERM.
+pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
 impl NodeProcess {
     /// SIGKILL: no chance to flush or close anything.
     pub(crate) fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as an operator stops a node, and waits for it to exit
+    /// (at most [`STOP_TIMEOUT`], polled: a child's exit has no event to
+    /// await here).
+    pub(crate) fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+        let deadline = std::time::Instant::now() + STOP_TIMEOUT;
+        while self.child.try_wait().expect("wait for ctrl").is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ctrl did not exit within {STOP_TIMEOUT:?} of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

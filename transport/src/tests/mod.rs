@@ -14,7 +14,7 @@ use wire::{ErrorCode, WireError};
 
 use crate::certs::{self, GeneratedCerts};
 use crate::endpoint::{client_bind_addr, client_endpoint, connect_any, server_endpoint};
-use crate::stream::{AcceptError, accept_call, open_call};
+use crate::stream::{AcceptError, HelloReader, accept_call_reading, open_call};
 use crate::tls::{self, TlsPaths};
 use crate::{CertError, Identity, TransportError};
 
@@ -71,6 +71,18 @@ fn spawn_echo_server(paths: &TlsPaths) -> (SocketAddr, mpsc::UnboundedReceiver<E
 fn spawn_echo_server_with(
     config: quinn::ServerConfig,
 ) -> (SocketAddr, mpsc::UnboundedReceiver<Event>) {
+    spawn_echo_server_reading(config, HelloReader::THIS_RELEASE)
+}
+
+/// [`spawn_echo_server_with`], reading hellos as `reader` says. A server
+/// posing as another release refuses a hello as a real node does, with
+/// the protocol's own error message (`AgentResponse::Error`,
+/// `OperatorResponse::Error`); this release's echo server with an
+/// [`Answer`].
+fn spawn_echo_server_reading(
+    config: quinn::ServerConfig,
+    reader: HelloReader,
+) -> (SocketAddr, mpsc::UnboundedReceiver<Event>) {
     let (endpoint, _) = server_endpoint("127.0.0.1:0".parse().unwrap(), config).unwrap();
     let addr = endpoint.local_addr().unwrap();
     let (events, rx) = mpsc::unbounded_channel();
@@ -91,7 +103,7 @@ fn spawn_echo_server_with(
                     _ => Protocol::Agent,
                 };
                 while let Ok((send, recv)) = connection.accept_bi().await {
-                    serve_call(send, recv, protocol, identity.clone(), &events).await;
+                    serve_call(send, recv, protocol, reader, identity.clone(), &events).await;
                 }
             });
         }
@@ -103,13 +115,25 @@ async fn serve_call(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     protocol: Protocol,
+    reader: HelloReader,
     identity: Identity,
     events: &mpsc::UnboundedSender<Event>,
 ) {
-    let mut stream = match accept_call(send, recv, protocol, SERVER_FRAME_BYTES_MAX).await {
+    let accepted = accept_call_reading(send, recv, protocol, reader, SERVER_FRAME_BYTES_MAX).await;
+    let mut stream = match accepted {
         Ok(stream) => stream,
         Err(AcceptError { mut stream, error }) => {
-            let _ = stream.send(&Answer::Err(error.clone())).await;
+            let _ = match (reader == HelloReader::THIS_RELEASE, protocol) {
+                (true, _) => stream.send(&Answer::Err(error.clone())).await,
+                (false, Protocol::Operator) => {
+                    let refusal = wire::operator::OperatorResponse::Error(error.clone());
+                    stream.send(&refusal).await
+                }
+                (false, _) => {
+                    let refusal = wire::agent::AgentResponse::Error(error.clone());
+                    stream.send(&refusal).await
+                }
+            };
             let _ = stream.finish().await;
             let _ = events.send(Event::BadHello { identity, error });
             return;
@@ -650,3 +674,4 @@ fn errors_and_streams_cross_tasks_and_anyhow() {
 }
 
 mod reload;
+mod skew;

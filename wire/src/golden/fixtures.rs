@@ -15,7 +15,7 @@ use crate::agent::{
     WatchRequest,
 };
 use crate::error::{ErrorCode, WireError};
-use crate::hello::{Hello, Protocol};
+use crate::hello::{Hello, LegacyHello, Protocol, VersionRange};
 use crate::model::{
     Actor, ApplyOutcome, ApplyReport, CiliumNetworkPolicy, DeployWorkflow, Deployment,
     DeploymentStatus, DeploymentTopology, DesiredState, Environment, FailedApply, Health,
@@ -526,9 +526,30 @@ pub fn protocols() -> Vec<Protocol> {
     vec![Protocol::Agent, Protocol::Operator, Protocol::Raft]
 }
 
+/// A fixture [`VersionRange`] (fixed values, not this build's range, so
+/// that the golden pins the layout alone).
+pub fn version_range() -> VersionRange {
+    VersionRange { min: 4, max: 5 }
+}
+
 /// A fixture [`Hello`], every field set.
 pub fn hello() -> Hello {
-    Hello::new(Protocol::Operator)
+    Hello::offering(Protocol::Operator, version_range())
+}
+
+/// A fixture [`NodeVersion`], every field set.
+pub fn node_version() -> crate::operator::NodeVersion {
+    crate::operator::NodeVersion {
+        node_id: 2,
+        software: "0.5.0".into(),
+        protocols: version_range(),
+    }
+}
+
+/// A fixture [`LegacyHello`]: protocol 4's hello of an operator stream, as
+/// that release sent it.
+pub fn legacy_hello() -> LegacyHello {
+    LegacyHello::new(Protocol::Operator, 4)
 }
 
 /// A fixture [`WatchRequest`], every field set.
@@ -861,6 +882,7 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             update: deployment_update(),
         },
         OperatorRequest::Backup,
+        OperatorRequest::NodeVersion,
     ]
 }
 
@@ -1092,6 +1114,7 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         OperatorResponse::Rollout(Some(rollout())),
         OperatorResponse::Rollouts(vec![rollout_summary()]),
         OperatorResponse::BackupChunk(backup_chunk()),
+        OperatorResponse::NodeVersion(node_version()),
     ]
 }
 

@@ -250,6 +250,7 @@ pub(crate) fn framed(payload: &[u8]) -> Vec<u8> {
 pub(crate) fn foreign_frame() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         hello().prop_map(|m| encoded(&m)),
+        legacy_hello().prop_map(|m| encoded(&m)),
         agent_request().prop_map(|m| encoded(&m)),
         agent_response().prop_map(|m| encoded(&m)),
         watch_event().prop_map(|m| encoded(&m)),
@@ -318,6 +319,21 @@ pub(crate) fn unknown_variant(variants: u32) -> impl Strategy<Value = Vec<u8>> {
 
 /// A hello payload whose protocol is not one of the known ones.
 pub(crate) fn unknown_hello_protocol() -> impl Strategy<Value = Vec<u8>> {
+    (
+        any::<[u8; 4]>(),
+        any::<u32>(),
+        any::<u32>(),
+        3u32..=u32::MAX,
+    )
+        .prop_map(|(magic, min, max, index)| {
+            let mut payload = postcard::to_stdvec(&(magic, min, max)).unwrap();
+            payload.extend(postcard::to_stdvec(&index).unwrap());
+            payload
+        })
+}
+
+/// A legacy hello payload whose protocol is not one of the known ones.
+pub(crate) fn unknown_legacy_hello_protocol() -> impl Strategy<Value = Vec<u8>> {
     (any::<[u8; 4]>(), any::<u32>(), 3u32..=u32::MAX).prop_map(|(magic, version, index)| {
         let mut payload = postcard::to_stdvec(&(magic, version)).unwrap();
         payload.extend(postcard::to_stdvec(&index).unwrap());

@@ -16,7 +16,7 @@ use wire::agent::{
     AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, ResourceChange, WatchEvent,
     WatchRequest,
 };
-use wire::hello::{self, Hello, Protocol};
+use wire::hello::{self, Hello, LegacyHello, Protocol, VersionRange};
 use wire::model::{
     ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentStatus,
     DeploymentTopology, DesiredState, FailedApply, Health, Heartbeat, Instance, InstanceStatus,
@@ -730,6 +730,7 @@ pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
                 }
             }),
         Just(OperatorRequest::Backup),
+        Just(OperatorRequest::NodeVersion),
     ]
     .boxed()
 }
@@ -816,26 +817,53 @@ pub(crate) fn operator_response() -> BoxedStrategy<OperatorResponse> {
                 })
             }
         ),
+        (any::<u64>(), "[0-9.]{1,12}", version_range()).prop_map(
+            |(node_id, software, protocols)| {
+                OperatorResponse::NodeVersion(wire::operator::NodeVersion {
+                    node_id,
+                    software,
+                    protocols,
+                })
+            }
+        ),
     ]
     .boxed()
 }
 
 // ---------------------------------------------------------------- hello
 
+pub(crate) fn version_range() -> impl Strategy<Value = VersionRange> {
+    prop_oneof![
+        Just(hello::PROTOCOL_VERSIONS),
+        (0u32..8, 0u32..8).prop_map(|(min, max)| VersionRange { min, max }),
+        (any::<u32>(), any::<u32>()).prop_map(|(min, max)| VersionRange { min, max }),
+    ]
+}
+
 pub(crate) fn hello() -> impl Strategy<Value = Hello> {
     prop_oneof![
         protocol().prop_map(Hello::new),
-        (any::<[u8; 4]>(), any::<u32>(), protocol()).prop_map(|(magic, version, protocol)| {
+        (any::<[u8; 4]>(), version_range(), protocol()).prop_map(|(magic, versions, protocol)| {
             Hello {
+                magic,
+                versions,
+                protocol,
+            }
+        }),
+        (version_range(), protocol())
+            .prop_map(|(versions, protocol)| Hello::offering(protocol, versions)),
+    ]
+}
+
+pub(crate) fn legacy_hello() -> impl Strategy<Value = LegacyHello> {
+    prop_oneof![
+        (0u32..8, protocol()).prop_map(|(version, protocol)| LegacyHello::new(protocol, version)),
+        (any::<[u8; 4]>(), any::<u32>(), protocol()).prop_map(|(magic, version, protocol)| {
+            LegacyHello {
                 magic,
                 version,
                 protocol,
             }
-        }),
-        (any::<u32>(), protocol()).prop_map(|(version, protocol)| Hello {
-            magic: hello::MAGIC,
-            version,
-            protocol,
         }),
     ]
 }
