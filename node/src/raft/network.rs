@@ -337,34 +337,40 @@ impl PeerClient {
     /// reads its answer; after anything but an answer the stream is
     /// dropped (it is out of step, or the peer ended it) and the next RPC
     /// opens another.
+    ///
+    /// Cancel-safe: the stream is taken out of its slot for the exchange
+    /// and put back only once its answer was read. openraft bounds every
+    /// RPC with a timeout of its own and drops this future when it fires;
+    /// a stream left in the slot then would still carry the answer to the
+    /// dropped request, and the next RPC would read it as its own (an
+    /// append-entries success for fewer entries than it sent, counted as
+    /// the follower holding them all).
     async fn call_in_turn(
         &self,
         request: RaftRequest,
         ttl: Duration,
     ) -> Result<RaftResponse, CallError> {
         let mut slot = self.stream.lock().await;
-        if slot.is_none() {
-            let connection = self.connection().await?;
-            let opened = tokio::time::timeout(
-                ttl,
-                open_call(&connection, Protocol::Raft, self.dialer.frame_bytes_max),
-            )
-            .await;
-            match opened {
-                Ok(Ok(stream)) => *slot = Some((connection.stable_id(), stream)),
-                Ok(Err(e)) => return self.settle(connection.stable_id(), Ok(Err(e)), ttl).await,
-                Err(elapsed) => {
-                    return self.settle(connection.stable_id(), Err(elapsed), ttl).await;
+        let (connection_id, mut stream) = match slot.take() {
+            Some(kept) => kept,
+            None => {
+                let connection = self.connection().await?;
+                let opened = tokio::time::timeout(
+                    ttl,
+                    open_call(&connection, Protocol::Raft, self.dialer.frame_bytes_max),
+                )
+                .await;
+                match opened {
+                    Ok(Ok(stream)) => (connection.stable_id(), stream),
+                    Ok(Err(e)) => {
+                        return self.settle(connection.stable_id(), Ok(Err(e)), ttl).await;
+                    }
+                    Err(elapsed) => {
+                        return self.settle(connection.stable_id(), Err(elapsed), ttl).await;
+                    }
                 }
             }
-        }
-        let Some((connection_id, stream)) = slot.as_mut() else {
-            return Err(CallError::Network(format!(
-                "node {}: no stream to send on",
-                self.target
-            )));
         };
-        let connection_id = *connection_id;
         let exchange = async {
             stream.send(&request).await?;
             stream.recv::<RaftResponse>().await
@@ -374,8 +380,8 @@ impl PeerClient {
             &answered,
             Ok(Ok(Some(response))) if !matches!(response, RaftResponse::Refused(_))
         );
-        if !in_step {
-            *slot = None;
+        if in_step {
+            *slot = Some((connection_id, stream));
         }
         drop(slot);
         self.settle(connection_id, answered, ttl).await
@@ -700,5 +706,136 @@ mod tests {
         // Always at least one, and always fewer than before.
         assert_eq!(fewer_entries(2, usize::MAX, 1 << 20), 1);
         assert_eq!(fewer_entries(10, (1 << 20) + 1, 1 << 20), 7);
+    }
+}
+
+/// The kept Raft stream when openraft drops an RPC half way (its own
+/// timeout), against a peer that answers late: a real QUIC server holding
+/// a node certificate, on loopback.
+#[cfg(test)]
+mod cancel_tests {
+    use std::time::Duration;
+
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+    use openraft::raft::{VoteRequest, VoteResponse};
+    use openraft::{BasicNode, Vote};
+    use tokio::sync::mpsc;
+    use transport::stream::{HelloReader, accept_call_reading};
+    use transport::tls::{self, TlsPaths};
+    use wire::hello::Protocol;
+
+    use super::{ALPN, Network, RaftRequest, RaftResponse};
+
+    const FRAME_BYTES_MAX: usize = 1 << 20;
+    /// How long the peer takes to answer the first RPC.
+    const FIRST_ANSWER_DELAY: Duration = Duration::from_millis(300);
+    /// openraft's own bound on an RPC, shorter than that delay.
+    const OPENRAFT_TIMEOUT: Duration = Duration::from_millis(50);
+    /// The RPC's ttl (what `RPCOption` carries): longer, so that only
+    /// openraft's timeout fires.
+    const RPC_TTL: Duration = Duration::from_secs(2);
+    const TEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+    /// The TLS files of node `node_id` among the certificates in `dir`.
+    fn node_paths(generated: &transport::certs::GeneratedCerts, node_id: u64) -> TlsPaths {
+        let node = generated.node(node_id).unwrap();
+        TlsPaths {
+            ca_cert: generated.ca.cert.clone(),
+            cert: node.cert.clone(),
+            key: node.key.clone(),
+        }
+    }
+
+    /// Answers each vote request on a stream with a vote of the request's
+    /// own term, the first one late; tells `answered` after each answer
+    /// (sent, or refused by a client that dropped the stream).
+    async fn late_peer(endpoint: quinn::Endpoint, answered: mpsc::UnboundedSender<u64>) {
+        let Some(incoming) = endpoint.accept().await else {
+            return;
+        };
+        let connection = incoming.await.unwrap();
+        let mut first = true;
+        while let Ok((send, recv)) = connection.accept_bi().await {
+            let mut stream = accept_call_reading(
+                send,
+                recv,
+                Protocol::Raft,
+                HelloReader::THIS_RELEASE,
+                FRAME_BYTES_MAX,
+            )
+            .await
+            .unwrap();
+            while let Ok(Some(request)) = stream.recv::<RaftRequest>().await {
+                let RaftRequest::Vote(rpc) = request else {
+                    panic!("a vote request was sent");
+                };
+                if std::mem::take(&mut first) {
+                    tokio::time::sleep(FIRST_ANSWER_DELAY).await;
+                }
+                let term = rpc.vote.leader_id.term;
+                let response = VoteResponse::new(rpc.vote, None, true);
+                let sent = stream.send(&RaftResponse::Vote(Ok(response))).await;
+                // Told whether or not the client still listened.
+                let _ = answered.send(term);
+                if sent.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// openraft drops an RPC when its own timeout fires; the answer that
+    /// arrives later on the kept stream must never be read as the answer
+    /// to the next RPC (it once was: an append-entries success for fewer
+    /// entries counted as the follower holding them all).
+    #[tokio::test]
+    async fn an_rpc_dropped_half_way_leaves_no_answer_for_the_next() {
+        tokio::time::timeout(TEST_TIMEOUT, async {
+            transport::tls::install_crypto_provider();
+            let dir = tempfile::tempdir().unwrap();
+            let generated = transport::certs::init_dir(dir.path(), &[1, 2], &[], &[]).unwrap();
+            let server_config = tls::server_config(&node_paths(&generated, 2), &[ALPN]).unwrap();
+            let (server, _) =
+                transport::endpoint::server_endpoint("127.0.0.1:0".parse().unwrap(), server_config)
+                    .unwrap();
+            let addr = server.local_addr().unwrap();
+            let (answered, mut answers) = mpsc::unbounded_channel();
+            tokio::spawn(late_peer(server, answered));
+
+            let client =
+                transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(addr))
+                    .unwrap();
+            let client_config = tls::client_config(&node_paths(&generated, 1), ALPN).unwrap();
+            let mut network = Network::new(
+                client,
+                client_config,
+                config::tls::DEFAULT_SERVER_NAME.to_string(),
+                FRAME_BYTES_MAX,
+            );
+            let node = BasicNode {
+                addr: addr.to_string(),
+            };
+            let mut peer = network.new_client(2, &node).await;
+
+            // Term 1: openraft gives up on it before the peer answers.
+            let first = VoteRequest::new(Vote::new(1, 1), None);
+            let dropped =
+                tokio::time::timeout(OPENRAFT_TIMEOUT, peer.vote(first, RPCOption::new(RPC_TTL)))
+                    .await;
+            assert!(dropped.is_err(), "the first RPC was answered in time");
+            // The peer has answered term 1 by now (on the kept stream, had
+            // it been kept).
+            assert_eq!(answers.recv().await, Some(1));
+
+            // Term 2 must get the answer to term 2.
+            let second = VoteRequest::new(Vote::new(2, 1), None);
+            let answer = peer
+                .vote(second, RPCOption::new(RPC_TTL))
+                .await
+                .expect("the second RPC is answered");
+            assert_eq!(answer.vote.leader_id.term, 2, "got another RPC's answer");
+        })
+        .await
+        .expect("test did not finish in time");
     }
 }
