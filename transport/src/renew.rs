@@ -14,7 +14,6 @@
 //! again.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -368,23 +367,7 @@ fn write_temp(path: &Path, contents: &[u8], private: bool) -> Result<PathBuf, Ce
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
     // A temporary file left by a crashed run of this same process id.
     let _ = std::fs::remove_file(&tmp);
-    let write_error = |source| CertError::Write {
-        path: tmp.clone(),
-        source,
-    };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(if private { 0o600 } else { 0o644 });
-    }
-    #[cfg(not(unix))]
-    let _ = private;
-    let mut file = options.open(&tmp).map_err(write_error)?;
-    file.write_all(contents)
-        .and_then(|()| file.sync_all())
-        .map_err(write_error)?;
+    crate::certs::write_new(&tmp, contents, private)?;
     Ok(tmp)
 }
 
