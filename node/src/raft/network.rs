@@ -736,7 +736,7 @@ mod cancel_tests {
     const RPC_TTL: Duration = Duration::from_secs(2);
     const TEST_TIMEOUT: Duration = Duration::from_secs(20);
 
-    /// The TLS files of node `node_id` among the certificates in `dir`.
+    /// The TLS files of node `node_id` among the `generated` certificates.
     fn node_paths(generated: &transport::certs::GeneratedCerts, node_id: u64) -> TlsPaths {
         let node = generated.node(node_id).unwrap();
         TlsPaths {
