@@ -22,6 +22,7 @@ use crate::jobs;
 use crate::metrics::{self, Metrics};
 use crate::raft::log_store::LogStore;
 use crate::raft::network::{self, Network};
+use crate::raft::purge_bound::PurgeBound;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::{NodeId, Raft};
 use crate::replica::{FatalError, Limits, NodeState, write};
@@ -264,10 +265,14 @@ pub async fn start_with_clock(
     })?;
 
     let log_path = data_dir.join(RAFT_LOG_FILE);
-    let log_store = LogStore::open(&log_path).map_err(|e| StartError::RaftLog {
-        path: log_path.clone(),
-        source: e.into(),
-    })?;
+    // The log is purged no further than the snapshot the state machine has
+    // on disk.
+    let purge_bound = PurgeBound::default();
+    let log_store =
+        LogStore::open(&log_path, purge_bound.clone()).map_err(|e| StartError::RaftLog {
+            path: log_path.clone(),
+            source: e.into(),
+        })?;
     let state_path = data_dir.join(STATE_FILE);
     let store = Arc::new(transport::closing::Tracked::new(
         storage::Store::open(&state_path).map_err(|source| StartError::StateFile {
@@ -277,13 +282,14 @@ pub async fn start_with_clock(
     ));
     let (log_closed, store_closed) = (log_store.closed(), store.closed());
     let snapshot_dir = data_dir.join(SNAPSHOT_DIR);
-    let state_machine = StateMachine::new(store.clone(), &snapshot_dir).map_err(|source| {
-        StartError::StateMachine {
-            path: state_path.clone(),
-            snapshot_dir: snapshot_dir.clone(),
-            source,
-        }
-    })?;
+    let state_machine =
+        StateMachine::new(store.clone(), &snapshot_dir, purge_bound).map_err(|source| {
+            StartError::StateMachine {
+                path: state_path.clone(),
+                snapshot_dir: snapshot_dir.clone(),
+                source,
+            }
+        })?;
     let tls_paths = transport::tls::TlsPaths {
         ca_cert: config.tls.ca_cert.clone(),
         cert: config.tls.cert.clone(),

@@ -36,6 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 
+use super::purge_bound::PurgeBound;
 use super::stats::LogStats;
 use super::{NodeId, TypeConfig};
 use transport::closing::{Closed, Tracked};
@@ -115,6 +116,8 @@ pub enum LogStoreError {
 pub struct LogStore {
     shared: Arc<Shared>,
     writer: std::sync::mpsc::Sender<Op>,
+    /// How far a purge may go: the durable snapshot's log id.
+    purge_bound: PurgeBound,
 }
 
 struct Shared {
@@ -158,8 +161,9 @@ enum Op {
 
 impl LogStore {
     /// Opens (or creates) the log file at `path`; a file of another
-    /// [`LOG_SCHEMA_VERSION`] is refused.
-    pub fn open(path: &Path) -> Result<Self, LogStoreError> {
+    /// [`LOG_SCHEMA_VERSION`] is refused. Purges go no further than
+    /// `purge_bound`, which the state machine raises.
+    pub fn open(path: &Path, purge_bound: PurgeBound) -> Result<Self, LogStoreError> {
         let db = Database::create(path).map_err(redb::Error::from)?;
         let found = init_schema(&db)?;
         if found != LOG_SCHEMA_VERSION {
@@ -181,7 +185,11 @@ impl LogStore {
             .name("raft-log-writer".into())
             .spawn(move || write_loop(&for_writer, &queue))
             .map_err(LogStoreError::Thread)?;
-        Ok(LogStore { shared, writer })
+        Ok(LogStore {
+            shared,
+            writer,
+            purge_bound,
+        })
     }
 
     /// Resolves once the log's database is closed: every clone dropped and
@@ -357,10 +365,15 @@ fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
                     log.retain_in(*from.., |_, _| false)?;
                 }
                 // The purge point is persisted in the same transaction that
-                // removes the entries.
+                // removes the entries, and never goes back.
                 Op::Purge { upto, bytes, .. } => {
-                    meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
-                    log.retain_in(..=*upto, |_, _| false)?;
+                    let purged = meta
+                        .get(KEY_LAST_PURGED)?
+                        .and_then(|v| postcard::from_bytes::<LogId<NodeId>>(v.value()).ok());
+                    if purged.is_none_or(|purged| purged.index < *upto) {
+                        meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
+                        log.retain_in(..=*upto, |_, _| false)?;
+                    }
                 }
             }
         }
@@ -526,10 +539,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
     }
 
+    /// Purges up to `log_id`, but never past the durable snapshot (see
+    /// [`PurgeBound`]): openraft asks to purge what a received snapshot
+    /// covers before the state machine has installed it.
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
-        let bytes = encode(&log_id)?;
+        let Some(upto) = self.purge_bound.clamp(log_id) else {
+            return Ok(());
+        };
+        let bytes = encode(&upto)?;
         self.write_and_wait(|done| Op::Purge {
-            upto: log_id.index,
+            upto: upto.index,
             bytes,
             done,
         })
@@ -709,6 +728,25 @@ mod tests {
         LogId::new(CommittedLeaderId::new(7, 2), index)
     }
 
+    /// A log store whose purges are bounded by a snapshot at index 10.
+    fn open(path: &Path) -> Result<LogStore, LogStoreError> {
+        let bound = PurgeBound::default();
+        bound.raise(Some(log_id(10)));
+        LogStore::open(path, bound)
+    }
+
+    /// Writes a blank entry at each of `indexes` to the closed log file at
+    /// `path`.
+    fn write_entries(path: &Path, indexes: std::ops::RangeInclusive<u64>) {
+        for index in indexes {
+            let entry = Entry {
+                log_id: log_id(index),
+                payload: EntryPayload::Blank,
+            };
+            append_offline(path, &entry, &Vote::new(7, 2)).expect("append");
+        }
+    }
+
     fn membership() -> Membership<NodeId, BasicNode> {
         let nodes: BTreeMap<NodeId, BasicNode> = [1, 2, 3]
             .into_iter()
@@ -805,7 +843,7 @@ mod tests {
         // A file as the store writes it: every meta row.
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("raft-log.redb");
-        let mut store = LogStore::open(&path).expect("open");
+        let mut store = open(&path).expect("open");
         store
             .save_vote(&Vote::new_committed(7, 2))
             .await
@@ -830,16 +868,51 @@ mod tests {
     async fn a_committed_vote_is_read_back_uncommitted() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("raft-log.redb");
-        let mut store = LogStore::open(&path).expect("open");
+        let mut store = open(&path).expect("open");
         store
             .save_vote(&Vote::new_committed(9, 1))
             .await
             .expect("vote");
         close(store).await;
-        let mut store = LogStore::open(&path).expect("reopen");
+        let mut store = open(&path).expect("reopen");
         let vote = store.read_vote().await.expect("vote").expect("a vote");
         assert_eq!(vote, Vote::new(9, 1));
         assert!(!vote.is_committed());
+        close(store).await;
+    }
+
+    /// openraft asks to purge what a received snapshot covers before the
+    /// state machine has installed it: the log keeps every entry no
+    /// durable snapshot covers, and its purge point never goes back.
+    #[tokio::test]
+    async fn a_purge_goes_no_further_than_the_durable_snapshot() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        close(open(&path).expect("create")).await;
+        write_entries(&path, 1..=20);
+        let bound = PurgeBound::default();
+        let mut store = LogStore::open(&path, bound.clone()).expect("open");
+        let purged = |state: LogState<TypeConfig>| state.last_purged_log_id;
+
+        store.purge(log_id(5)).await.expect("purge");
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(purged(state), None, "no snapshot on disk: nothing purged");
+
+        bound.raise(Some(log_id(10)));
+        store.purge(log_id(15)).await.expect("purge");
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(purged(state), Some(log_id(10)));
+        let kept = store.try_get_log_entries(1..=20).await.expect("read");
+        let kept: Vec<u64> = kept.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(kept, (11..=20).collect::<Vec<_>>());
+
+        bound.raise(Some(log_id(18)));
+        store.purge(log_id(15)).await.expect("purge");
+        store.purge(log_id(12)).await.expect("an older purge");
+        close(store).await;
+        let mut store = LogStore::open(&path, PurgeBound::default()).expect("reopen");
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(purged(state), Some(log_id(15)), "durable, and never back");
         close(store).await;
     }
 
@@ -847,14 +920,14 @@ mod tests {
     async fn another_log_schema_version_is_refused() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("raft-log.redb");
-        let mut store = LogStore::open(&path).expect("open");
+        let mut store = open(&path).expect("open");
         store.save_vote(&Vote::new(3, 1)).await.expect("vote");
         close(store).await;
         let version = LOG_SCHEMA_VERSION.to_le_bytes().to_vec();
         assert!(meta_rows(&path).contains(&(KEY_SCHEMA_VERSION.to_string(), version)));
 
         // Reopening the same version keeps what was written.
-        let mut store = LogStore::open(&path).expect("reopen");
+        let mut store = open(&path).expect("reopen");
         assert_eq!(
             store.read_vote().await.expect("vote"),
             Some(Vote::new(3, 1))
@@ -862,7 +935,7 @@ mod tests {
         close(store).await;
 
         set_version(&path, &(LOG_SCHEMA_VERSION + 1).to_le_bytes());
-        let err = LogStore::open(&path).err().expect("refused");
+        let err = open(&path).err().expect("refused");
         assert!(
             matches!(err, LogStoreError::SchemaMismatch { found, expected: LOG_SCHEMA_VERSION } if found == LOG_SCHEMA_VERSION + 1),
             "{err}"
@@ -876,7 +949,7 @@ mod tests {
         );
 
         set_version(&path, &[1, 0]);
-        let err = LogStore::open(&path).err().expect("refused");
+        let err = open(&path).err().expect("refused");
         assert!(
             matches!(err, LogStoreError::CorruptSchemaVersion { len: 2 }),
             "{err}"
@@ -887,7 +960,7 @@ mod tests {
     async fn a_log_written_before_versions_is_read_as_version_one() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("raft-log.redb");
-        let mut store = LogStore::open(&path).expect("open");
+        let mut store = open(&path).expect("open");
         store.save_vote(&Vote::new(3, 1)).await.expect("vote");
         close(store).await;
         {
@@ -900,7 +973,7 @@ mod tests {
             txn.commit().expect("commit");
         }
         // Read as version 1, which this build (a later version) refuses.
-        match LogStore::open(&path) {
+        match open(&path) {
             Err(e) => assert!(
                 format!("{e:?}").contains(&format!(
                     "SchemaMismatch {{ found: {UNVERSIONED_SCHEMA_VERSION}, expected: {LOG_SCHEMA_VERSION} }}"

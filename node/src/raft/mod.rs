@@ -7,6 +7,7 @@
 
 pub mod log_store;
 pub mod network;
+pub mod purge_bound;
 pub mod state_machine;
 pub mod stats;
 

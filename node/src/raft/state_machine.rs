@@ -14,6 +14,13 @@
 //! the log is never purged past durable state), on membership changes, and
 //! every [`DURABLE_EVERY_APPLIES`] applies (redb reuses the pages freed by
 //! non-durable commits only after a durable one).
+//!
+//! The snapshot on disk never gets ahead of the durable state, and the log
+//! is never purged past that snapshot ([`PurgeBound`], raised once a
+//! snapshot file is durable). A received snapshot's file is written under
+//! another name before its state is imported and renamed into place after,
+//! so a crash between leaves a file that the next start puts in place or
+//! removes, by whether the state holds its log id.
 
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
@@ -31,6 +38,7 @@ use storage::{RaftMeta, Store};
 use tokio::sync::watch;
 use wire::Pk;
 
+use super::purge_bound::PurgeBound;
 use super::stats::ApplyStats;
 use super::{CommandResponse, NodeId, TypeConfig};
 use prometheus_client::metrics::histogram::Histogram;
@@ -43,6 +51,8 @@ pub type SharedStore = Arc<Tracked<Store>>;
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
+/// A received snapshot's file while its state is being imported.
+const INSTALLING_FILE: &str = "snapshot.bin.installing";
 
 /// Applies between two durable commits of the state machine, at most.
 pub const DURABLE_EVERY_APPLIES: u64 = 256;
@@ -86,15 +96,27 @@ pub struct StateMachine {
     applies_since_durable: u64,
     /// Batch sizes and snapshot timings, for metrics.
     stats: ApplyStats,
+    /// Raised to each snapshot made durable, for the log store.
+    purge_bound: PurgeBound,
 }
 
 impl StateMachine {
     /// Opens the state machine over `store`, keeping snapshots in
-    /// `snapshot_dir`.
-    pub fn new(store: SharedStore, snapshot_dir: &Path) -> Result<Self, StorageError<NodeId>> {
+    /// `snapshot_dir` and raising `purge_bound` to each one made durable
+    /// (the one on disk first). An install a crash interrupted is finished
+    /// or undone first.
+    pub fn new(
+        store: SharedStore,
+        snapshot_dir: &Path,
+        purge_bound: PurgeBound,
+    ) -> Result<Self, StorageError<NodeId>> {
         std::fs::create_dir_all(snapshot_dir).map_err(snapshot_err)?;
         let view = store.read().map_err(sm_read_err)?;
         let (last_applied, membership) = decode_meta(view.raft_meta())?;
+        settle_install(snapshot_dir, last_applied)?;
+        purge_bound.raise(
+            read_snapshot_meta(&snapshot_dir.join(SNAPSHOT_FILE))?.and_then(|m| m.last_log_id),
+        );
         let (applied_pk, _) = watch::channel(view.last_pk());
         let applied_stamp_ms = Arc::new(AtomicU64::new(view.stamp_ms()));
         Ok(StateMachine {
@@ -106,6 +128,7 @@ impl StateMachine {
             snapshot_dir: snapshot_dir.to_path_buf(),
             applies_since_durable: 0,
             stats: ApplyStats::default(),
+            purge_bound,
         })
     }
 
@@ -178,6 +201,7 @@ pub struct SnapshotBuilder {
     store: SharedStore,
     snapshot_dir: PathBuf,
     build_seconds: Histogram,
+    purge_bound: PurgeBound,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -205,6 +229,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             data,
         };
         persist_snapshot(&self.snapshot_dir, &file)?;
+        self.purge_bound.raise(meta.last_log_id);
         self.build_seconds.observe(started.elapsed().as_secs_f64());
         Ok(Snapshot {
             meta,
@@ -215,16 +240,63 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 
 /// Writes the current snapshot file atomically (temp file, fsync, rename).
 fn persist_snapshot(snapshot_dir: &Path, file: &SnapshotFile) -> StoreResult<()> {
-    let bytes = postcard::to_allocvec(file).map_err(snapshot_err)?;
     let tmp = snapshot_dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-    let mut out = std::fs::File::create(&tmp).map_err(snapshot_err)?;
+    write_synced(&tmp, file)?;
+    put_in_place(snapshot_dir, &tmp)
+}
+
+/// Writes `file` to `path` and fsyncs it.
+fn write_synced(path: &Path, file: &SnapshotFile) -> StoreResult<()> {
+    let bytes = postcard::to_allocvec(file).map_err(snapshot_err)?;
+    let mut out = std::fs::File::create(path).map_err(snapshot_err)?;
     out.write_all(&bytes).map_err(snapshot_err)?;
-    out.sync_all().map_err(snapshot_err)?;
-    std::fs::rename(&tmp, snapshot_dir.join(SNAPSHOT_FILE)).map_err(snapshot_err)?;
+    out.sync_all().map_err(snapshot_err)
+}
+
+/// Renames the written file `from` to the current snapshot's name, durably.
+fn put_in_place(snapshot_dir: &Path, from: &Path) -> StoreResult<()> {
+    std::fs::rename(from, snapshot_dir.join(SNAPSHOT_FILE)).map_err(snapshot_err)?;
     if let Ok(dir) = std::fs::File::open(snapshot_dir) {
         dir.sync_all().map_err(snapshot_err)?;
     }
     Ok(())
+}
+
+/// The meta of the snapshot file at `path`, if there is one (its data is
+/// not decoded).
+fn read_snapshot_meta(path: &Path) -> StoreResult<Option<SnapshotMeta<NodeId, BasicNode>>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
+    };
+    // The file is a `SnapshotFile`, whose meta comes first.
+    let (meta, _) = postcard::take_from_bytes(&bytes)
+        .map_err(|e| StorageError::from(StorageIOError::read_snapshot(None, &e)))?;
+    Ok(Some(meta))
+}
+
+/// Finishes or undoes an install a crash interrupted. The received
+/// snapshot's file is fsynced before its state is imported (one durable
+/// transaction) and renamed into place after: a file left behind is the
+/// current snapshot if the state holds its log id, else its state was
+/// never imported (or the file is torn) and it goes.
+fn settle_install(snapshot_dir: &Path, applied: Applied) -> StoreResult<()> {
+    let installing = snapshot_dir.join(INSTALLING_FILE);
+    if !installing.exists() {
+        return Ok(());
+    }
+    let imported = match read_snapshot_meta(&installing) {
+        Ok(meta) => meta.is_some_and(|m| m.last_log_id == applied),
+        Err(_) => false,
+    };
+    if imported {
+        tracing::warn!(file = %installing.display(), "finishing a snapshot install a stop interrupted");
+        put_in_place(snapshot_dir, &installing)
+    } else {
+        tracing::warn!(file = %installing.display(), "removing a received snapshot whose install a stop interrupted before its state was imported");
+        std::fs::remove_file(&installing).map_err(snapshot_err)
+    }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -288,6 +360,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             store: self.store.clone(),
             snapshot_dir: self.snapshot_dir.clone(),
             build_seconds: self.stats.snapshot_build_seconds.clone(),
+            purge_bound: self.purge_bound.clone(),
         }
     }
 
@@ -301,8 +374,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
         let started = Instant::now();
-        let data = snapshot.into_inner();
-        self.store.import_snapshot(&data).map_err(sm_write_err)?;
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data: snapshot.into_inner(),
+        };
+        // The file first, then the state, then the file in place (see
+        // `settle_install` for a crash in between).
+        let installing = self.snapshot_dir.join(INSTALLING_FILE);
+        write_synced(&installing, &file)?;
+        self.store
+            .import_snapshot(&file.data)
+            .map_err(sm_write_err)?;
         let view = self.store.read().map_err(sm_read_err)?;
         let (applied, membership) = decode_meta(view.raft_meta())?;
         if applied != meta.last_log_id {
@@ -313,13 +395,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         self.last_applied = applied;
         self.membership = membership;
-        persist_snapshot(
-            &self.snapshot_dir,
-            &SnapshotFile {
-                meta: meta.clone(),
-                data,
-            },
-        )?;
+        put_in_place(&self.snapshot_dir, &installing)?;
+        self.purge_bound.raise(applied);
         self.applied_pk.send_replace(view.last_pk());
         self.applied_stamp_ms
             .fetch_max(view.stamp_ms(), Ordering::AcqRel);
@@ -341,5 +418,108 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: file.meta,
             snapshot: Box::new(Cursor::new(file.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(3, 1), index)
+    }
+
+    fn open(dir: &Path, purge_bound: PurgeBound) -> StateMachine {
+        let store = storage::Store::open(dir.join("state.redb")).expect("state file");
+        StateMachine::new(
+            Arc::new(Tracked::new(store)),
+            &dir.join("snapshots"),
+            purge_bound,
+        )
+        .expect("state machine")
+    }
+
+    /// A state machine in `dir` with entries 1..=`applied` applied and a
+    /// snapshot built there.
+    async fn snapshotted(dir: &Path, applied: u64) -> Snapshot<TypeConfig> {
+        let mut sm = open(dir, PurgeBound::default());
+        let entries = (1..=applied).map(|index| Entry {
+            log_id: log_id(index),
+            payload: EntryPayload::Blank,
+        });
+        sm.apply(entries).await.expect("apply");
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build")
+    }
+
+    /// The state machine in `dir` at 10, and a leader's snapshot at 30
+    /// left as an install stops: its file written under the installing
+    /// name, its state imported if `imported`.
+    async fn stopped_install(dir: &Path, imported: bool) {
+        snapshotted(dir, 10).await;
+        let leader = tempfile::tempdir().expect("temp dir");
+        let snapshot = snapshotted(leader.path(), 30).await;
+        let file = SnapshotFile {
+            meta: snapshot.meta,
+            data: snapshot.snapshot.into_inner(),
+        };
+        write_synced(&dir.join("snapshots").join(INSTALLING_FILE), &file).expect("write");
+        if imported {
+            let store = storage::Store::open(dir.join("state.redb")).expect("state file");
+            store.import_snapshot(&file.data).expect("import");
+        }
+    }
+
+    fn snapshot_on_disk(dir: &Path) -> Option<LogId<NodeId>> {
+        read_snapshot_meta(&dir.join("snapshots").join(SNAPSHOT_FILE))
+            .expect("read")
+            .and_then(|meta| meta.last_log_id)
+    }
+
+    #[tokio::test]
+    async fn an_install_stopped_after_its_import_is_finished_at_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        stopped_install(dir.path(), true).await;
+        let bound = PurgeBound::default();
+        let mut sm = open(dir.path(), bound.clone());
+        assert_eq!(snapshot_on_disk(dir.path()), Some(log_id(30)));
+        assert!(!dir.path().join("snapshots").join(INSTALLING_FILE).exists());
+        assert_eq!(bound.get(), Some(log_id(30)));
+        assert_eq!(
+            sm.applied_state().await.expect("applied").0,
+            Some(log_id(30))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_install_stopped_before_its_import_is_undone_at_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        stopped_install(dir.path(), false).await;
+        let bound = PurgeBound::default();
+        let mut sm = open(dir.path(), bound.clone());
+        assert_eq!(snapshot_on_disk(dir.path()), Some(log_id(10)));
+        assert!(!dir.path().join("snapshots").join(INSTALLING_FILE).exists());
+        assert_eq!(bound.get(), Some(log_id(10)));
+        assert_eq!(
+            sm.applied_state().await.expect("applied").0,
+            Some(log_id(10))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_torn_installing_file_is_removed_at_start() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        stopped_install(dir.path(), false).await;
+        let installing = dir.path().join("snapshots").join(INSTALLING_FILE);
+        let bytes = std::fs::read(&installing).expect("read");
+        std::fs::write(&installing, &bytes[..bytes.len() / 3]).expect("tear");
+        drop(open(dir.path(), PurgeBound::default()));
+        assert!(!installing.exists());
+        assert_eq!(snapshot_on_disk(dir.path()), Some(log_id(10)));
     }
 }
