@@ -63,10 +63,59 @@ async fn call(client: &Client, request: OperatorRequest) -> Result<OperatorRespo
         .with_context(|| format!("{request:?}"))
 }
 
+/// Most times [`read_state`] reads everything again because the journal
+/// moved while it read.
+const STATE_READS_MAX: u32 = 5;
+
 /// Reads every deployment, journal entry, sentinel and policy, and the
-/// latest rollout, page by page.
+/// latest rollout, page by page, as one state: the journal first and its
+/// tail once more at the end, again if anything was journaled in between
+/// (a timer of the workflow may fire while the checks read).
 pub(crate) async fn read_state(client: &Client) -> Result<State> {
+    for _ in 1..STATE_READS_MAX {
+        let state = read_once(client).await?;
+        let last_seq = state.journal.last().map_or(0, |e| e.seq);
+        if journal_after(client, last_seq, 1).await?.0.is_empty() {
+            return Ok(state);
+        }
+    }
+    read_once(client).await
+}
+
+/// The journal entries after `after`, at most `limit`, and where the next
+/// page starts.
+async fn journal_after(
+    client: &Client,
+    after: u64,
+    limit: u32,
+) -> Result<(Vec<JournalEntry>, Option<u64>)> {
+    let request = OperatorRequest::History {
+        environment_id: None,
+        deployment_id: None,
+        after,
+        limit,
+    };
+    let OperatorResponse::History {
+        entries,
+        next_after,
+    } = call(client, request).await?
+    else {
+        bail!("unexpected answer to a journal read");
+    };
+    Ok((entries, next_after))
+}
+
+async fn read_once(client: &Client) -> Result<State> {
     let mut state = State::default();
+    let mut after = 0;
+    loop {
+        let (entries, next_after) = journal_after(client, after, LIST_PAGE_MAX).await?;
+        state.journal.extend(entries);
+        match next_after {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
     let mut after = None;
     loop {
         let request = OperatorRequest::ListDeployments {
@@ -80,27 +129,6 @@ pub(crate) async fn read_state(client: &Client) -> Result<State> {
         state.deployments.extend(items);
         match next_after {
             Some(next) => after = Some(next),
-            None => break,
-        }
-    }
-    let mut after = 0;
-    loop {
-        let request = OperatorRequest::History {
-            environment_id: None,
-            deployment_id: None,
-            after,
-            limit: LIST_PAGE_MAX,
-        };
-        let OperatorResponse::History {
-            entries,
-            next_after,
-        } = call(client, request).await?
-        else {
-            bail!("unexpected answer to a journal read");
-        };
-        state.journal.extend(entries);
-        match next_after {
-            Some(next) => after = next,
             None => break,
         }
     }
