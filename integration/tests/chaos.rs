@@ -35,9 +35,16 @@ const FIXED_SEED: u64 = 1;
 ///
 /// - 20261124 (30 min): a krane restarted after SIGKILL served
 ///   `krane_cursor_pk 0` until its watch resumed (fixed: the stored cursor
-///   is published first); a node panicked in openraft ("follower log
+///   is published first). Nodes panicked in openraft ("follower log
 ///   reversion is not allowed", "assertion failed: Some(log_id) <=
-///   self.committed()") and an acknowledged create was lost (open).
+///   self.committed()") and an acknowledged create was lost (fixed: a
+///   restarted node reads its vote back uncommitted, `raft::log_store`;
+///   an RPC openraft drops leaves no answer on the kept Raft stream,
+///   `raft::network`). A node killed while installing a received snapshot
+///   panicked at every start ("purge_upto <= snapshot_last_log_id"; fixed:
+///   the log is never purged past the snapshot on disk,
+///   `raft::purge_bound`, `node/tests/snapshot_install_crash.rs`).
+/// - 7 (6 min): met both openraft panics in every run before their fixes.
 const REGRESSIONS: &[(u64, u64)] = &[(12_738_713_515_701_106_041, SECONDS)];
 
 /// Runs `chaos --seed SEED --seconds SECONDS`; its output, or a panic

@@ -11,6 +11,10 @@
 //! memory until committed) and the writer calls openraft's flush callback
 //! after the fsync; whatever queued up meanwhile is committed together.
 //!
+//! A purge goes no further than the snapshot on disk ([`PurgeBound`]):
+//! each commit carries whatever part of the purges asked for that snapshot
+//! covers, and appends wait while a purge is held back.
+//!
 //! # Format
 //!
 //! Entries (openraft's `Entry` of `storage::Command`), the vote and the log
@@ -27,7 +31,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
@@ -116,8 +120,6 @@ pub enum LogStoreError {
 pub struct LogStore {
     shared: Arc<Shared>,
     writer: std::sync::mpsc::Sender<Op>,
-    /// How far a purge may go: the durable snapshot's log id.
-    purge_bound: PurgeBound,
 }
 
 struct Shared {
@@ -135,6 +137,11 @@ struct Shared {
     committed_index: Arc<AtomicU64>,
     /// Each commit's time and size, for metrics.
     stats: LogStats,
+    /// The purges openraft asked for and the snapshot on disk, which
+    /// bounds them.
+    purge_bound: PurgeBound,
+    /// The last purged log id written (the writer's alone).
+    purged: Mutex<Option<LogId<NodeId>>>,
 }
 
 /// One write, queued for the writer thread in openraft's order.
@@ -152,17 +159,22 @@ enum Op {
         from: u64,
         done: oneshot::Sender<Result<(), String>>,
     },
+    /// A commit of whatever purge [`PurgeBound::allowed`] allows (every
+    /// commit carries it; this one is for `purge` to wait on).
     Purge {
-        upto: u64,
-        bytes: Vec<u8>,
         done: oneshot::Sender<Result<(), String>>,
     },
 }
 
+/// Longest the writer holds appends back while a purge openraft asked
+/// for waits for the snapshot that covers it (a received snapshot being
+/// installed); past it the appends fail and the node stops.
+pub const HELD_BACK_PURGE_WAIT_MS: u64 = 120_000;
+
 impl LogStore {
     /// Opens (or creates) the log file at `path`; a file of another
-    /// [`LOG_SCHEMA_VERSION`] is refused. Purges go no further than
-    /// `purge_bound`, which the state machine raises.
+    /// [`LOG_SCHEMA_VERSION`] is refused. Purges go no further than the
+    /// snapshot `purge_bound` holds, which the state machine raises.
     pub fn open(path: &Path, purge_bound: PurgeBound) -> Result<Self, LogStoreError> {
         let db = Database::create(path).map_err(redb::Error::from)?;
         let found = init_schema(&db)?;
@@ -172,12 +184,15 @@ impl LogStore {
                 expected: LOG_SCHEMA_VERSION,
             });
         }
+        let purged = last_purged(&db)?;
         let shared = Arc::new(Shared {
             db: Tracked::new(db),
             unflushed: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(None),
             committed_index: Arc::new(AtomicU64::new(0)),
             stats: LogStats::default(),
+            purge_bound,
+            purged: Mutex::new(purged),
         });
         let (writer, queue) = std::sync::mpsc::channel();
         let for_writer = shared.clone();
@@ -185,11 +200,7 @@ impl LogStore {
             .name("raft-log-writer".into())
             .spawn(move || write_loop(&for_writer, &queue))
             .map_err(LogStoreError::Thread)?;
-        Ok(LogStore {
-            shared,
-            writer,
-            purge_bound,
-        })
+        Ok(LogStore { shared, writer })
     }
 
     /// Resolves once the log's database is closed: every clone dropped and
@@ -313,7 +324,20 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
             }
         }
         let started = Instant::now();
-        let result = commit_ops(shared, &ops).map_err(|e| e.to_string());
+        // Appends lie past every purge asked for: none is written while
+        // one is held back, or a crash would leave a hole in the log.
+        let appends = ops.iter().any(|op| matches!(op, Op::Append { .. }));
+        let covered = if appends {
+            shared
+                .purge_bound
+                .wait_covered(Duration::from_millis(HELD_BACK_PURGE_WAIT_MS))
+        } else {
+            Ok(())
+        };
+        let result = match covered {
+            Ok(()) => commit_ops(shared, &ops).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         let entries = ops
             .iter()
             .map(|op| match op {
@@ -348,9 +372,22 @@ fn write_loop(shared: &Shared, queue: &std::sync::mpsc::Receiver<Op>) {
 
 fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
     let txn = shared.db.begin_write()?;
+    let mut purged = lock(&shared.purged);
+    let purge = shared
+        .purge_bound
+        .allowed()
+        .filter(|upto| Some(*upto) > *purged);
     {
         let mut log = txn.open_table(LOG)?;
         let mut meta = txn.open_table(META)?;
+        // Whatever purge is allowed now (see `PurgeBound`): the purge point
+        // is persisted in the same transaction that removes the entries.
+        if let Some(upto) = purge {
+            let bytes = postcard::to_allocvec(&upto)
+                .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+            meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
+            log.retain_in(..=upto.index, |_, _| false)?;
+        }
         for op in ops {
             match op {
                 Op::Append { entries, .. } => {
@@ -364,17 +401,7 @@ fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
                 Op::Truncate { from, .. } => {
                     log.retain_in(*from.., |_, _| false)?;
                 }
-                // The purge point is persisted in the same transaction that
-                // removes the entries, and never goes back.
-                Op::Purge { upto, bytes, .. } => {
-                    let purged = meta
-                        .get(KEY_LAST_PURGED)?
-                        .and_then(|v| postcard::from_bytes::<LogId<NodeId>>(v.value()).ok());
-                    if purged.is_none_or(|purged| purged.index < *upto) {
-                        meta.insert(KEY_LAST_PURGED, bytes.as_slice())?;
-                        log.retain_in(..=*upto, |_, _| false)?;
-                    }
-                }
+                Op::Purge { .. } => {}
             }
         }
         // The committed log id rides along once its entry is in the log,
@@ -391,7 +418,22 @@ fn commit_ops(shared: &Shared, ops: &[Op]) -> Result<(), redb::Error> {
         }
     }
     txn.commit()?;
+    if purge.is_some() {
+        *purged = purge;
+    }
     Ok(())
+}
+
+/// The last purged log id stored in `db`.
+fn last_purged(db: &Database) -> Result<Option<LogId<NodeId>>, redb::Error> {
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    let Some(bytes) = meta.get(KEY_LAST_PURGED)? else {
+        return Ok(None);
+    };
+    postcard::from_bytes::<LogId<NodeId>>(bytes.value())
+        .map(Some)
+        .map_err(|e| redb::Error::Io(std::io::Error::other(e)))
 }
 
 /// Locks `mutex`; every update under these locks is one whole assignment,
@@ -539,20 +581,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         .await
     }
 
-    /// Purges up to `log_id`, but never past the durable snapshot (see
-    /// [`PurgeBound`]): openraft asks to purge what a received snapshot
-    /// covers before the state machine has installed it.
+    /// Purges up to `log_id` as far as the snapshot on disk allows now;
+    /// the rest goes with the first commit after the state machine has
+    /// made a snapshot covering it durable (see [`PurgeBound`]: openraft
+    /// asks to purge what a received snapshot covers before the state
+    /// machine has installed it).
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
-        let Some(upto) = self.purge_bound.clamp(log_id) else {
-            return Ok(());
-        };
-        let bytes = encode(&upto)?;
-        self.write_and_wait(|done| Op::Purge {
-            upto: upto.index,
-            bytes,
-            done,
-        })
-        .await
+        self.shared.purge_bound.request(log_id);
+        self.write_and_wait(|done| Op::Purge { done }).await
     }
 }
 
@@ -883,7 +919,8 @@ mod tests {
 
     /// openraft asks to purge what a received snapshot covers before the
     /// state machine has installed it: the log keeps every entry no
-    /// durable snapshot covers, and its purge point never goes back.
+    /// durable snapshot covers, the first commit after one does purges the
+    /// rest, and the purge point never goes back.
     #[tokio::test]
     async fn a_purge_goes_no_further_than_the_durable_snapshot() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -907,12 +944,57 @@ mod tests {
         assert_eq!(kept, (11..=20).collect::<Vec<_>>());
 
         bound.raise(Some(log_id(18)));
-        store.purge(log_id(15)).await.expect("purge");
+        store.save_vote(&Vote::new(8, 2)).await.expect("any commit");
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(purged(state), Some(log_id(15)), "the rest, once covered");
         store.purge(log_id(12)).await.expect("an older purge");
         close(store).await;
         let mut store = LogStore::open(&path, PurgeBound::default()).expect("reopen");
         let state = store.get_log_state().await.expect("state");
         assert_eq!(purged(state), Some(log_id(15)), "durable, and never back");
+        close(store).await;
+    }
+
+    /// Entries appended after a purge lie past it; written while the purge
+    /// is held back they would leave a hole where the install truncated
+    /// the log. They wait, and go in the commit that purges up to them.
+    #[tokio::test]
+    async fn appends_wait_while_a_purge_is_held_back() {
+        use openraft::storage::RaftLogStorageExt;
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("raft-log.redb");
+        close(open(&path).expect("create")).await;
+        write_entries(&path, 1..=20);
+        let bound = PurgeBound::default();
+        bound.raise(Some(log_id(10)));
+        let mut store = LogStore::open(&path, bound.clone()).expect("open");
+        // As openraft installs a conflicting snapshot at 30: truncate the
+        // uncommitted tail, purge what the snapshot covers.
+        store.truncate(log_id(15)).await.expect("truncate");
+        store.purge(log_id(30)).await.expect("purge");
+
+        let mut appender = store.clone();
+        let entries = [31, 32].map(|index| Entry {
+            log_id: log_id(index),
+            payload: EntryPayload::Blank,
+        });
+        let mut append = Box::pin(appender.blocking_append(entries));
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), &mut append).await;
+        assert!(waited.is_err(), "an append past a held-back purge waits");
+        bound.raise(Some(log_id(30)));
+        tokio::time::timeout(std::time::Duration::from_secs(10), append)
+            .await
+            .expect("the append ends once the snapshot covers the purge")
+            .expect("append");
+
+        let state = store.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(log_id(30)));
+        assert_eq!(state.last_log_id, Some(log_id(32)));
+        let kept = store.try_get_log_entries(1..=40).await.expect("read");
+        let kept: Vec<u64> = kept.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(kept, vec![31, 32], "no hole: nothing below the purge point");
+        drop(appender);
         close(store).await;
     }
 

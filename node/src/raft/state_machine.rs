@@ -489,7 +489,7 @@ mod tests {
         let mut sm = open(dir.path(), bound.clone());
         assert_eq!(snapshot_on_disk(dir.path()), Some(log_id(30)));
         assert!(!dir.path().join("snapshots").join(INSTALLING_FILE).exists());
-        assert_eq!(bound.get(), Some(log_id(30)));
+        assert_eq!(bound.snapshot(), Some(log_id(30)));
         assert_eq!(
             sm.applied_state().await.expect("applied").0,
             Some(log_id(30))
@@ -504,7 +504,7 @@ mod tests {
         let mut sm = open(dir.path(), bound.clone());
         assert_eq!(snapshot_on_disk(dir.path()), Some(log_id(10)));
         assert!(!dir.path().join("snapshots").join(INSTALLING_FILE).exists());
-        assert_eq!(bound.get(), Some(log_id(10)));
+        assert_eq!(bound.snapshot(), Some(log_id(10)));
         assert_eq!(
             sm.applied_state().await.expect("applied").0,
             Some(log_id(10))
