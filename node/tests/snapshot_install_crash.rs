@@ -44,6 +44,15 @@ fn open_state_machine(dir: &Path, purge_bound: PurgeBound) -> StateMachine {
     .expect("state machine")
 }
 
+/// The state machine and the log of the node in `dir`, sharing their
+/// purge bound as `ctrl serve` has them.
+fn open_node(dir: &Path) -> (StateMachine, LogStore) {
+    let purge_bound = PurgeBound::default();
+    let sm = open_state_machine(dir, purge_bound.clone());
+    let log = LogStore::open(&dir.join("raft-log.redb"), purge_bound).expect("open the log");
+    (sm, log)
+}
+
 /// Drops `log` and waits until its file is closed.
 async fn close(log: LogStore) {
     let closed = log.closed();
@@ -94,9 +103,7 @@ async fn restart(
     RaftState<NodeId, openraft::BasicNode, TokioInstant>,
     LogState<TypeConfig>,
 ) {
-    let purge_bound = PurgeBound::default();
-    let mut sm = open_state_machine(dir, purge_bound.clone());
-    let mut log = LogStore::open(&dir.join("raft-log.redb"), purge_bound).expect("reopen the log");
+    let (mut sm, mut log) = open_node(dir);
     let state = openraft::storage::StorageHelper::new(&mut log, &mut sm)
         .get_initial_state()
         .await
@@ -115,9 +122,7 @@ async fn restart(
 async fn a_stop_between_the_purge_and_the_install_keeps_the_log() {
     let dir = tempfile::tempdir().expect("temp dir");
     node_dir(dir.path(), 20, 10).await;
-    let purge_bound = PurgeBound::default();
-    let sm = open_state_machine(dir.path(), purge_bound.clone());
-    let mut log = LogStore::open(&dir.path().join("raft-log.redb"), purge_bound).expect("log");
+    let (sm, mut log) = open_node(dir.path());
     log.purge(log_id(30)).await.expect("purge");
     close(log).await;
     drop(sm);
@@ -143,9 +148,7 @@ async fn an_install_done_lets_the_log_be_purged_up_to_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     node_dir(dir.path(), 20, 10).await;
     let (_leader, snapshot) = leader_snapshot(30).await;
-    let purge_bound = PurgeBound::default();
-    let mut sm = open_state_machine(dir.path(), purge_bound.clone());
-    let mut log = LogStore::open(&dir.path().join("raft-log.redb"), purge_bound).expect("log");
+    let (mut sm, mut log) = open_node(dir.path());
     sm.install_snapshot(&snapshot.meta, snapshot.snapshot)
         .await
         .expect("install");
@@ -173,9 +176,7 @@ async fn entries_after_a_conflicting_install_leave_no_hole() {
     let dir = tempfile::tempdir().expect("temp dir");
     node_dir(dir.path(), 20, 10).await;
     let (_leader, snapshot) = leader_snapshot(30).await;
-    let purge_bound = PurgeBound::default();
-    let mut sm = open_state_machine(dir.path(), purge_bound.clone());
-    let mut log = LogStore::open(&dir.path().join("raft-log.redb"), purge_bound).expect("log");
+    let (mut sm, mut log) = open_node(dir.path());
     log.truncate(log_id(15))
         .await
         .expect("truncate the conflicting tail");
