@@ -150,13 +150,44 @@ pub enum TransportError {
     /// A stream was used after it was closed.
     #[error("stream: {0}")]
     ClosedStream(#[from] quinn::ClosedStream),
-    /// Framing (encode, limit, decode, I/O) failed.
+    /// Framing (encode, limit, decode, I/O) failed. A read or write that
+    /// failed because the connection was lost converts to
+    /// [`TransportError::Connection`] instead (see the `From` impl).
     #[error(transparent)]
-    Frame(#[from] FrameError),
+    Frame(FrameError),
     /// The stream's hello was refused (wrong magic, version or protocol), or
     /// the peer answered with an error of its own.
     #[error("refused: {0}")]
     Refused(WireError),
+}
+
+impl From<FrameError> for TransportError {
+    /// A read or write that failed because the connection was lost is told
+    /// as the connection's own error, which names why (the peer's close
+    /// reason: a refused certificate, say); its `io::Error` says only
+    /// "connection lost". Every other framing error stays as it is.
+    fn from(e: FrameError) -> Self {
+        if let FrameError::Io(io) = &e
+            && let Some(lost) = io.get_ref().and_then(connection_lost)
+        {
+            return TransportError::Connection(lost);
+        }
+        TransportError::Frame(e)
+    }
+}
+
+/// The connection error behind a stream's read or write error, if the
+/// connection was lost.
+fn connection_lost(
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) -> Option<quinn::ConnectionError> {
+    if let Some(quinn::ReadError::ConnectionLost(c)) = e.downcast_ref::<quinn::ReadError>() {
+        return Some(c.clone());
+    }
+    match e.downcast_ref::<quinn::WriteError>() {
+        Some(quinn::WriteError::ConnectionLost(c)) => Some(c.clone()),
+        _ => None,
+    }
 }
 
 fn connect_message(failures: &[ConnectFailure]) -> String {
@@ -201,5 +232,36 @@ impl TransportError {
             | TransportError::ClosedStream(_) => ErrorCode::Unavailable,
         };
         WireError::new(code, self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod lost_connection_tests {
+    use super::*;
+
+    /// A stream read that failed because the peer closed the connection
+    /// (refusing our certificate, say) names the close, not only "connection
+    /// lost"; a reset stays a framing error with its code.
+    #[test]
+    fn a_lost_connection_is_told_by_its_reason() {
+        let closed = quinn::ConnectionError::TimedOut;
+        let read = std::io::Error::from(quinn::ReadError::ConnectionLost(closed.clone()));
+        let error = TransportError::from(FrameError::Io(read));
+        assert!(
+            matches!(&error, TransportError::Connection(c) if *c == closed),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("timed out"), "{error}");
+
+        let write = std::io::Error::from(quinn::WriteError::ConnectionLost(closed.clone()));
+        let error = TransportError::from(FrameError::Io(write));
+        assert!(
+            matches!(&error, TransportError::Connection(c) if *c == closed),
+            "{error:?}"
+        );
+
+        let reset = quinn::ReadError::Reset(quinn::VarInt::from_u32(7));
+        let error = TransportError::from(FrameError::Io(std::io::Error::from(reset)));
+        assert_eq!(error.reset_code(), Some(7));
     }
 }

@@ -274,7 +274,7 @@ fn interrupted() -> WireError {
 }
 
 fn io_error(e: quinn::WriteError) -> TransportError {
-    TransportError::Frame(wire::frame::FrameError::Io(e.into()))
+    wire::frame::FrameError::Io(e.into()).into()
 }
 
 /// A stream whose hello was refused: the stream, for answering with the
