@@ -48,7 +48,11 @@ const FIXED_SEED: u64 = 1;
 ///   a held-back purge goes with the first commit it is allowed in, and
 ///   appends wait for it). A third run ended with a leader elected just as
 ///   the faults stopped that committed nothing more: workflows stayed open
-///   past their deadlines and an operator write got no answer (open).
+///   past their deadlines and an operator write got no answer (fixed: the
+///   node's two batch slots were held by batches it proposed while
+///   leading an earlier term, which reached it inside a snapshot and so
+///   were never answered; a batch now frees its slot once this node stops
+///   leading its term, `replica::write::batch`).
 /// - 7 (6 min): met both openraft panics in every run before their fixes.
 const REGRESSIONS: &[(u64, u64)] = &[(12_738_713_515_701_106_041, SECONDS)];
 

@@ -14,10 +14,23 @@
 //! exactly the outcomes of its own mutations, in order. The batch's
 //! `now_ms` is taken when it is proposed, on the node proposing it.
 //!
+//! A batch holds its slot until Raft answers it, or until this node stops
+//! leading the term it was proposed in, whichever comes first. Raft keeps
+//! a deposed leader's unanswered entries and answers them when they are
+//! applied or truncated, but an entry that reaches this node inside a
+//! snapshot is neither, and is never answered: held until then, two such
+//! batches would stop every write of this node for good, even after it
+//! leads again. A deposed batch still waits [`DEPOSED_ANSWER_WAIT_MS`] for
+//! its answer; then its writers are told its outcome is unknown.
+//!
 //! Which writes go together and how outcomes are split back are plain
-//! functions (`Gather`, [`split_outcomes`]), tested without Raft.
+//! functions (`Gather`, [`split_outcomes`]), tested without Raft; the
+//! slots are tested against a stand-in [`Log`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::BasicNode;
 use openraft::error::{ClientWriteError, RaftError};
@@ -40,6 +53,53 @@ pub const FRAME_SHARE_DIVISOR: usize = 4;
 pub const BATCHES_IN_FLIGHT_MAX: usize = 2;
 /// Writes waiting for a batch, at most; further writers wait for room.
 pub const QUEUE_DEPTH: usize = 8_192;
+/// How long a batch still waits for its answer once this node stopped
+/// leading the term it was proposed in (its slot already freed): longer
+/// than any writer waits (`request_timeout_ms`), so an answer that comes
+/// is not lost to a writer still waiting, and bounded, so a batch that is
+/// never answered is let go.
+pub const DEPOSED_ANSWER_WAIT_MS: u64 = 30_000;
+
+/// What a batch is proposed to: this node's Raft, or a stand-in in tests.
+pub trait Log: Clone + Send + Sync + 'static {
+    /// Proposes `command`; its log index and outcomes once it is applied.
+    fn write(
+        &self,
+        command: Command,
+    ) -> impl Future<Output = Result<(u64, Vec<MutationResult>), WriteError>> + Send;
+
+    /// Resolves once this node no longer leads the term it leads now (at
+    /// once if it leads none). The term is taken when this is called.
+    fn deposed(&self) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+impl Log for Raft {
+    async fn write(&self, command: Command) -> Result<(u64, Vec<MutationResult>), WriteError> {
+        let response = self.client_write(command).await?;
+        Ok((response.log_id.index, response.data.outcomes))
+    }
+
+    fn deposed(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut metrics = self.metrics();
+        let (id, term) = {
+            let m = metrics.borrow_and_update();
+            (m.id, m.current_term)
+        };
+        Box::pin(async move {
+            loop {
+                {
+                    let m = metrics.borrow_and_update();
+                    if m.current_leader != Some(id) || m.current_term != term {
+                        return;
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+}
 
 /// What Raft said about a batch, as each of its writers receives it.
 pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
@@ -53,6 +113,13 @@ pub enum BatchError {
     /// The batcher stopped (the node is shutting down).
     #[error("the node is shutting down")]
     Closed,
+    /// This node stopped leading before its batch was answered, and no
+    /// answer came within [`DEPOSED_ANSWER_WAIT_MS`]: the write may or may
+    /// not have been committed.
+    #[error(
+        "this node stopped leading before the write was answered; it may or may not have been committed"
+    )]
+    Unanswered,
     /// Apply answers every mutation; anything else is a bug, and no writer
     /// may be handed another's outcome.
     #[error("the batch's outcomes do not match its mutations")]
@@ -73,11 +140,12 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the batching task for `raft`, stamping batches with `clock`;
-    /// batches hold at most `bytes_max` encoded bytes of mutations.
-    pub fn start(raft: Raft, clock: Arc<dyn Clock>, bytes_max: usize) -> Batcher {
+    /// Starts the batching task for `log` (this node's Raft), stamping
+    /// batches with `clock`; batches hold at most `bytes_max` encoded
+    /// bytes of mutations.
+    pub fn start(log: impl Log, clock: Arc<dyn Clock>, bytes_max: usize) -> Batcher {
         let (queue, receiver) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(run(raft, clock, bytes_max, receiver));
+        tokio::spawn(run(log, clock, bytes_max, receiver));
         Batcher { queue }
     }
 
@@ -106,7 +174,7 @@ pub fn batch_bytes_max(frame_bytes_max: usize) -> usize {
 }
 
 async fn run(
-    raft: Raft,
+    log: impl Log,
     clock: Arc<dyn Clock>,
     bytes_max: usize,
     mut receiver: mpsc::Receiver<Pending>,
@@ -134,21 +202,20 @@ async fn run(
             }
         }
         let batch = gather.finish();
-        let raft = raft.clone();
+        let log = log.clone();
         let now_ms = clock.now_ms();
         tokio::spawn(async move {
             let (mutations, writers) = batch;
             let sizes: Vec<usize> = writers.iter().map(|(n, _)| *n).collect();
-            let result = raft.client_write(Command { now_ms, mutations }).await;
-            drop(slot);
+            let result = answer(&log, Command { now_ms, mutations }, slot).await;
             let parts = match result {
-                Ok(response) => split_outcomes(&sizes, response.data.outcomes)
-                    .map(|parts| (response.log_id.index, parts))
+                Ok((log_index, outcomes)) => split_outcomes(&sizes, outcomes)
+                    .map(|parts| (log_index, parts))
                     .ok_or_else(|| {
                         warn!("a batch's outcomes do not match its mutations");
                         BatchError::Mismatch
                     }),
-                Err(error) => Err(BatchError::Raft(Box::new(error))),
+                Err(error) => Err(error),
             };
             match parts {
                 Ok((log_index, parts)) => {
@@ -167,6 +234,40 @@ async fn run(
             }
         });
     }
+}
+
+/// Proposes `command` to `log` and waits for its answer, holding `slot`
+/// until the answer comes or this node stops leading the term it was
+/// proposed in; after that, waits at most [`DEPOSED_ANSWER_WAIT_MS`] more.
+async fn answer(
+    log: &impl Log,
+    command: Command,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> Result<(u64, Vec<MutationResult>), BatchError> {
+    // Taken before the proposal, so the term is the one it is made in.
+    let deposed = log.deposed();
+    let write = log.write(command);
+    tokio::pin!(write);
+    let result = tokio::select! {
+        biased;
+        result = &mut write => result,
+        () = deposed => {
+            drop(slot);
+            let wait = Duration::from_millis(DEPOSED_ANSWER_WAIT_MS);
+            match tokio::time::timeout(wait, write).await {
+                Ok(result) => result,
+                Err(_) => {
+                    warn!(
+                        wait_ms = DEPOSED_ANSWER_WAIT_MS,
+                        "a batch proposed before this node stopped leading was never answered; \
+                         its writers are told its outcome is unknown"
+                    );
+                    return Err(BatchError::Unanswered);
+                }
+            }
+        }
+    };
+    result.map_err(|error| BatchError::Raft(Box::new(error)))
 }
 
 type Reply = oneshot::Sender<Result<Committed, BatchError>>;
@@ -299,6 +400,110 @@ mod tests {
     fn the_byte_limit_follows_a_small_frame_limit() {
         assert_eq!(batch_bytes_max(1 << 20), BATCH_BYTES_MAX);
         assert_eq!(batch_bytes_max(8192), 2048);
+    }
+
+    /// A stand-in for Raft: the first `hang` writes are never answered
+    /// (as an entry that reached this node inside a snapshot); the others
+    /// are answered at once. `term` is the term this node leads.
+    #[derive(Clone)]
+    struct StuckLog {
+        hang: Arc<std::sync::atomic::AtomicUsize>,
+        proposed: Arc<std::sync::atomic::AtomicUsize>,
+        term: tokio::sync::watch::Sender<u64>,
+    }
+
+    impl StuckLog {
+        fn new(hang: usize) -> StuckLog {
+            StuckLog {
+                hang: Arc::new(hang.into()),
+                proposed: Arc::new(0.into()),
+                term: tokio::sync::watch::Sender::new(1),
+            }
+        }
+    }
+
+    impl Log for StuckLog {
+        async fn write(&self, command: Command) -> Result<(u64, Vec<MutationResult>), WriteError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let index = self.proposed.fetch_add(1, SeqCst) as u64 + 1;
+            if self
+                .hang
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                std::future::pending::<()>().await;
+            }
+            Ok((
+                index,
+                command.mutations.iter().map(|_| outcome(index)).collect(),
+            ))
+        }
+
+        fn deposed(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+            let mut term = self.term.subscribe();
+            Box::pin(async move {
+                let _ = term.changed().await;
+            })
+        }
+    }
+
+    struct FixedClock;
+
+    impl Clock for FixedClock {
+        fn now_ms(&self) -> u64 {
+            1
+        }
+
+        fn random_u64(&self) -> u64 {
+            4
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_never_answered_hold_their_slots_only_while_this_node_leads() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let log = StuckLog::new(BATCHES_IN_FLIGHT_MAX);
+        let batcher = Batcher::start(log.clone(), Arc::new(FixedClock), BATCH_BYTES_MAX);
+        let write = |batcher: &Batcher| {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { batcher.write(pending(1, 1).mutations).await })
+        };
+        // One write per batch: each is proposed before the next is sent.
+        let mut stuck = Vec::new();
+        for proposed in 1..=BATCHES_IN_FLIGHT_MAX {
+            stuck.push(write(&batcher));
+            while log.proposed.load(SeqCst) < proposed {
+                tokio::task::yield_now().await;
+            }
+        }
+
+        // Every slot is held: a further write waits (however long) while
+        // this node still leads the term the stuck batches were made in.
+        let mut next = write(&batcher);
+        let waited = tokio::time::timeout(Duration::from_secs(600), &mut next).await;
+        assert!(waited.is_err(), "a write went through with every slot held");
+        assert_eq!(log.proposed.load(SeqCst), BATCHES_IN_FLIGHT_MAX);
+
+        // A new term (this node deposed, or leading again later): the
+        // slots are freed and the waiting write is proposed and answered.
+        log.term.send_modify(|term| *term += 1);
+        let committed = tokio::time::timeout(Duration::from_secs(60), next)
+            .await
+            .expect("the waiting write is proposed once the slots are freed")
+            .unwrap()
+            .expect("answered once the slots are freed");
+        assert_eq!(committed.log_index, BATCHES_IN_FLIGHT_MAX as u64 + 1);
+
+        // The stuck batches' writers are told, in time, that their outcome
+        // is unknown.
+        for stuck in stuck {
+            let answer =
+                tokio::time::timeout(Duration::from_millis(DEPOSED_ANSWER_WAIT_MS + 1_000), stuck)
+                    .await
+                    .expect("a stuck batch is let go")
+                    .unwrap();
+            assert!(matches!(answer, Err(BatchError::Unanswered)), "{answer:?}");
+        }
     }
 
     #[test]
