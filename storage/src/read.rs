@@ -525,6 +525,20 @@ impl ReadView {
         )
     }
 
+    /// The sentinel of `environment_id` in `region`, if it has one (one
+    /// per environment per region). `likely_id` is the id it most likely
+    /// has (the one deploys and applies give it): looked up first, so
+    /// finding it costs one read whatever the region holds; only when it
+    /// is not there are the region's sentinels scanned.
+    pub fn environment_sentinel(
+        &self,
+        environment_id: &str,
+        region: &str,
+        likely_id: &str,
+    ) -> Result<Option<Sentinel>> {
+        find_environment_sentinel(&self.sentinels, environment_id, region, likely_id)
+    }
+
     /// Cilium policies of every region in (region, id) order, after
     /// `after` (exclusive), at most `limit`.
     pub fn list_policies(
@@ -831,6 +845,37 @@ pub(crate) fn load_raw(
 
 /// Up to `limit` rows of one region of a `(region, id)` table, ids from
 /// `start` on, ascending.
+/// The sentinel of `environment_id` in `region` in `table`: the one at
+/// `likely_id` if it is the environment's, else the first of the region's
+/// that is (see [`ReadView::environment_sentinel`]).
+pub(crate) fn find_environment_sentinel(
+    table: &impl ReadableTable<RegionKey, Bytes>,
+    environment_id: &str,
+    region: &str,
+    likely_id: &str,
+) -> Result<Option<Sentinel>> {
+    if let Some(sentinel) =
+        load::<RegionKey, Sentinel>(table, name::SENTINELS, (region, likely_id))?
+        && sentinel.environment_id == environment_id
+    {
+        return Ok(Some(sentinel));
+    }
+    let range = table
+        .range::<(&str, &str)>((region, "")..)
+        .ctx_table(OP, name::SENTINELS)?;
+    for entry in range {
+        let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
+        if key.value().0 != region {
+            break;
+        }
+        let sentinel: Sentinel = decode(name::SENTINELS, &key.value(), value.value())?;
+        if sentinel.environment_id == environment_id {
+            return Ok(Some(sentinel));
+        }
+    }
+    Ok(None)
+}
+
 pub(crate) fn scan_region<T: DeserializeOwned>(
     table: &impl ReadableTable<RegionKey, Bytes>,
     table_name: &'static str,
@@ -862,6 +907,41 @@ mod tests {
     use super::*;
     use crate::Mutation;
     use crate::test_support::*;
+
+    #[test]
+    fn an_environments_sentinel_is_found_by_its_likely_id_or_by_a_scan() {
+        let store = store();
+        let other_env = |id: &str, region: &str| Sentinel {
+            environment_id: "other".into(),
+            ..sentinel(id, region)
+        };
+        apply_one(
+            &store,
+            1,
+            mutations![
+                Mutation::UpsertSentinel(other_env("s0", "eu")),
+                Mutation::UpsertSentinel(sentinel("s1", "eu")),
+                Mutation::UpsertSentinel(other_env("s2", "eu")),
+                Mutation::UpsertSentinel(other_env("s3", "us")),
+            ],
+        );
+        let view = store.read().unwrap();
+        let found = |env: &str, region: &str, likely: &str| {
+            view.environment_sentinel(env, region, likely)
+                .unwrap()
+                .map(|s| s.id)
+        };
+        // At its likely id, or elsewhere in its region.
+        assert_eq!(found("env", "eu", "s1"), Some("s1".into()));
+        assert_eq!(found("env", "eu", "nope"), Some("s1".into()));
+        // A likely id holding another environment's sentinel is passed by.
+        assert_eq!(found("env", "eu", "s2"), Some("s1".into()));
+        assert_eq!(found("other", "eu", "s2"), Some("s2".into()));
+        // Never another region's.
+        assert_eq!(found("env", "us", "s1"), None);
+        assert_eq!(found("other", "us", "s0"), Some("s3".into()));
+        assert_eq!(found("env", "ap", "s1"), None);
+    }
 
     #[test]
     fn full_sync_pages_by_type_then_id_within_one_region() {

@@ -22,8 +22,9 @@ pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
 pub const SENTINEL_CPU_MILLICORES_DEFAULT: u32 = 500;
 /// Memory per replica of a new sentinel when the request leaves it open, in MiB.
 pub const SENTINEL_MEMORY_MIB_DEFAULT: u32 = 512;
-/// Most sentinels or policies of one region read to find the one an
-/// apply updates (one sentinel per environment and region).
+/// Most policies of one region read to find the one an apply updates
+/// (a sentinel is looked up by its likely id first, see
+/// `storage::ReadView::environment_sentinel`).
 pub const REGION_SCAN_MAX: usize = 100_000;
 
 /// What a sentinel apply answers: the id, the version, where its deploy
@@ -47,10 +48,9 @@ pub async fn apply<S: Propose + ReadState>(
     apply.validate()?;
     let existing = {
         let view = state.read().map_err(internal)?;
-        view.region_sentinels(&apply.region, REGION_SCAN_MAX)
+        let likely_id = crate::workflow::deploy::sentinel_id(&apply.environment_id, &apply.region);
+        view.environment_sentinel(&apply.environment_id, &apply.region, &likely_id)
             .map_err(internal)?
-            .into_iter()
-            .find(|s| s.environment_id == apply.environment_id)
     };
     if existing.is_none() && apply.image.is_none() {
         return Err(WireError::new(

@@ -118,11 +118,10 @@ impl DeployWorkflow {
     pub fn observe(view: &ReadView, deployment: &Deployment) -> Result<Observed, StorageError> {
         let mut sentinels = BTreeMap::new();
         for region in &deployment.regions {
-            let found = view
-                .region_sentinels(region, crate::app::sentinels::REGION_SCAN_MAX)?
-                .into_iter()
-                .find(|s| s.environment_id == deployment.environment_id);
-            if let Some(sentinel) = found {
+            let likely_id = sentinel_id(&deployment.environment_id, region);
+            if let Some(sentinel) =
+                view.environment_sentinel(&deployment.environment_id, region, &likely_id)?
+            {
                 let status = view.sentinel_status(&sentinel.id, region)?;
                 sentinels.insert(region.clone(), (sentinel, status));
             }

@@ -12,8 +12,6 @@ use wire::model::{
 };
 use wire::operator::DeploymentUpdate;
 
-use redb::ReadableTable;
-
 use super::{Applier, OP, bad_request, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
@@ -172,10 +170,16 @@ impl Applier<'_> {
                 updated_at_ms: self.now_ms,
                 spec: deployment.spec.clone(),
             })?;
-            if self
-                .environment_sentinel(&deployment.environment_id, region)?
+            // Looked up only where the proposer saw no sentinel: a region
+            // it saw one in costs no read here.
+            if let Some(sentinel) = sentinels.iter().find(|s| &s.region == region)
+                && crate::read::find_environment_sentinel(
+                    &self.t.sentinels,
+                    &deployment.environment_id,
+                    region,
+                    &sentinel.id,
+                )?
                 .is_none()
-                && let Some(sentinel) = sentinels.iter().find(|s| &s.region == region)
             {
                 if let Err(e) = self.upsert_sentinel(sentinel)? {
                     return Ok(Err(e));
@@ -188,30 +192,6 @@ impl Applier<'_> {
             }
         }
         Ok(Ok(()))
-    }
-
-    /// The sentinel of `environment_id` in `region`, if it has one.
-    pub(super) fn environment_sentinel(
-        &self,
-        environment_id: &str,
-        region: &str,
-    ) -> Result<Option<Sentinel>> {
-        let range = self
-            .t
-            .sentinels
-            .range((region, "")..)
-            .ctx_table(OP, name::SENTINELS)?;
-        for entry in range {
-            let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
-            if key.value().0 != region {
-                break;
-            }
-            let sentinel: Sentinel = decode(name::SENTINELS, &key.value(), value.value())?;
-            if sentinel.environment_id == environment_id {
-                return Ok(Some(sentinel));
-            }
-        }
-        Ok(None)
     }
 
     /// Stops every topology of `deployment` that exists (krane removes the
