@@ -358,6 +358,11 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     node.kill9();
 
     let _node = site.start();
+    // A restarted node applies its log's tail once it leads again; before
+    // that it serves what it had applied, and a watch gets the rest as
+    // events after its full sync. A write is answered once applied, after
+    // everything before it: from then on the full sync is the whole state.
+    site.add_regions("us-east");
     for id in &ids {
         let out = site.ctrl(&["get", "deployment", id, "-o", "json"]);
         assert!(
