@@ -843,8 +843,6 @@ pub(crate) fn load_raw(
         .map(|value| value.value().to_vec()))
 }
 
-/// Up to `limit` rows of one region of a `(region, id)` table, ids from
-/// `start` on, ascending.
 /// The sentinel of `environment_id` in `region` in `table`: the one at
 /// `likely_id` if it is the environment's, else the first of the region's
 /// that is (see [`ReadView::environment_sentinel`]).
@@ -876,6 +874,8 @@ pub(crate) fn find_environment_sentinel(
     Ok(None)
 }
 
+/// Up to `limit` rows of one region of a `(region, id)` table, ids from
+/// `start` on, ascending.
 pub(crate) fn scan_region<T: DeserializeOwned>(
     table: &impl ReadableTable<RegionKey, Bytes>,
     table_name: &'static str,

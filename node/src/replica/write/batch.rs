@@ -55,9 +55,9 @@ pub const BATCHES_IN_FLIGHT_MAX: usize = 2;
 pub const QUEUE_DEPTH: usize = 8_192;
 /// How long a batch still waits for its answer once this node stopped
 /// leading the term it was proposed in (its slot already freed): longer
-/// than any writer waits (`request_timeout_ms`), so an answer that comes
-/// is not lost to a writer still waiting, and bounded, so a batch that is
-/// never answered is let go.
+/// than writers wait by default (`request_timeout_ms`, 5 s), so an answer
+/// that comes is not lost to a writer still waiting, and bounded, so a
+/// batch that is never answered is let go.
 pub const DEPOSED_ANSWER_WAIT_MS: u64 = 30_000;
 
 /// What a batch is proposed to: this node's Raft, or a stand-in in tests.
@@ -208,15 +208,14 @@ async fn run(
             let (mutations, writers) = batch;
             let sizes: Vec<usize> = writers.iter().map(|(n, _)| *n).collect();
             let result = answer(&log, Command { now_ms, mutations }, slot).await;
-            let parts = match result {
-                Ok((log_index, outcomes)) => split_outcomes(&sizes, outcomes)
+            let parts = result.and_then(|(log_index, outcomes)| {
+                split_outcomes(&sizes, outcomes)
                     .map(|parts| (log_index, parts))
                     .ok_or_else(|| {
                         warn!("a batch's outcomes do not match its mutations");
                         BatchError::Mismatch
-                    }),
-                Err(error) => Err(error),
-            };
+                    })
+            });
             match parts {
                 Ok((log_index, parts)) => {
                     for ((_, reply), outcomes) in writers.into_iter().zip(parts) {
