@@ -4,7 +4,8 @@
 //! - [`model`]: the resources of the desired state (deployments, topologies,
 //!   sentinels, cilium network policies, instances).
 //! - [`agent`] and [`operator`]: the two client protocols, one enum of
-//!   requests and one of responses each.
+//!   requests and one of responses each; [`call`]: the typed layer over
+//!   such enums (each request type names its answer type).
 //! - [`frame`]: length-prefixed postcard frames with a hard size limit, a
 //!   sans-I/O decoder, and thin async helpers.
 //! - [`rollout`]: fleet rollouts of a sentinel image (the record, its
@@ -38,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod call;
 pub mod digest;
 pub mod error;
 pub mod frame;

@@ -771,118 +771,118 @@ pub fn deployment_view() -> DeploymentView {
 pub fn operator_requests() -> Vec<OperatorRequest> {
     vec![
         OperatorRequest::CreateDeployment(create_deployment()),
-        OperatorRequest::GetDeployment {
+        OperatorRequest::GetDeployment(crate::operator::request::GetDeployment {
             id: "dep_01hx3k9".into(),
-        },
-        OperatorRequest::ListDeployments {
+        }),
+        OperatorRequest::ListDeployments(crate::operator::request::ListDeployments {
             after: Some("dep_01hx3k8".into()),
             limit: 500,
-        },
-        OperatorRequest::SetDesiredState {
+        }),
+        OperatorRequest::SetDesiredState(crate::operator::request::SetDesiredState {
             id: "dep_01hx3k9".into(),
             desired_state: DesiredState::Standby,
             after_ms: Some(1_800_000),
             force: true,
-        },
-        OperatorRequest::InitCluster,
-        OperatorRequest::NodeStatus,
-        OperatorRequest::AddNode {
+        }),
+        OperatorRequest::InitCluster(crate::operator::request::InitCluster),
+        OperatorRequest::NodeStatus(crate::operator::request::NodeStatus),
+        OperatorRequest::AddNode(crate::operator::request::AddNode {
             node_id: 3,
             addr: "10.0.0.3:7400".into(),
             wait_ms: 30_000,
-        },
-        OperatorRequest::RemoveNode {
+        }),
+        OperatorRequest::RemoveNode(crate::operator::request::RemoveNode {
             node_id: 2,
             wait_ms: 20_000,
-        },
-        OperatorRequest::LogStatus,
-        OperatorRequest::StateHash {
+        }),
+        OperatorRequest::LogStatus(crate::operator::request::LogStatus),
+        OperatorRequest::StateHash(crate::operator::request::StateHash {
             min_applied_index: 9_000,
             wait_ms: 5_000,
-        },
+        }),
         OperatorRequest::ApplySentinel(apply_sentinel()),
-        OperatorRequest::StopSentinel {
+        OperatorRequest::StopSentinel(crate::operator::request::StopSentinel {
             id: "snt_01hx".into(),
-        },
-        OperatorRequest::GetSentinel {
+        }),
+        OperatorRequest::GetSentinel(crate::operator::request::GetSentinel {
             id: "snt_01hx".into(),
-        },
+        }),
         OperatorRequest::ApplyPolicy(apply_policy()),
-        OperatorRequest::DeletePolicy {
+        OperatorRequest::DeletePolicy(crate::operator::request::DeletePolicy {
             id: "cnp_01hx".into(),
-        },
-        OperatorRequest::WaitDeployment {
+        }),
+        OperatorRequest::WaitDeployment(crate::operator::request::WaitDeployment {
             id: "dep_01hx3k9".into(),
             seen: 0x8422_2325_cbf2_9ce4,
             wait_ms: 60_000,
-        },
-        OperatorRequest::AddRegion {
+        }),
+        OperatorRequest::AddRegion(crate::operator::request::AddRegion {
             name: "eu-west".into(),
-        },
-        OperatorRequest::SetRegionSchedulable {
+        }),
+        OperatorRequest::SetRegionSchedulable(crate::operator::request::SetRegionSchedulable {
             name: "us-east".into(),
             schedulable: false,
-        },
-        OperatorRequest::ListRegions,
-        OperatorRequest::CancelDeployment {
+        }),
+        OperatorRequest::ListRegions(crate::operator::request::ListRegions),
+        OperatorRequest::CancelDeployment(crate::operator::request::CancelDeployment {
             id: "dep_01hx3kb".into(),
-        },
-        OperatorRequest::Rollback {
+        }),
+        OperatorRequest::Rollback(crate::operator::request::Rollback {
             environment_id: "env_prod".into(),
             to: Some("dep_01hx3k8".into()),
-        },
-        OperatorRequest::GetEnvironment {
+        }),
+        OperatorRequest::GetEnvironment(crate::operator::request::GetEnvironment {
             id: "env_prod".into(),
-        },
-        OperatorRequest::History {
+        }),
+        OperatorRequest::History(crate::operator::request::History {
             environment_id: Some("env_prod".into()),
             deployment_id: Some("dep_01hx3k9".into()),
             after: 3_999,
             limit: 200,
-        },
-        OperatorRequest::NodeDiagnostics,
-        OperatorRequest::ListPolicies {
+        }),
+        OperatorRequest::NodeDiagnostics(crate::operator::request::NodeDiagnostics),
+        OperatorRequest::ListPolicies(crate::operator::request::ListPolicies {
             after: Some(("eu-west".into(), "cnp_01hx".into())),
             limit: 500,
-        },
+        }),
         OperatorRequest::AddNotifyEndpoint(add_endpoint()),
-        OperatorRequest::RemoveNotifyEndpoint {
+        OperatorRequest::RemoveNotifyEndpoint(crate::operator::request::RemoveNotifyEndpoint {
             name: "chat".into(),
-        },
-        OperatorRequest::ListNotifyEndpoints,
-        OperatorRequest::ListDeliveries {
+        }),
+        OperatorRequest::ListNotifyEndpoints(crate::operator::request::ListNotifyEndpoints),
+        OperatorRequest::ListDeliveries(crate::operator::request::ListDeliveries {
             after: 4_096,
             limit: 300,
-        },
-        OperatorRequest::ReplayDelivery { id: 70_000 },
-        OperatorRequest::ListSentinels {
+        }),
+        OperatorRequest::ReplayDelivery(crate::operator::request::ReplayDelivery { id: 70_000 }),
+        OperatorRequest::ListSentinels(crate::operator::request::ListSentinels {
             after: Some(("eu-west".into(), "snt_01hw".into())),
             limit: 300,
-        },
-        OperatorRequest::PlanRollout {
+        }),
+        OperatorRequest::PlanRollout(crate::operator::request::PlanRollout {
             image: "registry.local/sentinel:3".into(),
             wave_percents: vec![1, 5, 25, 50, 100],
-        },
+        }),
         OperatorRequest::StartRollout(StartRollout {
             options: rollout_options(),
         }),
-        OperatorRequest::RolloutStatus,
-        OperatorRequest::ControlRollout {
+        OperatorRequest::RolloutStatus(crate::operator::request::RolloutStatus),
+        OperatorRequest::ControlRollout(crate::operator::request::ControlRollout {
             command: RolloutCommand::Resume,
-        },
-        OperatorRequest::ControlRollout {
+        }),
+        OperatorRequest::ControlRollout(crate::operator::request::ControlRollout {
             command: RolloutCommand::Cancel,
-        },
-        OperatorRequest::ControlRollout {
+        }),
+        OperatorRequest::ControlRollout(crate::operator::request::ControlRollout {
             command: RolloutCommand::RollbackAll,
-        },
-        OperatorRequest::RolloutHistory { limit: 20 },
-        OperatorRequest::UpdateDeployment {
+        }),
+        OperatorRequest::RolloutHistory(crate::operator::request::RolloutHistory { limit: 20 }),
+        OperatorRequest::UpdateDeployment(crate::operator::request::UpdateDeployment {
             id: "dep_01hx3k9".into(),
             update: deployment_update(),
-        },
-        OperatorRequest::Backup,
-        OperatorRequest::NodeVersion,
+        }),
+        OperatorRequest::Backup(crate::operator::request::Backup),
+        OperatorRequest::NodeVersion(crate::operator::request::NodeVersion),
     ]
 }
 

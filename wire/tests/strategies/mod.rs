@@ -684,31 +684,55 @@ prop_compose! {
 pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
     prop_oneof![
         create_deployment().prop_map(OperatorRequest::CreateDeployment),
-        short_string().prop_map(|id| OperatorRequest::GetDeployment { id }),
-        (option::of(short_string()), any::<u32>())
-            .prop_map(|(after, limit)| OperatorRequest::ListDeployments { after, limit }),
+        short_string().prop_map(|id| OperatorRequest::GetDeployment(
+            wire::operator::request::GetDeployment { id }
+        )),
+        (option::of(short_string()), any::<u32>()).prop_map(|(after, limit)| {
+            OperatorRequest::ListDeployments(wire::operator::request::ListDeployments {
+                after,
+                limit,
+            })
+        }),
         (short_string(), desired_state()).prop_map(|(id, desired_state)| {
-            OperatorRequest::SetDesiredState {
+            OperatorRequest::SetDesiredState(wire::operator::request::SetDesiredState {
                 id,
                 desired_state,
                 after_ms: None,
                 force: false,
-            }
+            })
         }),
-        Just(OperatorRequest::InitCluster),
-        Just(OperatorRequest::NodeStatus),
+        Just(OperatorRequest::InitCluster(
+            wire::operator::request::InitCluster
+        )),
+        Just(OperatorRequest::NodeStatus(
+            wire::operator::request::NodeStatus
+        )),
         apply_sentinel().prop_map(OperatorRequest::ApplySentinel),
-        short_string().prop_map(|id| OperatorRequest::StopSentinel { id }),
-        short_string().prop_map(|id| OperatorRequest::GetSentinel { id }),
+        short_string().prop_map(|id| OperatorRequest::StopSentinel(
+            wire::operator::request::StopSentinel { id }
+        )),
+        short_string().prop_map(|id| OperatorRequest::GetSentinel(
+            wire::operator::request::GetSentinel { id }
+        )),
         apply_policy().prop_map(OperatorRequest::ApplyPolicy),
-        short_string().prop_map(|id| OperatorRequest::DeletePolicy { id }),
-        short_string().prop_map(|name| OperatorRequest::AddRegion { name }),
+        short_string().prop_map(|id| OperatorRequest::DeletePolicy(
+            wire::operator::request::DeletePolicy { id }
+        )),
+        short_string().prop_map(|name| OperatorRequest::AddRegion(
+            wire::operator::request::AddRegion { name }
+        )),
         (short_string(), any::<bool>()).prop_map(|(name, schedulable)| {
-            OperatorRequest::SetRegionSchedulable { name, schedulable }
+            OperatorRequest::SetRegionSchedulable(wire::operator::request::SetRegionSchedulable {
+                name,
+                schedulable,
+            })
         }),
-        Just(OperatorRequest::ListRegions),
-        (option::of((short_string(), short_string())), any::<u32>())
-            .prop_map(|(after, limit)| OperatorRequest::ListPolicies { after, limit }),
+        Just(OperatorRequest::ListRegions(
+            wire::operator::request::ListRegions
+        )),
+        (option::of((short_string(), short_string())), any::<u32>()).prop_map(|(after, limit)| {
+            OperatorRequest::ListPolicies(wire::operator::request::ListPolicies { after, limit })
+        }),
         (
             short_string(),
             option::of(any::<u32>()),
@@ -719,7 +743,7 @@ pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
             )),
         )
             .prop_map(|(id, replicas, cpu_millicores, memory_mib, health)| {
-                OperatorRequest::UpdateDeployment {
+                OperatorRequest::UpdateDeployment(wire::operator::request::UpdateDeployment {
                     id,
                     update: wire::operator::DeploymentUpdate {
                         replicas,
@@ -727,10 +751,12 @@ pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
                         memory_mib,
                         health,
                     },
-                }
+                })
             }),
-        Just(OperatorRequest::Backup),
-        Just(OperatorRequest::NodeVersion),
+        Just(OperatorRequest::Backup(wire::operator::request::Backup)),
+        Just(OperatorRequest::NodeVersion(
+            wire::operator::request::NodeVersion
+        )),
     ]
     .boxed()
 }
