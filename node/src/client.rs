@@ -17,7 +17,7 @@ use transport::stream::FramedStream;
 use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
 use wire::frame::FRAME_BYTES_MAX;
 use wire::hello::Protocol;
-use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, RequestId};
+use wire::operator::{Operation, OperatorCall, OperatorRequest, OperatorResponse, Page, RequestId};
 use wire::{ErrorCode, Pk, WireError};
 
 /// Why an operator call failed.
@@ -56,6 +56,15 @@ pub enum ClientError {
         "the answer was lost and the request, which has no request id, may have been applied: {0}"
     )]
     AnswerLost(String),
+    /// The node answered a request with an answer of another request: a
+    /// peer that does not keep the protocol.
+    #[error("the node answered {request} with {answer}")]
+    UnexpectedAnswer {
+        /// The request's name ([`OperatorRequest::name`]).
+        request: &'static str,
+        /// The answer it got, as debug text.
+        answer: String,
+    },
 }
 
 /// A call that may be sent again (it has a request id, or changes
@@ -82,6 +91,18 @@ pub fn new_request_id() -> RequestId {
     let id = format!("req-{:032x}", rand::random::<u128>());
     // 36 bytes of printable ASCII: valid by construction.
     RequestId::parse(&id).unwrap_or_else(|_| unreachable!("a generated request id is valid"))
+}
+
+/// The answer of call `C` out of `response`, or the error naming what came
+/// instead.
+fn answer<C: Operation>(
+    request: &OperatorRequest,
+    response: OperatorResponse,
+) -> Result<C::Answer, ClientError> {
+    C::answer(response).map_err(|other| ClientError::UnexpectedAnswer {
+        request: request.name(),
+        answer: format!("{other:?}"),
+    })
 }
 
 /// Talks to a ctrl cluster as an operator.
@@ -122,22 +143,64 @@ impl Client {
         })
     }
 
-    /// Sends one operator request, failing over between nodes when a node
-    /// is unreachable or cannot serve. A request that changes state gets a
-    /// fresh request id ([`new_request_id`]), so it is tried again
-    /// elsewhere when its answer is lost. Calls may run concurrently: they
-    /// share one connection, each on a stream of its own.
-    pub async fn call(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
+    /// Makes one operator call and returns its answer: `client.call(
+    /// GetDeployment { id })` is a [`wire::operator::DeploymentView`] or an
+    /// error. Fails over between nodes when a node is unreachable or
+    /// cannot serve. A request that changes state gets a fresh request id
+    /// ([`new_request_id`]), so it is tried again elsewhere when its
+    /// answer is lost. Calls may run concurrently: they share one
+    /// connection, each on a stream of its own.
+    pub async fn call<C: Operation>(&self, call: C) -> Result<C::Answer, ClientError> {
+        let request = call.into_request();
         let request_id = request.is_mutating().then(new_request_id);
-        self.call_with_id(request, request_id).await
+        answer::<C>(&request, self.send_with_id(&request, request_id).await?)
+    }
+
+    /// Every item of a paged list call, oldest page first: `request(after)`
+    /// makes the call for the page after `after` (`None`: the first).
+    pub async fn all_pages<C, T, A>(
+        &self,
+        mut request: impl FnMut(Option<A>) -> C,
+    ) -> Result<Vec<T>, ClientError>
+    where
+        C: Operation<Answer = Page<T, A>>,
+    {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.call(request(after.take())).await?;
+            all.extend(page.items);
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
     }
 
     /// [`Client::call`] with the caller's request id (`None`: none, so a
     /// state-changing request whose answer is lost is not tried again).
-    /// Each try is bounded by `request_timeout_ms`, and there is one try
-    /// per configured node and one more (the connection in use may be
-    /// stale).
-    pub async fn call_with_id(
+    pub async fn call_with_id<C: Operation>(
+        &self,
+        call: C,
+        request_id: Option<RequestId>,
+    ) -> Result<C::Answer, ClientError> {
+        let request = call.into_request();
+        answer::<C>(&request, self.send_with_id(&request, request_id).await?)
+    }
+
+    /// Sends a request as the protocol's enum and returns the response as
+    /// it came (never `Error`: that is [`ClientError::Server`]), for
+    /// callers that send requests they did not type (generated ones,
+    /// replays). Otherwise as [`Client::call`].
+    pub async fn send(&self, request: &OperatorRequest) -> Result<OperatorResponse, ClientError> {
+        let request_id = request.is_mutating().then(new_request_id);
+        self.send_with_id(request, request_id).await
+    }
+
+    /// [`Client::send`] with the caller's request id. Each try is bounded
+    /// by `request_timeout_ms`, and there is one try per configured node
+    /// and one more (the connection in use may be stale).
+    pub async fn send_with_id(
         &self,
         request: &OperatorRequest,
         request_id: Option<RequestId>,
@@ -244,7 +307,17 @@ impl Client {
     /// node's error is not retried elsewhere (the node already hands
     /// cluster-wide calls to the leader). For calls that wait, like adding
     /// a node.
-    pub async fn call_once(
+    pub async fn call_once<C: Operation>(
+        &self,
+        call: C,
+        timeout_ms: u64,
+    ) -> Result<C::Answer, ClientError> {
+        let request = call.into_request();
+        answer::<C>(&request, self.send_once(&request, timeout_ms).await?)
+    }
+
+    /// [`Client::call_once`] of a request as the protocol's enum.
+    pub async fn send_once(
         &self,
         request: &OperatorRequest,
         timeout_ms: u64,
@@ -328,7 +401,7 @@ impl Client {
             self.timeout_ms,
         )
         .await?;
-        let call = OperatorCall::new(OperatorRequest::Backup);
+        let call = OperatorCall::new(OperatorRequest::Backup(wire::operator::request::Backup));
         let receive = async {
             let mut stream =
                 transport::stream::open_call(&connection, Protocol::Operator, FRAME_BYTES_MAX)

@@ -1,21 +1,21 @@
-//! Waiting for a deployment to become ready (`ctrl deploy --wait`): each
-//! region's running/desired instances on a progress bar until the
-//! deployment is ready, fails, or the time is up. A failure names the
-//! regions short of their replicas and the state of their pods.
+//! Waiting for a deployment to become ready (`ctrl deploy --wait`): the
+//! deployment's view handed to the caller's progress callback at every
+//! change, until it is ready, fails, or the time is up (the CLI draws
+//! per-region bars from it; the library draws nothing). A failure names
+//! the regions short of their replicas and the state of their pods.
 //!
-//! The bars move when the deployment changes: each
+//! The callback runs when the deployment changes: each
 //! `OperatorRequest::WaitDeployment` call is answered by the node as soon
 //! as the view differs from the one drawn (or after a bounded wait). A
 //! node of an older release, which does not know that call, is read every
 //! [`POLL_INTERVAL_MS`] instead.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use wire::ErrorCode;
 use wire::model::{DeploymentStatus, InstanceStatus};
-use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::request::{GetDeployment, WaitDeployment};
+use wire::operator::{DEPLOYMENT_WAIT_MS_MAX, DeploymentView};
 
 use crate::client::{Client, ClientError};
 
@@ -29,9 +29,6 @@ pub enum WaitError {
     /// The call to the cluster failed.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The node answered with something other than a deployment.
-    #[error("unexpected answer to a deployment read: {0}")]
-    Unexpected(String),
     /// The deployment failed or was stopped.
     #[error("{deployment_id} is {status}: {shortfall}")]
     Ended {
@@ -54,45 +51,27 @@ pub enum WaitError {
     },
 }
 
-/// Waits until `deployment_id` is ready, drawing per-region progress bars
-/// on `draw` (`ProgressDrawTarget::hidden()` for none).
+/// Waits until `deployment_id` is ready, calling `progress` with the
+/// deployment as first read and after every change (the CLI draws its
+/// progress bars there; a caller that shows nothing passes `|_| {}`).
 pub async fn until_ready(
     client: &Client,
     deployment_id: &str,
     timeout_s: u64,
-    draw: ProgressDrawTarget,
+    mut progress: impl FnMut(&DeploymentView),
 ) -> Result<DeploymentView, WaitError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
-    let bars = MultiProgress::with_draw_target(draw);
-    let style = ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} running {msg}")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let mut region_bars: BTreeMap<String, ProgressBar> = BTreeMap::new();
     let mut view = read(client, deployment_id).await?;
     let mut long_poll = true;
     loop {
+        progress(&view);
         let d = &view.deployment;
-        for region in &d.regions {
-            let bar = region_bars.entry(region.clone()).or_insert_with(|| {
-                let bar = bars.add(ProgressBar::new(u64::from(d.replicas)));
-                bar.set_style(style.clone());
-                bar.set_prefix(region.clone());
-                bar
-            });
-            bar.set_position(running(&view, region) as u64);
-        }
         match d.status {
-            DeploymentStatus::Ready => {
-                region_bars
-                    .values()
-                    .for_each(|b| b.finish_with_message("ready"));
-                return Ok(view);
-            }
+            DeploymentStatus::Ready => return Ok(view),
             DeploymentStatus::Failed
             | DeploymentStatus::Stopped
             | DeploymentStatus::Cancelled
             | DeploymentStatus::Superseded => {
-                region_bars.values().for_each(ProgressBar::abandon);
                 return Err(WaitError::Ended {
                     deployment_id: deployment_id.to_string(),
                     status: d.status.as_str(),
@@ -111,7 +90,6 @@ pub async fn until_ready(
         }
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if remaining.is_zero() {
-            region_bars.values().for_each(ProgressBar::abandon);
             return Err(WaitError::Timeout {
                 deployment_id: deployment_id.to_string(),
                 timeout_s,
@@ -152,28 +130,20 @@ pub async fn changed(
     seen: u64,
     wait_ms: u64,
 ) -> Result<DeploymentView, WaitError> {
-    let request = OperatorRequest::WaitDeployment {
+    let request = WaitDeployment {
         id: id.to_string(),
         seen,
         wait_ms,
     };
-    match client.call(&request).await? {
-        OperatorResponse::Deployment(view) => Ok(view),
-        other => Err(WaitError::Unexpected(format!("{other:?}"))),
-    }
+    Ok(client.call(request).await?)
 }
 
 async fn read(client: &Client, id: &str) -> Result<DeploymentView, WaitError> {
-    match client
-        .call(&OperatorRequest::GetDeployment { id: id.to_string() })
-        .await?
-    {
-        OperatorResponse::Deployment(view) => Ok(view),
-        other => Err(WaitError::Unexpected(format!("{other:?}"))),
-    }
+    Ok(client.call(GetDeployment { id: id.to_string() }).await?)
 }
 
-fn running(view: &DeploymentView, region: &str) -> usize {
+/// How many of `region`'s instances of the deployment are running.
+pub fn running(view: &DeploymentView, region: &str) -> usize {
     view.instances
         .iter()
         .filter(|i| i.region == region && i.status == InstanceStatus::Running)

@@ -28,12 +28,15 @@
 //!   the deliveries and their replay.
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
 //!   status reports and heartbeats.
+//! - [`dispatch`]: the table from a request's type to its rule, each
+//!   rule answering its request's answer type.
 //! - [`requests`]: the state-changing operator requests, and their
 //!   idempotence by request id (one proposal per id, wrapped in
 //!   `storage::Mutation::Request`).
 
 pub mod agent;
 pub mod deployments;
+pub mod dispatch;
 pub mod notify;
 pub mod policies;
 pub mod regions;

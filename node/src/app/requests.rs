@@ -16,9 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageError};
-use wire::operator::{OperatorRequest, OperatorResponse, RequestId};
+use wire::notify::AddEndpoint;
+use wire::operator::request::{
+    ApplyPolicy, ApplySentinel, CancelDeployment, ControlRollout, CreateDeployment, DeletePolicy,
+    RemoveNotifyEndpoint, ReplayDelivery, Rollback, SetDesiredState, StartRollout, StopSentinel,
+    UpdateDeployment,
+};
+use wire::operator::{
+    EndpointRemoved, OperatorRequest, OperatorResponse, RequestId, SentinelDeployed,
+};
 use wire::{ErrorCode, WireError};
 
+use super::dispatch::Dispatch;
 use super::{Propose, ReadState, deployments, internal, notify, policies, rollouts, sentinels};
 use crate::clock::Clock;
 use config::DeploySettings;
@@ -60,79 +69,52 @@ pub fn fingerprint(
 }
 
 /// Answers a state-changing request (see
-/// [`OperatorRequest::is_mutating`]) by its rule, without a request id.
+/// [`OperatorRequest::is_mutating`]) by its rule, without a request id:
+/// one table from request type to rule ([`Dispatch`]).
 pub async fn apply<S: Propose + ReadState>(
     state: &S,
     clock: &dyn Clock,
     settings: &DeploySettings,
     request: OperatorRequest,
 ) -> Result<OperatorResponse, WireError> {
-    match request {
-        OperatorRequest::CreateDeployment(create) => {
-            deployments::create(state, clock, settings, create)
-                .await
-                .map(|deployment_id| OperatorResponse::Created { deployment_id })
-        }
-        OperatorRequest::SetDesiredState {
-            id,
-            desired_state,
-            after_ms,
-            force,
-        } => deployments::set_desired_state(state, clock, id, desired_state, after_ms, force)
-            .await
-            .map(OperatorResponse::Updated),
-        OperatorRequest::CancelDeployment { id } => deployments::cancel(state, id)
-            .await
-            .map(OperatorResponse::Updated),
-        OperatorRequest::UpdateDeployment { id, update } => deployments::update(state, id, update)
-            .await
-            .map(OperatorResponse::Updated),
-        OperatorRequest::Rollback { environment_id, to } => {
-            deployments::rollback(state, environment_id, to)
-                .await
-                .map(OperatorResponse::Updated)
-        }
-        OperatorRequest::ApplySentinel(apply) => {
-            sentinels::apply(state, apply)
-                .await
-                .map(|d| OperatorResponse::SentinelDeployed {
-                    sentinel_id: d.sentinel_id,
-                    version: d.version,
-                    status: d.status,
-                })
-        }
-        OperatorRequest::StartRollout(start) => rollouts::start(state, start)
-            .await
-            .map(|r| OperatorResponse::Rollout(Some(r))),
-        OperatorRequest::ControlRollout { command } => rollouts::control(state, command)
-            .await
-            .map(|r| OperatorResponse::Rollout(Some(r))),
-        OperatorRequest::StopSentinel { id } => sentinels::stop(state, &id)
-            .await
-            .map(|()| OperatorResponse::SentinelStopped { sentinel_id: id }),
-        OperatorRequest::ApplyPolicy(apply) => policies::apply(state, clock, apply)
-            .await
-            .map(|policy_id| OperatorResponse::PolicyApplied { policy_id }),
-        OperatorRequest::DeletePolicy { id } => policies::delete(state, &id)
-            .await
-            .map(|()| OperatorResponse::PolicyDeleted { policy_id: id }),
-        OperatorRequest::AddNotifyEndpoint(add) => notify::add(state, add)
-            .await
-            .map(OperatorResponse::NotifyEndpoint),
-        OperatorRequest::RemoveNotifyEndpoint { name } => notify::remove(state, name.clone())
-            .await
-            .map(|deliveries_dead| OperatorResponse::NotifyEndpointRemoved {
+    if !request.is_mutating() {
+        return Err(WireError::new(
+            ErrorCode::Internal,
+            format!("{} does not change state", request.name()),
+        ));
+    }
+    Dispatch::new(state, request)
+        .on(|s, create: CreateDeployment| deployments::create(s, clock, settings, create))
+        .on(|s, r: SetDesiredState| {
+            deployments::set_desired_state(s, clock, r.id, r.desired_state, r.after_ms, r.force)
+        })
+        .on(|s, CancelDeployment { id }| deployments::cancel(s, id))
+        .on(|s, UpdateDeployment { id, update }| deployments::update(s, id, update))
+        .on(|s, Rollback { environment_id, to }| deployments::rollback(s, environment_id, to))
+        .on(|s, apply: ApplySentinel| async move {
+            let d = sentinels::apply(s, apply).await?;
+            Ok(SentinelDeployed {
+                sentinel_id: d.sentinel_id,
+                version: d.version,
+                status: d.status,
+            })
+        })
+        .on(|s, StopSentinel { id }| async move { sentinels::stop(s, &id).await.map(|()| id) })
+        .on(|s, apply: ApplyPolicy| policies::apply(s, clock, apply))
+        .on(|s, DeletePolicy { id }| async move { policies::delete(s, &id).await.map(|()| id) })
+        .on(|s, start: StartRollout| rollouts::start(s, start))
+        .on(|s, ControlRollout { command }| rollouts::control(s, command))
+        .on(|s, add: AddEndpoint| notify::add(s, add))
+        .on(|s, RemoveNotifyEndpoint { name }| async move {
+            let deliveries_dead = notify::remove(s, name.clone()).await?;
+            Ok(EndpointRemoved {
                 name,
                 deliveries_dead,
-            }),
-        OperatorRequest::ReplayDelivery { id } => notify::replay(state, id)
-            .await
-            .map(OperatorResponse::DeliveryReplayed),
-        other => Err(WireError::new(
-            ErrorCode::Internal,
-            format!("{other:?} does not change state"),
-        )),
-    }
+            })
+        })
+        .on(|s, ReplayDelivery { id }| notify::replay(s, id))
+        .finish()
+        .await
 }
 
 /// Answers a state-changing request made with `request_id` by `actor`:
@@ -190,18 +172,18 @@ fn replayed(
             OperatorResponse::Created { deployment_id }
         }
         (
-            OperatorRequest::SetDesiredState { .. }
-            | OperatorRequest::CancelDeployment { .. }
-            | OperatorRequest::Rollback { .. },
+            OperatorRequest::SetDesiredState(_)
+            | OperatorRequest::CancelDeployment(_)
+            | OperatorRequest::Rollback(_),
             Outcome::Deployment(deployment),
         ) => OperatorResponse::Updated(deployment),
-        (OperatorRequest::StopSentinel { id }, Outcome::Recorded) => {
+        (OperatorRequest::StopSentinel(StopSentinel { id }), Outcome::Recorded) => {
             OperatorResponse::SentinelStopped {
                 sentinel_id: id.clone(),
             }
         }
         (
-            OperatorRequest::RemoveNotifyEndpoint { name },
+            OperatorRequest::RemoveNotifyEndpoint(RemoveNotifyEndpoint { name }),
             Outcome::EndpointRemoved { deliveries_dead },
         ) => OperatorResponse::NotifyEndpointRemoved {
             name: name.clone(),
@@ -219,7 +201,7 @@ fn replayed(
             version,
             status,
         },
-        (OperatorRequest::DeletePolicy { id }, Outcome::Recorded) => {
+        (OperatorRequest::DeletePolicy(DeletePolicy { id }), Outcome::Recorded) => {
             OperatorResponse::PolicyDeleted {
                 policy_id: id.clone(),
             }
@@ -383,12 +365,12 @@ mod tests {
             panic!("created");
         };
         let before = hash(&node);
-        let stop = OperatorRequest::SetDesiredState {
+        let stop = OperatorRequest::SetDesiredState(SetDesiredState {
             id: deployment_id,
             desired_state: DesiredState::Standby,
             after_ms: None,
             force: true,
-        };
+        });
         let e = once(&node, "r1", stop).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Conflict);
         assert!(
@@ -421,9 +403,9 @@ mod tests {
                 policy_id: policy_id.clone()
             }
         );
-        let delete = OperatorRequest::DeletePolicy {
+        let delete = OperatorRequest::DeletePolicy(DeletePolicy {
             id: policy_id.clone(),
-        };
+        });
         let first = once(&node, "d1", delete.clone()).await.unwrap();
         let proposals = node.proposals();
         // The policy is gone, so the rule refuses before proposing; the
@@ -448,12 +430,12 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_is_recorded_and_answered_again() {
         let node = MemoryNode::new();
-        let stop = OperatorRequest::SetDesiredState {
+        let stop = OperatorRequest::SetDesiredState(SetDesiredState {
             id: "dep_missing".into(),
             desired_state: DesiredState::Standby,
             after_ms: None,
             force: true,
-        };
+        });
         let e = once(&node, "r1", stop.clone()).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::NotFound);
         assert_eq!(once(&node, "r1", stop).await.unwrap_err(), e);

@@ -604,7 +604,7 @@ async fn answers(config: &OperatorConfig, addr: &str, timeout_ms: u64) -> bool {
     let Ok(client) = node::client::Client::new(&single) else {
         return false;
     };
-    let call = client.call_once(&wire::operator::OperatorRequest::NodeStatus, timeout_ms);
+    let call = client.call_once(wire::operator::request::NodeStatus, timeout_ms);
     match tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), call).await {
         Ok(Ok(_)) | Ok(Err(node::client::ClientError::Server(_))) => true,
         Ok(Err(_)) | Err(_) => false,

@@ -3,14 +3,13 @@
 
 pub(crate) mod check;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Subcommand;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
-use wire::operator::{
-    CLUSTER_WAIT_MS_MAX, Membership, NodeStatus, NodeVersion, OperatorRequest, OperatorResponse,
-};
+use wire::operator::request::{self, AddNode, InitCluster, RemoveNode};
+use wire::operator::{CLUSTER_WAIT_MS_MAX, Membership, NodeStatus, NodeVersion, Operation};
 
 use super::Output;
 
@@ -82,34 +81,29 @@ pub(super) async fn run(config: &OperatorConfig, command: ClusterCommand) -> Res
     match command {
         ClusterCommand::Init => {
             let client = Client::new(config)?;
-            match client.call(&OperatorRequest::InitCluster).await? {
-                OperatorResponse::Initialized { members } => {
-                    for (id, addr) in members {
-                        println!("member {id} at {addr}");
-                    }
-                    Ok(())
-                }
-                other => bail!("unexpected answer: {other:?}"),
+            for (id, addr) in client.call(InitCluster).await? {
+                println!("member {id} at {addr}");
             }
+            Ok(())
         }
         ClusterCommand::Status { output } => status(config, output).await,
         ClusterCommand::AddNode { id, addr, wait_ms } => {
-            let request = OperatorRequest::AddNode {
+            let request = AddNode {
                 node_id: id,
                 addr,
                 wait_ms,
             };
-            let membership = change(config, &request, wait_ms).await?;
+            let membership = change(config, request, wait_ms).await?;
             println!("node {id} is a voter");
             print_membership(&membership);
             Ok(())
         }
         ClusterCommand::RemoveNode { id, wait_ms } => {
-            let request = OperatorRequest::RemoveNode {
+            let request = RemoveNode {
                 node_id: id,
                 wait_ms,
             };
-            let membership = change(config, &request, wait_ms).await?;
+            let membership = change(config, request, wait_ms).await?;
             println!("node {id} removed");
             print_membership(&membership);
             Ok(())
@@ -118,19 +112,14 @@ pub(super) async fn run(config: &OperatorConfig, command: ClusterCommand) -> Res
     }
 }
 
-async fn change(
+async fn change<C: Operation<Answer = Membership>>(
     config: &OperatorConfig,
-    request: &OperatorRequest,
+    call: C,
     wait_ms: u64,
 ) -> Result<Membership> {
     let client = Client::new(config)?;
-    match client
-        .call_once(request, wait_ms.saturating_add(ANSWER_SLACK_MS))
-        .await?
-    {
-        OperatorResponse::MembershipChanged(membership) => Ok(membership),
-        other => bail!("unexpected answer: {other:?}"),
-    }
+    let timeout_ms = wait_ms.saturating_add(ANSWER_SLACK_MS);
+    Ok(client.call_once(call, timeout_ms).await?)
 }
 
 fn print_membership(membership: &Membership) {
@@ -154,25 +143,19 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
         };
         let client = Client::new(&single);
         let answer = match &client {
-            Ok(client) => client.call(&OperatorRequest::NodeStatus).await,
+            Ok(client) => client.call(request::NodeStatus).await,
             Err(e) => Err(node::client::ClientError::AllFailed(e.to_string())),
         };
         let log = match &client {
-            Ok(client) => match client.call(&OperatorRequest::LogStatus).await {
-                Ok(OperatorResponse::LogStatus(log)) => Some(log),
-                _ => None,
-            },
+            Ok(client) => client.call(request::LogStatus).await.ok(),
             Err(_) => None,
         };
         let version = match &client {
-            Ok(client) => match client.call(&OperatorRequest::NodeVersion).await {
-                Ok(OperatorResponse::NodeVersion(version)) => Some(version),
-                _ => None,
-            },
+            Ok(client) => client.call(request::NodeVersion).await.ok(),
             Err(_) => None,
         };
         rows.push(match answer {
-            Ok(OperatorResponse::NodeStatus(status)) => Row {
+            Ok(status) => Row {
                 endpoint: endpoint.to_string(),
                 reachable: true,
                 status: Some(status),
@@ -181,14 +164,14 @@ pub(super) async fn rows(config: &OperatorConfig) -> Vec<Row> {
                 version,
                 error: None,
             },
-            Ok(other) => Row {
+            Err(e @ node::client::ClientError::UnexpectedAnswer { .. }) => Row {
                 endpoint: endpoint.to_string(),
                 reachable: true,
                 status: None,
                 snapshot_index: None,
                 purged_index: None,
                 version,
-                error: Some(format!("unexpected answer: {other:?}")),
+                error: Some(e.to_string()),
             },
             Err(e) => Row {
                 endpoint: endpoint.to_string(),

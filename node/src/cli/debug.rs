@@ -10,13 +10,13 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Subcommand;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::model::JournalEntry;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request;
 
 /// Most journal entries a bundle keeps: the most recent.
 pub(super) const BUNDLE_JOURNAL_ENTRIES_MAX: usize = 1_000;
@@ -72,13 +72,13 @@ async fn collect(config: &OperatorConfig) -> Result<Vec<(String, Vec<u8>)>> {
         let dir = format!("nodes/{endpoint}");
         let answer = match Client::new(&single) {
             Ok(client) => client
-                .call(&OperatorRequest::NodeDiagnostics)
+                .call(request::NodeDiagnostics)
                 .await
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match answer {
-            Ok(OperatorResponse::NodeDiagnostics(d)) => {
+            Ok(d) => {
                 files.push((
                     format!("{dir}/node-id"),
                     format!("{}\n", d.node_id).into_bytes(),
@@ -86,10 +86,6 @@ async fn collect(config: &OperatorConfig) -> Result<Vec<(String, Vec<u8>)>> {
                 files.push((format!("{dir}/config.toml"), d.config_toml.into_bytes()));
                 files.push((format!("{dir}/metrics.txt"), d.metrics.into_bytes()));
             }
-            Ok(other) => files.push((
-                format!("{dir}/error.txt"),
-                format!("unexpected answer: {other:?}\n").into_bytes(),
-            )),
             Err(e) => files.push((format!("{dir}/error.txt"), format!("{e}\n").into_bytes())),
         }
     }
@@ -103,24 +99,8 @@ fn json(value: &impl Serialize) -> Result<Vec<u8>> {
 }
 
 async fn deployments(client: &Client) -> Result<Vec<wire::model::Deployment>> {
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let request = OperatorRequest::ListDeployments {
-            after: after.clone(),
-            limit: PAGE,
-        };
-        match client.call(&request).await? {
-            OperatorResponse::Deployments { items, next_after } => {
-                all.extend(items);
-                match next_after {
-                    Some(next) => after = Some(next),
-                    None => return Ok(all),
-                }
-            }
-            other => bail!("unexpected answer: {other:?}"),
-        }
-    }
+    let page = |after| request::ListDeployments { after, limit: PAGE };
+    Ok(client.all_pages(page).await?)
 }
 
 /// The most recent [`BUNDLE_JOURNAL_ENTRIES_MAX`] journal entries, oldest
@@ -129,29 +109,22 @@ async fn journal(client: &Client) -> Result<VecDeque<JournalEntry>> {
     let mut kept = VecDeque::with_capacity(BUNDLE_JOURNAL_ENTRIES_MAX);
     let mut after = 0;
     loop {
-        let request = OperatorRequest::History {
+        let request = request::History {
             environment_id: None,
             deployment_id: None,
             after,
             limit: PAGE,
         };
-        match client.call(&request).await? {
-            OperatorResponse::History {
-                entries,
-                next_after,
-            } => {
-                for entry in entries {
-                    if kept.len() == BUNDLE_JOURNAL_ENTRIES_MAX {
-                        kept.pop_front();
-                    }
-                    kept.push_back(entry);
-                }
-                match next_after {
-                    Some(next) => after = next,
-                    None => return Ok(kept),
-                }
+        let page = client.call(request).await?;
+        for entry in page.items {
+            if kept.len() == BUNDLE_JOURNAL_ENTRIES_MAX {
+                kept.pop_front();
             }
-            other => bail!("unexpected answer: {other:?}"),
+            kept.push_back(entry);
+        }
+        match page.next_after {
+            Some(next) => after = next,
+            None => return Ok(kept),
         }
     }
 }

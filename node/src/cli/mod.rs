@@ -9,6 +9,7 @@ mod json_shapes;
 mod notify;
 mod ops;
 mod policy;
+mod progress;
 mod region;
 mod rollout;
 mod sentinel;

@@ -11,7 +11,10 @@ use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::notify::{AddEndpoint, Delivery, EndpointView, SECRET_BYTES_MAX};
-use wire::operator::{LIST_PAGE_MAX, OperatorRequest, OperatorResponse};
+use wire::operator::LIST_PAGE_MAX;
+use wire::operator::request::{
+    ListDeliveries, ListNotifyEndpoints, RemoveNotifyEndpoint, ReplayDelivery,
+};
 
 use super::{Output, RequestIdArg};
 
@@ -102,46 +105,33 @@ pub(super) async fn run(config: &OperatorConfig, command: NotifyCommand) -> Resu
                 Some(path) => Some(read_secret(path)?),
                 None => None,
             };
-            let request = OperatorRequest::AddNotifyEndpoint(AddEndpoint {
+            let request = AddEndpoint {
                 name: args.name,
                 url: args.url,
                 secret,
-            });
-            match client
-                .call_with_id(&request, Some(args.request_id.or_new()))
-                .await?
-            {
-                OperatorResponse::NotifyEndpoint(view) => {
-                    let line = EndpointLine::from(&view);
-                    println!("{} {} secret {}", line.name, line.url, line.secret);
-                }
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            };
+            let request_id = Some(args.request_id.or_new());
+            let view = client.call_with_id(request, request_id).await?;
+            let line = EndpointLine::from(&view);
+            println!("{} {} secret {}", line.name, line.url, line.secret);
         }
         NotifyCommand::List { output } => {
-            match client.call(&OperatorRequest::ListNotifyEndpoints).await? {
-                OperatorResponse::NotifyEndpoints(views) => {
-                    let lines: Vec<EndpointLine> = views.iter().map(EndpointLine::from).collect();
-                    match output {
-                        Output::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
-                        Output::Text => print!("{}", endpoint_table(&lines)),
-                    }
-                }
-                other => bail!("unexpected answer: {other:?}"),
+            let views = client.call(ListNotifyEndpoints).await?;
+            let lines: Vec<EndpointLine> = views.iter().map(EndpointLine::from).collect();
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
+                Output::Text => print!("{}", endpoint_table(&lines)),
             }
         }
         NotifyCommand::Remove { name, request_id } => {
-            let request = OperatorRequest::RemoveNotifyEndpoint { name };
-            match client
-                .call_with_id(&request, Some(request_id.or_new()))
-                .await?
-            {
-                OperatorResponse::NotifyEndpointRemoved {
-                    name,
-                    deliveries_dead,
-                } => println!("{name} removed ({deliveries_dead} pending deliveries now dead)"),
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            let request = RemoveNotifyEndpoint { name };
+            let removed = client
+                .call_with_id(request, Some(request_id.or_new()))
+                .await?;
+            println!(
+                "{} removed ({} pending deliveries now dead)",
+                removed.name, removed.deliveries_dead
+            );
         }
         NotifyCommand::Deliveries { output } => {
             let list = deliveries(&client).await?;
@@ -151,19 +141,14 @@ pub(super) async fn run(config: &OperatorConfig, command: NotifyCommand) -> Resu
             }
         }
         NotifyCommand::Replay { id, request_id } => {
-            let request = OperatorRequest::ReplayDelivery { id };
-            match client
-                .call_with_id(&request, Some(request_id.or_new()))
-                .await?
-            {
-                OperatorResponse::DeliveryReplayed(delivery) => {
-                    println!(
-                        "delivery {} of event {} is pending again",
-                        delivery.id, delivery.event_id
-                    );
-                }
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            let request = ReplayDelivery { id };
+            let delivery = client
+                .call_with_id(request, Some(request_id.or_new()))
+                .await?;
+            println!(
+                "delivery {} of event {} is pending again",
+                delivery.id, delivery.event_id
+            );
         }
     }
     Ok(())
@@ -197,20 +182,16 @@ async fn deliveries(client: &Client) -> Result<DeliveryList> {
     };
     let mut after = 0;
     loop {
-        let request = OperatorRequest::ListDeliveries {
+        let request = ListDeliveries {
             after,
             limit: LIST_PAGE_MAX,
         };
-        match client.call(&request).await? {
-            OperatorResponse::Deliveries(page) => {
-                list.deliveries.extend(page.items);
-                list.dropped = page.dropped;
-                match page.next_after {
-                    Some(next) if list.deliveries.len() < DELIVERIES_SHOWN_MAX => after = next,
-                    _ => break,
-                }
-            }
-            other => bail!("unexpected answer: {other:?}"),
+        let page = client.call(request).await?;
+        list.deliveries.extend(page.items);
+        list.dropped = page.dropped;
+        match page.next_after {
+            Some(next) if list.deliveries.len() < DELIVERIES_SHOWN_MAX => after = next,
+            _ => break,
         }
     }
     Ok(list)

@@ -5,16 +5,17 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
-use node::client::ClientError;
 use node::wait::WaitError;
 use wire::model::{Deployment, DesiredState, JournalEntry};
-use wire::operator::{
-    CreateDeployment, DeploymentUpdate, DeploymentView, OperatorRequest, OperatorResponse,
+use wire::operator::request::{
+    CancelDeployment, GetDeployment, GetEnvironment, History, ListDeployments, Rollback,
+    SetDesiredState, UpdateDeployment,
 };
+use wire::operator::{CreateDeployment, DeploymentUpdate, DeploymentView, Operation};
 
 use super::{Exit, Output, RequestIdArg};
 
@@ -220,7 +221,7 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
     let progress_deadline_ms = args
         .progress_deadline
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let request = OperatorRequest::CreateDeployment(CreateDeployment {
+    let request = CreateDeployment {
         workspace_id: args.workspace,
         project_id: args.project,
         environment_id: args.environment,
@@ -233,23 +234,19 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
         progress_deadline_ms,
         min_ready_regions: args.min_ready_regions,
         spec: Box::new(spec),
-    });
-    let deployment_id = match client.call_with_id(&request, Some(request_id)).await {
-        Ok(OperatorResponse::Created { deployment_id }) => deployment_id,
-        Ok(other) => return Err(refused(&format!("unexpected answer: {other:?}")).into()),
-        Err(e) => return Err(refused(&e).into()),
     };
+    let deployment_id = client
+        .call_with_id(request, Some(request_id))
+        .await
+        .map_err(|e| refused(&e))?;
     println!("{deployment_id}");
     if !wait {
         return Ok(());
     }
-    let waited = node::wait::until_ready(
-        &client,
-        &deployment_id,
-        timeout_s,
-        indicatif::ProgressDrawTarget::stderr(),
-    )
-    .await;
+    let mut bars = super::progress::RegionBars::new(indicatif::ProgressDrawTarget::stderr());
+    let waited =
+        node::wait::until_ready(&client, &deployment_id, timeout_s, |view| bars.show(view)).await;
+    drop(bars);
     match waited {
         Ok(_) => {
             eprintln!("{deployment_id} is ready");
@@ -260,9 +257,6 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
             let code = match &e {
                 WaitError::Ended { .. } => EXIT_FAILED,
                 WaitError::Timeout { .. } => EXIT_TIMEOUT,
-                WaitError::Client(ClientError::Server(_)) | WaitError::Unexpected(_) => {
-                    EXIT_REFUSED
-                }
                 WaitError::Client(_) => EXIT_REFUSED,
             };
             Err(Exit {
@@ -282,16 +276,12 @@ pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<
         }
     };
     let client = Client::new(config)?;
-    match client.call(&OperatorRequest::GetDeployment { id }).await? {
-        OperatorResponse::Deployment(view) => {
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-                Output::Text => print_view(&view),
-            }
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
+    let view = client.call(GetDeployment { id }).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&view)?),
+        Output::Text => print_view(&view),
     }
+    Ok(())
 }
 
 pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Result<()> {
@@ -305,34 +295,16 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
         ListCommand::Sentinels { output } => return super::sentinel::list(config, output).await,
     };
     let client = Client::new(config)?;
-    let mut after = None;
-    let mut all = Vec::new();
-    loop {
-        let request = OperatorRequest::ListDeployments {
-            after: after.clone(),
-            limit: LIST_PAGE,
-        };
-        match client.call(&request).await? {
-            OperatorResponse::Deployments { items, next_after } => {
-                all.extend(items);
-                match next_after {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
-            }
-            other => bail!("unexpected answer: {other:?}"),
-        }
-    }
+    let page = |after| ListDeployments {
+        after,
+        limit: LIST_PAGE,
+    };
+    let mut all = client.all_pages(page).await?;
     let live = match &environment {
         Some(id) => {
             all.retain(|d| &d.environment_id == id);
-            match client
-                .call(&OperatorRequest::GetEnvironment { id: id.clone() })
-                .await?
-            {
-                OperatorResponse::Environment(e) => e.live_deployment_id,
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            let environment = client.call(GetEnvironment { id: id.clone() }).await?;
+            environment.live_deployment_id
         }
         None => None,
     };
@@ -356,7 +328,7 @@ pub(super) async fn stop(
     args: StopArgs,
     desired_state: DesiredState,
 ) -> Result<()> {
-    let request = OperatorRequest::SetDesiredState {
+    let request = SetDesiredState {
         id: args.id,
         desired_state,
         after_ms: args
@@ -364,28 +336,28 @@ pub(super) async fn stop(
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         force: args.force,
     };
-    updated(config, &request, args.request_id).await
+    updated(config, request, args.request_id).await
 }
 
 pub(super) async fn start(config: &OperatorConfig, args: StartArgs) -> Result<()> {
-    let request = OperatorRequest::SetDesiredState {
+    let request = SetDesiredState {
         id: args.id,
         desired_state: DesiredState::Running,
         after_ms: None,
         force: false,
     };
-    updated(config, &request, args.request_id).await
+    updated(config, request, args.request_id).await
 }
 
 pub(super) async fn scale(config: &OperatorConfig, args: ScaleArgs) -> Result<()> {
-    let request = OperatorRequest::UpdateDeployment {
+    let request = UpdateDeployment {
         id: args.id,
         update: DeploymentUpdate {
             replicas: Some(args.replicas),
             ..DeploymentUpdate::default()
         },
     };
-    updated(config, &request, args.request_id).await
+    updated(config, request, args.request_id).await
 }
 
 pub(super) async fn update(config: &OperatorConfig, args: UpdateArgs) -> Result<()> {
@@ -394,7 +366,7 @@ pub(super) async fn update(config: &OperatorConfig, args: UpdateArgs) -> Result<
     } else {
         args.health.health()?.map(Some)
     };
-    let request = OperatorRequest::UpdateDeployment {
+    let request = UpdateDeployment {
         id: args.id,
         update: DeploymentUpdate {
             replicas: args.replicas,
@@ -403,77 +375,53 @@ pub(super) async fn update(config: &OperatorConfig, args: UpdateArgs) -> Result<
             health,
         },
     };
-    updated(config, &request, args.request_id).await
+    updated(config, request, args.request_id).await
 }
 
 pub(super) async fn cancel(config: &OperatorConfig, args: StartArgs) -> Result<()> {
-    let request = OperatorRequest::CancelDeployment { id: args.id };
-    updated(config, &request, args.request_id).await
+    updated(config, CancelDeployment { id: args.id }, args.request_id).await
 }
 
 pub(super) async fn rollback(config: &OperatorConfig, args: RollbackArgs) -> Result<()> {
-    let request = OperatorRequest::Rollback {
+    let request = Rollback {
         environment_id: args.environment,
         to: args.to,
     };
-    updated(config, &request, args.request_id).await
+    updated(config, request, args.request_id).await
 }
 
-/// Sends a request answered by `Updated` and prints the deployment's id,
-/// status and desired state (and a scheduled change).
-async fn updated(
+/// Makes a call answered by the deployment it changed and prints the
+/// deployment's id, status and desired state (and a scheduled change).
+async fn updated<C: Operation<Answer = Deployment>>(
     config: &OperatorConfig,
-    request: &OperatorRequest,
+    call: C,
     request_id: RequestIdArg,
 ) -> Result<()> {
     let client = Client::new(config)?;
-    match client
-        .call_with_id(request, Some(request_id.or_new()))
-        .await?
-    {
-        OperatorResponse::Updated(d) => {
-            let scheduled = d
-                .workflow
-                .scheduled
-                .map(|s| format!(" ({} at {} ms)", s.desired_state.as_str(), s.at_ms))
-                .unwrap_or_default();
-            println!(
-                "{} {} {}{scheduled}",
-                d.id,
-                d.status.as_str(),
-                d.desired_state.as_str()
-            );
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
-    }
+    let d = client.call_with_id(call, Some(request_id.or_new())).await?;
+    let scheduled = d
+        .workflow
+        .scheduled
+        .map(|s| format!(" ({} at {} ms)", s.desired_state.as_str(), s.at_ms))
+        .unwrap_or_default();
+    println!(
+        "{} {} {}{scheduled}",
+        d.id,
+        d.status.as_str(),
+        d.desired_state.as_str()
+    );
+    Ok(())
 }
 
 pub(super) async fn history(config: &OperatorConfig, args: HistoryArgs) -> Result<()> {
     let client = Client::new(config)?;
-    let mut after = 0;
-    let mut all: Vec<JournalEntry> = Vec::new();
-    loop {
-        let request = OperatorRequest::History {
-            environment_id: args.environment.clone(),
-            deployment_id: args.deployment.clone(),
-            after,
-            limit: LIST_PAGE,
-        };
-        match client.call(&request).await? {
-            OperatorResponse::History {
-                entries,
-                next_after,
-            } => {
-                all.extend(entries);
-                match next_after {
-                    Some(next) => after = next,
-                    None => break,
-                }
-            }
-            other => bail!("unexpected answer: {other:?}"),
-        }
-    }
+    let page = |after: Option<u64>| History {
+        environment_id: args.environment.clone(),
+        deployment_id: args.deployment.clone(),
+        after: after.unwrap_or(0),
+        limit: LIST_PAGE,
+    };
+    let all: Vec<JournalEntry> = client.all_pages(page).await?;
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
         Output::Text => {

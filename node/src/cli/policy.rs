@@ -3,11 +3,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
-use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse, PolicyView};
+use wire::operator::request::{DeletePolicy, ListPolicies};
+use wire::operator::{ApplyPolicy, PolicyView};
 
 use super::{Output, RequestIdArg};
 
@@ -63,28 +64,23 @@ pub(super) async fn run(config: &OperatorConfig, command: PolicyCommand) -> Resu
                 .name
                 .or(file_name)
                 .unwrap_or_else(|| default_name(&args.environment));
-            let request = OperatorRequest::ApplyPolicy(ApplyPolicy {
+            let request = ApplyPolicy {
                 workspace_id: args.workspace,
                 environment_id: args.environment,
                 region: args.region,
                 name,
                 namespace: args.namespace,
                 policy_json: serde_json::to_string(&spec)?,
-            });
-            match client.call_with_id(&request, Some(request_id)).await? {
-                OperatorResponse::PolicyApplied { policy_id } => println!("{policy_id}"),
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            };
+            let policy_id = client.call_with_id(request, Some(request_id)).await?;
+            println!("{policy_id}");
         }
         PolicyCommand::Delete { id, request_id } => {
-            let request = OperatorRequest::DeletePolicy { id };
-            match client
-                .call_with_id(&request, Some(request_id.or_new()))
-                .await?
-            {
-                OperatorResponse::PolicyDeleted { policy_id } => println!("{policy_id} deleted"),
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            let request = DeletePolicy { id };
+            let policy_id = client
+                .call_with_id(request, Some(request_id.or_new()))
+                .await?;
+            println!("{policy_id} deleted");
         }
     }
     Ok(())
@@ -157,23 +153,16 @@ pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> 
         let after = all
             .last()
             .map(|v| (v.policy.region.clone(), v.policy.id.clone()));
-        let request = OperatorRequest::ListPolicies {
+        let request = ListPolicies {
             after,
             limit: LIST_PAGE,
         };
-        match client.call(&request).await? {
-            OperatorResponse::Policies(page) => {
-                // A page is cut by bytes too: only an empty one ends the
-                // list.
-                let done = page.is_empty();
-                all.extend(page);
-                if done {
-                    break;
-                }
-            }
-            OperatorResponse::Error(e) => bail!("{e}"),
-            other => bail!("unexpected answer: {other:?}"),
+        let page = client.call(request).await?;
+        // A page is cut by bytes too: only an empty one ends the list.
+        if page.is_empty() {
+            break;
         }
+        all.extend(page);
     }
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),

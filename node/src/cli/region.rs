@@ -2,12 +2,13 @@
 //! list's ages, lag and staleness come computed from the node; this only
 //! formats them.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Subcommand;
 use config::OperatorConfig;
 use node::client::Client;
 use wire::model::Region;
-use wire::operator::{OperatorRequest, OperatorResponse, RegionList, RegionView};
+use wire::operator::request::{AddRegion, ListRegions, SetRegionSchedulable};
+use wire::operator::{RegionList, RegionView};
 
 use super::Output;
 
@@ -25,39 +26,25 @@ pub(crate) enum RegionCommand {
 
 pub(super) async fn run(config: &OperatorConfig, command: RegionCommand) -> Result<()> {
     let client = Client::new(config)?;
-    let request = match command {
-        RegionCommand::Add { name } => OperatorRequest::AddRegion { name },
-        RegionCommand::Cordon { name } => OperatorRequest::SetRegionSchedulable {
-            name,
-            schedulable: false,
-        },
-        RegionCommand::Uncordon { name } => OperatorRequest::SetRegionSchedulable {
-            name,
-            schedulable: true,
-        },
+    let set = |name, schedulable| SetRegionSchedulable { name, schedulable };
+    let region = match command {
+        RegionCommand::Add { name } => client.call(AddRegion { name }).await?,
+        RegionCommand::Cordon { name } => client.call(set(name, false)).await?,
+        RegionCommand::Uncordon { name } => client.call(set(name, true)).await?,
     };
-    match client.call(&request).await? {
-        OperatorResponse::Region(region) => {
-            println!("{} {}", region.name, schedulable(&region));
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
-    }
+    println!("{} {}", region.name, schedulable(&region));
+    Ok(())
 }
 
 /// `ctrl list regions`: a table, or the answer's serde form as JSON.
 pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> {
     let client = Client::new(config)?;
-    match client.call(&OperatorRequest::ListRegions).await? {
-        OperatorResponse::Regions(list) => {
-            match output {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
-                Output::Text => print!("{}", table(&list)),
-            }
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
+    let list = client.call(ListRegions).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+        Output::Text => print!("{}", table(&list)),
     }
+    Ok(())
 }
 
 fn schedulable(region: &Region) -> &'static str {

@@ -3,16 +3,14 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::model::UnixMs;
-use wire::operator::{
-    OperatorRequest, OperatorResponse, RolloutCommand as Command, SENTINEL_DEADLINE_MS_DEFAULT,
-    StartRollout,
-};
+use wire::operator::request::{ControlRollout, PlanRollout, RolloutHistory, RolloutStatus};
+use wire::operator::{RolloutCommand as Command, SENTINEL_DEADLINE_MS_DEFAULT, StartRollout};
 use wire::rollout::{
     DEFAULT_WAVE_PERCENTS, MemberState, Rollout, RolloutEvent, RolloutOptions, RolloutState,
     RolloutSummary,
@@ -123,34 +121,32 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
     let client = Client::new(config)?;
     match command {
         RolloutCommand::Plan { plan, output } => {
-            let request = OperatorRequest::PlanRollout {
+            let request = PlanRollout {
                 image: plan.image,
                 wave_percents: plan.waves,
             };
-            match client.call(&request).await? {
-                OperatorResponse::RolloutPlan(plan) => match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
-                    Output::Text => {
-                        let total: usize = plan.waves.iter().map(Vec::len).sum();
-                        println!(
-                            "{total} sentinels to {} in {} waves ({} already on it)",
-                            plan.image,
-                            plan.waves.len(),
-                            plan.already_on_image
-                        );
-                        for (i, wave) in plan.waves.iter().enumerate() {
-                            println!("wave {} ({} sentinels):", i + 1, wave.len());
-                            for (region, id) in wave {
-                                println!("  {id}  {region}");
-                            }
+            let plan = client.call(request).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+                Output::Text => {
+                    let total: usize = plan.waves.iter().map(Vec::len).sum();
+                    println!(
+                        "{total} sentinels to {} in {} waves ({} already on it)",
+                        plan.image,
+                        plan.waves.len(),
+                        plan.already_on_image
+                    );
+                    for (i, wave) in plan.waves.iter().enumerate() {
+                        println!("wave {} ({} sentinels):", i + 1, wave.len());
+                        for (region, id) in wave {
+                            println!("  {id}  {region}");
                         }
                     }
-                },
-                other => bail!("unexpected answer: {other:?}"),
+                }
             }
         }
         RolloutCommand::Start(args) => {
-            let request = OperatorRequest::StartRollout(StartRollout {
+            let request = StartRollout {
                 options: RolloutOptions {
                     image: args.plan.image,
                     wave_percents: args.plan.waves,
@@ -160,20 +156,16 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
                     deadline_ms: args.deadline.map_or(SENTINEL_DEADLINE_MS_DEFAULT, millis),
                     notify: args.notify,
                 },
-            });
-            let answer = client
-                .call_with_id(&request, Some(args.request_id.or_new()))
+            };
+            let rollout = client
+                .call_with_id(request, Some(args.request_id.or_new()))
                 .await?;
-            print_answer(answer)?;
+            print_rollout(&rollout);
         }
         RolloutCommand::Status { watch, output } => {
             let mut last = None;
             loop {
-                let rollout = match client.call(&OperatorRequest::RolloutStatus).await? {
-                    OperatorResponse::Rollout(rollout) => rollout,
-                    other => bail!("unexpected answer: {other:?}"),
-                };
-                let Some(rollout) = rollout else {
+                let Some(rollout) = client.call(RolloutStatus).await? else {
                     println!("no rollout yet (state idle)");
                     return Ok(());
                 };
@@ -205,15 +197,10 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
             control(&client, Command::RollbackAll, request_id).await?;
         }
         RolloutCommand::History { limit, output } => {
-            match client
-                .call(&OperatorRequest::RolloutHistory { limit })
-                .await?
-            {
-                OperatorResponse::Rollouts(items) => match output {
-                    Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
-                    Output::Text => print_history(&items),
-                },
-                other => bail!("unexpected answer: {other:?}"),
+            let items = client.call(RolloutHistory { limit }).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&items)?),
+                Output::Text => print_history(&items),
             }
         }
     }
@@ -221,21 +208,16 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
 }
 
 async fn control(client: &Client, command: Command, request_id: RequestIdArg) -> Result<()> {
-    let request = OperatorRequest::ControlRollout { command };
-    let answer = client
-        .call_with_id(&request, Some(request_id.or_new()))
+    let request = ControlRollout { command };
+    let rollout = client
+        .call_with_id(request, Some(request_id.or_new()))
         .await?;
-    print_answer(answer)
+    print_rollout(&rollout);
+    Ok(())
 }
 
-fn print_answer(answer: OperatorResponse) -> Result<()> {
-    match answer {
-        OperatorResponse::Rollout(Some(r)) => {
-            println!("{}", StatusView::new(&r, now_ms()).text());
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
-    }
+fn print_rollout(rollout: &Rollout) {
+    println!("{}", StatusView::new(rollout, now_ms()).text());
 }
 
 fn print_history(items: &[RolloutSummary]) {

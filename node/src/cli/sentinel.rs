@@ -11,7 +11,8 @@ use serde::Serialize;
 use wire::model::{
     ApplyReport, DesiredState, Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
 };
-use wire::operator::{ApplySentinel, OperatorRequest, OperatorResponse, SentinelView};
+use wire::operator::request::{GetSentinel, ListSentinels, StopSentinel};
+use wire::operator::{ApplySentinel, SentinelDeployed, SentinelView};
 
 use super::{Exit, Output, RequestIdArg};
 
@@ -78,7 +79,7 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
     match command {
         SentinelCommand::Apply(args) => {
             let request_id = args.request_id.or_new();
-            let request = OperatorRequest::ApplySentinel(ApplySentinel {
+            let request = ApplySentinel {
                 workspace_id: args.workspace,
                 project_id: args.project,
                 app_id: args.app,
@@ -91,32 +92,23 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
                 deadline_ms: args
                     .deadline
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            });
-            let (sentinel_id, version, status) =
-                match client.call_with_id(&request, Some(request_id)).await? {
-                    OperatorResponse::SentinelDeployed {
-                        sentinel_id,
-                        version,
-                        status,
-                    } => (sentinel_id, version, status),
-                    other => bail!("unexpected answer: {other:?}"),
-                };
+            };
+            let SentinelDeployed {
+                sentinel_id,
+                version,
+                status,
+            } = client.call_with_id(request, Some(request_id)).await?;
             println!("{sentinel_id} version {version} {}", status.as_str());
             if args.wait && status == SentinelDeployStatus::Progressing {
                 wait(&client, &sentinel_id, version).await?;
             }
         }
         SentinelCommand::Stop { id, request_id } => {
-            let request = OperatorRequest::StopSentinel { id };
-            match client
-                .call_with_id(&request, Some(request_id.or_new()))
-                .await?
-            {
-                OperatorResponse::SentinelStopped { sentinel_id } => {
-                    println!("{sentinel_id} stopped");
-                }
-                other => bail!("unexpected answer: {other:?}"),
-            }
+            let request = StopSentinel { id };
+            let sentinel_id = client
+                .call_with_id(request, Some(request_id.or_new()))
+                .await?;
+            println!("{sentinel_id} stopped");
         }
     }
     Ok(())
@@ -127,13 +119,7 @@ async fn wait(client: &Client, id: &str, version: Pk) -> Result<()> {
     let started = Instant::now();
     let mut last = None;
     loop {
-        let view = match client
-            .call(&OperatorRequest::GetSentinel { id: id.to_string() })
-            .await?
-        {
-            OperatorResponse::Sentinel(view) => view,
-            other => bail!("unexpected answer: {other:?}"),
-        };
+        let view = client.call(GetSentinel { id: id.to_string() }).await?;
         let s = &view.sentinel;
         if s.version != version {
             bail!("sentinel {id} was changed again (version {})", s.version);
@@ -239,48 +225,33 @@ impl SentinelLine {
 /// `ctrl get sentinel ID`: the sentinel and its reported status.
 pub(super) async fn get(config: &OperatorConfig, id: String, output: Output) -> Result<()> {
     let client = Client::new(config)?;
-    match client.call(&OperatorRequest::GetSentinel { id }).await? {
-        OperatorResponse::Sentinel(view) => {
-            match output {
-                Output::Json => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&SentinelLine::new(
-                        &view.sentinel,
-                        view.status.as_ref(),
-                        view.rejected.as_ref(),
-                    ))?
-                ),
-                Output::Text => print_view(&view),
-            }
-            Ok(())
-        }
-        other => bail!("unexpected answer: {other:?}"),
+    let view = client.call(GetSentinel { id }).await?;
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&SentinelLine::new(
+                &view.sentinel,
+                view.status.as_ref(),
+                view.rejected.as_ref(),
+            ))?
+        ),
+        Output::Text => print_view(&view),
     }
+    Ok(())
 }
 
 /// `ctrl list sentinels`: every sentinel with its status.
 pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> {
     let client = Client::new(config)?;
-    let mut after = None;
-    let mut lines = Vec::new();
-    loop {
-        let request = OperatorRequest::ListSentinels {
-            after: after.clone(),
-            limit: LIST_PAGE,
-        };
-        match client.call(&request).await? {
-            OperatorResponse::Sentinels { items, next_after } => {
-                lines.extend(items.iter().map(|v| {
-                    SentinelLine::new(&v.sentinel, v.status.as_ref(), v.rejected.as_ref())
-                }));
-                match next_after {
-                    Some(next) => after = Some(next),
-                    None => break,
-                }
-            }
-            other => bail!("unexpected answer: {other:?}"),
-        }
-    }
+    let page = |after| ListSentinels {
+        after,
+        limit: LIST_PAGE,
+    };
+    let views = client.all_pages(page).await?;
+    let lines: Vec<SentinelLine> = views
+        .iter()
+        .map(|v| SentinelLine::new(&v.sentinel, v.status.as_ref(), v.rejected.as_ref()))
+        .collect();
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
         Output::Text => {

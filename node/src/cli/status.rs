@@ -4,12 +4,13 @@
 //! progress and those that failed within [`FAILED_WINDOW_MS`]. `-o json`
 //! prints the same as one JSON object ([`SiteStatus`]).
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
 use wire::model::{Deployment, DeploymentStatus, UnixMs};
-use wire::operator::{OperatorRequest, OperatorResponse, RegionView};
+use wire::operator::RegionView;
+use wire::operator::request::{ListDeployments, ListRegions};
 
 use super::Output;
 use super::cluster::{Row, rows};
@@ -86,24 +87,18 @@ pub(super) async fn collect(config: &OperatorConfig) -> Result<SiteStatus> {
         _ => None,
     };
     let client = Client::new(config)?;
-    let regions = match client.call(&OperatorRequest::ListRegions).await? {
-        OperatorResponse::Regions(list) => list,
-        other => bail!("unexpected answer: {other:?}"),
-    };
+    let regions = client.call(ListRegions).await?;
     let as_of_ms = regions.as_of_ms;
     let mut in_progress = Vec::new();
     let mut failed_recently = Vec::new();
     let mut after = None;
     loop {
-        let request = OperatorRequest::ListDeployments {
+        let request = ListDeployments {
             after: after.clone(),
             limit: LIST_PAGE,
         };
-        let (items, next_after) = match client.call(&request).await? {
-            OperatorResponse::Deployments { items, next_after } => (items, next_after),
-            other => bail!("unexpected answer: {other:?}"),
-        };
-        for d in items {
+        let page = client.call(request).await?;
+        for d in page.items {
             if d.status.in_flight() {
                 in_progress.push(DeployLine::of(d));
             } else if d.status == DeploymentStatus::Failed
@@ -112,7 +107,7 @@ pub(super) async fn collect(config: &OperatorConfig) -> Result<SiteStatus> {
                 failed_recently.push(DeployLine::of(d));
             }
         }
-        match next_after {
+        match page.next_after {
             Some(next) => after = Some(next),
             None => break,
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use openraft::{BasicNode, ServerState};
-use wire::operator::{LogStatus, NodeStatus, OperatorResponse};
+use wire::operator::{LogStatus, NodeStatus};
 use wire::{ErrorCode, WireError};
 
 use super::NodeState;
@@ -55,7 +55,8 @@ pub fn init_check(
 
 /// Initialises Raft with the members of this node's config. Refused on a
 /// node that is already part of an initialised cluster.
-pub async fn init(state: &NodeState) -> Result<OperatorResponse, WireError> {
+/// Answers the members it initialised, as (node id, address).
+pub async fn init(state: &NodeState) -> Result<Vec<(u64, String)>, WireError> {
     let initialized = state
         .raft
         .is_initialized()
@@ -93,13 +94,11 @@ pub async fn init(state: &NodeState) -> Result<OperatorResponse, WireError> {
         .initialize(state.configured_members.clone())
         .await
         .map_err(|e| WireError::new(ErrorCode::BadRequest, format!("cannot initialise: {e}")))?;
-    Ok(OperatorResponse::Initialized {
-        members: state
-            .configured_members
-            .iter()
-            .map(|(id, node)| (*id, node.addr.clone()))
-            .collect(),
-    })
+    Ok(state
+        .configured_members
+        .iter()
+        .map(|(id, node)| (*id, node.addr.clone()))
+        .collect())
 }
 
 /// This node's view: role, term, log and apply positions, members.

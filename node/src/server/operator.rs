@@ -1,5 +1,6 @@
 //! The operator protocol handler: only operator certificates may call it.
-//! Each request goes to its rule — deployments, regions, sentinels and policies in
+//! Each request goes to its rule through a table from its type to its
+//! handler ([`crate::app::dispatch`]) — deployments, regions, sentinels and policies in
 //! [`crate::app`]; cluster initialisation, status, membership changes and
 //! state hashes in [`crate::replica`] — and the answer back. A request
 //! that changes state and carries a request id is applied once per id
@@ -13,11 +14,18 @@ use quinn::{RecvStream, SendStream};
 use tracing::{Instrument, info_span, warn};
 use transport::identity::Identity;
 use wire::hello::Protocol as Hello;
-use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
+use wire::operator::request::{
+    AddNode, AddRegion, GetDeployment, GetEnvironment, GetSentinel, History, InitCluster,
+    ListDeliveries, ListDeployments, ListNotifyEndpoints, ListPolicies, ListRegions, ListSentinels,
+    LogStatus, NodeDiagnostics, NodeStatus, NodeVersion, PlanRollout, RemoveNode, RolloutHistory,
+    RolloutStatus, SetRegionSchedulable, StateHash, WaitDeployment,
+};
+use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, Page};
 use wire::{ErrorCode, WireError};
 
 use super::ServeError;
 use super::call::{self, Protocol};
+use crate::app::dispatch::Dispatch;
 use crate::app::{deployments, notify, policies, regions, requests, rollouts, sentinels};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
@@ -61,7 +69,7 @@ pub async fn serve_stream(
     let Some(request) = call.request().await? else {
         return Ok(());
     };
-    if matches!(request.request, OperatorRequest::Backup) {
+    if matches!(request.request, OperatorRequest::Backup(_)) {
         return stream_backup(state, call).await;
     }
     let response = handle(state, identity, request).await;
@@ -128,122 +136,26 @@ async fn handle(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
     response
 }
 
+/// Answers one call: a state-changing request through
+/// [`requests::apply_once`] (with its id) or [`requests::apply`]; every
+/// other request through one table from its type to its handler.
 async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> OperatorResponse {
     let clock = state.clock.as_ref();
     let OperatorCall {
         request_id,
         request,
     } = call;
-    let result = match request {
-        request if request.is_mutating() => {
-            let settings = &state.deploy;
-            match &request_id {
-                Some(request_id) => {
-                    let actor = identity.to_uri();
-                    requests::apply_once(state, clock, settings, request_id, &actor, request).await
-                }
-                None => requests::apply(state, clock, settings, request).await,
+    let result = if request.is_mutating() {
+        let settings = &state.deploy;
+        match &request_id {
+            Some(request_id) => {
+                let actor = identity.to_uri();
+                requests::apply_once(state, clock, settings, request_id, &actor, request).await
             }
+            None => requests::apply(state, clock, settings, request).await,
         }
-        OperatorRequest::GetDeployment { id } => {
-            deployments::view(state, &id).map(OperatorResponse::Deployment)
-        }
-        OperatorRequest::ListDeployments { after, limit } => {
-            deployments::list(state, after.as_deref(), limit)
-                .map(|(items, next_after)| OperatorResponse::Deployments { items, next_after })
-        }
-        OperatorRequest::GetEnvironment { id } => {
-            deployments::environment(state, &id).map(OperatorResponse::Environment)
-        }
-        OperatorRequest::History {
-            environment_id,
-            deployment_id,
-            after,
-            limit,
-        } => deployments::history(
-            state,
-            environment_id.as_deref(),
-            deployment_id.as_deref(),
-            after,
-            limit,
-        )
-        .map(|(entries, next_after)| OperatorResponse::History {
-            entries,
-            next_after,
-        }),
-        OperatorRequest::InitCluster => cluster::init(state).await,
-        OperatorRequest::NodeStatus => Ok(OperatorResponse::NodeStatus(cluster::status(state))),
-        OperatorRequest::AddNode {
-            node_id,
-            addr,
-            wait_ms,
-        } => membership::change(state, MembershipChange::Add { node_id, addr }, wait_ms)
-            .await
-            .map(OperatorResponse::MembershipChanged),
-        OperatorRequest::RemoveNode { node_id, wait_ms } => {
-            membership::change(state, MembershipChange::Remove { node_id }, wait_ms)
-                .await
-                .map(OperatorResponse::MembershipChanged)
-        }
-        OperatorRequest::LogStatus => Ok(OperatorResponse::LogStatus(cluster::log_status(state))),
-        OperatorRequest::StateHash {
-            min_applied_index,
-            wait_ms,
-        } => state_hash::state_hash(state, min_applied_index, wait_ms)
-            .await
-            .map(OperatorResponse::StateHash),
-        OperatorRequest::GetSentinel { id } => {
-            sentinels::get(state, &id).map(OperatorResponse::Sentinel)
-        }
-        OperatorRequest::WaitDeployment { id, seen, wait_ms } => {
-            deployments::wait(state, &id, seen, wait_ms)
-                .await
-                .map(OperatorResponse::Deployment)
-        }
-        OperatorRequest::AddRegion { name } => regions::add(state, name)
-            .await
-            .map(OperatorResponse::Region),
-        OperatorRequest::SetRegionSchedulable { name, schedulable } => {
-            regions::set_schedulable(state, name, schedulable)
-                .await
-                .map(OperatorResponse::Region)
-        }
-        OperatorRequest::ListRegions => regions::list(state, clock).map(OperatorResponse::Regions),
-        OperatorRequest::ListPolicies { after, limit } => {
-            policies::list(state, after, limit).map(OperatorResponse::Policies)
-        }
-        OperatorRequest::ListSentinels { after, limit } => sentinels::list(state, after, limit)
-            .map(|(items, next_after)| OperatorResponse::Sentinels { items, next_after }),
-        OperatorRequest::PlanRollout {
-            image,
-            wave_percents,
-        } => rollouts::plan(state, &image, &wave_percents).map(OperatorResponse::RolloutPlan),
-        OperatorRequest::RolloutStatus => rollouts::status(state).map(OperatorResponse::Rollout),
-        OperatorRequest::RolloutHistory { limit } => {
-            rollouts::history(state, limit).map(OperatorResponse::Rollouts)
-        }
-        OperatorRequest::NodeDiagnostics => Ok(OperatorResponse::NodeDiagnostics(
-            wire::operator::NodeDiagnostics {
-                node_id: state.node_id,
-                config_toml: state.config_toml.clone(),
-                metrics: state.metrics_text(),
-            },
-        )),
-        OperatorRequest::NodeVersion => {
-            Ok(OperatorResponse::NodeVersion(wire::operator::NodeVersion {
-                node_id: state.node_id,
-                software: env!("CARGO_PKG_VERSION").to_string(),
-                protocols: wire::hello::PROTOCOL_VERSIONS,
-            }))
-        }
-        OperatorRequest::ListNotifyEndpoints => {
-            notify::list(state).map(OperatorResponse::NotifyEndpoints)
-        }
-        OperatorRequest::ListDeliveries { after, limit } => {
-            notify::deliveries(state, after, limit).map(OperatorResponse::Deliveries)
-        }
-        // Every state-changing request is taken by the first arm.
-        mutating => requests::apply(state, clock, &state.deploy, mutating).await,
+    } else {
+        reads_and_cluster_calls(state, request).await
     };
     match result {
         // A deployment answered to an operator shows its secrets by name.
@@ -257,4 +169,82 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
         ),
         Err(e) => OperatorResponse::Error(e),
     }
+}
+
+/// The table of the requests that change no replicated state through the
+/// workflow rules: reads, long polls, the cluster and region calls.
+async fn reads_and_cluster_calls(
+    state: &NodeState,
+    request: OperatorRequest,
+) -> Result<OperatorResponse, WireError> {
+    Dispatch::new(state, request)
+        .on_sync(|s, GetDeployment { id }| deployments::view(s, &id))
+        .on_sync(|s, ListDeployments { after, limit }| {
+            deployments::list(s, after.as_deref(), limit)
+                .map(|(items, next_after)| Page { items, next_after })
+        })
+        .on_sync(|s, GetEnvironment { id }| deployments::environment(s, &id))
+        .on_sync(|s, r: History| {
+            let environment_id = r.environment_id.as_deref();
+            let deployment_id = r.deployment_id.as_deref();
+            deployments::history(s, environment_id, deployment_id, r.after, r.limit)
+                .map(|(items, next_after)| Page { items, next_after })
+        })
+        .on(|s, WaitDeployment { id, seen, wait_ms }| async move {
+            deployments::wait(s, &id, seen, wait_ms).await
+        })
+        .on(|s, InitCluster| cluster::init(s))
+        .on_sync(|s, NodeStatus| Ok(cluster::status(s)))
+        .on(
+            |s,
+             AddNode {
+                 node_id,
+                 addr,
+                 wait_ms,
+             }| {
+                membership::change(s, MembershipChange::Add { node_id, addr }, wait_ms)
+            },
+        )
+        .on(|s, RemoveNode { node_id, wait_ms }| {
+            membership::change(s, MembershipChange::Remove { node_id }, wait_ms)
+        })
+        .on_sync(|s, LogStatus| Ok(cluster::log_status(s)))
+        .on(|s, r: StateHash| state_hash::state_hash(s, r.min_applied_index, r.wait_ms))
+        .on_sync(|s, GetSentinel { id }| sentinels::get(s, &id))
+        .on_sync(|s, ListSentinels { after, limit }| {
+            sentinels::list(s, after, limit).map(|(items, next_after)| Page { items, next_after })
+        })
+        .on(|s, AddRegion { name }| regions::add(s, name))
+        .on(|s, SetRegionSchedulable { name, schedulable }| {
+            regions::set_schedulable(s, name, schedulable)
+        })
+        .on_sync(|s, ListRegions| regions::list(s, s.clock.as_ref()))
+        .on_sync(|s, ListPolicies { after, limit }| policies::list(s, after, limit))
+        .on_sync(
+            |s,
+             PlanRollout {
+                 image,
+                 wave_percents,
+             }| { rollouts::plan(s, &image, &wave_percents) },
+        )
+        .on_sync(|s, RolloutStatus| rollouts::status(s))
+        .on_sync(|s, RolloutHistory { limit }| rollouts::history(s, limit))
+        .on_sync(|s, NodeDiagnostics| {
+            Ok(wire::operator::NodeDiagnostics {
+                node_id: s.node_id,
+                config_toml: s.config_toml.clone(),
+                metrics: s.metrics_text(),
+            })
+        })
+        .on_sync(|s, NodeVersion| {
+            Ok(wire::operator::NodeVersion {
+                node_id: s.node_id,
+                software: env!("CARGO_PKG_VERSION").to_string(),
+                protocols: wire::hello::PROTOCOL_VERSIONS,
+            })
+        })
+        .on_sync(|s, ListNotifyEndpoints| notify::list(s))
+        .on_sync(|s, ListDeliveries { after, limit }| notify::deliveries(s, after, limit))
+        .finish()
+        .await
 }

@@ -14,7 +14,8 @@ use clap::Args;
 use config::OperatorConfig;
 use node::client::Client;
 use serde::Serialize;
-use wire::operator::{NodeStatus, OperatorRequest, OperatorResponse, StateHash};
+use wire::operator::request;
+use wire::operator::{NodeStatus, StateHash};
 
 use super::ANSWER_SLACK_MS;
 use crate::cli::Output;
@@ -247,10 +248,7 @@ fn single(config: &OperatorConfig, addr: SocketAddr) -> OperatorConfig {
 
 async fn node_status(config: &OperatorConfig, addr: SocketAddr) -> Result<NodeStatus> {
     let client = Client::new(&single(config, addr))?;
-    match client.call(&OperatorRequest::NodeStatus).await? {
-        OperatorResponse::NodeStatus(status) => Ok(status),
-        other => bail!("unexpected answer: {other:?}"),
-    }
+    Ok(client.call(request::NodeStatus).await?)
 }
 
 /// One member's hash at `min_applied_index` or later, or why not.
@@ -264,18 +262,15 @@ async fn state_hash(
         .parse()
         .map_err(|e| format!("bad address {addr:?}: {e}"))?;
     let client = Client::new(&single(config, addr)).map_err(|e| e.to_string())?;
-    let request = OperatorRequest::StateHash {
+    let request = request::StateHash {
         min_applied_index,
         wait_ms,
     };
-    match client
-        .call_once(&request, wait_ms.saturating_add(ANSWER_SLACK_MS))
+    let timeout_ms = wait_ms.saturating_add(ANSWER_SLACK_MS);
+    client
+        .call_once(request, timeout_ms)
         .await
-    {
-        Ok(OperatorResponse::StateHash(hash)) => Ok(hash),
-        Ok(other) => Err(format!("unexpected answer: {other:?}")),
-        Err(e) => Err(e.to_string()),
-    }
+        .map_err(|e| e.to_string())
 }
 
 fn opt(value: Option<u64>) -> String {
