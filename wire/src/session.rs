@@ -79,14 +79,104 @@ enum Phase {
     Closed,
 }
 
-/// A broken rule of the watch protocol.
+/// A broken rule of the watch protocol: which rule, and the positions
+/// that broke it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("watch protocol violation: {0}")]
-pub struct SessionError(pub String);
+#[error("watch protocol violation: {}", self.detail())]
+#[non_exhaustive]
+pub enum SessionError {
+    /// An event where the protocol has no place for it (`when`: "as the
+    /// first event of this stream", "during a full sync", ...).
+    OutOfPlace {
+        /// The event's name (`sync-start`, `change`, ...).
+        event: &'static str,
+        /// Where it came.
+        when: &'static str,
+    },
+    /// A full sync's item newer than the sync's cursor.
+    ItemAfterCursor {
+        /// The item's version.
+        version: Pk,
+        /// The sync's cursor.
+        cursor: Pk,
+    },
+    /// A sync-end whose cursor is not its sync-start's.
+    SyncEndMoved {
+        /// The sync-start's cursor.
+        start: Pk,
+        /// The sync-end's cursor.
+        end: Pk,
+    },
+    /// A change not after the last pk of the stream.
+    ChangeNotAfter {
+        /// The change's version.
+        version: Pk,
+        /// The last pk sent or received.
+        last: Pk,
+    },
+    /// A bookmark before the last pk of the stream.
+    ProgressBack {
+        /// The bookmark's cursor.
+        cursor: Pk,
+        /// The last pk received.
+        last: Pk,
+    },
+    /// An event received while the one before it was not yet confirmed
+    /// applied.
+    Unconfirmed {
+        /// The version waiting for its confirmation.
+        pending: Pk,
+    },
+    /// A confirmation of another version than the one handed out.
+    WrongConfirmation {
+        /// The version confirmed.
+        version: Pk,
+        /// The version handed out, if any.
+        pending: Option<Pk>,
+    },
+}
+
+impl SessionError {
+    /// What was wrong, without the "watch protocol violation" prefix.
+    pub fn detail(&self) -> String {
+        match self {
+            SessionError::OutOfPlace { event, when } => format!("{event} not allowed {when}"),
+            SessionError::ItemAfterCursor { version, cursor } => {
+                format!("sync item version {version} is after the sync cursor {cursor}")
+            }
+            SessionError::SyncEndMoved { start, end } => {
+                format!("sync-end cursor {end} differs from sync-start cursor {start}")
+            }
+            SessionError::ChangeNotAfter { version, last } => {
+                format!("change {version} is not after the last pk {last}")
+            }
+            SessionError::ProgressBack { cursor, last } => {
+                format!("progress {cursor} goes back before pk {last}")
+            }
+            SessionError::Unconfirmed { pending } => {
+                format!("event received before version {pending} was confirmed applied")
+            }
+            SessionError::WrongConfirmation { version, pending } => {
+                format!("applied({version}) does not match the pending event {pending:?}")
+            }
+        }
+    }
+}
 
 impl From<SessionError> for WireError {
     fn from(err: SessionError) -> Self {
-        WireError::new(ErrorCode::ProtocolViolation, err.0)
+        WireError::new(ErrorCode::ProtocolViolation, err.detail())
+    }
+}
+
+/// "as the first event of this stream", "during a full sync", ...: where
+/// an event came, for [`SessionError::OutOfPlace`].
+fn when(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Opened => "as the first event of this stream",
+        Phase::Syncing { .. } => "during a full sync",
+        Phase::Live { .. } => "after the sync",
+        Phase::Closed => "after the stream closed",
     }
 }
 
@@ -116,7 +206,10 @@ impl WatchServer {
     /// Begins a full sync from the snapshot at `cursor`; only as the first event.
     pub fn sync_start(&mut self, cursor: Pk, epoch: u64) -> Result<WatchEvent, SessionError> {
         if self.phase != Phase::Opened {
-            return Err(SessionError("sync-start after the stream began".into()));
+            return Err(SessionError::OutOfPlace {
+                event: "sync-start",
+                when: when(self.phase),
+            });
         }
         self.phase = Phase::Syncing { cursor };
         Ok(WatchEvent::SyncStart { cursor, epoch })
@@ -126,7 +219,10 @@ impl WatchServer {
     /// it ends the stream.
     pub fn epoch_changed(&mut self, epoch: u64) -> Result<WatchEvent, SessionError> {
         if self.phase != Phase::Opened {
-            return Err(SessionError("epoch-changed after the stream began".into()));
+            return Err(SessionError::OutOfPlace {
+                event: "epoch-changed",
+                when: when(self.phase),
+            });
         }
         self.phase = Phase::Closed;
         Ok(WatchEvent::EpochChanged { epoch })
@@ -138,11 +234,14 @@ impl WatchServer {
             Phase::Syncing { cursor } if resource.version() <= cursor => {
                 Ok(WatchEvent::SyncItem(resource))
             }
-            Phase::Syncing { cursor } => Err(SessionError(format!(
-                "sync item at version {} is newer than the sync cursor {cursor}",
-                resource.version()
-            ))),
-            _ => Err(SessionError("sync item outside a full sync".into())),
+            Phase::Syncing { cursor } => Err(SessionError::ItemAfterCursor {
+                version: resource.version(),
+                cursor,
+            }),
+            phase => Err(SessionError::OutOfPlace {
+                event: "sync-item",
+                when: when(phase),
+            }),
         }
     }
 
@@ -153,14 +252,20 @@ impl WatchServer {
                 self.phase = Phase::Live { last: cursor };
                 Ok(WatchEvent::SyncEnd { cursor })
             }
-            _ => Err(SessionError("sync-end outside a full sync".into())),
+            phase => Err(SessionError::OutOfPlace {
+                event: "sync-end",
+                when: when(phase),
+            }),
         }
     }
 
     /// Starts an incremental stream after `cursor`.
     pub fn resume(&mut self, cursor: Pk) -> Result<(), SessionError> {
         if self.phase != Phase::Opened {
-            return Err(SessionError("resume after the stream began".into()));
+            return Err(SessionError::OutOfPlace {
+                event: "resume",
+                when: when(self.phase),
+            });
         }
         self.phase = Phase::Live { last: cursor };
         Ok(())
@@ -177,10 +282,11 @@ impl WatchServer {
                 self.phase = Phase::Live { last: version };
                 Ok(WatchEvent::Change { version, change })
             }
-            Phase::Live { last } => Err(SessionError(format!(
-                "change {version} is not after the last sent pk {last}"
-            ))),
-            _ => Err(SessionError("change before the stream is live".into())),
+            Phase::Live { last } => Err(SessionError::ChangeNotAfter { version, last }),
+            phase => Err(SessionError::OutOfPlace {
+                event: "change",
+                when: when(phase),
+            }),
         }
     }
 
@@ -290,9 +396,7 @@ impl WatchClient {
     /// Checks one received event and says what to do with it.
     pub fn on_event(&mut self, event: WatchEvent) -> Result<ClientAction, SessionError> {
         if let Some(version) = self.pending {
-            return Err(SessionError(format!(
-                "event received before version {version} was confirmed applied"
-            )));
+            return Err(SessionError::Unconfirmed { pending: version });
         }
         match (self.phase, event) {
             (Phase::Opened, WatchEvent::SyncStart { cursor, epoch }) if self.requested == 0 => {
@@ -306,18 +410,16 @@ impl WatchClient {
             }
             (Phase::Syncing { cursor }, WatchEvent::SyncItem(resource)) => {
                 if resource.version() > cursor {
-                    return Err(SessionError(format!(
-                        "sync item version {} is after the sync cursor {cursor}",
-                        resource.version()
-                    )));
+                    return Err(SessionError::ItemAfterCursor {
+                        version: resource.version(),
+                        cursor,
+                    });
                 }
                 Ok(ClientAction::ApplySynced(resource))
             }
             (Phase::Syncing { cursor }, WatchEvent::SyncEnd { cursor: end }) => {
                 if end != cursor {
-                    return Err(SessionError(format!(
-                        "sync-end cursor {end} differs from sync-start cursor {cursor}"
-                    )));
+                    return Err(SessionError::SyncEndMoved { start: cursor, end });
                 }
                 self.phase = Phase::Live { last: cursor };
                 self.pending = Some(cursor);
@@ -340,24 +442,18 @@ impl WatchClient {
                 self.cursor = 0;
                 Ok(ClientAction::Resync { floor })
             }
-            (Phase::Closed, event) => Err(SessionError(format!(
-                "event after the stream closed: {}",
-                event_name(&event)
-            ))),
+            (Phase::Closed, event) => Err(SessionError::OutOfPlace {
+                event: event_name(&event),
+                when: when(Phase::Closed),
+            }),
             (_, WatchEvent::Error(error)) => {
                 self.phase = Phase::Closed;
                 Ok(ClientAction::Failed(error))
             }
-            (phase, event) => Err(SessionError(format!(
-                "{} not allowed {}",
-                event_name(&event),
-                match phase {
-                    Phase::Opened => "as the first event of this stream",
-                    Phase::Syncing { .. } => "during a full sync",
-                    Phase::Live { .. } => "after the sync",
-                    Phase::Closed => "after the stream closed",
-                }
-            ))),
+            (phase, event) => Err(SessionError::OutOfPlace {
+                event: event_name(&event),
+                when: when(phase),
+            }),
         }
     }
 
@@ -369,9 +465,7 @@ impl WatchClient {
                 self.cursor = version;
                 Ok(())
             }
-            other => Err(SessionError(format!(
-                "applied({version}) does not match the pending event {other:?}"
-            ))),
+            pending => Err(SessionError::WrongConfirmation { version, pending }),
         }
     }
 
@@ -382,9 +476,7 @@ impl WatchClient {
         change: ResourceChange,
     ) -> Result<ClientAction, SessionError> {
         if version <= last {
-            return Err(SessionError(format!(
-                "change {version} is not after the last pk {last}"
-            )));
+            return Err(SessionError::ChangeNotAfter { version, last });
         }
         self.phase = Phase::Live { last: version };
         self.pending = Some(version);
@@ -393,9 +485,7 @@ impl WatchClient {
 
     fn live_progress(&mut self, last: Pk, cursor: Pk) -> Result<ClientAction, SessionError> {
         if cursor < last {
-            return Err(SessionError(format!(
-                "progress {cursor} goes back before pk {last}"
-            )));
+            return Err(SessionError::ProgressBack { cursor, last });
         }
         self.phase = Phase::Live { last: cursor };
         self.cursor = cursor;

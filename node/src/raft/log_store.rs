@@ -11,6 +11,16 @@
 //! memory until committed) and the writer calls openraft's flush callback
 //! after the fsync; whatever queued up meanwhile is committed together.
 //!
+//! The writer's queue is unbounded by type, and deliberately so: its only
+//! producer is openraft's core task, which must never block on it (a full
+//! bounded queue would stall heartbeats and elections with it). Its depth
+//! is bounded by what feeds openraft instead: on a leader the write
+//! batcher keeps at most `BATCHES_IN_FLIGHT_MAX` batches of proposals in
+//! Raft, and on a follower each leader stream carries one append-entries
+//! at a time, answered only after its flush. Each queued write is freed
+//! by the commit that takes it, so the queue is empty whenever the disk
+//! keeps up.
+//!
 //! A purge goes no further than the snapshot on disk ([`PurgeBound`]):
 //! each commit carries whatever part of the purges asked for that snapshot
 //! covers, and appends wait while a purge is held back.
@@ -194,6 +204,7 @@ impl LogStore {
             purge_bound,
             purged: Mutex::new(purged),
         });
+        // Unbounded by type; bounded by its producers (see the module doc).
         let (writer, queue) = std::sync::mpsc::channel();
         let for_writer = shared.clone();
         std::thread::Builder::new()
