@@ -12,12 +12,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use config::{ConfigFile, NodeConfig, OperatorConfig};
-use node::client::Client;
+use node::client::{Client, ClientError};
 use std::io::Read;
 use tokio::process::{Child, Command};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::{InitCluster, NodeStatus};
 
 use crate::kit::wait::wait_until;
 
@@ -168,10 +168,7 @@ impl ProcessCluster {
         let mut leaders = Vec::new();
         for config in &self.configs {
             let client = Client::new(&self.operator_of(config.node_id))?;
-            match client.call(&OperatorRequest::NodeStatus).await? {
-                OperatorResponse::NodeStatus(status) => leaders.push(status.leader_id),
-                other => bail!("unexpected answer to a status call: {other:?}"),
-            }
+            leaders.push(client.call(NodeStatus).await?.leader_id);
         }
         Ok(match leaders.first() {
             Some(Some(first)) if leaders.iter().all(|l| *l == Some(*first)) => Some(*first),
@@ -191,11 +188,9 @@ impl ProcessCluster {
             wait_until(
                 deadline,
                 "node 1 to initialise the cluster",
-                async || match first.call(&OperatorRequest::InitCluster).await {
-                    Ok(OperatorResponse::Initialized { .. }) => Ok(Ok(())),
-                    Ok(other) => Ok(Err(anyhow::anyhow!(
-                        "unexpected answer to cluster init: {other:?}"
-                    ))),
+                async || match first.call(InitCluster).await {
+                    Ok(_members) => Ok(Ok(())),
+                    Err(e @ ClientError::UnexpectedAnswer { .. }) => Ok(Err(e)),
                     Err(e) => Err(e.to_string()),
                 },
             )

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use wire::operator::request::AddRegion;
 use wire::operator::{CreateDeployment, OperatorRequest};
 
 /// The regions the test harnesses (fleet, test and process clusters)
@@ -19,8 +20,8 @@ pub const TEST_REGIONS: [&str; 3] = ["us-east", "eu-west", "ap-south"];
 pub const ROWS_PER_STARTED_REGION: u64 = 4;
 
 /// The request registering region `name` (idempotent).
-pub fn add_region(name: &str) -> OperatorRequest {
-    OperatorRequest::AddRegion { name: name.into() }
+pub fn add_region(name: &str) -> AddRegion {
+    AddRegion { name: name.into() }
 }
 
 /// The image of [`deployment`] unless changed.
@@ -118,21 +119,25 @@ impl DeploymentBuilder {
         self.0
     }
 
-    /// The operator request creating it.
+    /// The request as the operator protocol's enum, for callers that
+    /// send requests untyped (replays, generated mixes); a typed call
+    /// takes [`DeploymentBuilder::build`].
     pub fn request(self) -> OperatorRequest {
-        OperatorRequest::CreateDeployment(self.0)
+        self.0.into()
     }
 }
 
-/// [`deployment`] with its defaults, as a request.
-pub fn create_deployment<R: Into<String>>(regions: impl IntoIterator<Item = R>) -> OperatorRequest {
-    deployment(regions).request()
+/// [`deployment`] with its defaults, built.
+pub fn create_deployment<R: Into<String>>(
+    regions: impl IntoIterator<Item = R>,
+) -> CreateDeployment {
+    deployment(regions).build()
 }
 
 /// [`create_deployment`] with `replicas` replicas per region.
 pub fn create_deployment_with_replicas<R: Into<String>>(
     regions: impl IntoIterator<Item = R>,
     replicas: u32,
-) -> OperatorRequest {
-    deployment(regions).replicas(replicas).request()
+) -> CreateDeployment {
+    deployment(regions).replicas(replicas).build()
 }

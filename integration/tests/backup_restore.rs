@@ -20,7 +20,7 @@ use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::STATEFUL_SETS;
 use k8s_sim::{SimConfig, Simulator};
 use node::client::Client;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::StateHash;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,16 +76,11 @@ fn field(text: &str, key: &str) -> String {
 }
 
 async fn state_hash(client: &Client) -> anyhow::Result<wire::operator::StateHash> {
-    match client
-        .call(&OperatorRequest::StateHash {
-            min_applied_index: 0,
-            wait_ms: 1_000,
-        })
-        .await?
-    {
-        OperatorResponse::StateHash(hash) => Ok(hash),
-        other => anyhow::bail!("unexpected answer {other:?}"),
-    }
+    let request = StateHash {
+        min_applied_index: 0,
+        wait_ms: 1_000,
+    };
+    Ok(client.call(request).await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

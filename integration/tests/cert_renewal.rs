@@ -20,7 +20,7 @@ use node::client::Client;
 use tokio::time::Instant;
 use transport::Identity;
 use transport::certs::{self, CertBundle};
-use wire::operator::OperatorRequest;
+use wire::operator::request::NodeStatus;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(240);
 const WAIT: Duration = Duration::from_secs(60);
@@ -192,7 +192,7 @@ async fn certificates_renewed_under_a_running_cluster() {
         config.tls.key = expired.key;
         let client = Client::new(&config).expect("a client");
         let error = client
-            .call(&OperatorRequest::NodeStatus)
+            .call(NodeStatus)
             .await
             .expect_err("a call with an expired certificate");
         assert!(error.to_string().contains("expired"), "{error}");

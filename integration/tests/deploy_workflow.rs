@@ -24,7 +24,8 @@ use node::client::ClientError;
 use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::{DeploymentStatus, Resource};
-use wire::operator::{CreateDeployment, DeploymentView, OperatorRequest, OperatorResponse};
+use wire::operator::request::ListPolicies;
+use wire::operator::{CreateDeployment, DeploymentView};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for a condition.
@@ -246,17 +247,13 @@ async fn rollback_makes_the_previous_deployment_live_again() {
         ready(&operator, &v1).await;
         // Ready only once krane applied both policies everywhere: ingress
         // in the deployments' namespace, egress in the sentinels'.
-        let policies = match operator
-            .call(&OperatorRequest::ListPolicies {
+        let policies = operator
+            .call(ListPolicies {
                 after: None,
                 limit: 100,
             })
             .await
-            .unwrap()
-        {
-            OperatorResponse::Policies(views) => views,
-            other => panic!("unexpected answer {other:?}"),
-        };
+            .unwrap();
         let ingress = wire::k8s_name::deployment_policy(&v1);
         let egress = wire::k8s_name::deployment_egress_policy(&v1);
         for region in REGIONS {

@@ -15,7 +15,8 @@ use integration::cluster::{TestCluster, TestNode};
 use integration::kit::ctrl;
 use integration::kit::wait::{bounded, wait_until, within};
 use node::client::{Client, ClientError};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
+use wire::operator::request::{ListDeployments, NodeStatus};
 
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
@@ -23,19 +24,17 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// is noticed by the QUIC idle timeout, 0.8 s, within the 5 s per try).
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
-fn create() -> OperatorRequest {
-    integration::requests::deployment(["us-east"]).request()
+fn create() -> CreateDeployment {
+    integration::requests::deployment(["us-east"]).build()
 }
 
 async fn deployment_ids(client: &Client) -> BTreeSet<String> {
-    let list = OperatorRequest::ListDeployments {
+    let list = ListDeployments {
         after: None,
         limit: 100,
     };
-    match client.call(&list).await.expect("list") {
-        OperatorResponse::Deployments { items, .. } => items.into_iter().map(|d| d.id).collect(),
-        other => panic!("unexpected answer {other:?}"),
-    }
+    let page = client.call(list).await.expect("list");
+    page.items.into_iter().map(|d| d.id).collect()
 }
 
 /// A client that reaches node 1 through its relay first (so its replies
@@ -47,14 +46,8 @@ async fn client_through_relay(cluster: &TestCluster, others: bool) -> Client {
         operator.endpoints.truncate(1);
     }
     let client = Client::new(&operator).expect("client");
-    match client
-        .call(&OperatorRequest::NodeStatus)
-        .await
-        .expect("status")
-    {
-        OperatorResponse::NodeStatus(status) => assert_eq!(status.node_id, 1),
-        other => panic!("unexpected answer {other:?}"),
-    }
+    let status = client.call(NodeStatus).await.expect("status");
+    assert_eq!(status.node_id, 1);
     client
 }
 
@@ -68,16 +61,13 @@ async fn a_create_whose_answer_is_lost_is_retried_and_applied_once() {
         // its answer is dropped, the client sends it again to node 2.
         let client = client_through_relay(&cluster, true).await;
         cluster.faults.drop_client_replies(1, 0);
-        let answer = within(
+        let deployment_id = within(
             CALL_TIMEOUT,
             "the create and its retry",
-            client.call(&create()),
+            client.call(create()),
         )
         .await
         .expect("answered after the retry");
-        let OperatorResponse::Created { deployment_id } = answer else {
-            panic!("unexpected answer {answer:?}");
-        };
         assert_eq!(
             deployment_ids(&observer).await,
             BTreeSet::from([deployment_id.clone()]),
@@ -92,7 +82,7 @@ async fn a_create_whose_answer_is_lost_is_retried_and_applied_once() {
         let lost = within(
             CALL_TIMEOUT,
             "the create without an id",
-            client.call_with_id(&create(), None),
+            client.call_with_id(create(), None),
         )
         .await;
         assert!(matches!(lost, Err(ClientError::AnswerLost(_))), "{lost:?}");

@@ -16,9 +16,11 @@ use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
 use k8s_sim::View;
 use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES};
+use node::client::ClientError;
 use serde_json::{Value, json};
 use wire::model::DesiredState;
-use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest};
+use wire::operator::request::DeletePolicy;
+use wire::operator::{ApplyPolicy, ApplySentinel};
 
 /// Bound on each test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
@@ -285,20 +287,22 @@ async fn cilium_policy_is_applied_replaced_and_deleted() {
             .await
             .expect("policy replaced");
 
-        let refused = operator
-            .call(&OperatorRequest::ApplyPolicy(policy_request(json!([1]))))
-            .await;
-        assert!(refused.is_err(), "a document that is not an object: {refused:?}");
+        let refused = operator.call(policy_request(json!([1]))).await;
+        assert!(
+            matches!(refused, Err(ClientError::Server(_))),
+            "a document that is not an object: {refused:?}"
+        );
 
         operator.delete_policy(&id).await.expect("delete policy");
         us.sim
             .wait_until(WAIT, |v| policy_spec(v).is_none())
             .await
             .expect("policy deleted");
-        let again = operator
-            .call(&OperatorRequest::DeletePolicy { id: id.clone() })
-            .await;
-        assert!(again.is_err(), "deleted twice: {again:?}");
+        let again = operator.call(DeletePolicy { id: id.clone() }).await;
+        assert!(
+            matches!(again, Err(ClientError::Server(_))),
+            "deleted twice: {again:?}"
+        );
         fleet.shutdown().await.unwrap();
     })
     .await;

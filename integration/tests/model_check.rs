@@ -43,7 +43,7 @@ use agent::watch::{WatchLoop, WatchStatus};
 use config::{AgentConfig, CompactionSettings, NodeConfig, TlsFiles};
 use integration::cluster::TestNode;
 use node::boot::RunningNode;
-use node::client::Client;
+use node::client::{Client, ClientError};
 use proptest::prelude::*;
 use proptest::test_runner::{
     Config as ProptestConfig, FileFailurePersistence, RngSeed, TestCaseError, TestRunner,
@@ -54,7 +54,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use wire::Pk;
 use wire::model::{DesiredState, Resource, ResourceKey, ResourceType};
-use wire::operator::{ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse};
+use wire::operator::request::{DeletePolicy, SetDesiredState, StopSentinel};
+use wire::operator::{ApplyPolicy, ApplySentinel, Operation};
 
 /// Cases per run unless `MODEL_CHECK_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 12;
@@ -535,13 +536,16 @@ fn start_agent(
     Ok(agent)
 }
 
-/// Sends one operator request; a refusal (a stopped deployment's restart,
-/// say) is an answer too, and leaves the model as it was.
-async fn call(client: &Client, request: OperatorRequest) -> Result<OperatorResponse, String> {
-    match client.call(&request).await {
-        Ok(response) => Ok(response),
-        Err(node::client::ClientError::Server(e)) => Ok(OperatorResponse::Error(e)),
-        Err(e) => Err(format!("{request:?}: {e}")),
+/// Makes one operator call; a refusal (a stopped deployment's restart,
+/// say) is an answer too (`None`), and leaves the model as it was.
+async fn call<C: Operation + Clone + std::fmt::Debug>(
+    client: &Client,
+    call: C,
+) -> Result<Option<C::Answer>, String> {
+    match client.call(call.clone()).await {
+        Ok(answer) => Ok(Some(answer)),
+        Err(ClientError::Server(_)) => Ok(None),
+        Err(e) => Err(format!("{call:?}: {e}")),
     }
 }
 
@@ -572,8 +576,8 @@ async fn step(
             // every deployment it made running.
             let request = integration::requests::deployment(chosen.clone())
                 .environment(format!("{DEPLOY_ENV_PREFIX}{}", model.deployments.len()))
-                .request();
-            if let OperatorResponse::Created { deployment_id } = call(client, request).await? {
+                .build();
+            if let Some(deployment_id) = call(client, request).await? {
                 // The workflow writes its topologies when it starts it.
                 integration::kit::operator::started(client, &deployment_id)
                     .await
@@ -595,7 +599,7 @@ async fn step(
                     DesiredState::Standby
                 };
                 // Forced: each deployment is its environment's live one.
-                let request = OperatorRequest::SetDesiredState {
+                let request = SetDesiredState {
                     id,
                     desired_state,
                     after_ms: None,
@@ -609,7 +613,7 @@ async fn step(
             region: r,
             replicas,
         } => {
-            let request = OperatorRequest::ApplySentinel(ApplySentinel {
+            let request = ApplySentinel {
                 workspace_id: "ws".into(),
                 project_id: "proj".into(),
                 app_id: "app".into(),
@@ -620,10 +624,9 @@ async fn step(
                 cpu_millicores: None,
                 memory_mib: None,
                 deadline_ms: None,
-            });
-            if let OperatorResponse::SentinelDeployed { sentinel_id, .. } =
-                call(client, request).await?
-            {
+            };
+            if let Some(deployed) = call(client, request).await? {
+                let sentinel_id = deployed.sentinel_id;
                 model
                     .live
                     .insert(key(ResourceType::Sentinel, &sentinel_id, region(*r)));
@@ -635,7 +638,7 @@ async fn step(
         Op::StopSentinel { pick } => {
             if !model.sentinels.is_empty() {
                 let id = model.sentinels[pick % model.sentinels.len()].clone();
-                call(client, OperatorRequest::StopSentinel { id }).await?;
+                call(client, StopSentinel { id }).await?;
             }
         }
         Op::ApplyPolicy {
@@ -644,15 +647,15 @@ async fn step(
             name,
             doc,
         } => {
-            let request = OperatorRequest::ApplyPolicy(ApplyPolicy {
+            let request = ApplyPolicy {
                 workspace_id: "ws".into(),
                 environment_id: format!("env-{env}"),
                 region: region(*r).into(),
                 name: format!("allow-{name}"),
                 namespace: "krane".into(),
                 policy_json: format!(r#"{{"endpointSelector":{{"matchLabels":{{"v":"{doc}"}}}}}}"#),
-            });
-            if let OperatorResponse::PolicyApplied { policy_id } = call(client, request).await? {
+            };
+            if let Some(policy_id) = call(client, request).await? {
                 model.live.insert(key(
                     ResourceType::CiliumNetworkPolicy,
                     &policy_id,
@@ -666,9 +669,7 @@ async fn step(
         Op::DeletePolicy { pick } => {
             if !model.policies.is_empty() {
                 let id = model.policies.remove(pick % model.policies.len());
-                if let OperatorResponse::PolicyDeleted { policy_id } =
-                    call(client, OperatorRequest::DeletePolicy { id }).await?
-                {
+                if let Some(policy_id) = call(client, DeletePolicy { id }).await? {
                     model.live.retain(|k| {
                         k.resource_type != ResourceType::CiliumNetworkPolicy
                             || k.resource_id != policy_id

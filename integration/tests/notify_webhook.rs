@@ -44,7 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use wire::notify::{Delivery, DeliveryState, EVENT_ID_HEADER, SIGNATURE_HEADER};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::{InitCluster, ListDeliveries, NodeStatus};
 
 /// Bound on the whole scenario (building the binaries comes before it).
 const TEST_TIMEOUT: Duration = Duration::from_secs(180);
@@ -203,9 +203,9 @@ impl Site {
         wait_until(
             Instant::now() + WAIT,
             "node 1 to initialise the cluster",
-            async || match first.call(&OperatorRequest::InitCluster).await {
-                Ok(OperatorResponse::Initialized { .. }) => Ok(()),
-                other => Err(format!("{other:?}")),
+            async || match first.call(InitCluster).await {
+                Ok(_members) => Ok(()),
+                Err(e) => Err(format!("{e:?}")),
             },
         )
         .await
@@ -251,9 +251,9 @@ impl Site {
                 let mut leaders = Vec::new();
                 for id in ids {
                     let client = Client::new(&self.operator_of(*id)).map_err(|e| e.to_string())?;
-                    match client.call(&OperatorRequest::NodeStatus).await {
-                        Ok(OperatorResponse::NodeStatus(status)) => leaders.push(status.leader_id),
-                        other => return Err(format!("node {id}: {other:?}")),
+                    match client.call(NodeStatus).await {
+                        Ok(status) => leaders.push(status.leader_id),
+                        Err(e) => return Err(format!("node {id}: {e:?}")),
                     }
                 }
                 match leaders.first() {
@@ -273,13 +273,13 @@ impl Site {
 
 /// Every delivery, as the node answers `ListDeliveries`.
 async fn deliveries(client: &Client) -> Result<Vec<Delivery>, String> {
-    let request = OperatorRequest::ListDeliveries {
+    let request = ListDeliveries {
         after: 0,
         limit: 1_000,
     };
-    match client.call(&request).await {
-        Ok(OperatorResponse::Deliveries(page)) => Ok(page.items),
-        other => Err(format!("{other:?}")),
+    match client.call(request).await {
+        Ok(page) => Ok(page.items),
+        Err(e) => Err(format!("{e:?}")),
     }
 }
 
@@ -290,14 +290,7 @@ async fn failed_deploy(client: &Client, env: &str) -> u64 {
         .owner("ws_notify", "proj_notify", env)
         .build();
     request.progress_deadline_ms = Some(wire::operator::PROGRESS_DEADLINE_MS_MIN);
-    let id = match client
-        .call(&OperatorRequest::CreateDeployment(request))
-        .await
-        .expect("create")
-    {
-        OperatorResponse::Created { deployment_id } => deployment_id,
-        other => panic!("unexpected answer to a create: {other:?}"),
-    };
+    let id = client.call(request).await.expect("create");
     wait_until(
         Instant::now() + WAIT,
         "the failure's deliveries",

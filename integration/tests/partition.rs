@@ -17,7 +17,8 @@ use node::boot::RunningNode;
 use node::client::Client;
 use wire::Pk;
 use wire::agent::WatchEvent;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
+use wire::operator::request::ListDeployments;
 
 /// Bound on the whole test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,10 +34,10 @@ const REGION: &str = "us-east";
 
 /// A deploy in an environment of its own: once started, its topology, its
 /// environment's sentinel and its policies ([`ROWS_PER_DEPLOY`] change rows).
-fn create() -> OperatorRequest {
+fn create() -> CreateDeployment {
     integration::requests::deployment([REGION])
         .own_environment()
-        .request()
+        .build()
 }
 
 /// Change rows a started deploy writes (see [`create`]).
@@ -55,32 +56,25 @@ async fn step<T>(name: &str, future: impl Future<Output = T>) -> T {
 async fn deploy(client: &Client) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     for _ in 0..WRITES {
-        match client.call(&create()).await.expect("create") {
-            OperatorResponse::Created { deployment_id } => {
-                integration::kit::operator::started(client, &deployment_id)
-                    .await
-                    .expect("started");
-                ids.insert(deployment_id)
-            }
-            other => panic!("unexpected answer {other:?}"),
-        };
+        let deployment_id = client.call(create()).await.expect("create");
+        integration::kit::operator::started(client, &deployment_id)
+            .await
+            .expect("started");
+        ids.insert(deployment_id);
     }
     ids
 }
 
 async fn deployment_ids(client: &Client) -> BTreeSet<String> {
-    let answer = client
-        .call(&OperatorRequest::ListDeployments {
+    let page = client
+        .call(ListDeployments {
             after: None,
             limit: wire::operator::LIST_PAGE_MAX,
         })
         .await
         .expect("list");
-    let OperatorResponse::Deployments { items, next_after } = answer else {
-        panic!("unexpected answer {answer:?}");
-    };
-    assert!(next_after.is_none(), "one page holds every deployment");
-    items.into_iter().map(|d| d.id).collect()
+    assert!(page.next_after.is_none(), "one page holds every deployment");
+    page.items.into_iter().map(|d| d.id).collect()
 }
 
 fn applied_pk(node: &RunningNode) -> Pk {
@@ -153,7 +147,7 @@ async fn scenario() {
         within(
             Duration::from_millis(REQUEST_TIMEOUT_MS) + REFUSAL_SLACK,
             "the refusal (it must come within the request timeout)",
-            cluster.client_of(old_leader).unwrap().call(&create()),
+            cluster.client_of(old_leader).unwrap().call(create()),
         )
         .await
     });

@@ -18,6 +18,7 @@ use node::client::ClientError;
 use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::RegionSource;
+use wire::operator::request::ListDeployments;
 use wire::operator::{RegionList, RegionView};
 
 /// Bound on the whole test.
@@ -98,14 +99,14 @@ async fn heartbeats_register_the_region_and_cordon_refuses_deploys() {
             .expect("cordon");
         assert!(!cordoned.schedulable);
         let deployments_before = operator
-            .call(&wire::operator::OperatorRequest::ListDeployments {
+            .call(ListDeployments {
                 after: None,
                 limit: 100,
             })
             .await
             .expect("list");
         let answer = operator
-            .call(&integration::requests::deployment([REGION]).request())
+            .call(integration::requests::deployment([REGION]).build())
             .await;
         match answer {
             Err(ClientError::Server(e)) => {
@@ -118,7 +119,7 @@ async fn heartbeats_register_the_region_and_cordon_refuses_deploys() {
             other => panic!("a deploy to a cordoned region: {other:?}"),
         }
         let deployments_after = operator
-            .call(&wire::operator::OperatorRequest::ListDeployments {
+            .call(ListDeployments {
                 after: None,
                 limit: 100,
             })

@@ -10,7 +10,8 @@ use integration::kit::wait::bounded;
 use node::client::Client;
 use wire::agent::WatchEvent;
 use wire::model::ResourceType;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
+use wire::operator::request::GetDeployment;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -30,10 +31,6 @@ fn deployment(region: &str) -> CreateDeployment {
 const ROWS_PER_DEPLOY: u64 = integration::requests::ROWS_PER_STARTED_REGION;
 /// Deploys through the client that knows every node.
 const DEPLOYS: u64 = 20;
-
-fn create(region: &str) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(deployment(region))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_replicate_to_every_node() {
@@ -100,18 +97,17 @@ async fn scenario() {
     // ...and answered once the follower applied them too: whoever wrote
     // through it reads the write back from it at once.
     for _ in 0..READ_YOUR_WRITES_ROUNDS {
-        let OperatorResponse::Created { deployment_id } =
-            via_follower.call(&create("us-east")).await.unwrap()
-        else {
-            panic!("a create through a follower is answered Created");
-        };
+        let deployment_id = via_follower
+            .call(deployment("us-east"))
+            .await
+            .expect("a create through a follower is answered");
         let read = via_follower
-            .call(&OperatorRequest::GetDeployment {
+            .call(GetDeployment {
                 id: deployment_id.clone(),
             })
             .await;
         assert!(
-            matches!(read, Ok(OperatorResponse::Deployment(_))),
+            read.is_ok(),
             "{deployment_id} written through node {follower} is read back from it: {read:?}"
         );
     }
@@ -120,10 +116,7 @@ async fn scenario() {
     // election and lands on the new leader.
     cluster.stop(leader).await.unwrap();
     let survivor = cluster.client_of(follower).unwrap();
-    assert!(matches!(
-        survivor.call(&create("us-east")).await.unwrap(),
-        OperatorResponse::Created { .. }
-    ));
+    survivor.call(deployment("us-east")).await.unwrap();
     // The new leader's workflow starts every deploy still pending.
     let all = (DEPLOYS + READ_YOUR_WRITES_ROUNDS as u64 + 1) * ROWS_PER_DEPLOY;
     for node in cluster.running() {
@@ -144,14 +137,12 @@ async fn concurrent_calls_share_one_connection() {
         let mut calls = tokio::task::JoinSet::new();
         for _ in 0..CALLS {
             let client = client.clone();
-            calls.spawn(async move { client.call(&create("us-east")).await });
+            calls.spawn(async move { client.call(deployment("us-east")).await });
         }
         let mut ids = std::collections::BTreeSet::new();
         while let Some(answer) = calls.join_next().await {
-            match answer.unwrap().unwrap() {
-                OperatorResponse::Created { deployment_id } => assert!(ids.insert(deployment_id)),
-                other => panic!("unexpected answer {other:?}"),
-            }
+            let deployment_id = answer.unwrap().unwrap();
+            assert!(ids.insert(deployment_id));
         }
         assert_eq!(ids.len(), CALLS, "one deployment per call");
         assert_eq!(client.open_connections(), 1);
@@ -169,11 +160,7 @@ async fn a_stopped_node_starts_again_at_once_on_its_data() {
         let mut cluster = TestCluster::start(3, |_| {}).await.unwrap();
         cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
         let client = cluster.client().unwrap();
-        let OperatorResponse::Created { deployment_id } =
-            client.call(&create("us-east")).await.unwrap()
-        else {
-            panic!("create refused");
-        };
+        let deployment_id = client.call(deployment("us-east")).await.expect("created");
         let leader = cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
         let follower = if leader == 3 { 2 } else { 3 };
         // The create is in the leader's log once answered (the applied
@@ -204,13 +191,11 @@ async fn a_stopped_node_starts_again_at_once_on_its_data() {
             .await
             .unwrap();
         let restarted = cluster.client_of(follower).unwrap();
-        let get = OperatorRequest::GetDeployment {
+        let get = GetDeployment {
             id: deployment_id.clone(),
         };
-        match restarted.call(&get).await.unwrap() {
-            OperatorResponse::Deployment(view) => assert_eq!(view.deployment.id, deployment_id),
-            other => panic!("unexpected answer {other:?}"),
-        }
+        let view = restarted.call(get).await.unwrap();
+        assert_eq!(view.deployment.id, deployment_id);
         cluster.shutdown().await;
     })
     .await;

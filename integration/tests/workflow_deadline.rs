@@ -11,7 +11,7 @@ use integration::cluster::TestCluster;
 use integration::kit::wait::bounded;
 use tokio::time::Instant;
 use wire::model::{DeploymentStatus, JournalEntry, UnixMs};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::History;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The deploy's progress deadline: the shortest a deploy may ask for.
@@ -85,8 +85,8 @@ async fn a_deadline_passed_without_a_leader_fails_once_after_the_grace() {
             .unwrap_or_default();
         assert!(reason.contains("us-east"), "names the region: {reason}");
 
-        let entries = match operator
-            .call(&OperatorRequest::History {
+        let entries = operator
+            .call(History {
                 environment_id: None,
                 deployment_id: Some(id.clone()),
                 after: 0,
@@ -94,10 +94,7 @@ async fn a_deadline_passed_without_a_leader_fails_once_after_the_grace() {
             })
             .await
             .unwrap()
-        {
-            OperatorResponse::History { entries, .. } => entries,
-            other => panic!("unexpected {other:?}"),
-        };
+            .items;
         let failures: Vec<&JournalEntry> = entries
             .iter()
             .filter(|e| e.to == DeploymentStatus::Failed)

@@ -42,7 +42,7 @@ use node::client::Client;
 use tokio::time::Instant;
 use wire::agent::WatchEvent;
 use wire::model::{DeploymentStatus, JournalEntry, Resource, UnixMs};
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::History;
 
 /// Bound on the whole scenario (building the binaries comes before it).
 const TEST_TIMEOUT: Duration = Duration::from_secs(240);
@@ -96,19 +96,18 @@ fn step_at(journal: &[JournalEntry], at_ms: UnixMs) -> Option<DeploymentStatus> 
 }
 
 async fn history(operator: &Operator, id: &str) -> Vec<JournalEntry> {
-    let request = OperatorRequest::History {
+    let request = History {
         environment_id: None,
         deployment_id: Some(id.into()),
         after: 0,
         limit: HISTORY_LIMIT,
     };
-    match operator.call(&request).await.expect("history") {
-        OperatorResponse::History {
-            entries,
-            next_after: None,
-        } => entries,
-        other => panic!("unexpected answer to the history of {id}: {other:?}"),
-    }
+    let page = operator.call(request).await.expect("history");
+    assert!(
+        page.next_after.is_none(),
+        "the history of {id} is one page: {page:?}"
+    );
+    page.items
 }
 
 /// The deployment's topologies and the environment's sentinels in

@@ -11,6 +11,7 @@ use transport::tls::TlsPaths;
 use wire::ErrorCode;
 use wire::frame::{FRAME_BYTES_MAX, LEN_PREFIX_BYTES};
 use wire::hello::{Hello, Protocol};
+use wire::operator::request::ListDeployments;
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,10 +83,12 @@ async fn an_oversized_frame_closes_the_stream_and_the_node_serves_on() {
             transport::stream::open_call(&connection, Protocol::Operator, FRAME_BYTES_MAX)
                 .await
                 .unwrap();
-        call.send(&OperatorCall::new(OperatorRequest::ListDeployments {
-            after: None,
-            limit: 10,
-        }))
+        call.send(&OperatorCall::new(OperatorRequest::ListDeployments(
+            ListDeployments {
+                after: None,
+                limit: 10,
+            },
+        )))
         .await
         .unwrap();
         let answer = tokio::time::timeout(CALL_TIMEOUT, call.recv::<OperatorResponse>())

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use config::{OperatorConfig, TlsFiles};
-use node::client::Client;
-use wire::operator::{CreateDeployment, OperatorRequest, OperatorResponse};
+use node::client::{Client, ClientError};
+use wire::operator::CreateDeployment;
+use wire::operator::request::ListDeployments;
 
 /// Concurrent writers.
 const WRITERS: usize = 4;
@@ -38,8 +39,8 @@ struct Acked {
     acked: Instant,
 }
 
-fn create(n: u64) -> OperatorRequest {
-    OperatorRequest::CreateDeployment(CreateDeployment {
+fn create(n: u64) -> CreateDeployment {
+    CreateDeployment {
         workspace_id: "ws".into(),
         project_id: "proj".into(),
         environment_id: format!("env-{}", n % 7),
@@ -52,7 +53,7 @@ fn create(n: u64) -> OperatorRequest {
         progress_deadline_ms: None,
         min_ready_regions: None,
         spec: Default::default(),
-    })
+    }
 }
 
 fn operator(cluster: &Cluster, ids: &[u64]) -> OperatorConfig {
@@ -70,18 +71,15 @@ async fn ids_on(cluster: &Cluster, id: u64) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     let mut after = None;
     loop {
-        let answer = client
-            .call(&OperatorRequest::ListDeployments {
+        let page = client
+            .call(ListDeployments {
                 after: after.clone(),
                 limit: LIST_PAGE,
             })
             .await
             .expect("list deployments");
-        let OperatorResponse::Deployments { items, next_after } = answer else {
-            panic!("unexpected answer {answer:?}");
-        };
-        ids.extend(items.into_iter().map(|d| d.id));
-        match next_after {
+        ids.extend(page.items.into_iter().map(|d| d.id));
+        match page.next_after {
             Some(next) => after = Some(next),
             None => return ids,
         }
@@ -139,8 +137,8 @@ fn leader_killed_under_write_load_loses_no_acknowledged_write() {
             let mut n = writer as u64;
             while !stop.load(Ordering::Relaxed) {
                 let sent = Instant::now();
-                match client.call(&create(n)).await {
-                    Ok(OperatorResponse::Created { deployment_id }) => {
+                match client.call(create(n)).await {
+                    Ok(deployment_id) => {
                         let acked = Acked {
                             id: deployment_id,
                             sent,
@@ -150,7 +148,8 @@ fn leader_killed_under_write_load_loses_no_acknowledged_write() {
                             return;
                         }
                     }
-                    Ok(other) => panic!("unexpected answer {other:?}"),
+                    // A wrong answer is a bug, not a failed call.
+                    Err(e @ ClientError::UnexpectedAnswer { .. }) => panic!("{e}"),
                     Err(_) => {
                         failed.fetch_add(1, Ordering::Relaxed);
                     }

@@ -17,6 +17,7 @@ use wire::frame::FRAME_BYTES_MAX;
 use wire::hello::{
     LEGACY_HELLO_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSIONS, Protocol, VersionRange,
 };
+use wire::operator::request::NodeVersion;
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse};
 use wire::{ErrorCode, WireError};
 
@@ -50,7 +51,9 @@ async fn first_answer<T: serde::de::DeserializeOwned>(stream: &mut FramedStream)
 /// `NodeVersion` on `stream`: the node's answer.
 async fn node_version(mut stream: FramedStream) -> OperatorResponse {
     stream
-        .send(&OperatorCall::new(OperatorRequest::NodeVersion))
+        .send(&OperatorCall::new(OperatorRequest::NodeVersion(
+            NodeVersion,
+        )))
         .await
         .unwrap();
     stream.finish().await.unwrap();

@@ -7,15 +7,21 @@
 //! returns as soon as the deployment changes, so nothing polls.
 //! Sentinels have no such call; [`Operator::wait_sentinel`] reads again.
 
-use anyhow::{Context, Result, bail};
+use std::fmt::Debug;
+
+use anyhow::{Context, Result, bail, ensure};
 use config::OperatorConfig;
 use node::client::Client;
 use node::wait::WaitError;
 use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, Region};
+use wire::operator::request::{
+    AddRegion, ControlRollout, DeletePolicy, GetDeployment, GetEnvironment, GetSentinel,
+    ListRegions, Rollback, RolloutStatus, SetDesiredState, SetRegionSchedulable, StopSentinel,
+};
 use wire::operator::{
-    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, OperatorRequest,
-    OperatorResponse, RegionList, RolloutCommand, SentinelView, StartRollout,
+    ApplyPolicy, ApplySentinel, CreateDeployment, DeploymentView, Operation, RegionList,
+    RolloutCommand, SentinelView, StartRollout,
 };
 use wire::rollout::{Rollout, RolloutOptions};
 
@@ -77,13 +83,7 @@ impl Operator {
 
     /// Creates a deployment (see `crate::requests::deployment`); its id.
     pub async fn create(&self, deployment: CreateDeployment) -> Result<String> {
-        match self
-            .call_named("create", OperatorRequest::CreateDeployment(deployment))
-            .await?
-        {
-            OperatorResponse::Created { deployment_id } => Ok(deployment_id),
-            other => bail!("not created: {other:?}"),
-        }
+        self.call_named("create", deployment).await
     }
 
     /// Creates a deployment and waits (at most [`START_TIMEOUT`]) until the
@@ -114,47 +114,35 @@ impl Operator {
         id: &str,
         desired_state: DesiredState,
     ) -> Result<Deployment> {
-        let request = OperatorRequest::SetDesiredState {
+        let request = SetDesiredState {
             id: id.into(),
             desired_state,
             after_ms: None,
             force: true,
         };
-        match self.call_named("set the desired state", request).await? {
-            OperatorResponse::Updated(deployment) => Ok(deployment),
-            other => bail!("{id} not updated: {other:?}"),
-        }
+        self.call_named("set the desired state", request).await
     }
 
     /// Environment `id`: its live deployment and history of live ones.
     pub async fn environment(&self, id: &str) -> Result<Environment> {
-        let request = OperatorRequest::GetEnvironment { id: id.into() };
-        match self.call_named("read the environment", request).await? {
-            OperatorResponse::Environment(environment) => Ok(environment),
-            other => bail!("unexpected answer to reading {id}: {other:?}"),
-        }
+        self.call_named("read the environment", GetEnvironment { id: id.into() })
+            .await
     }
 
     /// Rolls environment `environment_id` back to `to` (default: its
     /// previous live deployment); the deployment rolled back to.
     pub async fn rollback(&self, environment_id: &str, to: Option<&str>) -> Result<Deployment> {
-        let request = OperatorRequest::Rollback {
+        let request = Rollback {
             environment_id: environment_id.into(),
             to: to.map(str::to_string),
         };
-        match self.call_named("roll back", request).await? {
-            OperatorResponse::Updated(deployment) => Ok(deployment),
-            other => bail!("{environment_id} not rolled back: {other:?}"),
-        }
+        self.call_named("roll back", request).await
     }
 
     /// Deployment `id` with its reported instances.
     pub async fn deployment(&self, id: &str) -> Result<DeploymentView> {
-        let request = OperatorRequest::GetDeployment { id: id.into() };
-        match self.call_named("read the deployment", request).await? {
-            OperatorResponse::Deployment(view) => Ok(view),
-            other => bail!("unexpected answer to reading {id}: {other:?}"),
-        }
+        self.call_named("read the deployment", GetDeployment { id: id.into() })
+            .await
     }
 
     /// Waits until deployment `id` satisfies `check`, each read a
@@ -192,45 +180,31 @@ impl Operator {
     /// not ready within `timeout_s` seconds, naming the regions short of
     /// replicas and their pods' state.
     pub async fn ready(&self, id: &str, timeout_s: u64) -> Result<DeploymentView, WaitError> {
-        node::wait::until_ready(
-            &self.client,
-            id,
-            timeout_s,
-            indicatif::ProgressDrawTarget::hidden(),
-        )
-        .await
+        node::wait::until_ready(&self.client, id, timeout_s, |_| {}).await
     }
 
     /// Creates or updates a sentinel; its id.
     pub async fn apply_sentinel(&self, sentinel: ApplySentinel) -> Result<String> {
-        match self
-            .call_named(
-                "apply the sentinel",
-                OperatorRequest::ApplySentinel(sentinel),
-            )
-            .await?
-        {
-            OperatorResponse::SentinelDeployed { sentinel_id, .. } => Ok(sentinel_id),
-            other => bail!("sentinel not applied: {other:?}"),
-        }
+        let deployed = self.call_named("apply the sentinel", sentinel).await?;
+        Ok(deployed.sentinel_id)
     }
 
     /// Sets sentinel `id` to stopped.
     pub async fn stop_sentinel(&self, id: &str) -> Result<()> {
-        let request = OperatorRequest::StopSentinel { id: id.into() };
-        match self.call_named("stop the sentinel", request).await? {
-            OperatorResponse::SentinelStopped { sentinel_id } if sentinel_id == id => Ok(()),
-            other => bail!("sentinel {id} not stopped: {other:?}"),
-        }
+        let stopped = self
+            .call_named("stop the sentinel", StopSentinel { id: id.into() })
+            .await?;
+        ensure!(
+            stopped == id,
+            "sentinel {id} not stopped: the answer named {stopped}"
+        );
+        Ok(())
     }
 
     /// Sentinel `id` with its reported status.
     pub async fn sentinel(&self, id: &str) -> Result<SentinelView> {
-        let request = OperatorRequest::GetSentinel { id: id.into() };
-        match self.call_named("read the sentinel", request).await? {
-            OperatorResponse::Sentinel(view) => Ok(view),
-            other => bail!("unexpected answer to reading {id}: {other:?}"),
-        }
+        self.call_named("read the sentinel", GetSentinel { id: id.into() })
+            .await
     }
 
     /// Reads sentinel `id` again until it satisfies `check` (ctrl has no
@@ -256,31 +230,21 @@ impl Operator {
 
     /// Starts a fleet rollout; the rollout as it started.
     pub async fn start_rollout(&self, options: RolloutOptions) -> Result<Rollout> {
-        let request = OperatorRequest::StartRollout(StartRollout { options });
-        match self.call_named("start the rollout", request).await? {
-            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
-            other => bail!("rollout not started: {other:?}"),
-        }
+        self.call_named("start the rollout", StartRollout { options })
+            .await
     }
 
     /// Resumes, cancels or rolls back the latest rollout; the rollout after.
     pub async fn control_rollout(&self, command: RolloutCommand) -> Result<Rollout> {
-        let request = OperatorRequest::ControlRollout { command };
-        match self.call_named(command.as_str(), request).await? {
-            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
-            other => bail!("rollout not changed: {other:?}"),
-        }
+        self.call_named(command.as_str(), ControlRollout { command })
+            .await
     }
 
     /// The latest rollout.
     pub async fn rollout(&self) -> Result<Rollout> {
-        match self
-            .call_named("read the rollout", OperatorRequest::RolloutStatus)
+        self.call_named("read the rollout", RolloutStatus)
             .await?
-        {
-            OperatorResponse::Rollout(Some(rollout)) => Ok(rollout),
-            other => bail!("no rollout: {other:?}"),
-        }
+            .context("no rollout")
     }
 
     /// Reads the latest rollout again until it satisfies `check`; fails at
@@ -306,31 +270,25 @@ impl Operator {
 
     /// Creates or replaces a cilium policy; its id.
     pub async fn apply_policy(&self, policy: ApplyPolicy) -> Result<String> {
-        match self
-            .call_named("apply the policy", OperatorRequest::ApplyPolicy(policy))
-            .await?
-        {
-            OperatorResponse::PolicyApplied { policy_id } => Ok(policy_id),
-            other => bail!("policy not applied: {other:?}"),
-        }
+        self.call_named("apply the policy", policy).await
     }
 
     /// Deletes policy `id`.
     pub async fn delete_policy(&self, id: &str) -> Result<()> {
-        let request = OperatorRequest::DeletePolicy { id: id.into() };
-        match self.call_named("delete the policy", request).await? {
-            OperatorResponse::PolicyDeleted { policy_id } if policy_id == id => Ok(()),
-            other => bail!("policy {id} not deleted: {other:?}"),
-        }
+        let deleted = self
+            .call_named("delete the policy", DeletePolicy { id: id.into() })
+            .await?;
+        ensure!(
+            deleted == id,
+            "policy {id} not deleted: the answer named {deleted}"
+        );
+        Ok(())
     }
 
     /// Registers region `name` (idempotent); the region as it now is.
     pub async fn add_region(&self, name: &str) -> Result<Region> {
-        let request = OperatorRequest::AddRegion { name: name.into() };
-        match self.call_named("add the region", request).await? {
-            OperatorResponse::Region(region) => Ok(region),
-            other => bail!("region {name} not added: {other:?}"),
-        }
+        self.call_named("add the region", AddRegion { name: name.into() })
+            .await
     }
 
     /// Registers every one of `names`, as an operator does before
@@ -345,31 +303,28 @@ impl Operator {
 
     /// Cordons (`schedulable = false`) or uncordons region `name`.
     pub async fn set_region_schedulable(&self, name: &str, schedulable: bool) -> Result<Region> {
-        let request = OperatorRequest::SetRegionSchedulable {
+        let request = SetRegionSchedulable {
             name: name.into(),
             schedulable,
         };
-        match self.call_named("cordon or uncordon", request).await? {
-            OperatorResponse::Region(region) => Ok(region),
-            other => bail!("region {name} not changed: {other:?}"),
-        }
+        self.call_named("cordon or uncordon", request).await
     }
 
     /// Every region with its agent's health, as `ctrl list regions` shows it.
     pub async fn regions(&self) -> Result<RegionList> {
-        match self
-            .call_named("list the regions", OperatorRequest::ListRegions)
-            .await?
-        {
-            OperatorResponse::Regions(list) => Ok(list),
-            other => bail!("no region list: {other:?}"),
-        }
+        self.call_named("list the regions", ListRegions).await
     }
 
-    async fn call_named(&self, what: &str, request: OperatorRequest) -> Result<OperatorResponse> {
+    /// Makes `call` and returns its answer; an error names `what` and
+    /// the request.
+    async fn call_named<C: Operation + Clone + Debug>(
+        &self,
+        what: &str,
+        call: C,
+    ) -> Result<C::Answer> {
         self.client
-            .call(&request)
+            .call(call.clone())
             .await
-            .with_context(|| format!("{what}: {request:?}"))
+            .with_context(|| format!("{what}: {call:?}"))
     }
 }

@@ -19,7 +19,7 @@ use config::{AgentConfig, ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
 use k8s_sim::{SimConfig, Simulator};
 use node::client::Client;
 use tokio::time::Instant;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::{InitCluster, NodeStatus};
 
 use super::binaries;
 use super::krane::Krane;
@@ -128,9 +128,9 @@ impl ProcessSite {
         wait_until(
             Instant::now() + LEADER_WAIT,
             "node 1 to initialise the cluster",
-            async || match first.call(&OperatorRequest::InitCluster).await {
-                Ok(OperatorResponse::Initialized { .. }) => Ok(()),
-                other => Err(format!("{other:?}")),
+            async || match first.call(InitCluster).await {
+                Ok(_members) => Ok(()),
+                Err(e) => Err(format!("{e:?}")),
             },
         )
         .await?;
@@ -282,9 +282,9 @@ impl ProcessSite {
                 let mut leaders = Vec::new();
                 for id in ids {
                     let client = Client::new(&self.operator_of(*id)).map_err(|e| e.to_string())?;
-                    match client.call(&OperatorRequest::NodeStatus).await {
-                        Ok(OperatorResponse::NodeStatus(status)) => leaders.push(status.leader_id),
-                        other => return Err(format!("node {id}: {other:?}")),
+                    match client.call(NodeStatus).await {
+                        Ok(status) => leaders.push(status.leader_id),
+                        Err(e) => return Err(format!("node {id}: {e:?}")),
                     }
                 }
                 match leaders.first() {

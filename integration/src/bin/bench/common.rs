@@ -6,7 +6,7 @@ use integration::cluster::{TestCluster, as_agent};
 use node::client::{Client, WatchStream};
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::Resource;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
 
 /// The region every scenario deploys to and watches.
 pub(crate) const REGION: &str = "us-east";
@@ -22,18 +22,15 @@ pub(crate) fn agent_client_of(cluster: &TestCluster, id: u64) -> Result<Client> 
 /// A deployment of one replica in [`REGION`], in an environment of its
 /// own: deploys to one environment supersede each other, and one
 /// superseded before the workflow started it never writes its topology.
-pub(crate) fn create_request() -> OperatorRequest {
+pub(crate) fn create_request() -> CreateDeployment {
     integration::requests::deployment([REGION])
         .own_environment()
-        .request()
+        .build()
 }
 
 /// Creates a deployment in [`REGION`]; returns its id.
 pub(crate) async fn deploy(client: &Client) -> Result<String> {
-    match client.call(&create_request()).await? {
-        OperatorResponse::Created { deployment_id } => Ok(deployment_id),
-        other => bail!("unexpected answer to create: {other:?}"),
-    }
+    Ok(client.call(create_request()).await?)
 }
 
 /// Reads a full sync of at most `items` resources up to its `SyncEnd`.

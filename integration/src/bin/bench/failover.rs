@@ -16,7 +16,6 @@ use integration::processes::ProcessCluster;
 use integration::stats::Summary;
 use node::client::Client;
 use tokio::sync::Mutex;
-use wire::operator::OperatorRequest;
 
 use crate::print_summary;
 
@@ -53,11 +52,9 @@ pub(crate) async fn failover(kills: usize) -> Result<()> {
                 let (client, round, stop) = (client.clone(), round.clone(), stop.clone());
                 tokio::spawn(async move {
                     while !stop.load(Ordering::Relaxed) {
-                        let request = OperatorRequest::CreateDeployment(
-                            integration::requests::deployment(["us-east"]).build(),
-                        );
+                        let request = integration::requests::deployment(["us-east"]).build();
                         let sent = Instant::now();
-                        let acked = client.call(&request).await.is_ok();
+                        let acked = client.call(request).await.is_ok();
                         let mut round = round.lock().await;
                         if acked
                             && round.killed_at.is_some_and(|k| sent > k)

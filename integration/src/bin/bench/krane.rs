@@ -19,13 +19,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
 use integration::fleet::{Fleet, FleetConfig};
 use integration::stats::Summary;
 use k8s_sim::pod_ready;
 use node::client::Client;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::CreateDeployment;
 
 use crate::print_summary;
 
@@ -33,15 +33,12 @@ use crate::print_summary;
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(120);
 const REGIONS: [&str; 2] = ["us-east", "eu-west"];
 
-fn create(regions: &[&str], replicas: u32) -> OperatorRequest {
+fn create(regions: &[&str], replicas: u32) -> CreateDeployment {
     integration::requests::create_deployment_with_replicas(regions.iter().copied(), replicas)
 }
 
 async fn deploy(client: &Client, regions: &[&str], replicas: u32) -> Result<String> {
-    match client.call(&create(regions, replicas)).await? {
-        OperatorResponse::Created { deployment_id } => Ok(deployment_id),
-        other => bail!("unexpected answer to create: {other:?}"),
-    }
+    Ok(client.call(create(regions, replicas)).await?)
 }
 
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Result<Fleet> {
@@ -70,14 +67,9 @@ pub(crate) async fn deploy_to_ready(count: usize, replicas: u32) -> Result<()> {
         let waiting = {
             let (client, id) = (client.clone(), id.clone());
             tokio::spawn(async move {
-                node::wait::until_ready(
-                    &client,
-                    &id,
-                    CONVERGE_TIMEOUT.as_secs(),
-                    indicatif::ProgressDrawTarget::hidden(),
-                )
-                .await
-                .map(|view| (view, Instant::now()))
+                node::wait::until_ready(&client, &id, CONVERGE_TIMEOUT.as_secs(), |_| {})
+                    .await
+                    .map(|view| (view, Instant::now()))
             })
         };
         let selector = format!("unkey.com/deployment.id={id}");
@@ -170,19 +162,11 @@ pub(crate) async fn deploy_many(count: usize) -> Result<()> {
             async move {
                 let request = integration::requests::deployment(REGIONS)
                     .environment(format!("env-many-{n}"))
-                    .request();
-                let id = match client.call(&request).await? {
-                    OperatorResponse::Created { deployment_id } => deployment_id,
-                    other => bail!("unexpected answer to create: {other:?}"),
-                };
-                node::wait::until_ready(
-                    &client,
-                    &id,
-                    CONVERGE_TIMEOUT.as_secs(),
-                    indicatif::ProgressDrawTarget::hidden(),
-                )
-                .await
-                .with_context(|| format!("{id} not ready"))?;
+                    .build();
+                let id = client.call(request).await?;
+                node::wait::until_ready(&client, &id, CONVERGE_TIMEOUT.as_secs(), |_| {})
+                    .await
+                    .with_context(|| format!("{id} not ready"))?;
                 Ok(started.elapsed())
             }
         })

@@ -22,9 +22,8 @@ use integration::stats::Summary;
 use node::client::Client;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::{Resource, Sentinel, SentinelDeployStatus};
-use wire::operator::{
-    ApplySentinel, OperatorRequest, OperatorResponse, SENTINEL_DEADLINE_MS_DEFAULT, StartRollout,
-};
+use wire::operator::request::{ListSentinels, RolloutStatus};
+use wire::operator::{ApplySentinel, SENTINEL_DEADLINE_MS_DEFAULT, StartRollout};
 use wire::rollout::{DEFAULT_WAVE_PERCENTS, Rollout, RolloutOptions, RolloutState};
 
 use crate::print_summary;
@@ -49,28 +48,24 @@ async fn list(client: &Client) -> Result<Vec<Sentinel>> {
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let request = OperatorRequest::ListSentinels {
+        let request = ListSentinels {
             after: after.clone(),
             limit: LIST_PAGE,
         };
-        match client.call(&request).await? {
-            OperatorResponse::Sentinels { items, next_after } => {
-                out.extend(items.into_iter().map(|v| v.sentinel));
-                match next_after {
-                    Some(next) => after = Some(next),
-                    None => return Ok(out),
-                }
-            }
-            other => bail!("unexpected answer to a list: {other:?}"),
+        let page = client.call(request).await?;
+        out.extend(page.items.into_iter().map(|v| v.sentinel));
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => return Ok(out),
         }
     }
 }
 
 async fn rollout(client: &Client) -> Result<Rollout> {
-    match client.call(&OperatorRequest::RolloutStatus).await? {
-        OperatorResponse::Rollout(Some(r)) => Ok(r),
-        other => bail!("unexpected answer to the status: {other:?}"),
-    }
+    client
+        .call(RolloutStatus)
+        .await?
+        .context("no rollout to read the status of")
 }
 
 /// The region's cursor now: the end of a full sync.
@@ -128,7 +123,7 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
         .map(|i| {
             let client = client.clone();
             async move {
-                let request = OperatorRequest::ApplySentinel(ApplySentinel {
+                let request = ApplySentinel {
                     workspace_id: "ws".into(),
                     project_id: "proj".into(),
                     app_id: "app".into(),
@@ -139,18 +134,15 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
                     cpu_millicores: None,
                     memory_mib: None,
                     deadline_ms: None,
-                });
-                client.call(&request).await
+                };
+                client.call(request).await
             }
         })
         .buffer_unordered(SETUP_CONCURRENCY)
         .collect::<Vec<_>>()
         .await;
     for answer in applies {
-        ensure!(
-            matches!(answer?, OperatorResponse::SentinelDeployed { .. }),
-            "a sentinel apply failed"
-        );
+        answer.context("a sentinel apply failed")?;
     }
     let deadline = Instant::now() + CONVERGE_TIMEOUT;
     loop {
@@ -182,7 +174,7 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
     for n in 1..=count {
         let image = format!("sentinel:{n}");
         let started = Instant::now();
-        let request = OperatorRequest::StartRollout(StartRollout {
+        let request = StartRollout {
             options: RolloutOptions {
                 image: image.clone(),
                 wave_percents: DEFAULT_WAVE_PERCENTS.to_vec(),
@@ -192,11 +184,11 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
                 deadline_ms: SENTINEL_DEADLINE_MS_DEFAULT,
                 notify: None,
             },
-        });
-        match client.call(&request).await? {
-            OperatorResponse::Rollout(Some(_)) => {}
-            other => bail!("rollout not started: {other:?}"),
-        }
+        };
+        client
+            .call(request)
+            .await
+            .with_context(|| format!("rollout {n} not started"))?;
         let deadline = Instant::now() + CONVERGE_TIMEOUT;
         let done = loop {
             let r = rollout(&client).await?;

@@ -8,7 +8,6 @@ use integration::cluster::TestNode;
 use integration::stats::Summary;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::Resource;
-use wire::operator::OperatorResponse;
 
 use crate::print_summary;
 
@@ -47,9 +46,7 @@ pub(crate) async fn deploy_to_watch(count: usize) -> Result<()> {
     for _ in 0..count {
         let request = crate::common::create_request();
         let sent = Instant::now();
-        let OperatorResponse::Created { deployment_id } = client.call(&request).await? else {
-            bail!("unexpected answer to create");
-        };
+        let deployment_id = client.call(request).await?;
         let acked = Instant::now();
         let (id, seen) = tokio::time::timeout(EVENT_TIMEOUT, rx.recv())
             .await

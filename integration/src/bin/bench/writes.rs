@@ -18,7 +18,7 @@ use integration::cluster::TestCluster;
 use integration::processes::ProcessCluster;
 use integration::stats::Summary;
 use node::client::Client;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::NodeStatus;
 
 use crate::print_summary;
 
@@ -165,10 +165,8 @@ async fn run_series(
 
 /// The leader's last Raft log index.
 async fn last_log_index(client: &Client) -> Result<u64> {
-    match client.call(&OperatorRequest::NodeStatus).await? {
-        OperatorResponse::NodeStatus(status) => Ok(status.last_log_index.unwrap_or(0)),
-        other => anyhow::bail!("unexpected answer to NodeStatus: {other:?}"),
-    }
+    let status = client.call(NodeStatus).await?;
+    Ok(status.last_log_index.unwrap_or(0))
 }
 
 /// CPU seconds used so far by this process and by each node process.

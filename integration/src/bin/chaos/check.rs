@@ -5,6 +5,7 @@
 //! Every check returns its violations, described; none is a pass.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
 
 use anyhow::{Context, Result, bail};
 use config::OperatorConfig;
@@ -18,7 +19,12 @@ use serde_json::Value;
 use wire::Pk;
 use wire::agent::WatchEvent;
 use wire::model::{Deployment, JournalEntry, Resource, SentinelDeployStatus};
-use wire::operator::{LIST_PAGE_MAX, OperatorRequest, OperatorResponse, PolicyView, SentinelView};
+use wire::operator::request::{
+    DeletePolicy, History, ListDeployments, ListPolicies, ListSentinels, RolloutStatus,
+};
+use wire::operator::{
+    LIST_PAGE_MAX, Operation, OperatorRequest, OperatorResponse, PolicyView, SentinelView,
+};
 use wire::rollout::{Rollout, RolloutState};
 
 use crate::ops::{Kind, OP_MARKER, Op, Outcome, POLICY_NAMES};
@@ -56,11 +62,12 @@ pub(crate) struct State {
     pub(crate) rollout: Option<Rollout>,
 }
 
-async fn call(client: &Client, request: OperatorRequest) -> Result<OperatorResponse> {
+/// Makes `call`; an error names the request.
+async fn call<C: Operation + Clone + Debug>(client: &Client, call: C) -> Result<C::Answer> {
     client
-        .call(&request)
+        .call(call.clone())
         .await
-        .with_context(|| format!("{request:?}"))
+        .with_context(|| format!("{call:?}"))
 }
 
 /// Most times [`read_state`] reads everything again because the journal
@@ -89,20 +96,14 @@ async fn journal_after(
     after: u64,
     limit: u32,
 ) -> Result<(Vec<JournalEntry>, Option<u64>)> {
-    let request = OperatorRequest::History {
+    let request = History {
         environment_id: None,
         deployment_id: None,
         after,
         limit,
     };
-    let OperatorResponse::History {
-        entries,
-        next_after,
-    } = call(client, request).await?
-    else {
-        bail!("unexpected answer to a journal read");
-    };
-    Ok((entries, next_after))
+    let page = call(client, request).await?;
+    Ok((page.items, page.next_after))
 }
 
 async fn read_once(client: &Client) -> Result<State> {
@@ -118,44 +119,37 @@ async fn read_once(client: &Client) -> Result<State> {
     }
     let mut after = None;
     loop {
-        let request = OperatorRequest::ListDeployments {
+        let request = ListDeployments {
             after: after.clone(),
             limit: LIST_PAGE_MAX,
         };
-        let OperatorResponse::Deployments { items, next_after } = call(client, request).await?
-        else {
-            bail!("unexpected answer to a deployment list");
-        };
-        state.deployments.extend(items);
-        match next_after {
+        let page = call(client, request).await?;
+        state.deployments.extend(page.items);
+        match page.next_after {
             Some(next) => after = Some(next),
             None => break,
         }
     }
     let mut after = None;
     loop {
-        let request = OperatorRequest::ListSentinels {
+        let request = ListSentinels {
             after: after.clone(),
             limit: LIST_PAGE_MAX,
         };
-        let OperatorResponse::Sentinels { items, next_after } = call(client, request).await? else {
-            bail!("unexpected answer to a sentinel list");
-        };
-        state.sentinels.extend(items);
-        match next_after {
+        let page = call(client, request).await?;
+        state.sentinels.extend(page.items);
+        match page.next_after {
             Some(next) => after = Some(next),
             None => break,
         }
     }
     let mut after = None;
     loop {
-        let request = OperatorRequest::ListPolicies {
+        let request = ListPolicies {
             after: after.clone(),
             limit: LIST_PAGE_MAX,
         };
-        let OperatorResponse::Policies(items) = call(client, request).await? else {
-            bail!("unexpected answer to a policy list");
-        };
+        let items = call(client, request).await?;
         let full = items.len() >= usize::try_from(LIST_PAGE_MAX)?;
         after = items
             .last()
@@ -165,10 +159,7 @@ async fn read_once(client: &Client) -> Result<State> {
             break;
         }
     }
-    state.rollout = match call(client, OperatorRequest::RolloutStatus).await? {
-        OperatorResponse::Rollout(rollout) => rollout,
-        other => bail!("unexpected answer to a rollout read: {other:?}"),
-    };
+    state.rollout = call(client, RolloutStatus).await?;
     Ok(state)
 }
 
@@ -434,7 +425,7 @@ fn policies_as_last_acked(ops: &[Op], state: &State) -> Vec<String> {
                 ),
                 Some(apply.policy_json.clone()),
             ),
-            OperatorRequest::DeletePolicy { id } => match key_of.get(id) {
+            OperatorRequest::DeletePolicy(DeletePolicy { id }) => match key_of.get(id) {
                 Some(key) => (key.clone(), None),
                 None => continue,
             },
@@ -688,14 +679,15 @@ mod tests {
     }
 
     fn apply(doc: &str) -> OperatorRequest {
-        OperatorRequest::ApplyPolicy(wire::operator::ApplyPolicy {
+        wire::operator::ApplyPolicy {
             workspace_id: "ws".into(),
             environment_id: "env".into(),
             region: "us-east".into(),
             name: POLICY_NAMES[0].into(),
             namespace: "ns".into(),
             policy_json: doc.into(),
-        })
+        }
+        .into()
     }
 
     fn policy(id: &str, doc: &str) -> PolicyView {
@@ -746,7 +738,7 @@ mod tests {
         let mut deleted = ops.clone();
         deleted.push(op(
             3,
-            OperatorRequest::DeletePolicy { id: "p1".into() },
+            DeletePolicy { id: "p1".into() }.into(),
             Outcome::Acked(Box::new(OperatorResponse::PolicyDeleted {
                 policy_id: "p1".into(),
             })),

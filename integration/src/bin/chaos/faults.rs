@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use integration::kit::site::ProcessSite;
 use node::client::Client;
 use tokio::time::Instant;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::LogStatus;
 
 use crate::monitor::Shared;
 use crate::rng::Rng;
@@ -221,8 +221,8 @@ async fn behind_snapshot(
 }
 
 async fn log_status(client: &Client) -> Option<wire::operator::LogStatus> {
-    match tokio::time::timeout(LOG_STATUS_TIMEOUT, client.call(&OperatorRequest::LogStatus)).await {
-        Ok(Ok(OperatorResponse::LogStatus(status))) => Some(status),
+    match tokio::time::timeout(LOG_STATUS_TIMEOUT, client.call(LogStatus)).await {
+        Ok(Ok(status)) => Some(status),
         _ => None,
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use node::client::Client;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use wire::operator::{OperatorRequest, OperatorResponse};
+use wire::operator::request::NodeStatus;
 
 /// Pause between two samples.
 pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_millis(300);
@@ -154,13 +154,16 @@ pub(crate) async fn run(
 }
 
 async fn sample_nodes(targets: &Targets, shared: &Shared, started: Instant, seen: &mut Seen) {
-    let statuses = futures::future::join_all(targets.nodes.iter().map(|(_, client)| {
-        tokio::time::timeout(SAMPLE_TIMEOUT, client.call(&OperatorRequest::NodeStatus))
-    }))
+    let statuses = futures::future::join_all(
+        targets
+            .nodes
+            .iter()
+            .map(|(_, client)| tokio::time::timeout(SAMPLE_TIMEOUT, client.call(NodeStatus))),
+    )
     .await;
     let mut best: Option<(u64, Option<u64>)> = None;
     for status in statuses {
-        if let Ok(Ok(OperatorResponse::NodeStatus(status))) = status
+        if let Ok(Ok(status)) = status
             && best.is_none_or(|(term, _)| status.term > term)
         {
             best = Some((status.term, status.leader_id));

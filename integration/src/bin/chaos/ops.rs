@@ -12,6 +12,7 @@ use node::client::{Client, ClientError};
 use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::DesiredState;
+use wire::operator::request::{DeletePolicy, Rollback, SetDesiredState};
 use wire::operator::{
     ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse, RequestId, StartRollout,
 };
@@ -166,7 +167,8 @@ pub(crate) async fn drive(client: &Client, rng: &mut Rng, until: Instant) -> Vec
 }
 
 /// Sends `request` under `request_id` until it is answered or refused, or
-/// [`OP_TIMEOUT`] passes.
+/// [`OP_TIMEOUT`] passes. Sent untyped: the mix is generated, and its
+/// answer is recorded as it came.
 async fn send(
     client: &Client,
     request: &OperatorRequest,
@@ -178,7 +180,7 @@ async fn send(
         tries += 1;
         let answer = tokio::time::timeout(
             TRY_TIMEOUT,
-            client.call_with_id(request, Some(request_id.clone())),
+            client.send_with_id(request, Some(request_id.clone())),
         )
         .await;
         let lost = match answer {
@@ -240,7 +242,7 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
     let kind = rng.weighted(&Kind::MIX)?;
     let environment = (*rng.pick(&ENVIRONMENTS)?).to_string();
     let region = (*rng.pick(&REGIONS)?).to_string();
-    let request = match kind {
+    let request: OperatorRequest = match kind {
         Kind::Deploy => {
             let regions: Vec<&str> = match rng.below(3) {
                 0 => vec![REGIONS[0]],
@@ -264,7 +266,7 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
         Kind::Stop | Kind::Start => {
             let deployments = created(ops);
             let (id, _) = rng.pick(&deployments)?;
-            OperatorRequest::SetDesiredState {
+            SetDesiredState {
                 id: id.clone(),
                 desired_state: if kind == Kind::Stop {
                     DesiredState::Standby
@@ -274,12 +276,14 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
                 after_ms: None,
                 force: true,
             }
+            .into()
         }
-        Kind::Rollback => OperatorRequest::Rollback {
+        Kind::Rollback => Rollback {
             environment_id: environment,
             to: None,
-        },
-        Kind::SentinelApply => OperatorRequest::ApplySentinel(ApplySentinel {
+        }
+        .into(),
+        Kind::SentinelApply => ApplySentinel {
             workspace_id: WORKSPACE.into(),
             project_id: PROJECT.into(),
             app_id: APP.into(),
@@ -290,8 +294,9 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
             cpu_millicores: None,
             memory_mib: None,
             deadline_ms: Some(SENTINEL_DEADLINE_MS),
-        }),
-        Kind::PolicyApply => OperatorRequest::ApplyPolicy(ApplyPolicy {
+        }
+        .into(),
+        Kind::PolicyApply => ApplyPolicy {
             workspace_id: WORKSPACE.into(),
             environment_id: environment.clone(),
             region,
@@ -303,14 +308,16 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
             policy_json: format!(
                 r#"{{"endpointSelector":{{"matchLabels":{{"chaos-op":"{n}"}}}}}}"#
             ),
-        }),
+        }
+        .into(),
         Kind::PolicyDelete => {
             let applied = policies(ops);
-            OperatorRequest::DeletePolicy {
+            DeletePolicy {
                 id: rng.pick(&applied)?.clone(),
             }
+            .into()
         }
-        Kind::Rollout => OperatorRequest::StartRollout(StartRollout {
+        Kind::Rollout => StartRollout {
             options: RolloutOptions {
                 image: (*rng.pick(&IMAGES)?).to_string(),
                 wave_percents: vec![50, 100],
@@ -320,7 +327,8 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
                 deadline_ms: SENTINEL_DEADLINE_MS,
                 notify: None,
             },
-        }),
+        }
+        .into(),
     };
     Some((kind, request))
 }
