@@ -1,0 +1,243 @@
+//! Tests of `node/src/app/requests`.
+
+use wire::model::DesiredState;
+use wire::operator::ApplyPolicy;
+
+use super::*;
+use crate::app::testing::{MemoryNode, create_request};
+
+const ACTOR: &str = "ctrl://operator";
+
+fn id(text: &str) -> RequestId {
+    RequestId::parse(text).unwrap()
+}
+
+async fn once(
+    node: &MemoryNode,
+    request_id: &str,
+    request: OperatorRequest,
+) -> Result<OperatorResponse, WireError> {
+    apply_once(
+        node,
+        node.clock(),
+        &settings(),
+        &id(request_id),
+        ACTOR,
+        request,
+    )
+    .await
+}
+
+fn settings() -> DeploySettings {
+    DeploySettings::default()
+}
+
+fn create() -> OperatorRequest {
+    OperatorRequest::CreateDeployment(create_request(&["us-east"]))
+}
+
+fn hash(node: &MemoryNode) -> u64 {
+    node.read().unwrap().state_hash().unwrap()
+}
+
+fn deployments(node: &MemoryNode) -> usize {
+    node.read()
+        .unwrap()
+        .list_deployments(None, 100)
+        .unwrap()
+        .len()
+}
+
+#[test]
+fn the_fingerprint_is_the_sha256_of_the_request_alone() {
+    let a = fingerprint(None, &create()).unwrap();
+    assert_eq!(a, fingerprint(None, &create()).unwrap(), "stable");
+    let mut other = create_request(&["us-east"]);
+    other.replicas = 2;
+    assert_ne!(
+        a,
+        fingerprint(None, &OperatorRequest::CreateDeployment(other)).unwrap()
+    );
+    // SHA-256 of the postcard bytes, as ring computes it.
+    let bytes = postcard::to_allocvec(&create()).unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    assert_eq!(&a[..], digest.as_ref());
+}
+
+#[tokio::test]
+async fn a_create_repeated_with_its_id_answers_the_first_deployment() {
+    let node = MemoryNode::new();
+    let first = once(&node, "r1", create()).await.unwrap();
+    let OperatorResponse::Created { deployment_id } = &first else {
+        panic!("{first:?}");
+    };
+    let before = hash(&node);
+    // The retry mints another deployment id; the record answers.
+    let again = once(&node, "r1", create()).await.unwrap();
+    assert_eq!(again, first);
+    assert_eq!(hash(&node), before, "nothing written");
+    assert_eq!(deployments(&node), 1);
+    let record = node.read().unwrap().request("r1").unwrap().unwrap();
+    assert_eq!(record.actor, ACTOR);
+    assert_eq!(
+        record.result,
+        Ok(Outcome::DeploymentCreated {
+            deployment_id: deployment_id.clone()
+        })
+    );
+    // Another id is another request.
+    once(&node, "r2", create()).await.unwrap();
+    assert_eq!(deployments(&node), 2);
+}
+
+#[tokio::test]
+async fn the_same_id_for_another_request_is_a_conflict() {
+    let node = MemoryNode::new();
+    let OperatorResponse::Created { deployment_id } = once(&node, "r1", create()).await.unwrap()
+    else {
+        panic!("created");
+    };
+    let before = hash(&node);
+    let stop = OperatorRequest::SetDesiredState(SetDesiredState {
+        id: deployment_id,
+        desired_state: DesiredState::Standby,
+        after_ms: None,
+        force: true,
+    });
+    let e = once(&node, "r1", stop).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Conflict);
+    assert!(
+        e.message.contains("r1") && e.message.contains(ACTOR),
+        "{}",
+        e.message
+    );
+    assert_eq!(hash(&node), before);
+}
+
+#[tokio::test]
+async fn a_retried_delete_answers_as_the_first_though_the_policy_is_gone() {
+    let node = MemoryNode::new();
+    let apply = OperatorRequest::ApplyPolicy(ApplyPolicy {
+        workspace_id: "ws".into(),
+        environment_id: "env".into(),
+        region: "us-east".into(),
+        name: "web".into(),
+        namespace: "apps".into(),
+        policy_json: r#"{"endpointSelector":{}}"#.into(),
+    });
+    let OperatorResponse::PolicyApplied { policy_id } =
+        once(&node, "a1", apply.clone()).await.unwrap()
+    else {
+        panic!("applied");
+    };
+    assert_eq!(
+        once(&node, "a1", apply).await.unwrap(),
+        OperatorResponse::PolicyApplied {
+            policy_id: policy_id.clone()
+        }
+    );
+    let delete = OperatorRequest::DeletePolicy(DeletePolicy {
+        id: policy_id.clone(),
+    });
+    let first = once(&node, "d1", delete.clone()).await.unwrap();
+    let proposals = node.proposals();
+    // The policy is gone, so the rule refuses before proposing; the
+    // record of the id answers instead.
+    assert_eq!(once(&node, "d1", delete.clone()).await.unwrap(), first);
+    assert_eq!(node.proposals(), proposals);
+    // Without an id the same delete is NotFound; under another
+    // request's id, a conflict.
+    let e = apply_plain(&node, delete.clone()).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotFound);
+    let e = once(&node, "a1", delete).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Conflict);
+}
+
+async fn apply_plain(
+    node: &MemoryNode,
+    request: OperatorRequest,
+) -> Result<OperatorResponse, WireError> {
+    apply(node, node.clock(), &settings(), request).await
+}
+
+#[tokio::test]
+async fn a_refusal_is_recorded_and_answered_again() {
+    let node = MemoryNode::new();
+    let stop = OperatorRequest::SetDesiredState(SetDesiredState {
+        id: "dep_missing".into(),
+        desired_state: DesiredState::Standby,
+        after_ms: None,
+        force: true,
+    });
+    let e = once(&node, "r1", stop.clone()).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotFound);
+    assert_eq!(once(&node, "r1", stop).await.unwrap_err(), e);
+}
+
+#[tokio::test]
+async fn a_request_with_an_id_proposes_once() {
+    let node = MemoryNode::new();
+    let request_id = id("r1");
+    let once = Idempotent {
+        state: &node,
+        request_id: &request_id,
+        actor: ACTOR,
+        fingerprint: [1; 32],
+        proposed: AtomicBool::new(false),
+    };
+    let create = |i: usize| Mutation::CreateDeployment {
+        deployment: wire::model::Deployment {
+            id: format!("dep_{i}"),
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            environment_id: "env".into(),
+            image: "nginx".into(),
+            cpu_millicores: 1,
+            memory_mib: 1,
+            replicas: 1,
+            regions: vec!["us-east".into()],
+            env_vars: Default::default(),
+            desired_state: DesiredState::Running,
+            status: wire::model::DeploymentStatus::Pending,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            workflow: Default::default(),
+            spec: Default::default(),
+        },
+    };
+    let e = once.propose(vec![create(1), create(2)]).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Internal);
+    assert_eq!(node.proposals(), 0);
+    let e = once.propose(vec![create(3)]).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Internal, "the one proposal was spent");
+}
+
+#[tokio::test]
+async fn an_invalid_request_id_is_refused() {
+    let node = MemoryNode::new();
+    let bad: RequestId = postcard::from_bytes(&postcard::to_allocvec("a b").unwrap()).unwrap();
+    let e = apply_once(&node, node.clock(), &settings(), &bad, ACTOR, create())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert_eq!(node.proposals(), 0);
+}
+
+#[test]
+fn a_fingerprint_hides_secret_values_behind_the_key() {
+    let node = crate::app::testing::MemoryNode::new();
+    let with = |value: &str| {
+        let mut create = crate::app::testing::create_request(&["us-east"]);
+        create.spec.secret_env.insert(
+            "DB".into(),
+            wire::workload::SecretValue::Plain(value.into()),
+        );
+        OperatorRequest::CreateDeployment(create)
+    };
+    let one = fingerprint(node.keyring(), &with("hunter2")).unwrap();
+    assert_eq!(one, fingerprint(node.keyring(), &with("hunter2")).unwrap());
+    assert_ne!(one, fingerprint(node.keyring(), &with("hunter3")).unwrap());
+    let plain = postcard::to_allocvec(&with("hunter2")).unwrap();
+    let bare = ring::digest::digest(&ring::digest::SHA256, &plain);
+    assert_ne!(one.as_slice(), bare.as_ref(), "not a hash of the value");
+}
