@@ -15,8 +15,7 @@ use wire::operator::DeploymentUpdate;
 use super::{Applier, OP, bad_request, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{decode, encode, name};
+use crate::tables::{decode, encode, load, name};
 
 impl Applier<'_> {
     pub(super) fn put_topology(&mut self, topology: &DeploymentTopology) -> Result<()> {

@@ -147,7 +147,7 @@ struct Applier<'t> {
     caller: Option<Caller>,
     /// Most request records kept ([`crate::REQUESTS_MAX`]).
     requests_max: u64,
-    /// Most deliveries kept ([`notify::DELIVERIES_MAX`]).
+    /// Most deliveries kept ([`crate::DELIVERIES_MAX`]).
     deliveries_max: u64,
     /// What the batch changed in the store's [`crate::Counts`].
     counts: crate::counts::CountDelta,

@@ -14,8 +14,8 @@
 //!   deposed leader's late result, or the same one twice, changes nothing.
 //! - **Replaying.** An operator makes a `dead` or `delivered` delivery
 //!   pending again, attempts reset.
-//! - **The bound.** At most [`DELIVERIES_MAX`] deliveries are kept. To make
-//!   room for new ones, the oldest *delivered* ones are deleted. Pending
+//! - **The bound.** At most [`crate::DELIVERIES_MAX`] deliveries are kept.
+//!   To make room for new ones, the oldest *delivered* ones are deleted. Pending
 //!   and dead ones are never deleted: if the table is full of them, the
 //!   new deliveries are not stored and counted in `meta::NOTIFY_DROPPED`
 //!   (shown by `ctrl notify deliveries`, logged by the delivery job).
@@ -31,11 +31,7 @@ use wire::notify::{
 use super::{Applier, OP, bad_request, conflict, failed_precondition, not_found};
 use crate::command::{DeliveryAction, DeliveryTransition, Guard, MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::{load, load_raw};
-use crate::tables::{self, decode, encode, meta, name};
-
-/// Most deliveries kept (see the module doc for what happens at the bound).
-pub const DELIVERIES_MAX: u64 = 10_000;
+use crate::tables::{self, decode, encode, load, load_raw, meta, name};
 
 /// The error reason a delivery of a removed endpoint is given up with.
 pub const ENDPOINT_REMOVED: &str = "endpoint removed";

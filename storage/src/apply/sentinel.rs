@@ -23,8 +23,7 @@ use wire::model::{
 use super::{Applier, OP, bad_request, failed_precondition, not_found};
 use crate::command::{Guard, MutationResult, Outcome, SentinelAction, SentinelTransition};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{encode, name};
+use crate::tables::{encode, load, name};
 
 /// The guard of a sentinel's deploy: its status by name and the version.
 pub fn sentinel_guard(sentinel: &Sentinel) -> Guard {
