@@ -3,10 +3,14 @@
 //! - [`tables`]: every table as a typed constant, the schema version, the
 //!   change-row and request-record types, the deliveries bound
 //!   ([`DELIVERIES_MAX`]), the row codec.
-//! - [`command`]: the replicated [`Command`] and its [`Outcome`]s.
+//! - [`command`]: the replicated [`Command`] and its [`Outcome`]s (the
+//!   [`Guard`] of a workflow transition and a rollout's steps are
+//!   [`wire::rules`]' types, named here too).
 //! - [`apply`]: the one mutation path, [`Store::apply`], a module per
-//!   resource; [`apply::workflow`] is the home of durable workflow records
-//!   and their guarded transitions.
+//!   resource: the durable workflow records' writes and their guarded
+//!   transitions. The pure rules they share with the leader's deciders
+//!   (guards, record constructors, the rollout's plan and steps) are in
+//!   [`wire::rules`].
 //! - [`read`]: [`ReadView`], one read transaction (a consistent cut), a
 //!   module per resource.
 //! - [`counts`]: [`Counts`], deployments, instances and topologies counted

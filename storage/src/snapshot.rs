@@ -664,7 +664,7 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert(d.id.as_str(), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::DEPLOYMENTS)?;
         // The index is derived, not carried.
-        if crate::apply::workflow::workflow_open(d) {
+        if wire::rules::deploy::workflow_open(d) {
             t.open_deployments
                 .insert(d.id.as_str(), ())
                 .ctx_table(OP_IMPORT, name::OPEN_DEPLOYMENTS)?;

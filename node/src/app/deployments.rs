@@ -19,9 +19,6 @@ use wire::{ErrorCode, WireError};
 use super::{Propose, ReadState, check_wait, internal, propose_one, unexpected};
 use crate::clock::{Clock, deployment_id};
 
-/// Kubernetes namespace deployments are created in.
-pub const DEPLOYMENT_NAMESPACE: &str = "krane";
-
 /// Creates a deployment, running and deploying, stamped with the clock's
 /// time; returns its id. A region that is unknown or cordoned on this
 /// node's applied state is refused before proposing (apply checks again:
@@ -39,7 +36,7 @@ pub async fn create<S: Propose + ReadState>(
     }
     let now_ms = clock.now_ms();
     let regions = u32::try_from(create.regions.len()).unwrap_or(u32::MAX);
-    let workflow = storage::apply::workflow::new_workflow(
+    let workflow = wire::rules::deploy::new_workflow(
         create
             .progress_deadline_ms
             .unwrap_or(settings.progress_deadline_ms),
@@ -319,7 +316,10 @@ mod tests {
         assert!(view.instances.is_empty());
         let read = node.read().unwrap();
         let topology = read.topology(&id, "us-east").unwrap().expect("topology");
-        assert_eq!(topology.k8s_namespace, DEPLOYMENT_NAMESPACE);
+        assert_eq!(
+            topology.k8s_namespace,
+            wire::rules::deploy::DEPLOYMENT_NAMESPACE
+        );
     }
 
     #[tokio::test]

@@ -217,7 +217,7 @@ pub(crate) async fn failed_deploy(node: &MemoryNode) -> String {
     let out = node
         .propose(vec![Mutation::Deploy(storage::command::DeployTransition {
             deployment_id: id.clone(),
-            expected: storage::apply::workflow::deploy_guard(&deployment),
+            expected: wire::rules::deploy::deploy_guard(&deployment),
             action: storage::command::DeployAction::Fail {
                 reason: "deadline".into(),
             },

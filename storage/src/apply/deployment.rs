@@ -631,7 +631,7 @@ mod tests {
         assert_eq!(store.read().unwrap().last_pk(), 6);
         let start = crate::Mutation::Deploy(crate::command::DeployTransition {
             deployment_id: "d1".into(),
-            expected: crate::apply::workflow::deploy_guard(d),
+            expected: wire::rules::deploy::deploy_guard(d),
             action: crate::command::DeployAction::Start {
                 k8s_namespace: "apps".into(),
                 sentinels: Vec::new(),
