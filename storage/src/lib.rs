@@ -6,8 +6,8 @@
 //! - [`command`]: the replicated [`Command`] and its [`Outcome`]s (the
 //!   [`Guard`] of a workflow transition and a rollout's steps are
 //!   [`wire::rules`]' types, named here too).
-//! - [`apply`]: the one mutation path, [`Store::apply`], a module per
-//!   resource: the durable workflow records' writes and their guarded
+//! - `apply` (private): the one mutation path, [`Store::apply`], a module
+//!   per resource: the durable workflow records' writes and their guarded
 //!   transitions. The pure rules they share with the leader's deciders
 //!   (guards, record constructors, the rollout's plan and steps) are in
 //!   [`wire::rules`].
@@ -57,7 +57,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod apply;
+mod apply;
 pub mod command;
 pub mod counts;
 pub mod error;

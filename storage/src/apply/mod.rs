@@ -54,13 +54,13 @@ mod cilium;
 mod deployment;
 mod environment;
 mod instances;
-pub(crate) mod meta;
-pub mod notify;
+mod meta;
+mod notify;
 mod region;
 mod requests;
-pub mod rollout;
-pub mod sentinel;
-pub mod workflow;
+mod rollout;
+mod sentinel;
+mod workflow;
 mod write_tables;
 
 #[cfg(test)]
