@@ -191,7 +191,8 @@ mod tests {
     use wire::notify::AddEndpoint;
 
     use super::*;
-    use crate::app::testing::{MemoryNode, NOW_MS, failed_deploy};
+    use crate::app::deployments::testing::failed_deploy;
+    use crate::app::testing::{MemoryNode, NOW_MS};
 
     fn settings() -> NotifySettings {
         NotifySettings {
