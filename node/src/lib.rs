@@ -9,14 +9,21 @@
 //!   Nothing in the crate imports it.
 //! - [`server`]: the QUIC endpoint, the stream prelude and the thin
 //!   per-protocol handlers; [`jobs`]: leader-only background jobs
-//!   (compaction) under one supervisor.
+//!   (compaction, workflows, notify, identity, backup) under one
+//!   supervisor.
 //! - [`replica`]: this node as a Raft replica: `NodeState`, writes
 //!   (batched, forwarded to the leader), membership, cluster status.
+//! - [`workflow`]: durable workflows — the pure `decide(record, view,
+//!   now)` shape and the leader's driver — over the application layer's
+//!   seams; the rules they share with storage's apply (guards, record
+//!   constructors, a rollout's steps, the sentinel id) are
+//!   [`wire::rules`].
 //! - [`app`]: the operator's and agents' rules as plain functions over two
-//!   seams, `Propose` and `ReadState`, tested without sockets or Raft;
-//!   [`workflow`]: durable workflows — the pure `decide(record, view,
-//!   now)` shape and the leader's driver, over the same seams;
-//!   [`notify`]: webhook deliveries — the pure decisions (body, signature,
+//!   seams, `Propose` and `ReadState`, tested without sockets or Raft. It
+//!   never uses `workflow`, in its tests neither: a test that needs a
+//!   started deployment proposes the start itself
+//!   (`app::deployments::testing`).
+//! - [`notify`]: webhook deliveries — the pure decisions (body, signature,
 //!   backoff) and the HTTP client the leader's delivery job uses.
 //! - [`raft`]: type configuration, log store, state machine, network;
 //!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,

@@ -17,6 +17,12 @@ use wire::model::{
 use wire::operator::RolloutCommand;
 use wire::rollout::{RolloutOptions, RolloutState};
 
+// The guard of a workflow transition and the steps of a rollout's live in
+// `wire::rules`, with the rules they go with; named here too, as parts of
+// the command.
+pub use wire::rules::Guard;
+pub use wire::rules::rollout::RolloutStep;
+
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
 /// compaction step of the design).
 pub const COMPACT_ROWS_MAX: u32 = 10_000;
@@ -377,55 +383,6 @@ pub struct RolloutTransition {
     pub steps: Vec<RolloutStep>,
 }
 
-/// One step of a rollout (see `storage::apply::rollout::advance`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RolloutStep {
-    /// A member in flight ended: converged (`failed: None`) or not.
-    Settle {
-        /// Its index in the rollout's members.
-        member: u32,
-        /// Why it failed, if it did.
-        failed: Option<String>,
-    },
-    /// The current wave starts (its first sentinels are written next).
-    StartWave,
-    /// Writes the new image to these pending members of the current wave.
-    Deploy {
-        /// Indexes in the rollout's members.
-        members: Vec<u32>,
-    },
-    /// Every member of the current wave ended within the failures
-    /// allowed: it bakes until then.
-    Bake {
-        /// When the bake ends (leader's clock).
-        until_ms: UnixMs,
-    },
-    /// The current wave is done (baked, if there is a bake): the next one
-    /// is current.
-    CompleteWave,
-    /// The current wave had more failures than allowed.
-    Pause {
-        /// Why, for the operator.
-        reason: String,
-    },
-    /// Every wave is done.
-    Complete,
-    /// Writes the previous image back to these members of the wave being
-    /// rolled back.
-    Revert {
-        /// Indexes in the rollout's members.
-        members: Vec<u32>,
-    },
-    /// The wave being rolled back is done: the previous wave with members
-    /// to revert is current.
-    NextRollbackWave {
-        /// That wave.
-        wave: u32,
-    },
-    /// Every revert ended: `cancelled`, with the count of reverted ones.
-    FinishRollback,
-}
-
 /// A step of the deploy workflow for one deployment, with the guard it was
 /// decided against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -525,7 +482,7 @@ pub enum Outcome {
     /// it was decided against (another step, another revision, or no
     /// record): nothing was written. A deterministic no-op, so a deposed
     /// leader's late proposal, or the same transition twice, changes
-    /// nothing. See [`crate::apply::workflow`].
+    /// nothing. See [`wire::rules`].
     GuardFailed {
         /// The guard the transition was decided against.
         expected: Guard,
@@ -558,19 +515,6 @@ pub enum Outcome {
         /// Its state now.
         state: RolloutState,
     },
-}
-
-/// What a workflow transition expects of its record: the step it is at and
-/// its revision. A transition is applied only if the stored record still
-/// has exactly this guard (compare-and-set); see [`crate::apply::workflow`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Guard {
-    /// The step, by its stable name (for the deploy workflow, the
-    /// deployment's status: `pending`, `deploying`, …).
-    pub step: String,
-    /// Changes whenever the record is rewritten other than by its own
-    /// steps, so a step reached again later is told apart from the first.
-    pub revision: u64,
 }
 
 /// The outcome of one mutation: a deterministic domain result.

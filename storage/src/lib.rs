@@ -1,12 +1,20 @@
 //! ctrl's state machine storage: the redb schema and typed access to it.
 //!
 //! - [`tables`]: every table as a typed constant, the schema version, the
-//!   change-row type.
-//! - [`command`]: the replicated [`Command`] and its [`Outcome`]s.
-//! - [`apply`]: the one mutation path, [`Store::apply`], a module per
-//!   resource; [`apply::workflow`] is the home of durable workflow records
-//!   and their guarded transitions.
-//! - [`read`]: [`ReadView`], one read transaction (a consistent cut).
+//!   change-row and request-record types, the deliveries bound
+//!   ([`DELIVERIES_MAX`]), the row codec.
+//! - [`command`]: the replicated [`Command`] and its [`Outcome`]s (the
+//!   [`Guard`] of a workflow transition and a rollout's steps are
+//!   [`wire::rules`]' types, named here too).
+//! - `apply` (private): the one mutation path, [`Store::apply`], a module
+//!   per resource: the durable workflow records' writes and their guarded
+//!   transitions. The pure rules they share with the leader's deciders
+//!   (guards, record constructors, the rollout's plan and steps) are in
+//!   [`wire::rules`].
+//! - [`read`]: [`ReadView`], one read transaction (a consistent cut), a
+//!   module per resource.
+//! - [`counts`]: [`Counts`], deployments, instances and topologies counted
+//!   by status, kept in step with every commit (for the node's metrics).
 //! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`],
 //!   [`snapshot::inspect_snapshot`] (check without importing) and
 //!   [`Store::restore_snapshot`] (a backup under a new epoch).
@@ -49,7 +57,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod apply;
+mod apply;
 pub mod command;
 pub mod counts;
 pub mod error;
@@ -72,7 +80,7 @@ pub use command::{
 pub use counts::Counts;
 pub use error::{Result, StorageError};
 pub use read::ReadView;
-pub use tables::{ChangeRow, RequestRecord, SCHEMA_VERSION};
+pub use tables::{ChangeRow, DELIVERIES_MAX, RequestRecord, SCHEMA_VERSION};
 
 use crate::error::RedbContext;
 use crate::tables::{meta, name};
@@ -83,8 +91,7 @@ pub struct Store {
     db: Database,
     /// Most request records kept: [`REQUESTS_MAX`] but in unit tests.
     requests_max: u64,
-    /// Most deliveries kept (`apply::notify::DELIVERIES_MAX`; lower in
-    /// unit tests).
+    /// Most deliveries kept: [`DELIVERIES_MAX`] but in unit tests.
     deliveries_max: u64,
     /// Counts by status, in step with every commit; `None` until first
     /// asked for (and after a snapshot import).
@@ -171,7 +178,7 @@ impl Store {
         Ok(Store {
             db,
             requests_max: REQUESTS_MAX,
-            deliveries_max: apply::notify::DELIVERIES_MAX,
+            deliveries_max: DELIVERIES_MAX,
             counts: Mutex::new(None),
         })
     }

@@ -22,11 +22,12 @@ use wire::notify::{Delivery, DeliveryState, NotifyEndpoint};
 
 use crate::Store;
 use crate::apply::WriteTables;
-use crate::apply::notify::DELIVERIES_MAX;
 use crate::command::{ClusterIdentity, REQUESTS_MAX, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::read::ReadView;
-use crate::tables::{self, ChangeRow, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name};
+use crate::tables::{
+    self, ChangeRow, DELIVERIES_MAX, RequestRecord, SCHEMA_VERSION, decode, encode, meta, name,
+};
 use wire::digest::Fnv1a;
 use wire::operator::validate_request_id;
 use wire::rollout::Rollout;
@@ -663,7 +664,7 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             .insert(d.id.as_str(), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::DEPLOYMENTS)?;
         // The index is derived, not carried.
-        if crate::apply::workflow::workflow_open(d) {
+        if wire::rules::deploy::workflow_open(d) {
             t.open_deployments
                 .insert(d.id.as_str(), ())
                 .ctx_table(OP_IMPORT, name::OPEN_DEPLOYMENTS)?;

@@ -1,5 +1,7 @@
 //! The redb schema of ctrl's state machine: every table declared once as a
-//! typed constant, the schema version, the metadata keys, and the row codec.
+//! typed constant, the schema version, the metadata keys, the bound of the
+//! deliveries table ([`DELIVERIES_MAX`]), and the row codec with the
+//! one-row reads apply and the read view share (`load`, `load_raw`).
 //!
 //! Values are postcard-encoded `wire` types stored as `&[u8]`; keys are redb
 //! tuples so that one region (or one deployment) is a contiguous key range.
@@ -14,11 +16,12 @@
 
 use std::fmt::Debug;
 
-use redb::TableDefinition;
+use redb::{Key, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use wire::model::{ResourceKey, ResourceType, UnixMs};
 
-use crate::error::{Result, StorageError};
+use crate::command::ClusterIdentity;
+use crate::error::{RedbContext, Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
 pub const SCHEMA_VERSION: u32 = 4;
@@ -131,8 +134,13 @@ pub const POLICY_APPLIED: TableDefinition<RegionKey, Bytes> =
 /// `name` → [`wire::notify::NotifyEndpoint`] (with its secret).
 pub const NOTIFY_ENDPOINTS: TableDefinition<&str, Bytes> =
     TableDefinition::new(name::NOTIFY_ENDPOINTS);
+/// Most deliveries kept: to make room for new ones, apply deletes the
+/// oldest delivered ones; pending and dead ones are never deleted, and the
+/// new deliveries that find no room are not stored (counted under
+/// [`meta::NOTIFY_DROPPED`]).
+pub const DELIVERIES_MAX: u64 = 10_000;
 /// `delivery_id` → [`wire::notify::Delivery`]: one event to one endpoint,
-/// at most [`crate::apply::notify::DELIVERIES_MAX`].
+/// at most [`DELIVERIES_MAX`].
 pub const DELIVERIES: TableDefinition<u64, Bytes> = TableDefinition::new(name::DELIVERIES);
 /// `(next_attempt_at_ms, delivery_id)` → `()`: the pending deliveries, the
 /// earliest due first (what the delivery job reads). Derived from
@@ -170,7 +178,7 @@ pub mod meta {
     /// `now_ms` so far): a command stamped earlier applies at this time, so
     /// applied time never goes backwards.
     pub const STAMP_MS: &str = "stamp_ms";
-    /// postcard [`crate::command::ClusterIdentity`]: the cluster's id and
+    /// postcard [`crate::ClusterIdentity`]: the cluster's id and
     /// epoch (absent until the first leader records them).
     pub const CLUSTER_IDENTITY: &str = "cluster_identity";
 }
@@ -263,6 +271,42 @@ pub(crate) fn decode_u32(key: &str, bytes: &[u8]) -> Result<u32> {
         )
     })?;
     Ok(u32::from_le_bytes(array))
+}
+
+/// The operation named in the errors of [`load`] and [`load_raw`].
+const OP: &str = "read";
+
+/// Reads and decodes one row.
+pub(crate) fn load<'k, K, T>(
+    table: &impl ReadableTable<K, Bytes>,
+    table_name: &'static str,
+    key: K::SelfType<'k>,
+) -> Result<Option<T>>
+where
+    K: Key + 'static,
+    K::SelfType<'k>: Debug,
+    T: DeserializeOwned,
+{
+    match table.get(&key).ctx_table(OP, table_name)? {
+        Some(value) => decode(table_name, &key, value.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads one metadata value as bytes.
+pub(crate) fn load_raw(
+    table: &impl ReadableTable<&'static str, Bytes>,
+    key: &str,
+) -> Result<Option<Vec<u8>>> {
+    Ok(table
+        .get(key)
+        .ctx_table(OP, name::METADATA)?
+        .map(|value| value.value().to_vec()))
+}
+
+/// Decodes the stored cluster identity ([`meta::CLUSTER_IDENTITY`]).
+pub(crate) fn decode_identity(bytes: &[u8]) -> Result<ClusterIdentity> {
+    decode(name::METADATA, &meta::CLUSTER_IDENTITY, bytes)
 }
 
 #[cfg(test)]

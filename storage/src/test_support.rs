@@ -25,7 +25,7 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
         status: DeploymentStatus::Pending,
         created_at_ms: 1,
         updated_at_ms: 1,
-        workflow: crate::apply::workflow::new_workflow(60_000, 10_000, 0, true),
+        workflow: wire::rules::deploy::new_workflow(60_000, 10_000, 0, true),
         spec: Default::default(),
     }
 }

@@ -22,6 +22,10 @@
 //!   policy's shape), each error naming the field.
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
+//! - [`rules`]: the rules of the durable workflows (guards, record
+//!   constructors, the rollout's plan and steps, the sentinel id), one
+//!   module per workflow, shared by the state machine's apply and the
+//!   leader's deciders.
 //! - `golden` (feature `golden`, for tests): golden-byte checks that pin
 //!   every serialized format to its version.
 //! - `fuzz` (feature `fuzz`, for tests): the mutation engine of the
@@ -53,6 +57,7 @@ pub mod model;
 pub mod notify;
 pub mod operator;
 pub mod rollout;
+pub mod rules;
 pub mod session;
 pub mod validate;
 pub mod workload;

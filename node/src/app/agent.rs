@@ -162,7 +162,7 @@ mod tests {
     #[tokio::test]
     async fn a_report_is_recorded_and_a_lookup_reads_the_desired_state() {
         let node = MemoryNode::new();
-        let id = crate::app::testing::deployed(&node, &["us-east"]).await;
+        let id = crate::app::deployments::testing::deployed(&node, &["us-east"]).await;
         let ack = answer(
             &node,
             report(&id, "us-east", vec![instance(&id, "us-east", "web-0")]),

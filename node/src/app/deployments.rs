@@ -19,9 +19,6 @@ use wire::{ErrorCode, WireError};
 use super::{Propose, ReadState, check_wait, internal, propose_one, unexpected};
 use crate::clock::{Clock, deployment_id};
 
-/// Kubernetes namespace deployments are created in.
-pub const DEPLOYMENT_NAMESPACE: &str = "krane";
-
 /// Creates a deployment, running and deploying, stamped with the clock's
 /// time; returns its id. A region that is unknown or cordoned on this
 /// node's applied state is refused before proposing (apply checks again:
@@ -39,7 +36,7 @@ pub async fn create<S: Propose + ReadState>(
     }
     let now_ms = clock.now_ms();
     let regions = u32::try_from(create.regions.len()).unwrap_or(u32::MAX);
-    let workflow = storage::apply::workflow::new_workflow(
+    let workflow = wire::rules::deploy::new_workflow(
         create
             .progress_deadline_ms
             .unwrap_or(settings.progress_deadline_ms),
@@ -272,6 +269,84 @@ pub fn history(
     Ok((entries, next_after))
 }
 
+/// Test support of the layers above: a deployment created and started
+/// (without the workflow), or failed, on a [`MemoryNode`].
+#[cfg(test)]
+pub(crate) mod testing {
+    use storage::command::{DeployAction, DeployTransition};
+    use storage::{Mutation, Outcome};
+    use wire::model::Deployment;
+    use wire::rules::deploy::{DEPLOYMENT_NAMESPACE, deploy_guard, new_sentinel, policies};
+
+    use crate::app::testing::{MemoryNode, create_request};
+    use crate::app::{Propose, ReadState};
+
+    /// Creates a deployment of [`create_request`] and starts it as the deploy
+    /// workflow's first step does (the records of [`wire::rules::deploy`]:
+    /// its topologies, the environment's sentinel and the deployment's two
+    /// policies in every region are written); its id. It proposes the start
+    /// itself rather than run the workflow, so the application layer's tests
+    /// need nothing above it (an older deploy to the environment is not
+    /// superseded here, as the workflow would).
+    pub(crate) async fn deployed(node: &MemoryNode, regions: &[&str]) -> String {
+        let settings = config::DeploySettings::default();
+        let id = super::create(node, node.clock(), &settings, create_request(regions))
+            .await
+            .expect("create");
+        let deployment = stored(node, &id);
+        let start = DeployAction::Start {
+            k8s_namespace: DEPLOYMENT_NAMESPACE.to_string(),
+            sentinels: deployment
+                .regions
+                .iter()
+                .map(|region| new_sentinel(&deployment, region, &settings.sentinel_image))
+                .collect(),
+            policies: deployment
+                .regions
+                .iter()
+                .flat_map(|region| policies(&deployment, region))
+                .collect(),
+        };
+        transition(node, &deployment, start).await;
+        id
+    }
+
+    /// Deploys one deployment and fails it (an event for every webhook
+    /// endpoint); its id.
+    pub(crate) async fn failed_deploy(node: &MemoryNode) -> String {
+        let id = deployed(node, &["eu-west"]).await;
+        let deployment = stored(node, &id);
+        let fail = DeployAction::Fail {
+            reason: "deadline".into(),
+        };
+        transition(node, &deployment, fail).await;
+        id
+    }
+
+    /// The stored deployment `id`.
+    fn stored(node: &MemoryNode, id: &str) -> Deployment {
+        node.read()
+            .expect("read")
+            .deployment(id)
+            .expect("read")
+            .expect("the deployment")
+    }
+
+    /// Proposes `action` on `deployment`, guarded as the workflow guards it;
+    /// it must be recorded.
+    async fn transition(node: &MemoryNode, deployment: &Deployment, action: DeployAction) {
+        let out = node
+            .propose(vec![Mutation::Deploy(DeployTransition {
+                deployment_id: deployment.id.clone(),
+                expected: deploy_guard(deployment),
+                action,
+            })])
+            .await
+            .expect("proposed");
+        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use wire::model::{Instance, InstanceStatus};
@@ -280,7 +355,7 @@ mod tests {
     use crate::app::testing::{MemoryNode, create_request};
 
     async fn created(node: &MemoryNode, regions: &[&str]) -> String {
-        crate::app::testing::deployed(node, regions).await
+        testing::deployed(node, regions).await
     }
 
     fn running(id: &str, region: &str, pod: &str) -> Mutation {
@@ -319,7 +394,10 @@ mod tests {
         assert!(view.instances.is_empty());
         let read = node.read().unwrap();
         let topology = read.topology(&id, "us-east").unwrap().expect("topology");
-        assert_eq!(topology.k8s_namespace, DEPLOYMENT_NAMESPACE);
+        assert_eq!(
+            topology.k8s_namespace,
+            wire::rules::deploy::DEPLOYMENT_NAMESPACE
+        );
     }
 
     #[tokio::test]

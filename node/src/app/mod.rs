@@ -10,7 +10,10 @@
 //!
 //! `replica::NodeState` implements both; the unit tests implement them over
 //! an in-memory [`storage::Store`] that applies proposals at once
-//! (`testing`), with a fixed clock.
+//! (`testing`), with a fixed clock. The leader's workflows (`workflow`)
+//! sit above this layer and use its seams; nothing here uses them, in
+//! tests neither: a test that needs a started deployment has
+//! `deployments::testing` propose the start.
 //!
 //! - [`deployments`]: create (defaults, a minted id), read, list, stop and
 //!   start, and the long-poll wait of `WaitDeployment`.

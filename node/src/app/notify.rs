@@ -96,7 +96,8 @@ mod tests {
     use wire::notify::DeliveryState;
 
     use super::*;
-    use crate::app::testing::{MemoryNode, failed_deploy};
+    use crate::app::deployments::testing::failed_deploy;
+    use crate::app::testing::MemoryNode;
 
     fn endpoint(name: &str, secret: Option<&str>) -> AddEndpoint {
         AddEndpoint {

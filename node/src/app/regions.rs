@@ -156,9 +156,20 @@ mod tests {
     #[tokio::test]
     async fn the_list_computes_lag_and_staleness_at_the_clocks_time() {
         let node = MemoryNode::with_regions(&["ap", "eu-west"]);
-        // Eight change rows (per region: the topology, the environment's
-        // sentinel, the deployment's two policies): the last pk is 8.
-        crate::app::testing::deployed(&node, &["ap", "eu-west"]).await;
+        // Eight change rows (four sentinels per region): the last pk is 8.
+        let sentinels = ["ap", "eu-west"]
+            .iter()
+            .flat_map(|region| {
+                (0..4).map(|n| {
+                    Mutation::UpsertSentinel(wire::model::Sentinel {
+                        id: format!("snt_{n}"),
+                        region: region.to_string(),
+                        ..wire::golden::fixtures::sentinel()
+                    })
+                })
+            })
+            .collect();
+        node.propose(sentinels).await.unwrap();
         node.propose(vec![heartbeat(7, 1_000)]).await.unwrap();
         let fresh = list(&node, &FixedTimeClock(NOW_MS + 3_000)).unwrap();
         assert_eq!(fresh.last_pk, 8);

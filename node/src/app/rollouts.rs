@@ -1,15 +1,15 @@
 //! Fleet rollouts of a sentinel image, as operators drive them: the plan
 //! (read only), start, status, resume / cancel / rollback-all, history.
 //! Start and the commands are one proposal each (`Mutation::StartRollout`,
-//! `Mutation::ControlRollout`), whose rules live in apply
-//! (`storage::apply::rollout`); the leader's workflow
-//! (`crate::workflow::rollout`) drives the waves.
+//! `Mutation::ControlRollout`), whose rules live in
+//! [`wire::rules::rollout`] (the plan shown is the one a start freezes);
+//! the leader's rollout workflow drives the waves.
 
-use storage::apply::rollout::plan as frozen_plan;
 use storage::{Mutation, Outcome};
 use wire::model::Sentinel;
 use wire::operator::{LIST_PAGE_MAX, RolloutCommand, RolloutPlan, StartRollout};
 use wire::rollout::{ROLLOUT_SENTINELS_MAX, Rollout, RolloutSummary, check_wave_percents};
+use wire::rules::rollout::plan as frozen_plan;
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, internal, propose_one, unexpected};

@@ -5,13 +5,14 @@
 //! id derived from environment and region. The merged sentinel is proposed
 //! as a deploy (`Mutation::DeploySentinel`): apply writes nothing when the
 //! spec is unchanged and krane reports it converged (answered `ready`),
-//! else writes it `progressing` with an absolute deadline; the workflow
-//! (`crate::workflow::sentinel`) and the apply of krane's reports take it
-//! to `ready` or `failed`.
+//! else writes it `progressing` with an absolute deadline; the leader's
+//! sentinel workflow and the apply of krane's reports take it to `ready`
+//! or `failed`.
 
 use storage::{Mutation, Outcome};
 use wire::model::{DesiredState, Pk, Sentinel, SentinelDeployStatus};
 use wire::operator::{ApplySentinel, LIST_PAGE_MAX, SENTINEL_DEADLINE_MS_DEFAULT, SentinelView};
+use wire::rules::deploy::sentinel_id;
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, internal, not_found, propose_one, recorded, unexpected};
@@ -48,7 +49,7 @@ pub async fn apply<S: Propose + ReadState>(
     apply.validate()?;
     let existing = {
         let view = state.read().map_err(internal)?;
-        let likely_id = crate::workflow::deploy::sentinel_id(&apply.environment_id, &apply.region);
+        let likely_id = sentinel_id(&apply.environment_id, &apply.region);
         view.environment_sentinel(&apply.environment_id, &apply.region, &likely_id)
             .map_err(internal)?
     };
@@ -90,7 +91,7 @@ pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel) -> Sentinel {
         // The id a deploy gives the environment's sentinel too: an apply
         // and a deploy's start racing for a new environment write one
         // sentinel, not two.
-        let id = crate::workflow::deploy::sentinel_id(&apply.environment_id, &apply.region);
+        let id = sentinel_id(&apply.environment_id, &apply.region);
         Sentinel {
             k8s_name: wire::k8s_name::sentinel(&id),
             k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
@@ -252,7 +253,7 @@ mod tests {
     fn a_new_sentinel_gets_an_id_a_name_and_defaults() {
         let s = merge(None, request("env_1", "us-east", None));
         // The id a deploy would give it: one per environment and region.
-        let id = crate::workflow::deploy::sentinel_id("env_1", "us-east");
+        let id = sentinel_id("env_1", "us-east");
         assert_eq!(s.id, id);
         assert_eq!(s.k8s_name, id.replacen('_', "-", 1));
         assert_eq!(s.k8s_name.len(), "snt-".len() + 26);

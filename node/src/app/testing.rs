@@ -3,6 +3,10 @@
 //! command stamped with its fixed time, and counts applies as the applied
 //! mark; its clock is fixed in time and counts its randomness, so ids
 //! minted in the same millisecond still differ.
+//!
+//! It uses nothing of the application layer but its seams, so every module
+//! of it (and every layer above) may test with it; a deployment created
+//! and started is `deployments::testing`'s.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -187,43 +191,4 @@ pub(crate) fn create_request(regions: &[&str]) -> CreateDeployment {
         min_ready_regions: None,
         spec: Default::default(),
     }
-}
-
-/// Creates a deployment of [`create_request`] and runs one round of the
-/// deploy workflow, which starts it (its topologies are written); its id.
-pub(crate) async fn deployed(node: &MemoryNode, regions: &[&str]) -> String {
-    let settings = config::DeploySettings::default();
-    let id =
-        crate::app::deployments::create(node, node.clock(), &settings, create_request(regions))
-            .await
-            .expect("create");
-    let workflows: Vec<Box<dyn crate::workflow::Round>> = vec![Box::new(
-        crate::workflow::deploy::DeployWorkflow::new(settings, 0),
-    )];
-    crate::workflow::driver::round(&workflows, node, node.clock()).await;
-    id
-}
-
-/// Deploys one deployment and fails it (an event for every webhook
-/// endpoint); its id.
-pub(crate) async fn failed_deploy(node: &MemoryNode) -> String {
-    let id = deployed(node, &["eu-west"]).await;
-    let deployment = node
-        .read()
-        .expect("read")
-        .deployment(&id)
-        .expect("read")
-        .expect("the deployment");
-    let out = node
-        .propose(vec![Mutation::Deploy(storage::command::DeployTransition {
-            deployment_id: id.clone(),
-            expected: storage::apply::workflow::deploy_guard(&deployment),
-            action: storage::command::DeployAction::Fail {
-                reason: "deadline".into(),
-            },
-        })])
-        .await
-        .expect("proposed");
-    assert_eq!(out, vec![Ok(storage::Outcome::Recorded)]);
-    id
 }

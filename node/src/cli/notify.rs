@@ -19,7 +19,7 @@ use wire::operator::request::{
 use super::{Output, RequestIdArg};
 
 /// Most deliveries `ctrl notify deliveries` reads (the node keeps at most
-/// `storage::apply::notify::DELIVERIES_MAX`).
+/// `storage::DELIVERIES_MAX`).
 const DELIVERIES_SHOWN_MAX: usize = 10_000;
 
 #[derive(Debug, Subcommand)]

@@ -278,7 +278,7 @@ mod tests {
         assert!(view.changes_after("us-east", 0, 10).unwrap().is_empty());
         drop(view);
         // Rows younger than the retention stay.
-        crate::app::testing::deployed(&node, &["us-east"]).await;
+        crate::app::deployments::testing::deployed(&node, &["us-east"]).await;
         let writes = node.proposals();
         round(&node, &Later(3), &settings(5, 2)).await;
         assert_eq!(node.proposals() - writes, 1, "one step, nothing deleted");

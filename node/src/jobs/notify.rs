@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use config::NotifySettings;
 use storage::Outcome;
-use storage::apply::notify::delivery_guard;
 use storage::command::{DeliveryAction, DeliveryTransition, Mutation};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 use wire::notify::{Delivery, NotifyEndpoint};
+use wire::rules::notify::delivery_guard;
 
 use crate::app::{Propose, ReadState};
 use crate::notify::decide;
@@ -191,7 +191,8 @@ mod tests {
     use wire::notify::AddEndpoint;
 
     use super::*;
-    use crate::app::testing::{MemoryNode, NOW_MS, failed_deploy};
+    use crate::app::deployments::testing::failed_deploy;
+    use crate::app::testing::{MemoryNode, NOW_MS};
 
     fn settings() -> NotifySettings {
         NotifySettings {

@@ -5,8 +5,9 @@
 //! decisions are tested with a fixed clock. [`send`] is the HTTP client;
 //! `jobs::notify` the leader job that drives both.
 //!
-//! The records, their guarded writes and the table's bound live in
-//! `storage::apply::notify`.
+//! The records' guarded writes and the table's bound
+//! ([`storage::DELIVERIES_MAX`]) live in storage, a delivery's guard in
+//! [`wire::rules::notify`].
 
 pub mod send;
 

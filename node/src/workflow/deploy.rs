@@ -3,7 +3,8 @@
 //! to look again. Pure: no I/O, no clock; the driver passes the time in,
 //! and the record's guard goes into every transition.
 //!
-//! The steps (`storage::apply::workflow` makes them):
+//! The steps (storage's apply makes them; the guard, the records a start
+//! writes and the sentinel id are [`wire::rules::deploy`]'s):
 //!
 //! - `pending`: superseded if its environment's latest attempt is another
 //!   deployment; else start (topologies, the environment's sentinel per
@@ -29,27 +30,20 @@
 use std::collections::BTreeMap;
 
 use config::DeploySettings;
-use storage::apply::workflow::deploy_guard;
 use storage::command::{DeployAction, DeployTransition};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Environment, Health, Instance,
-    InstanceStatus, Pk, ResourceType, Sentinel, SentinelStatus, UnixMs,
+    Deployment, DeploymentStatus, Environment, Health, Instance, InstanceStatus, Pk, ResourceType,
+    Sentinel, SentinelStatus, UnixMs,
+};
+use wire::rules::deploy::{
+    DEPLOYMENT_NAMESPACE, deploy_guard, new_sentinel, policies, policy_ids, sentinel_id,
 };
 
 use super::{Decision, Workflow};
-use crate::app::deployments::DEPLOYMENT_NAMESPACE;
 
 /// Most open deployments one round decides on.
 pub const OPEN_DEPLOYMENTS_MAX: usize = 100_000;
-/// Replicas of a sentinel a deploy creates for a production environment.
-pub const SENTINEL_REPLICAS_PRODUCTION: u32 = 3;
-/// Replicas of a sentinel a deploy creates for any other environment.
-pub const SENTINEL_REPLICAS_OTHER: u32 = 1;
-/// CPU per replica of a sentinel a deploy creates, in millicores.
-pub const SENTINEL_CPU_MILLICORES: u32 = 250;
-/// Memory per replica of a sentinel a deploy creates, in MiB.
-pub const SENTINEL_MEMORY_MIB: u32 = 256;
 
 /// What a decision reads about one deployment besides its record.
 #[derive(Debug, Clone, Default)]
@@ -87,15 +81,6 @@ impl PolicyState {
     pub fn is_applied(&self) -> bool {
         matches!((self.version, self.applied), (Some(v), Some(a)) if a >= v)
     }
-}
-
-/// The ids of `deployment_id`'s policies in each region: ingress to it in
-/// its namespace, egress to it from the sentinels' namespace.
-pub fn policy_ids(deployment_id: &str) -> [String; 2] {
-    [
-        wire::k8s_name::deployment_policy(deployment_id),
-        wire::k8s_name::deployment_egress_policy(deployment_id),
-    ]
 }
 
 /// The deploy workflow.
@@ -394,7 +379,7 @@ fn start(deployment: &Deployment, observed: &Observed, settings: &DeploySettings
         .regions
         .iter()
         .filter(|region| !observed.sentinels.contains_key(*region))
-        .map(|region| new_sentinel(deployment, region, settings))
+        .map(|region| new_sentinel(deployment, region, &settings.sentinel_image))
         .collect();
     let policies = deployment
         .regions
@@ -406,102 +391,6 @@ fn start(deployment: &Deployment, observed: &Observed, settings: &DeploySettings
         sentinels,
         policies,
     }
-}
-
-/// Hex digits of the SHA-256 of (environment, region) in a sentinel id.
-pub const SENTINEL_ID_HEX_DIGITS: usize = 26;
-
-/// The id of environment `environment_id`'s sentinel in `region`, whoever
-/// creates it first (a deploy or `ctrl sentinel apply`): `snt_` and the
-/// start of the SHA-256 of both, so it is the same every time, unique per
-/// environment and region, and a short DNS label once prefixed.
-pub fn sentinel_id(environment_id: &str, region: &str) -> String {
-    let mut input = Vec::with_capacity(environment_id.len() + 1 + region.len());
-    input.extend_from_slice(environment_id.as_bytes());
-    input.push(0);
-    input.extend_from_slice(region.as_bytes());
-    let digest = ring::digest::digest(&ring::digest::SHA256, &input);
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("snt_{}", &hex[..SENTINEL_ID_HEX_DIGITS])
-}
-
-/// The sentinel a deploy creates for its environment in `region`: its id
-/// derived from both ([`sentinel_id`]), so every decision proposes the
-/// same one.
-fn new_sentinel(deployment: &Deployment, region: &str, settings: &DeploySettings) -> Sentinel {
-    let id = sentinel_id(&deployment.environment_id, region);
-    let production = deployment.environment_id.contains("prod");
-    Sentinel {
-        k8s_name: wire::k8s_name::sentinel(&id),
-        k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
-        id,
-        workspace_id: deployment.workspace_id.clone(),
-        project_id: deployment.project_id.clone(),
-        app_id: deployment.project_id.clone(),
-        environment_id: deployment.environment_id.clone(),
-        region: region.to_string(),
-        image: settings.sentinel_image.clone(),
-        cpu_millicores: SENTINEL_CPU_MILLICORES,
-        memory_mib: SENTINEL_MEMORY_MIB,
-        replicas: if production {
-            SENTINEL_REPLICAS_PRODUCTION
-        } else {
-            SENTINEL_REPLICAS_OTHER
-        },
-        desired_state: DesiredState::Running,
-        version: 0,
-        created_at_ms: 0,
-        updated_at_ms: 0,
-        deploy: wire::model::SentinelDeploy::default(),
-    }
-}
-
-/// The deployment's policies in `region` (ids from [`policy_ids`]),
-/// selecting pods by the labels krane puts on them:
-///
-/// - ingress, in the deployment's namespace: its pods accept traffic only
-///   from its environment's sentinel pods (in the sentinels' namespace);
-/// - egress, in the sentinels' namespace: the environment's sentinel pods
-///   may reach the deployment's pods.
-fn policies(deployment: &Deployment, region: &str) -> [CiliumNetworkPolicy; 2] {
-    use wire::k8s_name::{
-        DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL, POD_NAMESPACE_LABEL, SENTINEL_NAMESPACE,
-        label_value,
-    };
-    let deployment_pods = serde_json::json!({
-        POD_NAMESPACE_LABEL: DEPLOYMENT_NAMESPACE,
-        DEPLOYMENT_ID_LABEL: label_value(&deployment.id),
-    });
-    let sentinel_pods = serde_json::json!({
-        POD_NAMESPACE_LABEL: SENTINEL_NAMESPACE,
-        ENVIRONMENT_ID_LABEL: label_value(&deployment.environment_id),
-    });
-    let ingress = serde_json::json!({
-        "endpointSelector": { "matchLabels": deployment_pods },
-        "ingress": [{ "fromEndpoints": [{ "matchLabels": sentinel_pods }] }]
-    });
-    let egress = serde_json::json!({
-        "endpointSelector": { "matchLabels": sentinel_pods },
-        "egress": [{ "toEndpoints": [{ "matchLabels": deployment_pods }] }]
-    });
-    let [ingress_id, egress_id] = policy_ids(&deployment.id);
-    let policy =
-        |id: String, k8s_namespace: &str, document: serde_json::Value| CiliumNetworkPolicy {
-            k8s_name: id.clone(),
-            id,
-            workspace_id: deployment.workspace_id.clone(),
-            environment_id: deployment.environment_id.clone(),
-            region: region.to_string(),
-            k8s_namespace: k8s_namespace.to_string(),
-            policy_json: document.to_string(),
-            version: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-        };
-    [
-        policy(ingress_id, DEPLOYMENT_NAMESPACE, ingress),
-        policy(egress_id, SENTINEL_NAMESPACE, egress),
-    ]
 }
 
 /// Instance counts of one region.
@@ -609,7 +498,7 @@ fn describe(deployment: &Deployment, regions: &BTreeMap<String, RegionCounts>) -
 
 #[cfg(test)]
 mod tests {
-    use wire::model::{InstanceStatus, ScheduledChange};
+    use wire::model::{DesiredState, InstanceStatus, ScheduledChange};
 
     use super::*;
     use crate::app::testing::{MemoryNode, create_request};
@@ -651,7 +540,7 @@ mod tests {
             status: DeploymentStatus::Pending,
             created_at_ms: NOW,
             updated_at_ms: NOW,
-            workflow: storage::apply::workflow::new_workflow(
+            workflow: wire::rules::deploy::new_workflow(
                 60_000,
                 5_000,
                 u32::try_from(regions.len()).unwrap(),
@@ -874,42 +763,9 @@ mod tests {
     }
 
     #[test]
-    fn the_policies_select_pods_by_the_labels_krane_puts_on_them() {
-        use wire::k8s_name::{
-            DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL, POD_NAMESPACE_LABEL, SENTINEL_NAMESPACE,
-        };
-        let d = record(DeploymentStatus::Pending, &["eu"]);
-        let [ingress, egress] = policies(&d, "eu");
-        let document = |p: &CiliumNetworkPolicy| -> serde_json::Value {
-            serde_json::from_str(&p.policy_json).unwrap()
-        };
-        let app = serde_json::json!({
-            POD_NAMESPACE_LABEL: DEPLOYMENT_NAMESPACE,
-            DEPLOYMENT_ID_LABEL: "dep_1",
-        });
-        let sentinel = serde_json::json!({
-            POD_NAMESPACE_LABEL: SENTINEL_NAMESPACE,
-            ENVIRONMENT_ID_LABEL: "env_prod",
-        });
-        let ingress = document(&ingress);
-        assert_eq!(ingress["endpointSelector"]["matchLabels"], app);
-        assert_eq!(
-            ingress["ingress"][0]["fromEndpoints"][0]["matchLabels"],
-            sentinel
-        );
-        let egress = document(&egress);
-        assert_eq!(egress["endpointSelector"]["matchLabels"], sentinel);
-        assert_eq!(egress["egress"][0]["toEndpoints"][0]["matchLabels"], app);
-        assert_eq!(
-            app[DEPLOYMENT_ID_LABEL], "dep_1",
-            "the constant is the key, not its name"
-        );
-    }
-
-    #[test]
     fn network_waits_for_a_healthy_sentinel_and_applied_policies_naming_what_it_waits_for() {
         let d = record(DeploymentStatus::Network, &["eu"]);
-        let sentinel = new_sentinel(&d, "eu", &settings());
+        let sentinel = new_sentinel(&d, "eu", &settings().sentinel_image);
         let status = |health| SentinelStatus {
             sentinel_id: sentinel.id.clone(),
             region: "eu".into(),

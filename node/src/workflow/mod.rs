@@ -1,8 +1,9 @@
 //! Durable workflows driven by the leader: the decision shape and the
 //! driver that runs it. There is no external workflow engine: a workflow
-//! is a record in the replicated state (see `storage::apply::workflow`,
-//! where records and their guarded transitions live), and this module
-//! decides what to do with it.
+//! is a record in the replicated state, advanced by guarded transitions
+//! that storage's apply makes; the rules both sides share (guards, record
+//! constructors, a rollout's steps) live in [`wire::rules`], and this
+//! module decides what to do with the records.
 //!
 //! - A [`Workflow`] lists its open records from one consistent view and
 //!   decides, for each, with [`Workflow::decide`]`(record, view, now)`: a

@@ -1,7 +1,9 @@
 //! The fleet rollout workflow's decisions: for the latest rollout, from
 //! its record and its members' sentinels as one view shows them at one
 //! time, the guarded steps to propose (one transition, its steps made in
-//! order by one apply) and when to look again. Pure.
+//! order by one apply) and when to look again. Pure. The record's rules
+//! (its guard, each step, what a rollback reverts) are
+//! [`wire::rules::rollout`]'s, the same apply makes the steps with.
 //!
 //! Each member's deploy is a tracked sentinel deploy (see
 //! `crate::workflow::sentinel`): the rollout only writes the image and
@@ -27,12 +29,12 @@
 
 use std::collections::BTreeMap;
 
-use storage::apply::rollout::{advance, last_wave_to_revert, rollout_guard, took_image};
 use storage::command::{RolloutStep, RolloutTransition};
 use storage::{Mutation, ReadView, StorageError};
 use tracing::warn;
 use wire::model::{Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs, sentinel_converged};
 use wire::rollout::{MemberState, Rollout, RolloutState};
+use wire::rules::rollout::{advance, last_wave_to_revert, rollout_guard, took_image};
 
 use super::{Decision, Workflow};
 

@@ -4,19 +4,20 @@
 //!
 //! - Converged ([`wire::model::sentinel_converged`]) before the deadline:
 //!   `ready`. The apply of the report itself has normally done so already
-//!   (`storage::apply::sentinel`); this is the same condition again
-//!   (nothing is ever waited on but the stored condition).
+//!   (in storage); this is the same condition again (nothing is ever
+//!   waited on but the stored condition).
 //! - Else, once the deadline stored in the record has passed (and this
 //!   leader's grace, as the deploy workflow's): `failed` — also when krane
 //!   reported convergence only after the deadline. The guard is the
-//!   deploy status and the version, so a failure decided before a report
+//!   deploy status and the version ([`wire::rules::sentinel`]), so a
+//!   failure decided before a report
 //!   made it ready changes nothing; apply checks the deadline again
 //!   against the entry's time.
 
-use storage::apply::sentinel::sentinel_guard;
 use storage::command::{SentinelAction, SentinelTransition};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs, sentinel_converged};
+use wire::rules::sentinel::sentinel_guard;
 
 use super::{Decision, Workflow};
 

@@ -10,8 +10,7 @@ use wire::model::{ApplyReport, CiliumNetworkPolicy, DeploymentTopology, Resource
 use super::{Applier, OP, bad_request, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{encode, name};
+use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
     pub(super) fn upsert_policy(&mut self, policy: &CiliumNetworkPolicy) -> Result<MutationResult> {

@@ -15,8 +15,7 @@ use wire::operator::DeploymentUpdate;
 use super::{Applier, OP, bad_request, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{decode, encode, name};
+use crate::tables::{decode, encode, load, name};
 
 impl Applier<'_> {
     pub(super) fn put_topology(&mut self, topology: &DeploymentTopology) -> Result<()> {
@@ -632,7 +631,7 @@ mod tests {
         assert_eq!(store.read().unwrap().last_pk(), 6);
         let start = crate::Mutation::Deploy(crate::command::DeployTransition {
             deployment_id: "d1".into(),
-            expected: crate::apply::workflow::deploy_guard(d),
+            expected: wire::rules::deploy::deploy_guard(d),
             action: crate::command::DeployAction::Start {
                 k8s_namespace: "apps".into(),
                 sentinels: Vec::new(),

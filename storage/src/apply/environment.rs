@@ -11,8 +11,7 @@ use wire::model::{
 use super::{Applier, OP, failed_precondition, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{encode, name};
+use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
     fn environment(&self, id: &str) -> Result<Option<Environment>> {

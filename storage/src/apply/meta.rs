@@ -9,8 +9,7 @@
 use super::{Applier, WriteTables};
 use crate::command::{ClusterIdentity, MutationResult, Outcome, RaftMeta};
 use crate::error::Result;
-use crate::read::load_raw;
-use crate::tables::{self, meta, name};
+use crate::tables::{self, DELIVERIES_MAX, load_raw, meta};
 
 impl<'t> Applier<'t> {
     /// Starts a batch: reads the counters the batch continues from.
@@ -34,7 +33,7 @@ impl<'t> Applier<'t> {
             stamp_ms,
             caller: None,
             requests_max,
-            deliveries_max: super::notify::DELIVERIES_MAX,
+            deliveries_max: DELIVERIES_MAX,
             counts: crate::counts::CountDelta::default(),
         })
     }
@@ -66,9 +65,4 @@ impl Applier<'_> {
         }
         Ok(Ok(Outcome::Recorded))
     }
-}
-
-/// Decodes the stored identity.
-pub(crate) fn decode_identity(bytes: &[u8]) -> Result<ClusterIdentity> {
-    tables::decode(name::METADATA, &meta::CLUSTER_IDENTITY, bytes)
 }

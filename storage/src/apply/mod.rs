@@ -10,17 +10,22 @@
 //! next pk and writes the change row and its region index row.
 //!
 //! This module holds the dispatcher; each resource's mutations live in a
-//! module of their own, as methods of the one `Applier` of the batch:
+//! module of their own, as methods of the one `Applier` of the batch. The
+//! pure rules they share with the leader's deciders (guards, record
+//! constructors, the rollout's plan and steps) live in [`wire::rules`]; a
+//! guarded transition whose record moved on is refused here
+//! (`guard_refusal`).
 //!
 //! - `deployment`: deployments and their per-region topologies (create,
 //!   desired state, the deploy's start and cleanup).
 //! - `environment`: environments, their live deployment, rollback.
 //! - `instances`: instance reports of a deployment's regions.
-//! - [`sentinel`]: sentinels, their reported status, and the tracked
+//! - `sentinel`: sentinels, their reported status, and the tracked
 //!   deploy of a sentinel change (ready at the apply of the report that
 //!   shows it converged, failed by a guarded transition past its deadline).
-//! - [`rollout`]: fleet rollouts of a sentinel image (the plan frozen at
-//!   start, operators' commands, the driver's guarded steps).
+//! - `rollout`: fleet rollouts of a sentinel image (the plan frozen at
+//!   start, operators' commands, the driver's guarded steps, the sentinel
+//!   writes they make).
 //! - `cilium`: cilium network policies.
 //! - `region`: regions (add, cordon, heartbeats) and which regions a
 //!   deployment may name.
@@ -29,10 +34,9 @@
 //!   id's answer, replays, conflicts, eviction and retention.
 //! - `meta`: what every batch commits besides its mutations: the pk
 //!   counter, the compaction floor, the Raft applied log id and membership.
-//! - [`workflow`]: durable workflow records and their guarded
-//!   (compare-and-set) transitions: the deploy workflow's steps, its step
-//!   records and its journal.
-//! - [`notify`]: webhook endpoints and notification deliveries: the
+//! - `workflow`: the deploy workflow's record writes and its guarded
+//!   transitions: its steps, its step records and its journal.
+//! - `notify`: webhook endpoints and notification deliveries: the
 //!   deliveries an event creates (in the transaction of the transition it
 //!   announces), their guarded attempts, replays, and the table's bound.
 //! - `write_tables`: every table opened for writing (shared with snapshot
@@ -50,13 +54,13 @@ mod cilium;
 mod deployment;
 mod environment;
 mod instances;
-pub(crate) mod meta;
-pub mod notify;
+mod meta;
+mod notify;
 mod region;
 mod requests;
-pub mod rollout;
-pub mod sentinel;
-pub mod workflow;
+mod rollout;
+mod sentinel;
+mod workflow;
 mod write_tables;
 
 #[cfg(test)]
@@ -68,7 +72,7 @@ use wire::{ErrorCode, WireError};
 
 use crate::Store;
 use crate::command::{
-    ApplyEntry, ApplyResult, Caller, Command, Mutation, MutationResult, RaftMeta,
+    ApplyEntry, ApplyResult, Caller, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta,
 };
 use crate::error::{RedbContext, Result};
 
@@ -147,7 +151,7 @@ struct Applier<'t> {
     caller: Option<Caller>,
     /// Most request records kept ([`crate::REQUESTS_MAX`]).
     requests_max: u64,
-    /// Most deliveries kept ([`notify::DELIVERIES_MAX`]).
+    /// Most deliveries kept ([`crate::DELIVERIES_MAX`]).
     deliveries_max: u64,
     /// What the batch changed in the store's [`crate::Counts`].
     counts: crate::counts::CountDelta,
@@ -237,6 +241,19 @@ impl Applier<'_> {
             } => self.update_deployment(deployment_id, update),
             Mutation::SetClusterIdentity(identity) => self.set_cluster_identity(identity),
         }
+    }
+}
+
+/// The answer to a transition decided against `expected`, when the record
+/// has guard `found` (`None`: no record): `None` if the guard holds (make
+/// the transition), else the [`Outcome::GuardFailed`] to answer with.
+fn guard_refusal(expected: &Guard, found: Option<Guard>) -> Option<Outcome> {
+    match found {
+        Some(found) if found == *expected => None,
+        found => Some(Outcome::GuardFailed {
+            expected: expected.clone(),
+            found,
+        }),
     }
 }
 

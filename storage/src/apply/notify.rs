@@ -10,12 +10,13 @@
 //!   due time (`PENDING_DELIVERIES`), POSTs, and records each attempt with
 //!   a guarded [`Mutation::Deliver`]: `delivered`, `failed` (attempts + 1,
 //!   the error, the next attempt time the leader computed), or `gave up`
-//!   (`dead`). The guard is the delivery's state and revision, so a
-//!   deposed leader's late result, or the same one twice, changes nothing.
+//!   (`dead`). The guard is the delivery's state and revision
+//!   ([`wire::rules::notify`]), so a deposed leader's late result, or the
+//!   same one twice, changes nothing.
 //! - **Replaying.** An operator makes a `dead` or `delivered` delivery
 //!   pending again, attempts reset.
-//! - **The bound.** At most [`DELIVERIES_MAX`] deliveries are kept. To make
-//!   room for new ones, the oldest *delivered* ones are deleted. Pending
+//! - **The bound.** At most [`crate::DELIVERIES_MAX`] deliveries are kept.
+//!   To make room for new ones, the oldest *delivered* ones are deleted. Pending
 //!   and dead ones are never deleted: if the table is full of them, the
 //!   new deliveries are not stored and counted in `meta::NOTIFY_DROPPED`
 //!   (shown by `ctrl notify deliveries`, logged by the delivery job).
@@ -27,38 +28,16 @@ use wire::notify::{
     AddEndpoint, DELIVERY_ERROR_BYTES_MAX, Delivery, DeliveryState, ENDPOINTS_MAX, NotifyEndpoint,
     NotifyEvent,
 };
+use wire::rules::notify::delivery_guard;
+use wire::rules::truncate;
 
-use super::{Applier, OP, bad_request, conflict, failed_precondition, not_found};
-use crate::command::{DeliveryAction, DeliveryTransition, Guard, MutationResult, Outcome};
+use super::{Applier, OP, bad_request, conflict, failed_precondition, guard_refusal, not_found};
+use crate::command::{DeliveryAction, DeliveryTransition, MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::{load, load_raw};
-use crate::tables::{self, decode, encode, meta, name};
-
-/// Most deliveries kept (see the module doc for what happens at the bound).
-pub const DELIVERIES_MAX: u64 = 10_000;
+use crate::tables::{self, decode, encode, load, load_raw, meta, name};
 
 /// The error reason a delivery of a removed endpoint is given up with.
-pub const ENDPOINT_REMOVED: &str = "endpoint removed";
-
-/// A delivery's guard: its state and revision.
-pub fn delivery_guard(delivery: &Delivery) -> Guard {
-    Guard {
-        step: delivery.state.as_str().to_string(),
-        revision: delivery.revision,
-    }
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
-}
+const ENDPOINT_REMOVED: &str = "endpoint removed";
 
 impl Applier<'_> {
     fn meta_u64(&self, key: &'static str) -> Result<u64> {
@@ -280,7 +259,7 @@ impl Applier<'_> {
     ) -> Result<MutationResult> {
         let found = self.delivery(transition.delivery_id)?;
         let found_guard = found.as_ref().map(delivery_guard);
-        if let Some(refusal) = super::workflow::guard_refusal(&transition.expected, found_guard) {
+        if let Some(refusal) = guard_refusal(&transition.expected, found_guard) {
             return Ok(Ok(refusal));
         }
         let Some(was) = found else {
@@ -353,7 +332,7 @@ mod tests {
     use super::*;
     use crate::command::DeployAction;
     use crate::test_support::*;
-    use crate::{Mutation, Store};
+    use crate::{Guard, Mutation, Store};
 
     fn endpoint(name: &str) -> Mutation {
         Mutation::AddNotifyEndpoint(NotifyEndpoint {

@@ -12,8 +12,7 @@ use wire::operator::REGION_COUNT_MAX;
 use super::{Applier, OP, bad_request, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{encode, name};
+use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
     fn region(&self, region: &str) -> Result<Option<Region>> {

@@ -17,8 +17,7 @@ use wire::operator::validate_request_id;
 use super::{Applier, OP, bad_request, conflict};
 use crate::command::{ACTOR_BYTES_MAX, Caller, Fingerprint, Mutation, MutationResult};
 use crate::error::{RedbContext, Result, StorageError};
-use crate::read::load;
-use crate::tables::{RequestRecord, encode, name};
+use crate::tables::{RequestRecord, encode, load, name};
 
 impl Applier<'_> {
     /// Applies `mutation` once per request id; see the module doc.

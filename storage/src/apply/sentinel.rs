@@ -11,46 +11,20 @@
 //! is a condition re-checked at every report's apply, so no report is
 //! missed whenever it lands — or, by the driver's guarded
 //! [`SentinelTransition`], `ready` (the same check) or `failed` once the
-//! entry's time is past the deadline. The guard is (deploy status, version): a failure decided
-//! before a report made it ready, or before a newer version, changes
-//! nothing.
+//! entry's time is past the deadline. The guard is (deploy status,
+//! version), see [`wire::rules::sentinel`]: a failure decided before a
+//! report made it ready, or before a newer version, changes nothing.
 
 use wire::model::{
     DesiredState, Pk, ResourceType, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
     sentinel_converged,
 };
+use wire::rules::sentinel::{same_spec, sentinel_guard};
 
-use super::{Applier, OP, bad_request, failed_precondition, not_found};
-use crate::command::{Guard, MutationResult, Outcome, SentinelAction, SentinelTransition};
+use super::{Applier, OP, bad_request, failed_precondition, guard_refusal, not_found};
+use crate::command::{MutationResult, Outcome, SentinelAction, SentinelTransition};
 use crate::error::{RedbContext, Result};
-use crate::read::load;
-use crate::tables::{encode, name};
-
-/// The guard of a sentinel's deploy: its status by name and the version.
-pub fn sentinel_guard(sentinel: &Sentinel) -> Guard {
-    Guard {
-        step: sentinel.deploy.status.as_str().to_string(),
-        revision: sentinel.version,
-    }
-}
-
-/// Whether two sentinels ask for the same objects (version, timestamps
-/// and deploy record aside).
-pub fn same_spec(a: &Sentinel, b: &Sentinel) -> bool {
-    a.id == b.id
-        && a.workspace_id == b.workspace_id
-        && a.project_id == b.project_id
-        && a.app_id == b.app_id
-        && a.environment_id == b.environment_id
-        && a.region == b.region
-        && a.k8s_name == b.k8s_name
-        && a.k8s_namespace == b.k8s_namespace
-        && a.image == b.image
-        && a.cpu_millicores == b.cpu_millicores
-        && a.memory_mib == b.memory_mib
-        && a.replicas == b.replicas
-        && a.desired_state == b.desired_state
-}
+use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
     pub(super) fn upsert_sentinel(&mut self, sentinel: &Sentinel) -> Result<MutationResult> {
@@ -167,7 +141,7 @@ impl Applier<'_> {
         let (found, status) =
             self.sentinel_and_status(&transition.sentinel_id, &transition.region)?;
         let guard = found.as_ref().map(sentinel_guard);
-        if let Some(refusal) = super::workflow::guard_refusal(&transition.expected, guard) {
+        if let Some(refusal) = guard_refusal(&transition.expected, guard) {
             return Ok(Ok(refusal));
         }
         let Some(mut sentinel) = found else {
@@ -299,9 +273,9 @@ mod tests {
 
     mod deploy {
         use wire::model::{SentinelDeployStatus, SentinelStatus};
+        use wire::rules::sentinel::sentinel_guard;
         use wire::{ErrorCode, WireError};
 
-        use crate::apply::sentinel::sentinel_guard;
         use crate::command::{SentinelAction, SentinelTransition};
         use crate::test_support::*;
         use crate::{Mutation, Outcome, Store};

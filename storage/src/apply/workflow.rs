@@ -1,76 +1,28 @@
-//! Durable workflows: records in the replicated state, advanced by guarded
-//! (compare-and-set) transitions. This is where workflow records and their
-//! transitions live; there is no external workflow engine.
+//! The deploy workflow's writes: its record is the deployment row (the
+//! status is the step, `DeployWorkflow::revision` the revision, see
+//! [`wire::rules::deploy`] for its guard and when it is open), advanced by
+//! guarded transitions ([`DeployTransition`]) made here only if the row
+//! still has the guard they were decided against (see [`wire::rules`] for
+//! the shape every workflow follows).
 //!
-//! The shape every workflow follows:
-//!
-//! - **Record.** The workflow's state is a row of the state machine; its
-//!   [`Guard`] is the step it is at and a revision raised by every write.
-//! - **Decide.** A pure function of the record and a view of the state
-//!   (and, for deadlines, a time passed in) returns the transition to make,
-//!   carrying the guard it was decided against — no I/O, no clock. The
-//!   leader's driver (`node::workflow`) decides and proposes.
-//! - **Guarded apply.** Apply re-reads the record and makes the transition
-//!   only if the record still has that guard; otherwise the outcome is
-//!   [`Outcome::GuardFailed`] and nothing is written. So a transition
-//!   decided on stale state (a deposed leader's late proposal, or the same
-//!   transition twice) is a deterministic no-op on every replica.
-//!
-//! The deploy workflow's record is the deployment row: its status is the
-//! step, [`DeployWorkflow::revision`] the revision. Every status change
-//! closes the running [`StepRecord`], opens the next one, and appends a
-//! [`JournalEntry`] — in the same apply, so the step records and the
-//! journal hold each transition exactly once. Every write of a deployment
-//! also keeps the open-deployments index (what the driver reads) in step.
-//! Reaching `ready` and `failed` creates a notification
-//! ([`Applier::notify`](super::notify)) in the same apply.
+//! Every status change closes the running [`StepRecord`], opens the next
+//! one, and appends a [`JournalEntry`] — in the same apply, so the step
+//! records and the journal hold each transition exactly once. Every write
+//! of a deployment also keeps the open-deployments index (what the driver
+//! reads) in step. Reaching `ready` and `failed` creates a notification
+//! (`Applier::notify`, in `notify`) in the same apply.
 
 use redb::ReadableTable;
 use wire::model::{
-    Actor, DeployWorkflow, Deployment, DeploymentStatus, JournalEntry, STEP_RECORDS_MAX, StepRecord,
+    Actor, Deployment, DeploymentStatus, JournalEntry, STEP_RECORDS_MAX, StepRecord,
 };
-
 use wire::notify::NotifyEvent;
+use wire::rules::deploy::{deploy_guard, workflow_open};
 
-use super::{Applier, OP, failed_precondition, not_found};
+use super::{Applier, OP, failed_precondition, guard_refusal, not_found};
 use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
 use crate::tables::{decode, encode, name};
-
-pub use crate::command::Guard;
-
-/// The answer to a transition decided against `expected`, when the record
-/// has guard `found` (`None`: no record): `None` if the guard holds (make
-/// the transition), else the [`Outcome::GuardFailed`] to answer with.
-pub fn guard_refusal(expected: &Guard, found: Option<Guard>) -> Option<Outcome> {
-    match found {
-        Some(found) if found == *expected => None,
-        found => Some(Outcome::GuardFailed {
-            expected: expected.clone(),
-            found,
-        }),
-    }
-}
-
-/// The deploy workflow's guard of a deployment: its status and revision.
-pub fn deploy_guard(deployment: &Deployment) -> Guard {
-    Guard {
-        step: deployment.status.as_str().to_string(),
-        revision: deployment.workflow.revision,
-    }
-}
-
-/// Whether the deploy workflow still acts on `deployment`: a step in
-/// flight, a scheduled change, or a desired state that does not run while
-/// the status does not say stopped yet.
-pub fn workflow_open(deployment: &Deployment) -> bool {
-    let status = deployment.status;
-    status.in_flight()
-        || deployment.workflow.scheduled.is_some()
-        || (!deployment.desired_state.runs()
-            && status != DeploymentStatus::Stopped
-            && !status.unsuccessful())
-}
 
 impl Applier<'_> {
     /// Writes a deployment as it is (its revision untouched) and keeps the
@@ -395,23 +347,5 @@ impl Applier<'_> {
             self.t.journal.remove(seq).ctx_table(OP, name::JOURNAL)?;
         }
         Ok(doomed.len() as u64)
-    }
-}
-
-/// A fresh workflow record for a deploy: the deadline, fail-fast time and
-/// ready rule it runs with.
-pub fn new_workflow(
-    progress_deadline_ms: u64,
-    fail_fast_ms: u64,
-    min_ready_regions: u32,
-    make_live: bool,
-) -> DeployWorkflow {
-    DeployWorkflow {
-        revision: 1,
-        progress_deadline_ms,
-        fail_fast_ms,
-        min_ready_regions,
-        make_live,
-        ..DeployWorkflow::default()
     }
 }
