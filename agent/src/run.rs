@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use transport::http::HttpServer;
 use transport::reload::ReloadingTls;
 use transport::tls::TlsPaths;
+use wire::clock::{Clock, SystemClock};
 use wire::model::Resource;
 
 use crate::backoff::Backoff;
@@ -27,7 +28,7 @@ use crate::locks::KeyLocks;
 use crate::metrics::AgentProbe;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
-use crate::status::{NOTICE_QUEUE_MAX, ReportCounters, Reporter, ReporterSetup, system_clock};
+use crate::status::{NOTICE_QUEUE_MAX, ReportCounters, Reporter, ReporterSetup};
 use crate::watch::{WatchLoop, WatchStatus};
 
 /// Longest wait for the first watch stream before the status reporter and
@@ -68,7 +69,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     transport::tls::install_crypto_provider();
     let path = config.data_dir.join(crate::state::STATE_FILE);
-    let (state, recovered) = LocalState::open_or_recover(&path, system_clock()())?;
+    let (state, recovered) = LocalState::open_or_recover(&path, SystemClock.now_ms())?;
     if let Some(recovered) = recovered {
         warn!(
             moved_to = %recovered.moved_to.display(),
@@ -137,7 +138,7 @@ pub async fn run(
         }
     }
     let (notices, notices_rx) = mpsc::channel(NOTICE_QUEUE_MAX);
-    let applied = ApplyRecorder::new(state.clone(), &config.region, system_clock());
+    let applied = ApplyRecorder::new(state.clone(), &config.region, Arc::new(SystemClock));
     let controller = Arc::new(Controller::new(
         client.clone(),
         &config.namespace,
@@ -157,7 +158,7 @@ pub async fn run(
             known,
             batch_max: config.report_batch_max,
             delay: Duration::from_millis(config.report_delay_ms),
-            clock: system_clock(),
+            clock: Arc::new(SystemClock),
             rng: StdRng::from_os_rng(),
             counters: report_counters,
         },

@@ -8,8 +8,9 @@
 //! an in-process krane. [`kit`] is what the tests share: bounded waits, an
 //! operator helper that waits through the node's long poll, bounded runs
 //! of `ctrl` and `kubectl`, and the real `krane` and `ctrl` binaries as
-//! child processes. [`relay`] puts UDP relays between nodes to cut them
-//! apart. [`processes`] runs a cluster as separate node processes, for
+//! child processes. [`plan`] makes the certificates and configs of a set
+//! of nodes, which those sites start. [`relay`] puts UDP relays between
+//! nodes to cut them apart. [`processes`] runs a cluster as separate node processes, for
 //! benchmarks compared with peers whose members are processes. [`requests`]
 //! builds the operator requests benchmarks and tests send. [`scrape`]
 //! reads the `/metrics` of nodes and agents. The `chaos` binary
@@ -21,6 +22,7 @@
 pub mod cluster;
 pub mod fleet;
 pub mod kit;
+pub mod plan;
 pub mod processes;
 pub mod relay;
 pub mod requests;

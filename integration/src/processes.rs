@@ -56,7 +56,7 @@ impl ProcessCluster {
         configure: impl Fn(&mut NodeConfig),
     ) -> Result<ProcessCluster> {
         let dir = tempfile::tempdir()?;
-        let (configs, operator) = crate::cluster::plan(dir.path(), count, configure)?;
+        let (configs, operator) = crate::plan::plan(dir.path(), count, configure)?;
         let mut cluster = ProcessCluster {
             dir,
             configs,

@@ -117,7 +117,7 @@ async fn corpus(dir: &Path) -> Corpus {
     node.node.shutdown().await;
 
     let (nodes, operator_config) =
-        integration::cluster::plan(&dir.join("site"), 3, |_| {}).expect("a site");
+        integration::plan::plan(&dir.join("site"), 3, |_| {}).expect("a site");
     let agent = AgentConfig::new(
         "us-east",
         nodes.iter().map(|n| n.listen_addr.into()).collect(),

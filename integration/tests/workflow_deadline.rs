@@ -10,7 +10,8 @@ use config::NodeConfig;
 use integration::cluster::TestCluster;
 use integration::kit::wait::bounded;
 use tokio::time::Instant;
-use wire::model::{DeploymentStatus, JournalEntry, UnixMs};
+use wire::clock::{Clock, SystemClock};
+use wire::model::{DeploymentStatus, JournalEntry};
 use wire::operator::request::History;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -25,13 +26,6 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn configure(config: &mut NodeConfig) {
     config.deploy.leader_grace_ms = LEADER_GRACE_MS;
-}
-
-fn now_ms() -> UnixMs {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("a clock after 1970");
-    u64::try_from(since_epoch.as_millis()).expect("milliseconds fit u64")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +45,7 @@ async fn a_deadline_passed_without_a_leader_fails_once_after_the_grace() {
         cluster.stop(leader).await.unwrap();
         cluster.stop(others[0]).await.unwrap();
         assert!(
-            now_ms() < deadline_at_ms,
+            SystemClock.now_ms() < deadline_at_ms,
             "the nodes stopped before the deadline"
         );
         // The scenario is time passing with no leader.
@@ -65,7 +59,7 @@ async fn a_deadline_passed_without_a_leader_fails_once_after_the_grace() {
         drop(view);
 
         // The majority is back: a new leader, then the failure after its grace.
-        let restarted_ms = now_ms();
+        let restarted_ms = SystemClock.now_ms();
         cluster.restart(leader).await.unwrap();
         cluster.restart(others[0]).await.unwrap();
         let elected = Instant::now();

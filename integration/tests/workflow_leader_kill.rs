@@ -28,7 +28,7 @@
 //! shares one machine clock) and printed; for those two transient steps
 //! the kill may land just after the step ended, and the test says so.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use config::{ConfigFile, OperatorConfig};
 use integration::cluster::as_agent;
@@ -41,6 +41,7 @@ use k8s_sim::resources::{DEPLOYMENTS, STATEFUL_SETS};
 use node::client::Client;
 use tokio::time::Instant;
 use wire::agent::WatchEvent;
+use wire::clock::{Clock, SystemClock};
 use wire::model::{DeploymentStatus, JournalEntry, Resource, UnixMs};
 use wire::operator::request::History;
 
@@ -76,13 +77,6 @@ async fn start_site() -> Site {
         config.deploy.sentinel_image = SENTINEL_IMAGE.into();
     })
     .await
-}
-
-fn now_ms() -> UnixMs {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("a clock after 1970");
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The step a deploy was in at `at_ms`: the status its last transition
@@ -203,7 +197,7 @@ async fn kill_in(site: &mut Site, step: DeploymentStatus, attempt: u32) -> Deplo
     }
     drop(at_leader);
     site.kill(leader);
-    let killed_at_ms = now_ms();
+    let killed_at_ms = SystemClock.now_ms();
     let killed_at = Instant::now();
 
     let survivors: Vec<u64> = (1..=NODES).filter(|n| *n != leader).collect();

@@ -20,6 +20,8 @@
 //! - [`validate`]: what Kubernetes or Cilium would refuse, refused where
 //!   the user is (env var names, image references, quantities, a cilium
 //!   policy's shape), each error naming the field.
+//! - [`clock`]: wall-clock time, passed in (the one `Clock` of ctrl and
+//!   krane, a system and a manual clock).
 //! - [`session`]: the watch protocol rules (what may be sent when, cursor
 //!   rules), free of I/O so both sides are tested without sockets.
 //! - [`rules`]: the rules of the durable workflows (guards, record
@@ -44,6 +46,7 @@
 
 pub mod agent;
 pub mod call;
+pub mod clock;
 pub mod digest;
 pub mod error;
 pub mod frame;

@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 
 use kube::Client;
 use tokio::sync::mpsc;
+use wire::clock::Clock;
 use wire::model::{
     ApplyOutcome, ApplyReport, CiliumNetworkPolicy, Pk, Resource, ResourceKey, ResourceType,
 };
 
 use crate::k8s::{K8sError, Namespaces, Outcome, Rejection};
 use crate::state::LocalState;
-use crate::status::Clock;
 
 /// What the controller tells the status reporter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub enum Notice {
 pub struct ApplyRecorder {
     state: Arc<LocalState>,
     region: String,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     /// The newest version recorded per policy (a re-apply of the same
     /// version, by drift repair or a full sync, is not reported again).
     recorded: Mutex<HashMap<String, Pk>>,
@@ -69,7 +69,7 @@ pub struct ApplyRecorder {
 
 impl ApplyRecorder {
     /// Records into `state`, for the agent of `region`, stamped by `clock`.
-    pub fn new(state: Arc<LocalState>, region: &str, clock: Clock) -> ApplyRecorder {
+    pub fn new(state: Arc<LocalState>, region: &str, clock: Arc<dyn Clock>) -> ApplyRecorder {
         ApplyRecorder {
             state,
             region: region.to_string(),
@@ -98,7 +98,7 @@ impl ApplyRecorder {
             },
             version: policy.version,
             outcome: ApplyOutcome::Applied,
-            at_ms: (self.clock)(),
+            at_ms: self.clock.now_ms(),
         };
         self.state
             .apply_outbox_put(&report)
@@ -119,7 +119,7 @@ impl ApplyRecorder {
                 code: rejection.code,
                 field: rejection.field.clone(),
             },
-            at_ms: (self.clock)(),
+            at_ms: self.clock.now_ms(),
         };
         self.state
             .record_rejected(&report)
@@ -291,6 +291,8 @@ impl Reconciler for Controller {
 
 #[cfg(test)]
 mod tests {
+    use wire::clock::ManualClock;
+
     use super::*;
     use crate::test_support::cilium_policy;
 
@@ -298,7 +300,7 @@ mod tests {
     fn each_policy_version_is_recorded_once_and_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let state = Arc::new(LocalState::open_in(dir.path()).unwrap());
-        let recorder = ApplyRecorder::new(state.clone(), "eu", Arc::new(|| 77));
+        let recorder = ApplyRecorder::new(state.clone(), "eu", Arc::new(ManualClock::new(77)));
         let v3 = cilium_policy("cnp_a", 3);
         assert!(recorder.policy_applied(&v3).unwrap());
         // Re-applied by drift repair or a full sync: nothing new to say.

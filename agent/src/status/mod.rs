@@ -39,7 +39,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use wire::agent::DeploymentReport;
 use wire::agent::{AgentRequest, AgentResponse};
-use wire::model::{ApplyReport, SentinelStatus, UnixMs};
+use wire::clock::Clock;
+use wire::model::{ApplyReport, SentinelStatus};
 
 use crate::backoff::Backoff;
 use crate::controller::Notice;
@@ -62,22 +63,6 @@ pub const REPORT_GATHER_MS: u64 = 2;
 pub const NOTICE_QUEUE_MAX: usize = 1_024;
 /// Most namespaces whose pods are watched.
 pub const WATCHED_NAMESPACES_MAX: usize = 64;
-
-/// The time of an instance report, in Unix milliseconds: a timestamp
-/// only. Every wait (the gather delay, retries, the breaker) is measured
-/// on tokio's monotonic clock, so a wall-clock jump moves no wait.
-pub type Clock = Arc<dyn Fn() -> UnixMs + Send + Sync>;
-
-/// The system clock as a [`Clock`].
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| {
-                UnixMs::try_from(d.as_millis()).unwrap_or(UnixMs::MAX)
-            })
-    })
-}
 
 type SentinelEvents =
     Pin<Box<dyn Stream<Item = Result<watcher::Event<Deployment>, watcher::Error>> + Send>>;
@@ -115,8 +100,10 @@ pub struct ReporterSetup {
     /// [`REPORT_GATHER_MS`]; the changes that follow are gathered until
     /// this long after the last report.
     pub delay: Duration,
-    /// Time of the reports.
-    pub clock: Clock,
+    /// Time of the reports: a timestamp only. Every wait (the gather
+    /// delay, retries, the breaker) is measured on tokio's monotonic
+    /// clock, so a wall-clock jump moves no wait.
+    pub clock: Arc<dyn Clock>,
     /// Jitters the retry backoff.
     pub rng: StdRng,
     /// Where reports are counted.
@@ -144,7 +131,7 @@ pub struct Reporter {
     streams: SelectAll<PodEvents>,
     batch_max: usize,
     delay: Duration,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     rng: StdRng,
     retry: Backoff,
     counters: Arc<ReportCounters>,
@@ -264,7 +251,7 @@ impl Reporter {
     /// after a failure (the backoff, or the open breaker's wait), or at
     /// once when more reports wait.
     async fn flush(&mut self) -> Option<Duration> {
-        let now_ms = (self.clock)();
+        let now_ms = self.clock.now_ms();
         if self.tracker.is_listed() {
             let reports = self.tracker.take_reports(self.batch_max, now_ms);
             if !reports.is_empty() {

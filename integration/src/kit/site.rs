@@ -26,7 +26,7 @@ use super::krane::Krane;
 use super::operator::Operator;
 use super::process::Process;
 use super::wait::wait_until;
-use crate::cluster::{Planned, plan, plan_behind_relays};
+use crate::plan::{Planned, plan, plan_behind_relays};
 use crate::relay::{Faults, Relay};
 
 /// Bound on the nodes agreeing on a leader, and on the first init.
