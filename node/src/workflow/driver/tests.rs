@@ -1,0 +1,236 @@
+//! Tests of `node/src/workflow/driver`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use storage::{ReadView, StorageError};
+use wire::model::{Deployment, DesiredState, UnixMs};
+
+use super::*;
+use crate::app::deployments;
+use crate::app::testing::{MemoryNode, create_request};
+use crate::workflow::Workflow;
+
+/// A clock tests move by hand.
+#[derive(Default)]
+struct HandClock(AtomicU64);
+
+impl Clock for HandClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn random_u64(&self) -> u64 {
+        0
+    }
+}
+
+/// A toy workflow with a stored deadline: a running deployment is
+/// stopped `lifetime_ms` after it was created.
+struct StopAfter {
+    lifetime_ms: u64,
+}
+
+impl Workflow for StopAfter {
+    type Record = Deployment;
+
+    fn name(&self) -> &'static str {
+        "stop-after"
+    }
+
+    fn open(&self, view: &ReadView) -> Result<Vec<Deployment>, StorageError> {
+        let all = view.list_deployments(None, 100)?;
+        Ok(all
+            .into_iter()
+            .filter(|d| d.desired_state == DesiredState::Running)
+            .collect())
+    }
+
+    fn decide(
+        &self,
+        deployment: &Deployment,
+        _view: &ReadView,
+        now_ms: UnixMs,
+    ) -> Result<Decision, StorageError> {
+        let deadline_ms = deployment.created_at_ms + self.lifetime_ms;
+        if now_ms < deadline_ms {
+            return Ok(Decision::wake_at(deadline_ms));
+        }
+        Ok(Decision::propose(vec![Mutation::SetDesiredState {
+            deployment_id: deployment.id.clone(),
+            desired_state: DesiredState::Stopped,
+            at_ms: None,
+            force: true,
+        }]))
+    }
+}
+
+fn workflows(lifetime_ms: u64) -> Vec<Box<dyn Round>> {
+    vec![Box::new(StopAfter { lifetime_ms })]
+}
+
+async fn created(node: &MemoryNode) -> String {
+    deployments::create(
+        node,
+        node.clock(),
+        &config::DeploySettings::default(),
+        create_request(&["us-east"]),
+    )
+    .await
+    .expect("create")
+}
+
+#[test]
+fn a_round_is_cut_into_commands_within_the_limits() {
+    let compact = |n: u64| Mutation::Compact {
+        created_before_ms: n,
+        rows_max: 1,
+        requests_created_before_ms: n,
+        keep_rows_min: 0,
+    };
+    // By count.
+    let many: Vec<Mutation> = (0..600).map(compact).collect();
+    let cut = commands(many.clone());
+    assert_eq!(cut.iter().map(Vec::len).collect::<Vec<_>>(), [256, 256, 88]);
+    assert_eq!(cut.concat(), many, "every mutation once, in order");
+    // By bytes: a mutation bigger than the limit goes alone.
+    let big = Mutation::UpsertCiliumNetworkPolicy(wire::model::CiliumNetworkPolicy {
+        id: "p".into(),
+        workspace_id: "w".into(),
+        environment_id: "e".into(),
+        region: "r".into(),
+        k8s_name: "p".into(),
+        k8s_namespace: "n".into(),
+        policy_json: "x".repeat(PROPOSAL_BYTES_MAX),
+        version: 0,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    });
+    let cut = commands(vec![compact(1), big.clone(), compact(2)]);
+    assert_eq!(cut, vec![vec![compact(1)], vec![big], vec![compact(2)]]);
+    assert!(commands(Vec::new()).is_empty());
+}
+
+#[tokio::test]
+async fn before_its_deadline_a_record_waits_until_then() {
+    let node = MemoryNode::new();
+    created(&node).await;
+    let clock = HandClock::default();
+    // Created at the node's fixed time; the deadline is 1 s later.
+    clock.0.store(node.now_ms(), Ordering::Relaxed);
+    let result = round(&workflows(1_000), &node, &clock).await;
+    assert_eq!(result, RoundResult::Wait(Duration::from_millis(1_000)));
+    assert_eq!(node.proposals(), 1, "only the create was proposed");
+}
+
+#[tokio::test]
+async fn a_passed_deadline_is_acted_on_once() {
+    let node = MemoryNode::new();
+    let id = created(&node).await;
+    let clock = HandClock::default();
+    clock.0.store(node.now_ms() + 1_000, Ordering::Relaxed);
+    let flows = workflows(1_000);
+    assert_eq!(round(&flows, &node, &clock).await, RoundResult::Progressed);
+    let view = node.read().unwrap();
+    let deployment = view.deployment(&id).unwrap().unwrap();
+    assert_eq!(deployment.desired_state, DesiredState::Standby);
+    // The record is closed: the next round has nothing to do.
+    let proposals = node.proposals();
+    let result = round(&flows, &node, &clock).await;
+    assert_eq!(
+        result,
+        RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS))
+    );
+    assert_eq!(node.proposals(), proposals);
+}
+
+#[tokio::test]
+async fn a_wake_time_in_the_past_with_nothing_to_do_does_not_spin() {
+    /// Always wakes at 0 and never proposes (a buggy workflow).
+    struct Stuck;
+    impl Workflow for Stuck {
+        type Record = ();
+        fn name(&self) -> &'static str {
+            "stuck"
+        }
+        fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
+            Ok(vec![()])
+        }
+        fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
+            Ok(Decision::wake_at(0))
+        }
+    }
+    let node = MemoryNode::new();
+    let clock = HandClock::default();
+    clock.0.store(5_000, Ordering::Relaxed);
+    let flows: Vec<Box<dyn Round>> = vec![Box::new(Stuck)];
+    let result = round(&flows, &node, &clock).await;
+    assert_eq!(
+        result,
+        RoundResult::Wait(Duration::from_millis(ROUND_WAIT_MIN_MS))
+    );
+}
+
+#[tokio::test]
+async fn proposals_that_change_nothing_are_retried_soon() {
+    /// Proposes stopping a deployment that does not exist (rejected).
+    struct Hopeless;
+    impl Workflow for Hopeless {
+        type Record = ();
+        fn name(&self) -> &'static str {
+            "hopeless"
+        }
+        fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
+            Ok(vec![()])
+        }
+        fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
+            Ok(Decision::propose(vec![Mutation::SetDesiredState {
+                deployment_id: "dep_missing".into(),
+                desired_state: DesiredState::Stopped,
+                at_ms: None,
+                force: false,
+            }]))
+        }
+    }
+    let node = MemoryNode::new();
+    let flows: Vec<Box<dyn Round>> = vec![Box::new(Hopeless)];
+    let result = round(&flows, &node, &HandClock::default()).await;
+    assert_eq!(result, RoundResult::Retry);
+    assert_eq!(node.proposals(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_driver_acts_when_the_deadline_comes_and_when_an_apply_wakes_it() {
+    let node = MemoryNode::new();
+    let clock = HandClock::default();
+    clock.0.store(node.now_ms(), Ordering::Relaxed);
+    let flows = workflows(1_000);
+    let driver = drive(&flows, &node, &clock);
+    tokio::pin!(driver);
+    // Nothing open: the driver idles.
+    tokio::select! {
+        () = &mut driver => unreachable!("the driver never returns"),
+        () = tokio::time::sleep(Duration::from_millis(10)) => {}
+    }
+    // A create is applied: the driver wakes and learns the deadline.
+    let id = created(&node).await;
+    tokio::select! {
+        () = &mut driver => unreachable!(),
+        () = tokio::time::sleep(Duration::from_millis(500)) => {}
+    }
+    let running = |node: &MemoryNode| {
+        node.read()
+            .unwrap()
+            .deployment(&id)
+            .unwrap()
+            .unwrap()
+            .desired_state
+            == DesiredState::Running
+    };
+    assert!(running(&node), "stopped before its deadline");
+    // The deadline passes (time moves for both the clock and tokio).
+    clock.0.store(node.now_ms() + 1_000, Ordering::Relaxed);
+    tokio::select! {
+        () = &mut driver => unreachable!(),
+        () = tokio::time::sleep(Duration::from_millis(600)) => {}
+    }
+    assert!(!running(&node), "not stopped after its deadline");
+}
