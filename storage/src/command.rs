@@ -4,15 +4,14 @@
 //! A command is complete before it is proposed: the leader stamps `now_ms`
 //! and every id into it, so apply never reads a clock or a random source and
 //! every replica computes the same state, the same pks and the same outcomes.
-
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use wire::WireError;
 use wire::notify::NotifyEndpoint;
 
 use wire::model::{
-    CiliumNetworkPolicy, Deployment, DeploymentStatus, DesiredState, Heartbeat, Instance, Pk,
-    Region, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
+    CiliumNetworkPolicy, Deployment, DeploymentStatus, Pk, Region, Sentinel, SentinelDeployStatus,
+    SentinelStatus, UnixMs,
 };
 use wire::operator::RolloutCommand;
 use wire::rollout::{RolloutOptions, RolloutState};
@@ -21,6 +20,12 @@ use wire::rollout::{RolloutOptions, RolloutState};
 // `wire::rules`, with the rules they go with; named here too, as parts of
 // the command.
 pub use wire::rules::Guard;
+
+use crate::mutations::{
+    AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
+    DeploySentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
+    ReportInstances, Request, Rollback, SetDesiredState, SetRegionSchedulable, UpdateDeployment,
+};
 pub use wire::rules::rollout::RolloutStep;
 
 /// Most change rows one [`Mutation::Compact`] may delete (the bounded
@@ -81,10 +86,7 @@ pub enum Mutation {
     /// nothing for agents: the workflow's `Start` does. A duplicate id, no
     /// region, a repeated region, or a region that is unknown or cordoned
     /// is `BadRequest` (the message names the regions).
-    CreateDeployment {
-        /// The deployment row, filled in by the leader.
-        deployment: Deployment,
-    },
+    CreateDeployment(CreateDeployment),
     /// Sets a deployment's desired state, now (`at_ms` `None` or past) or
     /// at `at_ms` (a newer schedule replaces an older one). `Running`
     /// starts a deployment that is not running (the workflow runs again,
@@ -92,33 +94,12 @@ pub enum Mutation {
     /// as `Standby`) stop its topologies. Stopping or archiving the live
     /// deployment is refused unless `force` (it then stops being live).
     /// Setting the state the deployment already has is a successful no-op.
-    SetDesiredState {
-        /// The deployment to change.
-        deployment_id: String,
-        /// The state to set.
-        desired_state: DesiredState,
-        /// When to set it (leader's clock); `None`: now.
-        at_ms: Option<UnixMs>,
-        /// Allow stopping or archiving the live deployment.
-        force: bool,
-    },
+    SetDesiredState(SetDesiredState),
     /// Replaces the instances of (deployment, region), then re-checks
     /// readiness. Never writes change rows.
-    ReportInstances {
-        /// The deployment reported on.
-        deployment_id: String,
-        /// The reporting agent's region.
-        region: String,
-        /// Every pod of the deployment in the region.
-        instances: Vec<Instance>,
-    },
+    ReportInstances(ReportInstances),
     /// Removes the instances of (deployment, region). No change rows.
-    ReportDeploymentDeleted {
-        /// The deployment whose objects are gone.
-        deployment_id: String,
-        /// The reporting agent's region.
-        region: String,
-    },
+    ReportDeploymentDeleted(ReportDeploymentDeleted),
     /// Creates or replaces a sentinel; apply assigns its version (a new pk)
     /// and its timestamps, and writes a change row.
     UpsertSentinel(Sentinel),
@@ -127,29 +108,14 @@ pub enum Mutation {
     /// Creates or replaces a policy; new pk, change row.
     UpsertCiliumNetworkPolicy(CiliumNetworkPolicy),
     /// Removes a policy and writes a change row, streamed as a delete.
-    DeleteCiliumNetworkPolicy {
-        /// The policy's id.
-        id: String,
-        /// The region it was applied in.
-        region: String,
-    },
+    DeleteCiliumNetworkPolicy(DeleteCiliumNetworkPolicy),
     /// Deletes the oldest change rows (in pk order) while their
     /// `created_at_ms < created_before_ms`, at most `rows_max` (itself at
     /// most [`COMPACT_ROWS_MAX`]), and raises the floor to the highest pk
     /// deleted; by the same rule and bound, the oldest journal entries;
     /// and the oldest request records while their
     /// `created_at_ms < requests_created_before_ms`, at most `rows_max`.
-    Compact {
-        /// Rows created at or after this time (leader's clock) are kept.
-        created_before_ms: UnixMs,
-        /// Most rows (and most request records) to delete in this mutation.
-        rows_max: u32,
-        /// Request records created at or after this time are kept.
-        requests_created_before_ms: UnixMs,
-        /// The newest change rows always kept, however old: a step never
-        /// deletes a row with `pk > last_pk - keep_rows_min`.
-        keep_rows_min: u64,
-    },
+    Compact(Compact),
     /// An operator request made with an id, wrapping the mutation it
     /// proposes. Apply looks the id up: recorded with the same fingerprint,
     /// the recorded result is returned and nothing is written; recorded
@@ -157,42 +123,18 @@ pub enum Mutation {
     /// written; unknown, `mutation` is applied (with the caller set, see
     /// [`Caller`]) and its result recorded, in the same transaction — an
     /// error result too, since it is deterministic.
-    Request {
-        /// The operator's id of the request (see
-        /// [`wire::operator::RequestId`]).
-        request_id: String,
-        /// SHA-256 of the request's encoding without its id.
-        fingerprint: Fingerprint,
-        /// The caller's certificate identity (at most [`ACTOR_BYTES_MAX`]
-        /// bytes).
-        actor: String,
-        /// The mutation the request proposes (not itself a `Request`).
-        mutation: Box<Mutation>,
-    },
+    Request(Request),
     /// Registers a region, schedulable (an operator's). Adding a known
     /// region succeeds and changes nothing; answered by
     /// [`Outcome::Region`]. No change row.
-    AddRegion {
-        /// The region's name, a lowercase DNS label.
-        name: String,
-    },
+    AddRegion(AddRegion),
     /// Cordons (`false`) or uncordons a region; an unknown region is
     /// `NotFound`. Answered by [`Outcome::Region`]. No change row.
-    SetRegionSchedulable {
-        /// The region's name.
-        name: String,
-        /// Whether new deployments may name it.
-        schedulable: bool,
-    },
+    SetRegionSchedulable(SetRegionSchedulable),
     /// Records an agent's heartbeat as its region's last, with `at_ms`
     /// set to the command's `now_ms`; the first one registers the region
     /// (schedulable, registered by heartbeat). No change row.
-    RecordHeartbeat {
-        /// The agent's region.
-        region: String,
-        /// What the agent said (its `at_ms` is replaced).
-        heartbeat: Heartbeat,
-    },
+    RecordHeartbeat(RecordHeartbeat),
     /// A guarded step of the deploy workflow, decided by the leader's
     /// driver: made only if the deployment still has the guard it was
     /// decided against, else [`Outcome::GuardFailed`] and nothing written.
@@ -201,22 +143,14 @@ pub enum Mutation {
     /// is cleaned up (topologies stopped, instances and policies removed);
     /// the environment's live deployment is not touched. Anything not in
     /// flight is refused.
-    CancelDeployment {
-        /// The deployment to cancel.
-        deployment_id: String,
-    },
+    CancelDeployment(CancelDeployment),
     /// Makes an earlier deployment of an environment live again: `to`, or
     /// the most recent formerly-live one that can run. A deployment that
     /// runs and is ready goes straight to `finalizing`; one in standby is
     /// started and must reach ready first. Refused when the target is
     /// already live, failed, cancelled, superseded, archived, or of
     /// another environment.
-    Rollback {
-        /// The environment to roll back.
-        environment_id: String,
-        /// The deployment to make live; `None`: the previous live one.
-        to: Option<String>,
-    },
+    Rollback(Rollback),
     /// Records that krane applied a version of a policy (the only kind
     /// reported so far): kept if it is newer than the one recorded; a
     /// policy that does not exist is `NotFound`, a version the policy
@@ -228,10 +162,7 @@ pub enum Mutation {
     AddNotifyEndpoint(NotifyEndpoint),
     /// Removes a webhook endpoint; its pending deliveries become dead
     /// ("endpoint removed"). Answered by [`Outcome::EndpointRemoved`].
-    RemoveNotifyEndpoint {
-        /// The endpoint's name.
-        name: String,
-    },
+    RemoveNotifyEndpoint(RemoveNotifyEndpoint),
     /// A guarded step of a delivery, decided by the leader's delivery job:
     /// made only if the delivery still has the guard it was decided
     /// against, else [`Outcome::GuardFailed`] and nothing written.
@@ -239,10 +170,7 @@ pub enum Mutation {
     /// An operator makes a dead or delivered delivery pending again, due
     /// now, its attempts reset. Refused for a pending one, or one whose
     /// endpoint is gone.
-    ReplayDelivery {
-        /// The delivery's id.
-        delivery_id: u64,
-    },
+    ReplayDelivery(ReplayDelivery),
     /// Deploys a sentinel change (`ctrl sentinel apply`): the sentinel as
     /// merged by the leader. If its spec equals the stored one's and krane
     /// reports it converged, nothing is written and the answer is
@@ -251,13 +179,7 @@ pub enum Mutation {
     /// version and a change row, its deploy `progressing` with the
     /// deadline `now + deadline_ms`. Answered by
     /// [`Outcome::SentinelDeployed`].
-    DeploySentinel {
-        /// The sentinel as it should be (version, timestamps and deploy
-        /// record are set by apply).
-        sentinel: Sentinel,
-        /// How long it may take to converge, in milliseconds.
-        deadline_ms: u64,
-    },
+    DeploySentinel(DeploySentinel),
     /// A guarded step of a sentinel's deploy, decided by the leader's
     /// driver (ready once converged, failed once the deadline passed).
     Sentinel(SentinelTransition),
@@ -282,12 +204,7 @@ pub enum Mutation {
     /// each; the StatefulSets roll the change out). Answered by
     /// [`Outcome::Deployment`]. An archived deployment, or an update the
     /// deployment's spec does not allow, is refused.
-    UpdateDeployment {
-        /// The deployment to change.
-        deployment_id: String,
-        /// What to change.
-        update: wire::operator::DeploymentUpdate,
-    },
+    UpdateDeployment(UpdateDeployment),
     /// Records the cluster's identity, once: the first leader proposes a
     /// random one; a cluster that has one keeps it (a second proposal is
     /// a no-op, answered by [`Outcome::Recorded`]). A restore writes a new

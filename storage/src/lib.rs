@@ -61,6 +61,7 @@ mod apply;
 pub mod command;
 pub mod counts;
 pub mod error;
+pub mod mutations;
 pub mod read;
 pub mod snapshot;
 pub mod tables;

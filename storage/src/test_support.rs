@@ -1,5 +1,4 @@
 //! Fixtures shared by the unit tests.
-
 use std::collections::BTreeMap;
 
 use wire::model::{
@@ -34,9 +33,9 @@ pub(crate) fn deployment(id: &str, regions: &[&str], replicas: u32) -> Deploymen
 pub(crate) const TEST_REGIONS: [&str; 6] = ["ap", "e", "eu", "eu-west", "us", "us-east"];
 
 pub(crate) fn add_region(name: &str) -> Mutation {
-    Mutation::AddRegion {
+    Mutation::AddRegion(crate::mutations::AddRegion {
         name: name.to_string(),
-    }
+    })
 }
 
 /// Registers [`TEST_REGIONS`] (no change rows, so no pk moves), as an
@@ -55,9 +54,9 @@ pub(crate) fn store() -> Store {
 
 /// Creates a deployment (pending: nothing for agents yet).
 pub(crate) fn submit(id: &str, regions: &[&str], replicas: u32) -> Mutation {
-    Mutation::CreateDeployment {
+    Mutation::CreateDeployment(crate::mutations::CreateDeployment {
         deployment: deployment(id, regions, replicas),
-    }
+    })
 }
 
 /// The deploy workflow's start of a deployment just submitted: its
@@ -205,12 +204,12 @@ pub(crate) fn all_changes(store: &Store) -> Vec<(u64, String)> {
 /// A deployment's desired state set now, with force (the tests of apply
 /// are not about the live deployment).
 pub(crate) fn set_state(id: &str, desired_state: DesiredState) -> Mutation {
-    Mutation::SetDesiredState {
+    Mutation::SetDesiredState(crate::mutations::SetDesiredState {
         deployment_id: id.to_string(),
         desired_state,
         at_ms: None,
         force: true,
-    }
+    })
 }
 
 /// One mutation or several, for [`mutations!`].

@@ -1,5 +1,4 @@
 //! Tests of `storage/src/lib`.
-
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -23,12 +22,12 @@ fn reopening_a_file_keeps_everything() {
         // durable when the database is dropped.
         let command = Command {
             now_ms: 3,
-            mutations: vec![Mutation::Compact {
+            mutations: vec![Mutation::Compact(crate::mutations::Compact {
                 created_before_ms: 2,
                 rows_max: 1,
                 requests_created_before_ms: 0,
                 keep_rows_min: 0,
-            }],
+            })],
         };
         store
             .apply(&[Some(&command)], &raft_meta(3), false)

@@ -13,6 +13,7 @@
 
 use redb::{ReadableDatabase, ReadableTable, Value};
 use std::collections::BTreeMap;
+use storage::mutations;
 use storage::tables::{self, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, name};
 
 use storage::command::{
@@ -105,68 +106,68 @@ fn deploy_transitions() -> Vec<Mutation> {
 
 fn mutations() -> Vec<Mutation> {
     let mut all = vec![
-        Mutation::CreateDeployment {
+        Mutation::CreateDeployment(mutations::CreateDeployment {
             deployment: pending_deployment(),
-        },
-        Mutation::SetDesiredState {
+        }),
+        Mutation::SetDesiredState(mutations::SetDesiredState {
             deployment_id: "dep_01hx3k9".into(),
             desired_state: DesiredState::Standby,
             at_ms: Some(NOW_MS + 1_800_000),
             force: true,
-        },
-        Mutation::ReportInstances {
+        }),
+        Mutation::ReportInstances(mutations::ReportInstances {
             deployment_id: "dep_01hx3k9".into(),
             region: "eu-west".into(),
             instances: vec![fixtures::instance()],
-        },
-        Mutation::ReportDeploymentDeleted {
+        }),
+        Mutation::ReportDeploymentDeleted(mutations::ReportDeploymentDeleted {
             deployment_id: "dep_01hx3k9".into(),
             region: "us-east".into(),
-        },
+        }),
         Mutation::UpsertSentinel(fixtures::sentinel()),
         Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
         Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
-        Mutation::DeleteCiliumNetworkPolicy {
+        Mutation::DeleteCiliumNetworkPolicy(mutations::DeleteCiliumNetworkPolicy {
             id: "cnp_01hx".into(),
             region: "eu-west".into(),
-        },
+        }),
         Mutation::ReportApply(fixtures::apply_report()),
-        Mutation::Compact {
+        Mutation::Compact(mutations::Compact {
             created_before_ms: NOW_MS,
             rows_max: 10_000,
             requests_created_before_ms: NOW_MS - 86_400_000,
             keep_rows_min: 10_000,
-        },
-        Mutation::AddRegion {
+        }),
+        Mutation::AddRegion(mutations::AddRegion {
             name: "eu-west".into(),
-        },
-        Mutation::SetRegionSchedulable {
+        }),
+        Mutation::SetRegionSchedulable(mutations::SetRegionSchedulable {
             name: "us-east".into(),
             schedulable: false,
-        },
-        Mutation::RecordHeartbeat {
+        }),
+        Mutation::RecordHeartbeat(mutations::RecordHeartbeat {
             region: "eu-west".into(),
             heartbeat: fixtures::heartbeat(),
-        },
+        }),
         request(),
     ];
     all.extend(deploy_transitions());
     all.extend([
-        Mutation::CancelDeployment {
+        Mutation::CancelDeployment(mutations::CancelDeployment {
             deployment_id: "dep_01hx3kb".into(),
-        },
-        Mutation::Rollback {
+        }),
+        Mutation::Rollback(mutations::Rollback {
             environment_id: "env_prod".into(),
             to: Some("dep_01hx3k8".into()),
-        },
+        }),
         Mutation::AddNotifyEndpoint(fixtures::notify_endpoint()),
-        Mutation::RemoveNotifyEndpoint {
+        Mutation::RemoveNotifyEndpoint(mutations::RemoveNotifyEndpoint {
             name: "ops-alerts".into(),
-        },
-        Mutation::DeploySentinel {
+        }),
+        Mutation::DeploySentinel(mutations::DeploySentinel {
             sentinel: fixtures::sentinel(),
             deadline_ms: 600_000,
-        },
+        }),
         Mutation::Sentinel(SentinelTransition {
             sentinel_id: "snt_01hx".into(),
             region: "eu-west".into(),
@@ -190,15 +191,15 @@ fn mutations() -> Vec<Mutation> {
             expected: guard(),
             steps: rollout_steps(),
         }),
-        Mutation::UpdateDeployment {
+        Mutation::UpdateDeployment(mutations::UpdateDeployment {
             deployment_id: "dep_01hx3k9".into(),
             update: fixtures::deployment_update(),
-        },
+        }),
     ]);
     all.extend(delivery_transitions());
-    all.push(Mutation::ReplayDelivery {
+    all.push(Mutation::ReplayDelivery(mutations::ReplayDelivery {
         delivery_id: 70_001,
-    });
+    }));
     all.push(Mutation::SetClusterIdentity(identity()));
     all
 }
@@ -242,7 +243,7 @@ fn failed_deployment() -> Vec<Mutation> {
     deployment.id = "dep_01hx3kc".into();
     let revision = deployment.workflow.revision;
     vec![
-        Mutation::CreateDeployment { deployment },
+        Mutation::CreateDeployment(mutations::CreateDeployment { deployment }),
         Mutation::Deploy(DeployTransition {
             deployment_id: "dep_01hx3kc".into(),
             expected: Guard {
@@ -301,17 +302,17 @@ fn fingerprint() -> Fingerprint {
 
 /// An operator request with an id, wrapping a stop.
 fn request() -> Mutation {
-    Mutation::Request {
+    Mutation::Request(mutations::Request {
         request_id: fixtures::request_id().as_str().to_string(),
         fingerprint: fingerprint(),
         actor: "operator".into(),
-        mutation: Box::new(Mutation::SetDesiredState {
+        mutation: Box::new(Mutation::SetDesiredState(mutations::SetDesiredState {
             deployment_id: "dep_01hx3k9".into(),
             desired_state: DesiredState::Standby,
             at_ms: Some(NOW_MS + 1_800_000),
             force: true,
-        }),
-    }
+        })),
+    })
 }
 
 fn request_record() -> RequestRecord {
@@ -379,16 +380,16 @@ fn raft_meta(index: u8) -> RaftMeta {
 fn populated(store: &Store) {
     let commands = [
         vec![
-            Mutation::AddRegion {
+            Mutation::AddRegion(mutations::AddRegion {
                 name: "us-east".into(),
-            },
-            Mutation::RecordHeartbeat {
+            }),
+            Mutation::RecordHeartbeat(mutations::RecordHeartbeat {
                 region: "eu-west".into(),
                 heartbeat: fixtures::heartbeat(),
-            },
-            Mutation::CreateDeployment {
+            }),
+            Mutation::CreateDeployment(mutations::CreateDeployment {
                 deployment: pending_deployment(),
-            },
+            }),
             start(fixtures::deploy_workflow().revision),
             Mutation::ReportSentinelStatus(fixtures::sentinel_status()),
             Mutation::AddNotifyEndpoint(fixtures::notify_endpoint()),
@@ -396,11 +397,11 @@ fn populated(store: &Store) {
         ],
         failed_deployment(),
         vec![
-            Mutation::ReportInstances {
+            Mutation::ReportInstances(mutations::ReportInstances {
                 deployment_id: "dep_01hx3k9".into(),
                 region: "eu-west".into(),
                 instances: vec![fixtures::instance()],
-            },
+            }),
             Mutation::UpsertCiliumNetworkPolicy(fixtures::policy()),
             Mutation::ReportApply(wire::model::ApplyReport {
                 version: 1,
@@ -414,12 +415,12 @@ fn populated(store: &Store) {
         ],
         vec![
             request(),
-            Mutation::Compact {
+            Mutation::Compact(mutations::Compact {
                 created_before_ms: NOW_MS + 1,
                 rows_max: 2,
                 requests_created_before_ms: 0,
                 keep_rows_min: 0,
-            },
+            }),
         ],
     ];
     for (i, mutations) in commands.into_iter().enumerate() {

@@ -5,6 +5,7 @@
 //! by the server; watches are served by `server::watch`.
 
 use storage::Mutation;
+use storage::mutations;
 use wire::agent::{
     AgentRequest, AgentResponse, DeploymentReport, HeartbeatReport, REPORT_INSTANCES_MAX,
 };
@@ -82,7 +83,10 @@ fn apply_mutation(report: wire::model::ApplyReport) -> Result<Mutation, WireErro
 fn heartbeat_mutation(report: HeartbeatReport) -> Result<Mutation, WireError> {
     let (region, heartbeat) = report.into_heartbeat(0);
     heartbeat.validate()?;
-    Ok(Mutation::RecordHeartbeat { region, heartbeat })
+    Ok(Mutation::RecordHeartbeat(mutations::RecordHeartbeat {
+        region,
+        heartbeat,
+    }))
 }
 
 /// The mutation a deployment report asks for; a report of more than
@@ -113,19 +117,21 @@ fn report_mutation(report: DeploymentReport) -> Result<Mutation, WireError> {
                     ),
                 ));
             }
-            Ok(Mutation::ReportInstances {
+            Ok(Mutation::ReportInstances(mutations::ReportInstances {
                 deployment_id,
                 region,
                 instances,
-            })
+            }))
         }
         DeploymentReport::Deleted {
             deployment_id,
             region,
-        } => Ok(Mutation::ReportDeploymentDeleted {
-            deployment_id,
-            region,
-        }),
+        } => Ok(Mutation::ReportDeploymentDeleted(
+            mutations::ReportDeploymentDeleted {
+                deployment_id,
+                region,
+            },
+        )),
     }
 }
 

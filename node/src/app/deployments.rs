@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use config::DeploySettings;
 
-use storage::{Mutation, Outcome};
+use storage::mutations;
 use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
 use wire::operator::{
@@ -16,7 +16,7 @@ use wire::operator::{
 };
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, check_wait, internal, propose_one, unexpected};
+use super::{Propose, ReadState, check_wait, internal, propose};
 use crate::clock::{Clock, deployment_id};
 
 /// Creates a deployment, running and deploying, stamped with the clock's
@@ -65,11 +65,7 @@ pub async fn create<S: Propose + ReadState>(
         workflow,
         spec,
     };
-    let mutation = Mutation::CreateDeployment { deployment };
-    match propose_one(state, mutation).await? {
-        Outcome::DeploymentCreated { deployment_id } => Ok(deployment_id),
-        other => Err(unexpected(other)),
-    }
+    propose(state, mutations::CreateDeployment { deployment }).await
 }
 
 /// The deployment and its reported instances, from one read; its
@@ -174,13 +170,13 @@ pub async fn set_desired_state(
             format!("a change may be scheduled at most {SCHEDULE_AFTER_MS_MAX} ms ahead"),
         ));
     }
-    let mutation = Mutation::SetDesiredState {
+    let mutation = mutations::SetDesiredState {
         deployment_id,
         desired_state,
         at_ms: after_ms.map(|ms| clock.now_ms().saturating_add(ms)),
         force,
     };
-    deployment_answer(propose_one(state, mutation).await?)
+    propose(state, mutation).await
 }
 
 /// Changes the replicas, size or health check of a deployment; returns
@@ -192,21 +188,16 @@ pub async fn update(
     update: DeploymentUpdate,
 ) -> Result<Deployment, WireError> {
     update.validate()?;
-    deployment_answer(
-        propose_one(
-            state,
-            Mutation::UpdateDeployment {
-                deployment_id,
-                update,
-            },
-        )
-        .await?,
-    )
+    let mutation = mutations::UpdateDeployment {
+        deployment_id,
+        update,
+    };
+    propose(state, mutation).await
 }
 
 /// Cancels a deploy in flight; returns the deployment as it now is.
 pub async fn cancel(state: &impl Propose, deployment_id: String) -> Result<Deployment, WireError> {
-    deployment_answer(propose_one(state, Mutation::CancelDeployment { deployment_id }).await?)
+    propose(state, mutations::CancelDeployment { deployment_id }).await
 }
 
 /// Rolls an environment back to `to` (or its previous live deployment);
@@ -216,14 +207,7 @@ pub async fn rollback(
     environment_id: String,
     to: Option<String>,
 ) -> Result<Deployment, WireError> {
-    deployment_answer(propose_one(state, Mutation::Rollback { environment_id, to }).await?)
-}
-
-fn deployment_answer(outcome: Outcome) -> Result<Deployment, WireError> {
-    match outcome {
-        Outcome::Deployment(deployment) => Ok(deployment),
-        other => Err(unexpected(other)),
-    }
+    propose(state, mutations::Rollback { environment_id, to }).await
 }
 
 /// An environment, by id.

@@ -54,6 +54,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use storage::{Mutation, MutationResult, Outcome, ReadView, StorageError};
+use wire::call::Call;
 use wire::{ErrorCode, WireError};
 
 /// Proposing mutations: the write seam.
@@ -131,6 +132,16 @@ async fn propose_one(state: &impl Propose, mutation: Mutation) -> Result<Outcome
             "command had no outcome",
         ))
     })
+}
+
+/// Proposes one mutation and returns its answer ([`storage::mutations`]
+/// names each one's); another outcome is an internal error.
+async fn propose<M>(state: &impl Propose, mutation: M) -> Result<M::Answer, WireError>
+where
+    M: Call<Request = Mutation, Response = Outcome>,
+{
+    let outcome = propose_one(state, mutation.into_request()).await?;
+    M::answer(outcome).map_err(unexpected)
 }
 
 /// Proposes one mutation whose outcome is [`Outcome::Recorded`].

@@ -3,12 +3,12 @@
 //! pending deliveries become dead), list (secrets shown as set or not,
 //! never sent), the deliveries page by page, and replay.
 
-use storage::{Mutation, Outcome};
+use storage::{Mutation, mutations};
 use wire::notify::{AddEndpoint, Delivery, EndpointView, NotifyEndpoint};
 use wire::operator::{DeliveryPage, LIST_PAGE_MAX};
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, internal, propose_one, recorded, unexpected};
+use super::{Propose, ReadState, internal, propose, recorded};
 
 /// Adds an endpoint; returns it as operators see it.
 pub async fn add<S: Propose + ReadState>(
@@ -39,10 +39,7 @@ pub async fn add<S: Propose + ReadState>(
 
 /// Removes an endpoint; how many of its pending deliveries became dead.
 pub async fn remove(state: &impl Propose, name: String) -> Result<u64, WireError> {
-    match propose_one(state, Mutation::RemoveNotifyEndpoint { name }).await? {
-        Outcome::EndpointRemoved { deliveries_dead } => Ok(deliveries_dead),
-        other => Err(unexpected(other)),
-    }
+    propose(state, mutations::RemoveNotifyEndpoint { name }).await
 }
 
 /// Every endpoint, by name, without secrets.
@@ -84,7 +81,7 @@ pub fn deliveries(
 
 /// Makes a dead or delivered delivery pending again; returns it.
 pub async fn replay<S: Propose + ReadState>(state: &S, id: u64) -> Result<Delivery, WireError> {
-    recorded(state, Mutation::ReplayDelivery { delivery_id: id }).await?;
+    propose(state, mutations::ReplayDelivery { delivery_id: id }).await?;
     let view = state.read().map_err(internal)?;
     view.delivery(id)
         .map_err(internal)?

@@ -5,6 +5,7 @@
 //! minted from the clock. A delete finds the policy's region by its id.
 
 use storage::Mutation;
+use storage::mutations;
 use wire::model::CiliumNetworkPolicy;
 use wire::operator::{ApplyPolicy, LIST_PAGE_MAX, PolicyView};
 use wire::{ErrorCode, WireError};
@@ -96,10 +97,10 @@ pub async fn delete<S: Propose + ReadState>(state: &S, id: &str) -> Result<(), W
             .ok_or_else(|| not_found("cilium network policy", id))?
             .region
     };
-    let mutation = Mutation::DeleteCiliumNetworkPolicy {
+    let mutation = Mutation::DeleteCiliumNetworkPolicy(mutations::DeleteCiliumNetworkPolicy {
         id: id.to_string(),
         region,
-    };
+    });
     recorded(state, mutation).await
 }
 

@@ -6,18 +6,18 @@
 //! What the list derives — heartbeat age, lag, staleness — is computed
 //! here at the answering node's time, so the CLI only formats it.
 
-use storage::{Mutation, Outcome, ReadView};
+use storage::{ReadView, mutations};
 use wire::model::{Region, UnixMs};
 use wire::operator::{HEARTBEAT_STALE_INTERVALS, RegionList, RegionView, validate_region};
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, internal, propose_one, unexpected};
+use super::{Propose, ReadState, internal, propose};
 use crate::clock::Clock;
 
 /// Registers `name` (idempotent); returns the region as it now is.
 pub async fn add(state: &impl Propose, name: String) -> Result<Region, WireError> {
     validate_region(&name)?;
-    region_outcome(propose_one(state, Mutation::AddRegion { name }).await?)
+    propose(state, mutations::AddRegion { name }).await
 }
 
 /// Cordons (`schedulable = false`) or uncordons `name`; returns the region
@@ -28,15 +28,7 @@ pub async fn set_schedulable(
     schedulable: bool,
 ) -> Result<Region, WireError> {
     validate_region(&name)?;
-    let mutation = Mutation::SetRegionSchedulable { name, schedulable };
-    region_outcome(propose_one(state, mutation).await?)
-}
-
-fn region_outcome(outcome: Outcome) -> Result<Region, WireError> {
-    match outcome {
-        Outcome::Region(region) => Ok(region),
-        other => Err(unexpected(other)),
-    }
+    propose(state, mutations::SetRegionSchedulable { name, schedulable }).await
 }
 
 /// Every region with its agent's health as of the clock's time, from one
@@ -113,13 +105,14 @@ pub fn check_schedulable(view: &ReadView, regions: &[String]) -> Result<(), Wire
 
 #[cfg(test)]
 mod tests {
+    use storage::Mutation;
     use wire::model::{Heartbeat, RegionSource};
 
     use super::*;
     use crate::app::testing::{FixedTimeClock, MemoryNode, NOW_MS};
 
     fn heartbeat(cursor: u64, interval_ms: u64) -> Mutation {
-        Mutation::RecordHeartbeat {
+        Mutation::RecordHeartbeat(mutations::RecordHeartbeat {
             region: "us-east".into(),
             heartbeat: Heartbeat {
                 agent_version: "0.1.0".into(),
@@ -129,7 +122,7 @@ mod tests {
                 failed_applies: Vec::new(),
                 at_ms: 0,
             },
-        }
+        })
     }
 
     #[tokio::test]

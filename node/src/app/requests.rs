@@ -14,6 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use storage::mutations;
 
 use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageError};
 use wire::notify::AddEndpoint;
@@ -236,12 +237,12 @@ impl<S: Propose> Propose for Idempotent<'_, S> {
             return Err(once());
         }
         let [mutation]: [Mutation; 1] = mutations.try_into().map_err(|_| once())?;
-        let wrapped = Mutation::Request {
+        let wrapped = Mutation::Request(mutations::Request {
             request_id: self.request_id.as_str().to_string(),
             fingerprint: self.fingerprint,
             actor: self.actor.to_string(),
             mutation: Box::new(mutation),
-        };
+        });
         self.state.propose(vec![wrapped]).await
     }
 }

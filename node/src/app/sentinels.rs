@@ -9,13 +9,13 @@
 //! sentinel workflow and the apply of krane's reports take it to `ready`
 //! or `failed`.
 
-use storage::{Mutation, Outcome};
-use wire::model::{DesiredState, Pk, Sentinel, SentinelDeployStatus};
+use storage::{Mutation, mutations};
+use wire::model::{DesiredState, Sentinel};
 use wire::operator::{ApplySentinel, LIST_PAGE_MAX, SENTINEL_DEADLINE_MS_DEFAULT, SentinelView};
 use wire::rules::deploy::sentinel_id;
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, internal, not_found, propose_one, recorded, unexpected};
+use super::{Propose, ReadState, internal, not_found, propose, recorded};
 
 /// Size of a new sentinel when the request leaves it open.
 pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
@@ -30,15 +30,7 @@ pub const REGION_SCAN_MAX: usize = 100_000;
 
 /// What a sentinel apply answers: the id, the version, where its deploy
 /// is (`ready` at once when nothing changed and it had converged).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deployed {
-    /// The sentinel's id.
-    pub sentinel_id: String,
-    /// Its version now.
-    pub version: Pk,
-    /// Where its deploy is.
-    pub status: SentinelDeployStatus,
-}
+pub type Deployed = mutations::SentinelDeployed;
 
 /// Creates the sentinel of (environment, region) or deploys a change of
 /// the one it has. The lookup reads this node's applied state.
@@ -61,26 +53,11 @@ pub async fn apply<S: Propose + ReadState>(
     }
     let deadline_ms = apply.deadline_ms.unwrap_or(SENTINEL_DEADLINE_MS_DEFAULT);
     let sentinel = merge(existing, apply);
-    match propose_one(
-        state,
-        Mutation::DeploySentinel {
-            sentinel,
-            deadline_ms,
-        },
-    )
-    .await?
-    {
-        Outcome::SentinelDeployed {
-            sentinel_id,
-            version,
-            status,
-        } => Ok(Deployed {
-            sentinel_id,
-            version,
-            status,
-        }),
-        other => Err(unexpected(other)),
-    }
+    let mutation = mutations::DeploySentinel {
+        sentinel,
+        deadline_ms,
+    };
+    propose(state, mutation).await
 }
 
 /// The sentinel an apply asks for: the request's fields over `existing`

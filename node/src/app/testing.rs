@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
+use storage::mutations;
 
 use storage::{Command, Mutation, MutationResult, RaftMeta, ReadView, StorageError, Store};
 use tokio::sync::watch;
@@ -85,8 +86,10 @@ impl MemoryNode {
             now_ms: NOW_MS,
             mutations: regions
                 .iter()
-                .map(|name| Mutation::AddRegion {
-                    name: name.to_string(),
+                .map(|name| {
+                    Mutation::AddRegion(mutations::AddRegion {
+                        name: name.to_string(),
+                    })
                 })
                 .collect(),
         };

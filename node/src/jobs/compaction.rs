@@ -21,6 +21,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use storage::mutations;
 
 use config::CompactionSettings;
 use storage::{COMPACT_ROWS_MAX, Mutation, Outcome};
@@ -77,12 +78,12 @@ impl Cutoffs {
 
 /// The compaction step of a round with `cutoffs`.
 pub fn step(settings: &CompactionSettings, cutoffs: Cutoffs) -> Mutation {
-    Mutation::Compact {
+    Mutation::Compact(mutations::Compact {
         created_before_ms: cutoffs.changes_ms,
         rows_max: rows_max(settings),
         requests_created_before_ms: cutoffs.requests_ms,
         keep_rows_min: settings.keep_rows_min,
-    }
+    })
 }
 
 /// Whether another step should follow one that deleted `rows_deleted`
@@ -186,12 +187,12 @@ mod tests {
         let cutoffs = Cutoffs::at(&s, 10_000_000, Some(6_000_000), Some(8_500_000));
         assert_eq!(
             step(&s, cutoffs),
-            Mutation::Compact {
+            Mutation::Compact(mutations::Compact {
                 created_before_ms: 6_400_000,
                 rows_max: 500,
                 requests_created_before_ms: 9_000_000,
                 keep_rows_min: 0,
-            }
+            })
         );
         // Early clocks do not underflow.
         let cutoffs = Cutoffs::at(&s, 1_000, Some(0), None);

@@ -130,12 +130,12 @@ mod tests {
         decision.merge(Decision::wake_at(20));
         decision.merge(Decision::wake_at(90));
         assert_eq!(decision.wake_at_ms, Some(20));
-        let compact = storage::Mutation::Compact {
+        let compact = storage::Mutation::Compact(storage::mutations::Compact {
             created_before_ms: 1,
             rows_max: 1,
             requests_created_before_ms: 1,
             keep_rows_min: 0,
-        };
+        });
         decision.merge(Decision::propose(vec![compact.clone()]));
         assert_eq!(decision.proposals, vec![compact]);
         assert_eq!(decision.wake_at_ms, Some(20));

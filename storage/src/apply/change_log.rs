@@ -3,7 +3,6 @@
 //! compaction deletes the oldest rows in bounded steps and raises the floor,
 //! so the live rows stay exactly `floor_pk + 1 ..= last_pk`; the same step
 //! deletes the request records past their retention (`apply::requests`).
-
 use redb::ReadableTable;
 use wire::model::{Pk, ResourceType, UnixMs};
 
@@ -126,11 +125,13 @@ mod tests {
                 ))],
             );
         }
-        let compact = |created_before_ms, rows_max| Mutation::Compact {
-            created_before_ms,
-            rows_max,
-            requests_created_before_ms: 0,
-            keep_rows_min: 0,
+        let compact = |created_before_ms, rows_max| {
+            Mutation::Compact(crate::mutations::Compact {
+                created_before_ms,
+                rows_max,
+                requests_created_before_ms: 0,
+                keep_rows_min: 0,
+            })
         };
         // Old enough: the first four; at most two per step.
         let out = apply_one(&store, 60, vec![compact(45, 2)]);
@@ -194,12 +195,12 @@ mod tests {
             );
         }
         // Every row is old enough (a clock far ahead), yet three stay.
-        let compact = Mutation::Compact {
+        let compact = Mutation::Compact(crate::mutations::Compact {
             created_before_ms: u64::MAX,
             rows_max: 100,
             requests_created_before_ms: 0,
             keep_rows_min: 3,
-        };
+        });
         let out = apply_one(&store, 1_000_000, vec![compact.clone(), compact]);
         assert_eq!(
             out,

@@ -65,7 +65,6 @@ mod write_tables;
 
 #[cfg(test)]
 mod tests;
-
 use redb::Durability;
 use wire::model::{Pk, UnixMs};
 use wire::{ErrorCode, WireError};
@@ -173,72 +172,84 @@ impl Applier<'_> {
 
     fn mutation(&mut self, mutation: &Mutation) -> Result<MutationResult> {
         match mutation {
-            Mutation::CreateDeployment { deployment } => self.create_deployment(deployment),
-            Mutation::SetDesiredState {
+            Mutation::CreateDeployment(crate::mutations::CreateDeployment { deployment }) => {
+                self.create_deployment(deployment)
+            }
+            Mutation::SetDesiredState(crate::mutations::SetDesiredState {
                 deployment_id,
                 desired_state,
                 at_ms,
                 force,
-            } => self.set_desired_state(deployment_id, *desired_state, *at_ms, *force),
-            Mutation::ReportInstances {
+            }) => self.set_desired_state(deployment_id, *desired_state, *at_ms, *force),
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id,
                 region,
                 instances,
-            } => self.report_instances(deployment_id, region, instances),
-            Mutation::ReportDeploymentDeleted {
+            }) => self.report_instances(deployment_id, region, instances),
+            Mutation::ReportDeploymentDeleted(crate::mutations::ReportDeploymentDeleted {
                 deployment_id,
                 region,
-            } => self.report_deployment_deleted(deployment_id, region),
+            }) => self.report_deployment_deleted(deployment_id, region),
             Mutation::UpsertSentinel(sentinel) => self.upsert_sentinel(sentinel),
             Mutation::ReportSentinelStatus(status) => self.report_sentinel_status(status),
             Mutation::UpsertCiliumNetworkPolicy(policy) => self.upsert_policy(policy),
-            Mutation::DeleteCiliumNetworkPolicy { id, region } => self.delete_policy(id, region),
+            Mutation::DeleteCiliumNetworkPolicy(crate::mutations::DeleteCiliumNetworkPolicy {
+                id,
+                region,
+            }) => self.delete_policy(id, region),
             Mutation::ReportApply(result) => self.report_apply(result),
-            Mutation::Compact {
+            Mutation::Compact(crate::mutations::Compact {
                 created_before_ms,
                 rows_max,
                 requests_created_before_ms,
                 keep_rows_min,
-            } => self.compact(
+            }) => self.compact(
                 *created_before_ms,
                 *rows_max,
                 *requests_created_before_ms,
                 *keep_rows_min,
             ),
             Mutation::Deploy(transition) => self.deploy_transition(transition),
-            Mutation::CancelDeployment { deployment_id } => self.cancel_deployment(deployment_id),
-            Mutation::Rollback { environment_id, to } => {
+            Mutation::CancelDeployment(crate::mutations::CancelDeployment { deployment_id }) => {
+                self.cancel_deployment(deployment_id)
+            }
+            Mutation::Rollback(crate::mutations::Rollback { environment_id, to }) => {
                 self.rollback(environment_id, to.as_deref())
             }
-            Mutation::AddRegion { name } => self.add_region(name),
-            Mutation::SetRegionSchedulable { name, schedulable } => {
-                self.set_region_schedulable(name, *schedulable)
-            }
-            Mutation::RecordHeartbeat { region, heartbeat } => {
+            Mutation::AddRegion(crate::mutations::AddRegion { name }) => self.add_region(name),
+            Mutation::SetRegionSchedulable(crate::mutations::SetRegionSchedulable {
+                name,
+                schedulable,
+            }) => self.set_region_schedulable(name, *schedulable),
+            Mutation::RecordHeartbeat(crate::mutations::RecordHeartbeat { region, heartbeat }) => {
                 self.record_heartbeat(region, heartbeat)
             }
-            Mutation::Request {
+            Mutation::Request(crate::mutations::Request {
                 request_id,
                 fingerprint,
                 actor,
                 mutation,
-            } => self.request(request_id, fingerprint, actor, mutation),
+            }) => self.request(request_id, fingerprint, actor, mutation),
             Mutation::AddNotifyEndpoint(endpoint) => self.add_notify_endpoint(endpoint),
-            Mutation::RemoveNotifyEndpoint { name } => self.remove_notify_endpoint(name),
+            Mutation::RemoveNotifyEndpoint(crate::mutations::RemoveNotifyEndpoint { name }) => {
+                self.remove_notify_endpoint(name)
+            }
             Mutation::Deliver(transition) => self.delivery_transition(transition),
-            Mutation::ReplayDelivery { delivery_id } => self.replay_delivery(*delivery_id),
-            Mutation::DeploySentinel {
+            Mutation::ReplayDelivery(crate::mutations::ReplayDelivery { delivery_id }) => {
+                self.replay_delivery(*delivery_id)
+            }
+            Mutation::DeploySentinel(crate::mutations::DeploySentinel {
                 sentinel,
                 deadline_ms,
-            } => self.deploy_sentinel(sentinel, *deadline_ms),
+            }) => self.deploy_sentinel(sentinel, *deadline_ms),
             Mutation::Sentinel(transition) => self.sentinel_transition(transition),
             Mutation::StartRollout(options) => self.start_rollout(options),
             Mutation::ControlRollout(command) => self.control_rollout(*command),
             Mutation::Rollout(transition) => self.rollout_transition(transition),
-            Mutation::UpdateDeployment {
+            Mutation::UpdateDeployment(crate::mutations::UpdateDeployment {
                 deployment_id,
                 update,
-            } => self.update_deployment(deployment_id, update),
+            }) => self.update_deployment(deployment_id, update),
             Mutation::SetClusterIdentity(identity) => self.set_cluster_identity(identity),
         }
     }

@@ -36,7 +36,7 @@ impl Applier<'_> {
                 "a request's actor must be 1 to {ACTOR_BYTES_MAX} bytes"
             )));
         }
-        if matches!(mutation, Mutation::Request { .. }) {
+        if matches!(mutation, Mutation::Request(_)) {
             return Ok(bad_request("a request cannot wrap another request"));
         }
         let recorded: Option<RequestRecord> = load(&self.t.requests, name::REQUESTS, request_id)?;

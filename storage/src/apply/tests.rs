@@ -1,7 +1,6 @@
 //! Tests of the dispatcher: batches, rejected mutations among accepted
 //! ones, entries without a command, and random mutation sequences against a
 //! model of the change log.
-
 use wire::ErrorCode;
 use wire::model::{DesiredState, Pk, Resource, ResourceKey, ResourceType};
 
@@ -23,27 +22,27 @@ fn a_rejected_mutation_leaves_nothing_and_the_others_land() {
             set_state("nope", DesiredState::Stopped),
             create("d1", &["ap"], 1),
             create("d2", &["eu", "eu"], 1),
-            Mutation::ReportInstances {
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: "d1".into(),
                 region: "eu".into(),
                 instances: vec![instance("d1", "us", "p", true)],
-            },
-            Mutation::ReportInstances {
+            }),
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: "d1".into(),
                 region: "ap".into(),
                 instances: vec![],
-            },
-            Mutation::DeleteCiliumNetworkPolicy {
+            }),
+            Mutation::DeleteCiliumNetworkPolicy(crate::mutations::DeleteCiliumNetworkPolicy {
                 id: "p".into(),
                 region: "eu".into(),
-            },
+            }),
             Mutation::ReportSentinelStatus(sentinel_status("s", "eu")),
-            Mutation::Compact {
+            Mutation::Compact(crate::mutations::Compact {
                 created_before_ms: 0,
                 rows_max: COMPACT_ROWS_MAX + 1,
                 requests_created_before_ms: 0,
                 keep_rows_min: 0,
-            },
+            }),
             Mutation::UpsertCiliumNetworkPolicy(policy("p", "eu")),
         ],
     );
@@ -193,23 +192,27 @@ mod model {
                 dep: d,
                 region,
                 running: n,
-            } => Mutation::ReportInstances {
+            } => Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: dep(d),
                 region: REGIONS[*region as usize].into(),
                 instances: running(&dep(d), REGIONS[*region as usize], *n as usize),
-            },
-            Op::Deleted { dep: d, region } => Mutation::ReportDeploymentDeleted {
-                deployment_id: dep(d),
-                region: REGIONS[*region as usize].into(),
-            },
+            }),
+            Op::Deleted { dep: d, region } => {
+                Mutation::ReportDeploymentDeleted(crate::mutations::ReportDeploymentDeleted {
+                    deployment_id: dep(d),
+                    region: REGIONS[*region as usize].into(),
+                })
+            }
             Op::UpsertPolicy { id, region } => Mutation::UpsertCiliumNetworkPolicy(policy(
                 &format!("p{id}"),
                 REGIONS[*region as usize],
             )),
-            Op::DeletePolicy { id, region } => Mutation::DeleteCiliumNetworkPolicy {
-                id: format!("p{id}"),
-                region: REGIONS[*region as usize].into(),
-            },
+            Op::DeletePolicy { id, region } => {
+                Mutation::DeleteCiliumNetworkPolicy(crate::mutations::DeleteCiliumNetworkPolicy {
+                    id: format!("p{id}"),
+                    region: REGIONS[*region as usize].into(),
+                })
+            }
             Op::UpsertSentinel { id, region } => {
                 Mutation::UpsertSentinel(sentinel(&format!("s{id}"), REGIONS[*region as usize]))
             }
@@ -359,12 +362,12 @@ mod model {
                     let mut oks = Vec::new();
                     for op in ops {
                         mutations.extend(match op {
-                            Op::Compact { age_ms, rows_max } => vec![Mutation::Compact {
+                            Op::Compact { age_ms, rows_max } => vec![Mutation::Compact(crate::mutations::Compact {
                                 created_before_ms: now.saturating_sub(*age_ms),
                                 rows_max: *rows_max,
                                 requests_created_before_ms: 0,
                                 keep_rows_min: 0,
-                            }],
+                            })],
                             other => mutation(other),
                         });
                         oks.push(model.apply(op, now));

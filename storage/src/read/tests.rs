@@ -1,6 +1,5 @@
 //! Tests of the read view: lookups and lists, full-sync paging, the
 //! change log's edges, the consistent cut, and the state hash.
-
 use wire::model::{Deployment, Resource, ResourceType, Sentinel};
 
 use super::*;
@@ -125,16 +124,16 @@ fn lists_and_lookups() {
             create("d1", &["eu"], 1),
             create("d10", &["eu"], 1),
             create("d2", &["eu"], 1),
-            Mutation::ReportInstances {
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: "d1".into(),
                 region: "eu".into(),
                 instances: running("d1", "eu", 2),
-            },
-            Mutation::ReportInstances {
+            }),
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: "d10".into(),
                 region: "eu".into(),
                 instances: running("d10", "eu", 3),
-            },
+            }),
         ],
     );
     let view = store.read().unwrap();

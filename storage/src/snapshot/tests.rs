@@ -1,5 +1,4 @@
 //! Tests of `storage/src/snapshot`.
-
 use proptest::prelude::*;
 use wire::model::DesiredState;
 
@@ -27,32 +26,32 @@ fn populated() -> Store {
         &store,
         20,
         vec![
-            Mutation::ReportInstances {
+            Mutation::ReportInstances(crate::mutations::ReportInstances {
                 deployment_id: "d1".into(),
                 region: "eu".into(),
                 instances: running("d1", "eu", 2),
-            },
+            }),
             Mutation::ReportSentinelStatus(sentinel_status("s1", "eu")),
-            Mutation::SetRegionSchedulable {
+            Mutation::SetRegionSchedulable(crate::mutations::SetRegionSchedulable {
                 name: "ap".into(),
                 schedulable: false,
-            },
-            Mutation::DeleteCiliumNetworkPolicy {
+            }),
+            Mutation::DeleteCiliumNetworkPolicy(crate::mutations::DeleteCiliumNetworkPolicy {
                 id: "p1".into(),
                 region: "ap".into(),
-            },
+            }),
             set_state("d2", DesiredState::Stopped),
         ],
     );
     apply_one(
         &store,
         30,
-        vec![Mutation::Compact {
+        vec![Mutation::Compact(crate::mutations::Compact {
             created_before_ms: 15,
             rows_max: 3,
             requests_created_before_ms: 0,
             keep_rows_min: 0,
-        }],
+        })],
     );
     store
 }

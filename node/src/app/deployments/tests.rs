@@ -1,5 +1,7 @@
 //! Tests of `node/src/app/deployments`.
 
+use storage::Mutation;
+use storage::mutations;
 use wire::model::{Instance, InstanceStatus};
 
 use super::*;
@@ -10,7 +12,7 @@ async fn created(node: &MemoryNode, regions: &[&str]) -> String {
 }
 
 fn running(id: &str, region: &str, pod: &str) -> Mutation {
-    Mutation::ReportInstances {
+    Mutation::ReportInstances(mutations::ReportInstances {
         deployment_id: id.to_string(),
         region: region.to_string(),
         instances: vec![Instance {
@@ -25,7 +27,7 @@ fn running(id: &str, region: &str, pod: &str) -> Mutation {
             updated_at_ms: 5,
             updated: true,
         }],
-    }
+    })
 }
 
 #[tokio::test]

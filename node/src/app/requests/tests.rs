@@ -1,5 +1,6 @@
 //! Tests of `node/src/app/requests`.
 
+use storage::mutations;
 use wire::model::DesiredState;
 use wire::operator::ApplyPolicy;
 
@@ -185,25 +186,27 @@ async fn a_request_with_an_id_proposes_once() {
         fingerprint: [1; 32],
         proposed: AtomicBool::new(false),
     };
-    let create = |i: usize| Mutation::CreateDeployment {
-        deployment: wire::model::Deployment {
-            id: format!("dep_{i}"),
-            workspace_id: "ws".into(),
-            project_id: "proj".into(),
-            environment_id: "env".into(),
-            image: "nginx".into(),
-            cpu_millicores: 1,
-            memory_mib: 1,
-            replicas: 1,
-            regions: vec!["us-east".into()],
-            env_vars: Default::default(),
-            desired_state: DesiredState::Running,
-            status: wire::model::DeploymentStatus::Pending,
-            created_at_ms: 1,
-            updated_at_ms: 1,
-            workflow: Default::default(),
-            spec: Default::default(),
-        },
+    let create = |i: usize| {
+        Mutation::CreateDeployment(mutations::CreateDeployment {
+            deployment: wire::model::Deployment {
+                id: format!("dep_{i}"),
+                workspace_id: "ws".into(),
+                project_id: "proj".into(),
+                environment_id: "env".into(),
+                image: "nginx".into(),
+                cpu_millicores: 1,
+                memory_mib: 1,
+                replicas: 1,
+                regions: vec!["us-east".into()],
+                env_vars: Default::default(),
+                desired_state: DesiredState::Running,
+                status: wire::model::DeploymentStatus::Pending,
+                created_at_ms: 1,
+                updated_at_ms: 1,
+                workflow: Default::default(),
+                spec: Default::default(),
+            },
+        })
     };
     let e = once.propose(vec![create(1), create(2)]).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::Internal);

@@ -369,11 +369,13 @@ mod tests {
         let (reply, _) = oneshot::channel();
         Pending {
             mutations: (0..mutations)
-                .map(|_| Mutation::Compact {
-                    created_before_ms: 0,
-                    rows_max: 1,
-                    requests_created_before_ms: 0,
-                    keep_rows_min: 0,
+                .map(|_| {
+                    Mutation::Compact(storage::mutations::Compact {
+                        created_before_ms: 0,
+                        rows_max: 1,
+                        requests_created_before_ms: 0,
+                        keep_rows_min: 0,
+                    })
                 })
                 .collect(),
             bytes,

@@ -1,5 +1,6 @@
 //! Tests of `node/src/workflow/deploy`.
 
+use storage::mutations;
 use wire::model::{DesiredState, InstanceStatus, ScheduledChange};
 
 use super::*;
@@ -388,11 +389,13 @@ async fn a_deploy_goes_through_every_step_to_ready_and_live() {
     assert!(matches!(step().await, RoundResult::Wait(_)));
     let mut instance = pod("eu", 0, InstanceStatus::Running);
     instance.deployment_id = id.clone();
-    node.propose(vec![Mutation::ReportInstances {
-        deployment_id: id.clone(),
-        region: "eu".into(),
-        instances: vec![instance],
-    }])
+    node.propose(vec![Mutation::ReportInstances(
+        mutations::ReportInstances {
+            deployment_id: id.clone(),
+            region: "eu".into(),
+            instances: vec![instance],
+        },
+    )])
     .await
     .unwrap();
     assert_eq!(step().await, RoundResult::Progressed, "progress");

@@ -1,6 +1,7 @@
 //! Tests of `node/src/workflow/driver`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use storage::mutations;
 
 use storage::{ReadView, StorageError};
 use wire::model::{Deployment, DesiredState, UnixMs};
@@ -54,12 +55,14 @@ impl Workflow for StopAfter {
         if now_ms < deadline_ms {
             return Ok(Decision::wake_at(deadline_ms));
         }
-        Ok(Decision::propose(vec![Mutation::SetDesiredState {
-            deployment_id: deployment.id.clone(),
-            desired_state: DesiredState::Stopped,
-            at_ms: None,
-            force: true,
-        }]))
+        Ok(Decision::propose(vec![Mutation::SetDesiredState(
+            mutations::SetDesiredState {
+                deployment_id: deployment.id.clone(),
+                desired_state: DesiredState::Stopped,
+                at_ms: None,
+                force: true,
+            },
+        )]))
     }
 }
 
@@ -80,11 +83,13 @@ async fn created(node: &MemoryNode) -> String {
 
 #[test]
 fn a_round_is_cut_into_commands_within_the_limits() {
-    let compact = |n: u64| Mutation::Compact {
-        created_before_ms: n,
-        rows_max: 1,
-        requests_created_before_ms: n,
-        keep_rows_min: 0,
+    let compact = |n: u64| {
+        Mutation::Compact(mutations::Compact {
+            created_before_ms: n,
+            rows_max: 1,
+            requests_created_before_ms: n,
+            keep_rows_min: 0,
+        })
     };
     // By count.
     let many: Vec<Mutation> = (0..600).map(compact).collect();
@@ -182,12 +187,14 @@ async fn proposals_that_change_nothing_are_retried_soon() {
             Ok(vec![()])
         }
         fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
-            Ok(Decision::propose(vec![Mutation::SetDesiredState {
-                deployment_id: "dep_missing".into(),
-                desired_state: DesiredState::Stopped,
-                at_ms: None,
-                force: false,
-            }]))
+            Ok(Decision::propose(vec![Mutation::SetDesiredState(
+                mutations::SetDesiredState {
+                    deployment_id: "dep_missing".into(),
+                    desired_state: DesiredState::Stopped,
+                    at_ms: None,
+                    force: false,
+                },
+            )]))
         }
     }
     let node = MemoryNode::new();

@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/cilium`.
-
 use wire::agent::ResourceChange;
 use wire::model::{ResourceKey, ResourceType};
 
@@ -17,10 +16,12 @@ fn a_deleted_policy_streams_as_a_delete() {
     let out = apply_one(
         &store,
         2,
-        vec![Mutation::DeleteCiliumNetworkPolicy {
-            id: "p1".into(),
-            region: "eu".into(),
-        }],
+        vec![Mutation::DeleteCiliumNetworkPolicy(
+            crate::mutations::DeleteCiliumNetworkPolicy {
+                id: "p1".into(),
+                region: "eu".into(),
+            },
+        )],
     );
     assert_eq!(out, vec![Ok(Outcome::Recorded)]);
     let view = store.read().unwrap();
@@ -91,10 +92,12 @@ fn the_newest_applied_version_is_kept_until_the_policy_goes() {
     apply_one(
         &store,
         6,
-        vec![Mutation::DeleteCiliumNetworkPolicy {
-            id: "p1".into(),
-            region: "eu".into(),
-        }],
+        vec![Mutation::DeleteCiliumNetworkPolicy(
+            crate::mutations::DeleteCiliumNetworkPolicy {
+                id: "p1".into(),
+                region: "eu".into(),
+            },
+        )],
     );
     assert_eq!(applied_version(&store), None);
     apply_one(&store, 7, upsert());
@@ -222,10 +225,10 @@ fn a_rejected_sentinel_version_fails_its_deploy() {
     let out = apply_one(
         &store,
         1,
-        vec![Mutation::DeploySentinel {
+        vec![Mutation::DeploySentinel(crate::mutations::DeploySentinel {
             sentinel: sentinel("s1", "eu"),
             deadline_ms: 600_000,
-        }],
+        })],
     );
     let Ok(Outcome::SentinelDeployed { version, .. }) = out[0] else {
         panic!("{out:?}");

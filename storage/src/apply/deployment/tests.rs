@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/deployment`.
-
 use wire::agent::ResourceChange;
 use wire::model::{DeploymentStatus, DesiredState, Resource, ResourceType};
 
@@ -53,10 +52,12 @@ fn an_update_rewrites_the_running_topologies_and_refuses_what_the_spec_forbids()
     let out = apply_one(
         &store,
         200,
-        vec![crate::Mutation::UpdateDeployment {
-            deployment_id: "d1".into(),
-            update: update.clone(),
-        }],
+        vec![crate::Mutation::UpdateDeployment(
+            crate::mutations::UpdateDeployment {
+                deployment_id: "d1".into(),
+                update: update.clone(),
+            },
+        )],
     );
     let Ok(Outcome::Deployment(d)) = &out[0] else {
         panic!("{out:?}");
@@ -89,10 +90,12 @@ fn an_update_rewrites_the_running_topologies_and_refuses_what_the_spec_forbids()
     let out = apply_one(
         &store,
         300,
-        vec![crate::Mutation::UpdateDeployment {
-            deployment_id: "d1".into(),
-            update: bad,
-        }],
+        vec![crate::Mutation::UpdateDeployment(
+            crate::mutations::UpdateDeployment {
+                deployment_id: "d1".into(),
+                update: bad,
+            },
+        )],
     );
     let e = out[0].clone().unwrap_err();
     assert!(e.message.contains("health.port"), "{e}");
@@ -108,10 +111,12 @@ fn an_update_rewrites_the_running_topologies_and_refuses_what_the_spec_forbids()
         let out = apply_one(
             &store,
             300,
-            vec![crate::Mutation::UpdateDeployment {
-                deployment_id: id.into(),
-                update,
-            }],
+            vec![crate::Mutation::UpdateDeployment(
+                crate::mutations::UpdateDeployment {
+                    deployment_id: id.into(),
+                    update,
+                },
+            )],
         );
         assert_eq!(out[0].clone().unwrap_err().code, code);
     }

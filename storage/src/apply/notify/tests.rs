@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/notify`.
-
 use wire::ErrorCode;
 use wire::notify::{DeliveryState, NotifyEndpoint};
 
@@ -264,9 +263,9 @@ fn a_dead_delivery_is_replayed_and_a_pending_one_is_not() {
     apply_one(&store, 1, vec![endpoint("chat")]);
     fail(&store, 10, "d1");
     let row = deliveries(&store).remove(0);
-    let replay = Mutation::ReplayDelivery {
+    let replay = Mutation::ReplayDelivery(crate::mutations::ReplayDelivery {
         delivery_id: row.id,
-    };
+    });
     let out = apply_one(&store, 20, vec![replay.clone()]);
     assert_eq!(
         out[0].as_ref().unwrap_err().code,
@@ -297,7 +296,9 @@ fn a_dead_delivery_is_replayed_and_a_pending_one_is_not() {
     let out = apply_one(
         &store,
         50,
-        vec![Mutation::ReplayDelivery { delivery_id: 99 }],
+        vec![Mutation::ReplayDelivery(crate::mutations::ReplayDelivery {
+            delivery_id: 99,
+        })],
     );
     assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
 }
@@ -310,9 +311,11 @@ fn removing_an_endpoint_kills_its_pending_deliveries() {
     let out = apply_one(
         &store,
         20,
-        vec![Mutation::RemoveNotifyEndpoint {
-            name: "chat".into(),
-        }],
+        vec![Mutation::RemoveNotifyEndpoint(
+            crate::mutations::RemoveNotifyEndpoint {
+                name: "chat".into(),
+            },
+        )],
     );
     assert_eq!(
         out,
@@ -325,7 +328,9 @@ fn removing_an_endpoint_kills_its_pending_deliveries() {
     let out = apply_one(
         &store,
         30,
-        vec![Mutation::ReplayDelivery { delivery_id: 1 }],
+        vec![Mutation::ReplayDelivery(crate::mutations::ReplayDelivery {
+            delivery_id: 1,
+        })],
     );
     assert_eq!(
         out[0].as_ref().unwrap_err().code,
@@ -334,9 +339,11 @@ fn removing_an_endpoint_kills_its_pending_deliveries() {
     let out = apply_one(
         &store,
         30,
-        vec![Mutation::RemoveNotifyEndpoint {
-            name: "chat".into(),
-        }],
+        vec![Mutation::RemoveNotifyEndpoint(
+            crate::mutations::RemoveNotifyEndpoint {
+                name: "chat".into(),
+            },
+        )],
     );
     assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::NotFound);
 }

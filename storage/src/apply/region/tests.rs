@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/region`.
-
 use wire::ErrorCode;
 use wire::model::{FailedApply, Heartbeat, RegionSource, ResourceKey, ResourceType};
 
@@ -26,10 +25,10 @@ fn heartbeat(cursor: u64) -> Heartbeat {
 }
 
 fn record(region: &str, cursor: u64) -> Mutation {
-    Mutation::RecordHeartbeat {
+    Mutation::RecordHeartbeat(crate::mutations::RecordHeartbeat {
         region: region.into(),
         heartbeat: heartbeat(cursor),
-    }
+    })
 }
 
 fn hash(store: &Store) -> u64 {
@@ -100,10 +99,12 @@ fn a_heartbeat_out_of_bounds_writes_nothing() {
     let out = apply_one(
         &store,
         10,
-        vec![Mutation::RecordHeartbeat {
-            region: "eu".into(),
-            heartbeat: bad,
-        }],
+        vec![Mutation::RecordHeartbeat(
+            crate::mutations::RecordHeartbeat {
+                region: "eu".into(),
+                heartbeat: bad,
+            },
+        )],
     );
     assert_eq!(out[0].as_ref().unwrap_err().code, ErrorCode::BadRequest);
     assert!(store.read().unwrap().region("eu").unwrap().is_none());
@@ -114,10 +115,10 @@ fn a_heartbeat_out_of_bounds_writes_nothing() {
 fn cordon_and_uncordon() {
     let store = Store::in_memory().unwrap();
     apply_one(&store, 1, vec![add_region("eu")]);
-    let cordon = Mutation::SetRegionSchedulable {
+    let cordon = Mutation::SetRegionSchedulable(crate::mutations::SetRegionSchedulable {
         name: "eu".into(),
         schedulable: false,
-    };
+    });
     let out = apply_one(&store, 2, vec![cordon.clone()]);
     let Ok(Outcome::Region(region)) = &out[0] else {
         panic!("{out:?}")
@@ -129,10 +130,12 @@ fn cordon_and_uncordon() {
     apply_one(
         &store,
         4,
-        vec![Mutation::SetRegionSchedulable {
-            name: "eu".into(),
-            schedulable: true,
-        }],
+        vec![Mutation::SetRegionSchedulable(
+            crate::mutations::SetRegionSchedulable {
+                name: "eu".into(),
+                schedulable: true,
+            },
+        )],
     );
     assert!(
         store
@@ -151,10 +154,12 @@ fn an_unknown_region_is_not_found_naming_it() {
     let out = apply_one(
         &store,
         1,
-        vec![Mutation::SetRegionSchedulable {
-            name: "mars".into(),
-            schedulable: false,
-        }],
+        vec![Mutation::SetRegionSchedulable(
+            crate::mutations::SetRegionSchedulable {
+                name: "mars".into(),
+                schedulable: false,
+            },
+        )],
     );
     let error = out[0].as_ref().unwrap_err();
     assert_eq!(error.code, ErrorCode::NotFound);
@@ -170,10 +175,10 @@ fn a_deployment_naming_an_unknown_or_cordoned_region_is_refused_and_writes_nothi
         vec![
             add_region("eu"),
             add_region("us"),
-            Mutation::SetRegionSchedulable {
+            Mutation::SetRegionSchedulable(crate::mutations::SetRegionSchedulable {
                 name: "us".into(),
                 schedulable: false,
-            },
+            }),
         ],
     );
     let before = hash(&store);
@@ -198,10 +203,10 @@ fn a_deployment_naming_an_unknown_or_cordoned_region_is_refused_and_writes_nothi
         &store,
         3,
         vec![
-            Mutation::SetRegionSchedulable {
+            Mutation::SetRegionSchedulable(crate::mutations::SetRegionSchedulable {
                 name: "us".into(),
                 schedulable: true,
-            },
+            }),
             add_region("ap"),
         ],
     );

@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/requests`.
-
 use wire::ErrorCode;
 use wire::model::DesiredState;
 
@@ -11,12 +10,12 @@ const A: Fingerprint = [0xaa; 32];
 const B: Fingerprint = [0xbb; 32];
 
 fn request(id: &str, fingerprint: Fingerprint, mutation: Mutation) -> Mutation {
-    Mutation::Request {
+    Mutation::Request(crate::mutations::Request {
         request_id: id.to_string(),
         fingerprint,
         actor: "operator".into(),
         mutation: Box::new(mutation),
-    }
+    })
 }
 
 /// Everything apply writes but the Raft metadata: the state hash, the
@@ -98,7 +97,7 @@ fn a_bad_request_wrapper_is_refused_and_writes_nothing() {
     let store = store();
     let inner = || submit("d1", &["eu"], 1);
     let mut empty_actor = request("r1", A, inner());
-    if let Mutation::Request { actor, .. } = &mut empty_actor {
+    if let Mutation::Request(crate::mutations::Request { actor, .. }) = &mut empty_actor {
         actor.clear();
     }
     let out = apply_one(
@@ -130,11 +129,13 @@ fn compaction_deletes_the_records_past_the_retention_oldest_first() {
         let id = format!("r{i}");
         apply_one(&store, now, vec![request(&id, A, submit(&id, &["eu"], 1))]);
     }
-    let compact = |requests_created_before_ms, rows_max| Mutation::Compact {
-        created_before_ms: 0,
-        rows_max,
-        requests_created_before_ms,
-        keep_rows_min: 0,
+    let compact = |requests_created_before_ms, rows_max| {
+        Mutation::Compact(crate::mutations::Compact {
+            created_before_ms: 0,
+            rows_max,
+            requests_created_before_ms,
+            keep_rows_min: 0,
+        })
     };
     // Older than 35: three records, at most two per step.
     let out = apply_one(&store, 50, vec![compact(35, 2)]);
@@ -237,12 +238,12 @@ fn a_snapshot_keeps_the_records_and_replays_from_them() {
     let out = apply_one(
         &target,
         30,
-        vec![Mutation::Compact {
+        vec![Mutation::Compact(crate::mutations::Compact {
             created_before_ms: 0,
             rows_max: 10,
             requests_created_before_ms: 11,
             keep_rows_min: 0,
-        }],
+        })],
     );
     assert!(
         matches!(

@@ -1,5 +1,4 @@
 //! Tests of `storage/src/apply/sentinel`.
-
 use crate::test_support::*;
 use crate::{Mutation, Outcome};
 
@@ -46,10 +45,10 @@ mod deploy {
         let out = apply_one(
             store,
             now,
-            vec![Mutation::DeploySentinel {
+            vec![Mutation::DeploySentinel(crate::mutations::DeploySentinel {
                 sentinel: s,
                 deadline_ms: DEADLINE_MS,
-            }],
+            })],
         );
         out.into_iter().next().unwrap().unwrap()
     }
