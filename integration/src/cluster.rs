@@ -389,15 +389,9 @@ fn certs_and_addrs(dir: &Path, count: u64) -> Result<(std::path::PathBuf, Vec<So
     )?;
     let addrs = ids
         .iter()
-        .map(|_| free_loopback_udp())
+        .map(|_| testkit::ports::free_udp_addr())
         .collect::<Result<Vec<_>>>()?;
     Ok((certs, addrs))
-}
-
-/// A loopback UDP address free at the time of the call.
-fn free_loopback_udp() -> Result<SocketAddr> {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    Ok(socket.local_addr()?)
 }
 
 /// `operator` with the agent certificate of `region` (from the same

@@ -161,7 +161,7 @@ impl ProcessSite {
             agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
             agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
             agent.tls.reload_interval_ms = TLS_RELOAD_INTERVAL_MS;
-            agent.metrics_addr = Some(crate::scrape::free_tcp_addr()?);
+            agent.metrics_addr = Some(testkit::ports::free_tcp_addr()?);
             let path = krane_config_path(site.dir.path(), region);
             std::fs::write(&path, agent.to_toml_string())
                 .with_context(|| format!("writing {}", path.display()))?;
@@ -174,21 +174,20 @@ impl ProcessSite {
     }
 
     /// `ctrl serve --config node-ID.toml`, its log appended to
-    /// `node-ID.log`; panics if it cannot start (for tests).
+    /// `node-ID.log`, returning once it serves; panics if it cannot start
+    /// (for tests).
     pub fn start_node(&mut self, id: u64) {
         self.try_start_node(id).expect("ctrl serve starts");
     }
 
     /// [`ProcessSite::start_node`], an error if it cannot start.
     pub fn try_start_node(&mut self, id: u64) -> Result<()> {
-        let mut command = super::process::tied_to_parent(&self.ctrl);
-        command
-            .args(["serve", "--config"])
-            .arg(node_config_path(self.dir.path(), id))
-            .env("CTRL_LOG", "info")
-            .env("NO_COLOR", "1");
+        let config = node_config_path(self.dir.path(), id);
         let log = self.dir.path().join(format!("node-{id}.log"));
-        let process = Process::start(command, &log)?;
+        let process = super::process::ctrl_serve(&self.ctrl, &config, &log)
+            .env("CTRL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .spawn()?;
         self.nodes.insert(id, process);
         Ok(())
     }
