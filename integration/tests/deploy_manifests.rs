@@ -12,12 +12,13 @@ use config::{AgentConfig, ConfigFile, NodeConfig};
 use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
+use integration::requests;
 use k8s_sim::resources::{
     CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
 };
 use serde::Deserialize;
 use serde_json::Value;
-use wire::operator::{ApplyPolicy, ApplySentinel};
+use wire::operator::ApplyPolicy;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -136,18 +137,10 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
 /// applied and deleted while krane was stopped (krane then finds the
 /// object by its id label).
 async fn sentinel_and_policy(fleet: &mut Fleet, operator: &Operator) {
-    let sentinel = ApplySentinel {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        app_id: "app".into(),
-        environment_id: "env".into(),
-        region: REGION.into(),
-        image: Some("sentinel:1".into()),
-        replicas: Some(1),
-        cpu_millicores: None,
-        memory_mib: None,
-        deadline_ms: None,
-    };
+    let sentinel = requests::sentinel("env", REGION)
+        .image("sentinel:1")
+        .replicas(1)
+        .build();
     let sentinel_id = operator.apply_sentinel(sentinel).await.unwrap();
     let name = sentinel_id.replacen("snt_", "snt-", 1);
     let sim = &fleet.region(REGION).sim;
