@@ -32,6 +32,31 @@ pub const KRANE_STOP_TIMEOUT_MS: u64 = 10_000;
 /// How long a fresh or restarted multi-node fleet may take to elect a leader.
 pub const ELECTION_TIMEOUT_MS: u64 = 20_000;
 
+/// krane's reconnect timings a test site runs with: [`Timings::FAST`]
+/// leaves a stopped or killed node quickly, where the defaults (seconds)
+/// would make a failover test wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The first reconnect wait, in milliseconds.
+    pub reconnect_backoff_min_ms: u64,
+    /// The longest reconnect wait, in milliseconds.
+    pub reconnect_backoff_max_ms: u64,
+}
+
+impl Timings {
+    /// The preset of the tests that kill, stop or compact under a krane.
+    pub const FAST: Timings = Timings {
+        reconnect_backoff_min_ms: 50,
+        reconnect_backoff_max_ms: 200,
+    };
+
+    /// Sets these timings in a krane's config.
+    pub fn apply(self, agent: &mut AgentConfig) {
+        agent.reconnect_backoff_min_ms = self.reconnect_backoff_min_ms;
+        agent.reconnect_backoff_max_ms = self.reconnect_backoff_max_ms;
+    }
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
@@ -87,6 +112,13 @@ impl FleetConfig {
             heartbeat_interval_ms: config::agent::DEFAULT_HEARTBEAT_INTERVAL_MS,
             configure_node: |_| {},
         }
+    }
+
+    /// Every krane with [`Timings::FAST`].
+    pub fn fast(mut self) -> FleetConfig {
+        self.reconnect_backoff_min_ms = Timings::FAST.reconnect_backoff_min_ms;
+        self.reconnect_backoff_max_ms = Timings::FAST.reconnect_backoff_max_ms;
+        self
     }
 }
 

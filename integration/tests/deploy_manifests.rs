@@ -67,9 +67,7 @@ fn granted() -> BTreeSet<(String, String, String)> {
 async fn krane_cluster_role_grants_exactly_what_krane_uses() {
     bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-        config.reconnect_backoff_min_ms = 50;
-        config.reconnect_backoff_max_ms = 100;
+        let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
         let mut fleet = Fleet::start(config).await.unwrap();
         let operator = fleet.operator().unwrap();
         // With a secret: krane applies, watches and deletes its Secret.

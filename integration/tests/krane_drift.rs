@@ -63,9 +63,7 @@ async fn krane_repairs_drift_while_ctrl_is_down_and_changes_nothing_when_it_retu
 
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
     let mut fleet = Fleet::start(config).await.unwrap();
     let operator = fleet.operator().unwrap();
 

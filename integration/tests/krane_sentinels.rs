@@ -33,9 +33,8 @@ const US: &str = "us-east";
 const EU: &str = "eu-west";
 
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config =
+        FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect()).fast();
     Fleet::start(config).await.expect("fleet starts")
 }
 

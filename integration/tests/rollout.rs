@@ -39,9 +39,8 @@ const SENTINEL_NAMESPACE: &str = "sentinel";
 const FIRST: &str = "sentinel:1";
 
 async fn fleet(dir: &tempfile::TempDir) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), REGIONS.iter().map(|r| r.to_string()).collect());
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config =
+        FleetConfig::new(dir.path(), REGIONS.iter().map(|r| r.to_string()).collect()).fast();
     Fleet::start(config).await.expect("fleet starts")
 }
 

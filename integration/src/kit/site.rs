@@ -27,14 +27,11 @@ use super::operator::Operator;
 use super::process::Process;
 use super::wait::wait_until;
 use crate::cluster::{Planned, plan, plan_behind_relays};
+use crate::fleet::Timings;
 use crate::relay::{Faults, Relay};
 
 /// Bound on the nodes agreeing on a leader, and on the first init.
 pub const LEADER_WAIT: Duration = Duration::from_secs(30);
-/// Krane's reconnect backoff: a killed node is left quickly.
-pub const BACKOFF_MIN_MS: u64 = 50;
-/// The longest reconnect wait, in milliseconds.
-pub const BACKOFF_MAX_MS: u64 = 200;
 /// How often krane reads its TLS files again: a renewal is picked up
 /// quickly.
 pub const TLS_RELOAD_INTERVAL_MS: u64 = 200;
@@ -158,8 +155,8 @@ impl ProcessSite {
             );
             agent.kubeconfig = Some(kubeconfig);
             agent.data_dir = site.dir.path().join(format!("krane-{region}"));
-            agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
-            agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
+            // A killed node is left quickly.
+            Timings::FAST.apply(&mut agent);
             agent.tls.reload_interval_ms = TLS_RELOAD_INTERVAL_MS;
             agent.metrics_addr = Some(testkit::ports::free_tcp_addr()?);
             let path = krane_config_path(site.dir.path(), region);
