@@ -26,6 +26,7 @@ use k8s_sim::{SimConfig, Simulator};
 
 use crate::kit::operator::Operator;
 use crate::kit::process::Cli;
+pub use crate::plan::Timings;
 
 /// How long a krane may take to stop after it is told to.
 pub const KRANE_STOP_TIMEOUT_MS: u64 = 10_000;
@@ -87,6 +88,13 @@ impl FleetConfig {
             heartbeat_interval_ms: config::agent::DEFAULT_HEARTBEAT_INTERVAL_MS,
             configure_node: |_| {},
         }
+    }
+
+    /// Every krane with [`Timings::FAST`].
+    pub fn fast(mut self) -> FleetConfig {
+        self.reconnect_backoff_min_ms = Timings::FAST.reconnect_backoff_min_ms;
+        self.reconnect_backoff_max_ms = Timings::FAST.reconnect_backoff_max_ms;
+        self
     }
 }
 
@@ -220,7 +228,8 @@ impl Fleet {
             agent.reconnect_backoff_min_ms = config.reconnect_backoff_min_ms;
             agent.reconnect_backoff_max_ms = config.reconnect_backoff_max_ms;
             agent.heartbeat_interval_ms = config.heartbeat_interval_ms;
-            agent.metrics_addr = Some(free_tcp_addr()?);
+            // Written before krane starts (and the sandbox prints it).
+            agent.metrics_addr = Some(testkit::ports::free_tcp_addr()?);
             let agent_path = dir.join(format!("krane-{name}.toml"));
             write(&agent_path, &agent.to_toml_string())?;
             let mut region = Region {
@@ -392,18 +401,10 @@ fn node_addrs(ids: &[u64], base_port: u16) -> Result<Vec<SocketAddr>> {
             } else if ids.len() == 1 {
                 Ok(SocketAddr::from(([127, 0, 0, 1], 0)))
             } else {
-                let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
-                Ok(socket.local_addr()?)
+                testkit::ports::free_udp_addr()
             }
         })
         .collect()
-}
-
-/// A free TCP port on loopback, for a krane's metrics listener (its config
-/// is written before it starts, and the sandbox prints it).
-fn free_tcp_addr() -> Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
 }
 
 /// Initialises a fresh multi-node cluster from node 1 (a restarted fleet

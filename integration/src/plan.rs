@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Result;
-use config::{NodeConfig, OperatorConfig, TlsFiles};
+
+use config::{AgentConfig, NodeConfig, OperatorConfig, TlsFiles};
 
 use crate::relay::{Faults, Relay};
 
@@ -119,13 +120,32 @@ fn certs_and_addrs(dir: &Path, count: u64) -> Result<(PathBuf, Vec<SocketAddr>)>
     )?;
     let addrs = ids
         .iter()
-        .map(|_| free_loopback_udp())
+        .map(|_| testkit::ports::free_udp_addr())
         .collect::<Result<Vec<_>>>()?;
     Ok((certs, addrs))
 }
 
-/// A loopback UDP address free at the time of the call.
-fn free_loopback_udp() -> Result<SocketAddr> {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0")?;
-    Ok(socket.local_addr()?)
+/// krane's reconnect timings a test site runs with: [`Timings::FAST`]
+/// leaves a stopped or killed node quickly, where the defaults (seconds)
+/// would make a failover test wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// The first reconnect wait, in milliseconds.
+    pub reconnect_backoff_min_ms: u64,
+    /// The longest reconnect wait, in milliseconds.
+    pub reconnect_backoff_max_ms: u64,
+}
+
+impl Timings {
+    /// The preset of the tests that kill, stop or compact under a krane.
+    pub const FAST: Timings = Timings {
+        reconnect_backoff_min_ms: 50,
+        reconnect_backoff_max_ms: 200,
+    };
+
+    /// Sets these timings in a krane's config.
+    pub fn apply(self, agent: &mut AgentConfig) {
+        agent.reconnect_backoff_min_ms = self.reconnect_backoff_min_ms;
+        agent.reconnect_backoff_max_ms = self.reconnect_backoff_max_ms;
+    }
 }

@@ -4,19 +4,20 @@
 //! with the others only for the machine.
 //!
 //! The nodes are children of the calling binary, started with the
-//! arguments it names plus `--config FILE`; the child side is
+//! arguments it names plus `--config FILE` through the shared process
+//! harness ([`testkit::process`]: output captured to `node-ID.log`, killed
+//! on drop, tied to the parent); the child side is
 //! [`serve_until_stdin_closes`]. A child stops when its stdin closes, so
 //! nodes never outlive the benchmark that started them, even if it dies.
 
+use std::io::Read;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use config::{ConfigFile, NodeConfig, OperatorConfig};
 use node::client::{Client, ClientError};
-use std::io::Read;
-use tokio::process::{Child, Command};
+use testkit::process::{Process, Start, log_tail, tied_to_parent};
 use wire::operator::request::{InitCluster, NodeStatus};
 
 use crate::kit::wait::wait_until;
@@ -34,7 +35,8 @@ pub struct ProcessCluster {
     pub configs: Vec<NodeConfig>,
     /// Names every node.
     pub operator: OperatorConfig,
-    children: Vec<Child>,
+    /// Node `i + 1`'s process at index `i`; `None` once killed.
+    children: Vec<Option<Process>>,
     /// How a node is started: the program and its leading arguments.
     exe: std::path::PathBuf,
     args: Vec<String>,
@@ -75,7 +77,7 @@ impl ProcessCluster {
         }
         for id in 1..=count {
             let child = cluster.spawn(id)?;
-            cluster.children.push(child);
+            cluster.children.push(Some(child));
         }
         let started = match tokio::time::timeout(START_TIMEOUT, cluster.initialise()).await {
             Ok(started) => started,
@@ -91,35 +93,27 @@ impl ProcessCluster {
     /// The last lines of every node's log, for an error.
     fn log_tails(&self) -> String {
         const LINES: usize = 20;
-        let mut out = String::from("node logs:");
-        for config in &self.configs {
-            let path = self.dir.path().join(format!("node-{}.log", config.node_id));
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| format!("({e})"));
-            let lines: Vec<&str> = text.lines().collect();
-            out += &format!("\n--- node {} ---\n", config.node_id);
-            out += &lines[lines.len().saturating_sub(LINES)..].join("\n");
-        }
-        out
+        let tails: Vec<String> = self
+            .configs
+            .iter()
+            .map(|c| log_tail(&self.log_path(c.node_id), LINES))
+            .collect();
+        format!("node logs:\n{}", tails.join("\n"))
     }
 
-    /// Starts node `id`'s process (its config already written), its log
-    /// appended to `node-ID.log`.
-    fn spawn(&self, id: u64) -> Result<Child> {
+    fn log_path(&self, id: u64) -> std::path::PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// Starts node `id`'s process (its config already written), its
+    /// output appended to `node-ID.log`.
+    fn spawn(&self, id: u64) -> Result<Process> {
         let path = self.dir.path().join(format!("node-{id}.toml"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("node-{id}.log")))?;
-        Command::new(&self.exe)
-            .args(&self.args)
-            .arg("--config")
-            .arg(&path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true)
+        let mut command = tied_to_parent(&self.exe);
+        command.args(&self.args).arg("--config").arg(&path);
+        Start::new(command, &self.log_path(id))
+            .piped_stdin()
             .spawn()
-            .with_context(|| format!("cannot start {}", self.exe.display()))
     }
 
     fn index(id: u64) -> Result<usize> {
@@ -129,14 +123,13 @@ impl ProcessCluster {
 
     /// SIGKILLs node `id` and reaps it.
     pub async fn kill(&mut self, id: u64) -> Result<()> {
-        let child = self
+        let slot = self
             .children
             .get_mut(Self::index(id)?)
             .context("no such node")?;
-        child.start_kill()?;
-        tokio::time::timeout(STOP_TIMEOUT, child.wait())
-            .await
-            .context("a killed node did not exit")??;
+        if let Some(child) = slot.take() {
+            child.kill();
+        }
         Ok(())
     }
 
@@ -144,13 +137,16 @@ impl ProcessCluster {
     pub async fn restart(&mut self, id: u64) -> Result<()> {
         let index = Self::index(id)?;
         let child = self.spawn(id)?;
-        *self.children.get_mut(index).context("no such node")? = child;
+        *self.children.get_mut(index).context("no such node")? = Some(child);
         Ok(())
     }
 
     /// The process ids of the running nodes, node 1 first.
     pub fn pids(&self) -> Vec<Option<u32>> {
-        self.children.iter().map(Child::id).collect()
+        self.children
+            .iter()
+            .map(|c| c.as_ref().map(Process::pid))
+            .collect()
     }
 
     /// An operator config for node `id` alone.
@@ -211,19 +207,22 @@ impl ProcessCluster {
         Ok(())
     }
 
-    /// Closes every node's stdin and waits (bounded) for them to exit.
+    /// Closes every node's stdin and waits (bounded) for them to exit; a
+    /// node still running then is killed.
     pub async fn shutdown(mut self) {
-        for child in &mut self.children {
-            drop(child.stdin.take());
+        let mut children: Vec<Process> = self.children.drain(..).flatten().collect();
+        for child in &mut children {
+            child.close_stdin();
         }
-        for child in &mut self.children {
-            if tokio::time::timeout(STOP_TIMEOUT, child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
+        // The exits are awaited on a thread: each wait blocks.
+        let _ = tokio::task::spawn_blocking(move || {
+            for mut child in children {
+                if child.wait_exit(STOP_TIMEOUT).is_err() {
+                    child.kill();
+                }
             }
-        }
+        })
+        .await;
     }
 }
 

@@ -1,12 +1,13 @@
 //! Operator requests the benchmarks and tests send, built in one place:
-//! [`deployment`] starts a `CreateDeployment` with small defaults that a
-//! test changes only where it matters to it; [`add_region`] registers a
-//! region ([`TEST_REGIONS`] are registered by every harness).
+//! [`deployment`] starts a `CreateDeployment` and [`sentinel`] an
+//! `ApplySentinel`, each with small defaults that a test changes only
+//! where it matters to it; [`add_region`] registers a region
+//! ([`TEST_REGIONS`] are registered by every harness).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use wire::operator::request::AddRegion;
+use wire::operator::request::{AddRegion, ApplySentinel};
 use wire::operator::{CreateDeployment, OperatorRequest};
 
 /// The regions the test harnesses (fleet, test and process clusters)
@@ -140,4 +141,67 @@ pub fn create_deployment_with_replicas<R: Into<String>>(
     replicas: u32,
 ) -> CreateDeployment {
     deployment(regions).replicas(replicas).build()
+}
+
+/// An `ApplySentinel` of environment `environment_id` in `region`, owned
+/// by workspace `ws`, project `proj`, app `app`; no image, replicas, size
+/// or deadline (a new sentinel needs an image: [`SentinelBuilder::image`]).
+pub fn sentinel(environment_id: impl Into<String>, region: impl Into<String>) -> SentinelBuilder {
+    SentinelBuilder(ApplySentinel {
+        workspace_id: "ws".into(),
+        project_id: "proj".into(),
+        app_id: "app".into(),
+        environment_id: environment_id.into(),
+        region: region.into(),
+        image: None,
+        replicas: None,
+        cpu_millicores: None,
+        memory_mib: None,
+        deadline_ms: None,
+    })
+}
+
+/// An `ApplySentinel` under construction (see [`sentinel`]).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SentinelBuilder(ApplySentinel);
+
+impl SentinelBuilder {
+    /// The proxy image to run.
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.0.image = Some(image.into());
+        self
+    }
+
+    /// Replicas (`None`: keep the current number, a default when new).
+    pub fn replicas(mut self, replicas: impl Into<Option<u32>>) -> Self {
+        self.0.replicas = replicas.into();
+        self
+    }
+
+    /// Each replica's CPU and memory.
+    pub fn size(mut self, cpu_millicores: u32, memory_mib: u32) -> Self {
+        self.0.cpu_millicores = Some(cpu_millicores);
+        self.0.memory_mib = Some(memory_mib);
+        self
+    }
+
+    /// The workspace, project and app the sentinel belongs to.
+    pub fn owner(mut self, workspace_id: &str, project_id: &str, app_id: &str) -> Self {
+        self.0.workspace_id = workspace_id.into();
+        self.0.project_id = project_id.into();
+        self.0.app_id = app_id.into();
+        self
+    }
+
+    /// How long the change may take to converge, in milliseconds.
+    pub fn deadline_ms(mut self, ms: u64) -> Self {
+        self.0.deadline_ms = Some(ms);
+        self
+    }
+
+    /// The request.
+    pub fn build(self) -> ApplySentinel {
+        self.0
+    }
 }

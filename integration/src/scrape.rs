@@ -37,11 +37,7 @@ pub fn gauge(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
-/// A loopback TCP address free at the time of the call.
-pub fn free_tcp_addr() -> Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
-}
+pub use testkit::ports::free_tcp_addr;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use config::{AgentConfig, ConfigFile, PeerConfig, TlsFiles};
 use integration::cluster::TestCluster;
+use integration::fleet::Timings;
 use integration::kit::krane::{self, Krane};
 use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::STATEFUL_SETS;
@@ -56,8 +57,7 @@ fn write_agent_config(dir: &std::path::Path, sim: &Simulator, endpoints: &[Socke
     sim.write_kubeconfig(&kubeconfig).unwrap();
     agent.kubeconfig = Some(kubeconfig);
     agent.data_dir = dir.join(format!("krane-{REGION}"));
-    agent.reconnect_backoff_min_ms = 50;
-    agent.reconnect_backoff_max_ms = 200;
+    Timings::FAST.apply(&mut agent);
     std::fs::write(dir.join("krane.toml"), agent.to_toml_string()).unwrap();
 }
 

@@ -104,11 +104,9 @@ async fn the_leader_compacts_and_a_watch_behind_the_floor_must_resync() {
 async fn krane_behind_the_floor_full_syncs_at_once_and_converges() {
     bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
         config.configure_node = compacting;
         config.start_kranes = false;
-        config.reconnect_backoff_min_ms = 50;
-        config.reconnect_backoff_max_ms = 100;
         let mut fleet = Fleet::start(config).await.expect("fleet starts");
         let operator = fleet.operator().unwrap();
 

@@ -12,12 +12,13 @@ use config::{AgentConfig, ConfigFile, NodeConfig};
 use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
+use integration::requests;
 use k8s_sim::resources::{
     CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
 };
 use serde::Deserialize;
 use serde_json::Value;
-use wire::operator::{ApplyPolicy, ApplySentinel};
+use wire::operator::ApplyPolicy;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(20);
@@ -66,9 +67,7 @@ fn granted() -> BTreeSet<(String, String, String)> {
 async fn krane_cluster_role_grants_exactly_what_krane_uses() {
     bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-        config.reconnect_backoff_min_ms = 50;
-        config.reconnect_backoff_max_ms = 100;
+        let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
         let mut fleet = Fleet::start(config).await.unwrap();
         let operator = fleet.operator().unwrap();
         // With a secret: krane applies, watches and deletes its Secret.
@@ -136,18 +135,10 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
 /// applied and deleted while krane was stopped (krane then finds the
 /// object by its id label).
 async fn sentinel_and_policy(fleet: &mut Fleet, operator: &Operator) {
-    let sentinel = ApplySentinel {
-        workspace_id: "ws".into(),
-        project_id: "proj".into(),
-        app_id: "app".into(),
-        environment_id: "env".into(),
-        region: REGION.into(),
-        image: Some("sentinel:1".into()),
-        replicas: Some(1),
-        cpu_millicores: None,
-        memory_mib: None,
-        deadline_ms: None,
-    };
+    let sentinel = requests::sentinel("env", REGION)
+        .image("sentinel:1")
+        .replicas(1)
+        .build();
     let sentinel_id = operator.apply_sentinel(sentinel).await.unwrap();
     let name = sentinel_id.replacen("snt_", "snt-", 1);
     let sim = &fleet.region(REGION).sim;

@@ -50,10 +50,8 @@ fn configure(config: &mut NodeConfig) {
 }
 
 async fn site(dir: &tempfile::TempDir) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), REGIONS.map(String::from).to_vec());
+    let mut config = FleetConfig::new(dir.path(), REGIONS.map(String::from).to_vec()).fast();
     config.failing_images = vec![BROKEN_IMAGE.into()];
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
     config.configure_node = configure;
     Fleet::start(config).await.expect("the site starts")
 }

@@ -51,10 +51,8 @@ async fn agents_keep_converging_through_a_leader_kill() {
 
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), REGIONS.map(String::from).to_vec());
+    let mut config = FleetConfig::new(dir.path(), REGIONS.map(String::from).to_vec()).fast();
     config.nodes = 3;
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 300;
     let mut fleet = Fleet::start(config).await.unwrap();
     let operator = fleet.operator().unwrap();
 

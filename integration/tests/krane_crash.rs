@@ -127,9 +127,7 @@ async fn krane_killed_mid_batch_and_with_queued_reports_converges_and_loses_noth
 
 async fn scenario(binary: &Path) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
     let mut fleet = Fleet::start(config).await.expect("fleet starts");
     let operator = fleet.operator().expect("operator client");
     // A first deployment, applied by the fleet's in-process krane (its

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::wait::bounded;
+use integration::requests;
 use k8s_sim::View;
 use k8s_sim::resources::{DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS};
 use tokio::time::Instant;
 use wire::model::Health;
-use wire::operator::{ApplySentinel, CreateDeployment};
+use wire::operator::CreateDeployment;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on one wait for convergence.
@@ -62,9 +63,7 @@ async fn krane_repairs_drift_while_ctrl_is_down_and_changes_nothing_when_it_retu
 
 async fn scenario() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
     let mut fleet = Fleet::start(config).await.unwrap();
     let operator = fleet.operator().unwrap();
 
@@ -74,18 +73,13 @@ async fn scenario() {
         .unwrap();
     let sts_name = deployment_id.replacen("dep_", "dep-", 1);
     let sentinel_id = operator
-        .apply_sentinel(ApplySentinel {
-            workspace_id: "ws_1".into(),
-            project_id: "proj_1".into(),
-            app_id: "app_1".into(),
-            environment_id: "env_1".into(),
-            region: REGION.into(),
-            image: Some("sentinel:1.0".into()),
-            replicas: Some(2),
-            cpu_millicores: None,
-            memory_mib: None,
-            deadline_ms: None,
-        })
+        .apply_sentinel(
+            requests::sentinel("env_1", REGION)
+                .owner("ws_1", "proj_1", "app_1")
+                .image("sentinel:1.0")
+                .replicas(2)
+                .build(),
+        )
         .await
         .unwrap();
     let sentinel_name = sentinel_id.replacen("snt_", "snt-", 1);

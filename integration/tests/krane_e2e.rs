@@ -38,10 +38,9 @@ const EU: &str = "eu-west";
 const BROKEN_IMAGE: &str = "registry.invalid/broken:1";
 
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
+    let mut config =
+        FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect()).fast();
     config.failing_images = vec![BROKEN_IMAGE.into()];
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
     Fleet::start(config).await.expect("fleet starts")
 }
 

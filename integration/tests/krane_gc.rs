@@ -95,9 +95,7 @@ spec:
 async fn a_full_sync_deletes_exactly_the_managed_stale_objects() {
     bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-        config.reconnect_backoff_min_ms = 50;
-        config.reconnect_backoff_max_ms = 100;
+        let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
         let mut fleet = Fleet::start(config).await.unwrap();
         let operator = fleet.operator().unwrap();
         let id = operator

@@ -79,11 +79,9 @@ async fn scenario(binary: &Path) {
     let started = std::time::Instant::now();
     let phase = |name: &str| eprintln!("[{:>6} ms] {name}", started.elapsed().as_millis());
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
     config.failing_images = vec![BROKEN_IMAGE.into()];
     config.start_kranes = false;
-    config.reconnect_backoff_min_ms = 100;
-    config.reconnect_backoff_max_ms = 300;
     // Frequent heartbeats: they carry krane's stored cursor to ctrl.
     config.heartbeat_interval_ms = HEARTBEAT_INTERVAL_MS;
     let fleet = Fleet::start(config).await.expect("the site starts");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use integration::fleet::{Fleet, FleetConfig, Region};
 use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
+use integration::requests;
 use k8s_sim::View;
 use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES};
 use node::client::ClientError;
@@ -32,25 +33,18 @@ const US: &str = "us-east";
 const EU: &str = "eu-west";
 
 async fn fleet(dir: &tempfile::TempDir, regions: &[&str]) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect());
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config =
+        FleetConfig::new(dir.path(), regions.iter().map(|r| r.to_string()).collect()).fast();
     Fleet::start(config).await.expect("fleet starts")
 }
 
 fn sentinel_request(image: &str, replicas: Option<u32>) -> ApplySentinel {
-    ApplySentinel {
-        workspace_id: "ws_1".into(),
-        project_id: "proj_1".into(),
-        app_id: "app_1".into(),
-        environment_id: "env_1".into(),
-        region: US.into(),
-        image: Some(image.into()),
-        replicas,
-        cpu_millicores: Some(300),
-        memory_mib: Some(384),
-        deadline_ms: None,
-    }
+    requests::sentinel("env_1", US)
+        .owner("ws_1", "proj_1", "app_1")
+        .image(image)
+        .replicas(replicas)
+        .size(300, 384)
+        .build()
 }
 
 async fn apply_sentinel(operator: &Operator, image: &str, replicas: Option<u32>) -> String {

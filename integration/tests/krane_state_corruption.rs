@@ -51,10 +51,8 @@ async fn a_corrupted_state_file_is_moved_aside_and_krane_converges_by_a_full_syn
 
 async fn scenario(binary: &Path) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
+    let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
     config.start_kranes = false;
-    config.reconnect_backoff_min_ms = 100;
-    config.reconnect_backoff_max_ms = 300;
     let fleet = Fleet::start(config).await.expect("the site starts");
     let operator = fleet.operator().expect("operator client");
     let region = fleet.region(REGION);

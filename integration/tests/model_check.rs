@@ -42,6 +42,7 @@ use agent::state::LocalState;
 use agent::watch::{WatchLoop, WatchStatus};
 use config::{AgentConfig, CompactionSettings, NodeConfig, TlsFiles};
 use integration::cluster::TestNode;
+use integration::requests;
 use node::boot::RunningNode;
 use node::client::{Client, ClientError};
 use proptest::prelude::*;
@@ -55,7 +56,7 @@ use tokio::task::JoinHandle;
 use wire::Pk;
 use wire::model::{DesiredState, Resource, ResourceKey, ResourceType};
 use wire::operator::request::{DeletePolicy, SetDesiredState, StopSentinel};
-use wire::operator::{ApplyPolicy, ApplySentinel, Operation};
+use wire::operator::{ApplyPolicy, Operation};
 
 /// Cases per run unless `MODEL_CHECK_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 12;
@@ -613,18 +614,10 @@ async fn step(
             region: r,
             replicas,
         } => {
-            let request = ApplySentinel {
-                workspace_id: "ws".into(),
-                project_id: "proj".into(),
-                app_id: "app".into(),
-                environment_id: format!("env-{env}"),
-                region: region(*r).into(),
-                image: Some(format!("sentinel:1.{replicas}")),
-                replicas: Some(*replicas),
-                cpu_millicores: None,
-                memory_mib: None,
-                deadline_ms: None,
-            };
+            let request = requests::sentinel(format!("env-{env}"), region(*r))
+                .image(format!("sentinel:1.{replicas}"))
+                .replicas(*replicas)
+                .build();
             if let Some(deployed) = call(client, request).await? {
                 let sentinel_id = deployed.sentinel_id;
                 model

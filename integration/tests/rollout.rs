@@ -21,10 +21,11 @@ use std::time::Duration;
 use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::operator::Operator;
 use integration::kit::wait::{bounded, wait_until};
+use integration::requests;
 use k8s_sim::resources::DEPLOYMENTS;
 use tokio::time::Instant;
 use wire::model::SentinelDeployStatus;
-use wire::operator::{ApplySentinel, RolloutCommand};
+use wire::operator::RolloutCommand;
 use wire::rollout::{DEFAULT_WAVE_PERCENTS, MemberState, RolloutOptions, RolloutState};
 
 /// Bound on each test.
@@ -38,9 +39,8 @@ const SENTINEL_NAMESPACE: &str = "sentinel";
 const FIRST: &str = "sentinel:1";
 
 async fn fleet(dir: &tempfile::TempDir) -> Fleet {
-    let mut config = FleetConfig::new(dir.path(), REGIONS.iter().map(|r| r.to_string()).collect());
-    config.reconnect_backoff_min_ms = 50;
-    config.reconnect_backoff_max_ms = 200;
+    let config =
+        FleetConfig::new(dir.path(), REGIONS.iter().map(|r| r.to_string()).collect()).fast();
     Fleet::start(config).await.expect("fleet starts")
 }
 
@@ -50,18 +50,12 @@ async fn sentinels(operator: &Operator) -> Vec<String> {
     for region in REGIONS {
         for env in 0..PER_REGION {
             let id = operator
-                .apply_sentinel(ApplySentinel {
-                    workspace_id: "ws".into(),
-                    project_id: "proj".into(),
-                    app_id: "app".into(),
-                    environment_id: format!("env-{env}"),
-                    region: region.into(),
-                    image: Some(FIRST.into()),
-                    replicas: Some(1),
-                    cpu_millicores: None,
-                    memory_mib: None,
-                    deadline_ms: None,
-                })
+                .apply_sentinel(
+                    requests::sentinel(format!("env-{env}"), region)
+                        .image(FIRST)
+                        .replicas(1)
+                        .build(),
+                )
                 .await
                 .expect("apply a sentinel");
             ids.push(id);

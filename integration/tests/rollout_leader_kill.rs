@@ -22,12 +22,12 @@ use integration::kit::binaries;
 use integration::kit::operator::Operator;
 use integration::kit::site::ProcessSite;
 use integration::kit::wait::{bounded, wait_until, within};
+use integration::requests;
 use k8s_sim::resources::DEPLOYMENTS;
 use node::client::Client;
 use tokio::time::Instant;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::{Pk, Resource, SentinelDeployStatus};
-use wire::operator::ApplySentinel;
 use wire::rollout::{MemberState, RolloutEventKind, RolloutOptions, RolloutState};
 
 /// Bound on the whole scenario (building the binaries comes before it).
@@ -97,18 +97,12 @@ async fn a_rollout_continues_on_a_new_leader_without_restarting_a_wave() {
         for region in REGIONS {
             for env in 0..PER_REGION {
                 let id = operator
-                    .apply_sentinel(ApplySentinel {
-                        workspace_id: "ws".into(),
-                        project_id: "proj".into(),
-                        app_id: "app".into(),
-                        environment_id: format!("env-{env}"),
-                        region: region.into(),
-                        image: Some(OLD.into()),
-                        replicas: Some(1),
-                        cpu_millicores: None,
-                        memory_mib: None,
-                        deadline_ms: None,
-                    })
+                    .apply_sentinel(
+                        requests::sentinel(format!("env-{env}"), region)
+                            .image(OLD)
+                            .replicas(1)
+                            .build(),
+                    )
                     .await
                     .expect("apply a sentinel");
                 ids.push(id);

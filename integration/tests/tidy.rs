@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The workspace's own crates, by folder.
-const MEMBERS: [&str; 8] = [
+const MEMBERS: [&str; 9] = [
     "wire",
     "storage",
     "config",
@@ -23,6 +23,7 @@ const MEMBERS: [&str; 8] = [
     "agent",
     "integration",
     "integration/k8s-sim",
+    "integration/testkit",
 ];
 
 /// Dependency sections of a Cargo.toml.
@@ -39,11 +40,15 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("transport", BTreeSet::from(["wire"])),
         // The simulator knows nothing of the product.
         ("k8s-sim", BTreeSet::new()),
-        // ctrl and krane never depend on each other, nor on the harness;
-        // krane does not link ctrl's storage.
+        // The process harness runs the product's binaries and links none
+        // of its crates, so node's own tests can use it.
+        ("testkit", BTreeSet::new()),
+        // ctrl and krane never depend on each other, nor on the harness
+        // (node's process tests use the process harness only); krane does
+        // not link ctrl's storage.
         (
             "node",
-            BTreeSet::from(["wire", "storage", "config", "transport"]),
+            BTreeSet::from(["wire", "storage", "config", "transport", "testkit"]),
         ),
         ("agent", BTreeSet::from(["wire", "config", "transport"])),
         (
@@ -56,6 +61,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "node",
                 "agent",
                 "k8s-sim",
+                "testkit",
             ]),
         ),
     ])

@@ -468,9 +468,7 @@ data:
 async fn the_secret_is_repaired_and_collected_like_the_other_objects() {
     bounded(TEST_TIMEOUT, async {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = FleetConfig::new(dir.path(), vec![REGION.into()]);
-        config.reconnect_backoff_min_ms = 50;
-        config.reconnect_backoff_max_ms = 100;
+        let config = FleetConfig::new(dir.path(), vec![REGION.into()]).fast();
         let mut fleet = Fleet::start(config).await.expect("the site starts");
         let operator = fleet.operator().unwrap();
         let request = integration::requests::deployment([REGION])

@@ -73,7 +73,9 @@ fn a_fatal_storage_error_stops_the_node_with_a_non_zero_exit() {
             }
         }
     }
-    let status = node.child.wait().expect("the node's exit status");
+    let status = node
+        .wait_exit(EXIT_TIMEOUT)
+        .expect("the node's exit status");
     let log = lines.join("\n");
     assert!(!status.success(), "exit status {status}; log:\n{log}");
     let stopping = lines

@@ -3,12 +3,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{START_TIMEOUT, Site, ctrl_bin};
+use common::{Site, ctrl_bin};
+use testkit::process::Stream;
 
 /// Bound on the node's first log lines.
 const LOG_TIMEOUT: Duration = Duration::from_secs(20);
@@ -16,33 +14,13 @@ const LOG_TIMEOUT: Duration = Duration::from_secs(20);
 /// Starts `ctrl serve` with `args`, waits until it serves, stops it, and
 /// returns its stderr lines.
 fn serve_logs(site: &Site, args: &[&str]) -> Vec<String> {
-    let mut child = Command::new(ctrl_bin())
-        .args(["serve", "--config"])
-        .arg(site.node_config())
+    let log = site.path().join("node.log");
+    let mut node = testkit::process::ctrl_serve(ctrl_bin(), &site.node_config(), &log)
         .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .lines_of(Stream::Stderr)
         .spawn()
-        .expect("spawn ctrl serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("serving on") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let (line_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let served = rx.recv_timeout(START_TIMEOUT);
+        .unwrap_or_else(|e| panic!("ctrl serve did not start: {e:#}"));
+    let lines = node.take_lines().expect("stderr lines are kept");
     // The node logs "serving" once it is up; wait for that line.
     let mut seen = Vec::new();
     while let Ok(line) = lines.recv_timeout(LOG_TIMEOUT) {
@@ -52,9 +30,7 @@ fn serve_logs(site: &Site, args: &[&str]) -> Vec<String> {
             break;
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(served.is_ok(), "ctrl serve did not start: {seen:#?}");
+    node.kill();
     seen
 }
 

@@ -355,7 +355,7 @@ fn sigkill_loses_no_acknowledged_write_and_cursors_survive() {
     assert_eq!(synced.sentinel_environments.len(), 10);
     assert_eq!(synced.policies.len(), 20);
     drop(before);
-    node.kill9();
+    node.kill();
 
     let _node = site.start();
     // A restarted node applies its log's tail once it leads again; before

@@ -61,7 +61,6 @@ mod apply;
 pub mod command;
 pub mod counts;
 pub mod error;
-pub mod mutations;
 pub mod read;
 pub mod snapshot;
 pub mod tables;
@@ -74,6 +73,7 @@ use std::sync::Mutex;
 
 use redb::{Database, ReadableDatabase, StorageBackend, WriteTransaction};
 
+pub use command::mutations;
 pub use command::{
     ACTOR_BYTES_MAX, ApplyEntry, ApplyResult, COMPACT_ROWS_MAX, Caller, ClusterIdentity, Command,
     Fingerprint, Guard, Mutation, MutationResult, Outcome, REQUESTS_MAX, RaftMeta,

@@ -20,20 +20,19 @@ impl Krane {
     /// `krane run --config CONFIG`, its log (`KRANE_LOG=info`) appended to
     /// `log`.
     pub fn start(binary: &Path, config: &Path, log: &Path) -> Result<Krane> {
-        let mut command = super::process::tied_to_parent(binary);
-        command
-            .args(["run", "--config"])
-            .arg(config)
-            .env("KRANE_LOG", "info")
-            .env("NO_COLOR", "1");
         Ok(Krane {
-            process: Process::start(command, log)?,
+            process: super::process::krane_run(binary, config, log).spawn()?,
         })
     }
 
-    /// SIGKILL: a crash.
+    /// SIGKILL: a crash; returns once its last output is in its log.
     pub fn kill(self) {
         self.process.kill();
+    }
+
+    /// The running process.
+    pub fn process(&self) -> &Process {
+        &self.process
     }
 }
 

@@ -11,6 +11,9 @@
 //! - [`ctrl`] and [`kubectl`]: the two command lines tests run, as `Cli`s;
 //! - [`binaries`] builds the real `ctrl` and `krane`, and [`krane`] runs
 //!   krane as a child process;
+//!
+//! [`wait`], [`binaries`] and [`process`] are the shared process harness,
+//! [`testkit`] (which node's own process tests use too), re-exported;
 //! - [`site`]: three `ctrl serve` processes with a simulator and a krane
 //!   process per region, for the leader-kill tests.
 //!
@@ -18,11 +21,11 @@
 //! kranes), [`crate::cluster`] (nodes only) and [`crate::processes`];
 //! operator requests are built by [`crate::requests`].
 
-pub mod binaries;
 pub mod ctrl;
 pub mod krane;
 pub mod kubectl;
 pub mod operator;
 pub mod process;
 pub mod site;
-pub mod wait;
+
+pub use testkit::{binaries, wait};

@@ -26,15 +26,11 @@ use super::krane::Krane;
 use super::operator::Operator;
 use super::process::Process;
 use super::wait::wait_until;
-use crate::plan::{Planned, plan, plan_behind_relays};
+use crate::plan::{Planned, Timings, plan, plan_behind_relays};
 use crate::relay::{Faults, Relay};
 
 /// Bound on the nodes agreeing on a leader, and on the first init.
 pub const LEADER_WAIT: Duration = Duration::from_secs(30);
-/// Krane's reconnect backoff: a killed node is left quickly.
-pub const BACKOFF_MIN_MS: u64 = 50;
-/// The longest reconnect wait, in milliseconds.
-pub const BACKOFF_MAX_MS: u64 = 200;
 /// How often krane reads its TLS files again: a renewal is picked up
 /// quickly.
 pub const TLS_RELOAD_INTERVAL_MS: u64 = 200;
@@ -158,10 +154,10 @@ impl ProcessSite {
             );
             agent.kubeconfig = Some(kubeconfig);
             agent.data_dir = site.dir.path().join(format!("krane-{region}"));
-            agent.reconnect_backoff_min_ms = BACKOFF_MIN_MS;
-            agent.reconnect_backoff_max_ms = BACKOFF_MAX_MS;
+            // A killed node is left quickly.
+            Timings::FAST.apply(&mut agent);
             agent.tls.reload_interval_ms = TLS_RELOAD_INTERVAL_MS;
-            agent.metrics_addr = Some(crate::scrape::free_tcp_addr()?);
+            agent.metrics_addr = Some(testkit::ports::free_tcp_addr()?);
             let path = krane_config_path(site.dir.path(), region);
             std::fs::write(&path, agent.to_toml_string())
                 .with_context(|| format!("writing {}", path.display()))?;
@@ -174,21 +170,20 @@ impl ProcessSite {
     }
 
     /// `ctrl serve --config node-ID.toml`, its log appended to
-    /// `node-ID.log`; panics if it cannot start (for tests).
+    /// `node-ID.log`, returning once it serves; panics if it cannot start
+    /// (for tests).
     pub fn start_node(&mut self, id: u64) {
         self.try_start_node(id).expect("ctrl serve starts");
     }
 
     /// [`ProcessSite::start_node`], an error if it cannot start.
     pub fn try_start_node(&mut self, id: u64) -> Result<()> {
-        let mut command = super::process::tied_to_parent(&self.ctrl);
-        command
-            .args(["serve", "--config"])
-            .arg(node_config_path(self.dir.path(), id))
-            .env("CTRL_LOG", "info")
-            .env("NO_COLOR", "1");
+        let config = node_config_path(self.dir.path(), id);
         let log = self.dir.path().join(format!("node-{id}.log"));
-        let process = Process::start(command, &log)?;
+        let process = super::process::ctrl_serve(&self.ctrl, &config, &log)
+            .env("CTRL_LOG", "info")
+            .env("NO_COLOR", "1")
+            .spawn()?;
         self.nodes.insert(id, process);
         Ok(())
     }

@@ -41,17 +41,9 @@ impl Cluster {
     pub(crate) fn new(n: u64, extra_toml: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
-        let ids: Vec<String> = (1..=n).map(|id| id.to_string()).collect();
-        let out = super::cli::output(
-            Command::new(ctrl_bin())
-                .args(["certs", "init", "--node-ids", &ids.join(","), "--dir"])
-                .arg(&certs),
-        );
-        assert!(
-            out.status.success(),
-            "ctrl certs init failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let ids: Vec<u64> = (1..=n).collect();
+        testkit::certs::init(ctrl_bin(), &certs, &ids, &testkit::certs::REGIONS)
+            .unwrap_or_else(|e| panic!("{e:#}"));
         let addrs = (1..=n).map(|id| (id, free_udp_addr())).collect();
         let cluster = Cluster {
             dir,
@@ -70,16 +62,7 @@ impl Cluster {
     /// A certificate (`ctrl certs add-node`), an address and a config for
     /// one more node, whose peers are all the others; not started.
     pub(crate) fn prepare_node(&mut self, id: u64) -> SocketAddr {
-        let out = super::cli::output(
-            Command::new(ctrl_bin())
-                .args(["certs", "add-node", "--id", &id.to_string(), "--dir"])
-                .arg(&self.certs),
-        );
-        assert!(
-            out.status.success(),
-            "ctrl certs add-node: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        testkit::certs::add_node(ctrl_bin(), &self.certs, id).unwrap_or_else(|e| panic!("{e:#}"));
         let addr = free_udp_addr();
         self.addrs.insert(id, addr);
         self.write_node_config(id);
@@ -91,19 +74,14 @@ impl Cluster {
     }
 
     fn write_node_config(&self, id: u64) {
-        let mut toml = format!(
-            "node_id = {id}\ndata_dir = {data:?}\nlisten_addr = \"{addr}\"\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
-            data = self.dir.path().join(format!("data-{id}")),
-            addr = self.addrs[&id],
-            ca = self.certs.join("ca.pem"),
-            cert = self.certs.join(format!("node-{id}.pem")),
-            key = self.certs.join(format!("node-{id}.key")),
+        let peers: Vec<(u64, SocketAddr)> = self.addrs.iter().map(|(&id, &a)| (id, a)).collect();
+        let mut toml = testkit::configs::node_toml(
+            id,
+            &self.dir.path().join(format!("data-{id}")),
+            self.addrs[&id],
+            &self.certs,
+            &peers,
         );
-        for (peer, addr) in &self.addrs {
-            if *peer != id {
-                toml += &format!("\n[[peers]]\nnode_id = {peer}\naddr = \"{addr}\"\n");
-            }
-        }
         toml += "\n";
         toml += &self.extra_toml;
         std::fs::write(self.node_config(id), toml).expect("write node config");
@@ -124,7 +102,7 @@ impl Cluster {
     /// Stops node `id` as an operator does (SIGTERM) and waits for it.
     pub(crate) fn stop(&mut self, id: u64) {
         if let Some(process) = self.nodes.remove(&id) {
-            process.stop();
+            super::stop(process);
         }
     }
 
@@ -138,18 +116,15 @@ impl Cluster {
 
     /// Sends `signal` (`STOP`, `CONT`) to node `id`'s process.
     pub(crate) fn signal(&self, id: u64, signal: &str) {
-        let pid = self.nodes[&id].child.id().to_string();
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {pid}");
+        self.nodes[&id]
+            .signal(signal)
+            .unwrap_or_else(|e| panic!("node {id}: {e:#}"));
     }
 
     /// SIGKILLs node `id`.
     pub(crate) fn kill(&mut self, id: u64) {
         if let Some(process) = self.nodes.remove(&id) {
-            process.kill9();
+            process.kill();
         }
     }
 
@@ -160,19 +135,10 @@ impl Cluster {
             .dir
             .path()
             .join(format!("operator-{}.toml", names.join("-")));
-        let endpoints: Vec<String> = ids
-            .iter()
-            .map(|id| format!("\"{}\"", self.addrs[id]))
-            .collect();
+        let endpoints: Vec<SocketAddr> = ids.iter().map(|id| self.addrs[id]).collect();
         std::fs::write(
             &path,
-            format!(
-                "endpoints = [{}]\n\n[tls]\nca_cert = {:?}\ncert = {:?}\nkey = {:?}\n",
-                endpoints.join(", "),
-                self.certs.join("ca.pem"),
-                self.certs.join("operator.pem"),
-                self.certs.join("operator.key"),
-            ),
+            testkit::configs::operator_toml(&endpoints, &self.certs, "operator"),
         )
         .expect("write operator config");
         path

@@ -1,6 +1,8 @@
-//! Helpers for tests that run `ctrl` as a real process: certificates,
-//! config files, a node process whose readiness is read from its output,
-//! CLI calls, and waiting for the deploy workflow to start a deployment.
+//! Helpers for tests that run `ctrl` as a real process, on the shared
+//! process harness ([`testkit`]): a site's certificates and config files,
+//! a node process whose readiness is read from its output (its log in the
+//! site's directory, quoted when a test fails), CLI calls, and waiting
+//! for the deploy workflow to start a deployment.
 
 #![allow(dead_code)]
 
@@ -9,24 +11,31 @@ pub(crate) mod cluster;
 pub(crate) mod deployments;
 
 use std::cell::Cell;
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Bound on waiting for a node to report that it serves.
-pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(20);
+use testkit::process::{Process, Start, Stream};
 
-pub(crate) fn ctrl_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ctrl")
+/// A running `ctrl serve`; SIGKILLed when dropped.
+pub(crate) use testkit::process::Process as NodeProcess;
+
+/// Bound on waiting for a node to report that it serves.
+pub(crate) const START_TIMEOUT: Duration = testkit::process::READY_TIMEOUT;
+/// Bound on a node exiting after SIGTERM.
+pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The `ctrl` binary cargo built for these tests.
+pub(crate) fn ctrl_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ctrl"))
 }
 
 /// A free UDP port on loopback (bound, then released).
 pub(crate) fn free_udp_addr() -> SocketAddr {
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    socket.local_addr().expect("local addr")
+    testkit::ports::free_udp_addr().expect("a free UDP port")
 }
 
 /// A test cluster directory: certificates, a node config, an operator config.
@@ -41,17 +50,8 @@ impl Site {
     pub(crate) fn new() -> Site {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
-        let out = cli::output(
-            Command::new(ctrl_bin())
-                .args(["certs", "init", "--dir"])
-                .arg(&certs)
-                .args(["--regions", "us-east,eu-west"]),
-        );
-        assert!(
-            out.status.success(),
-            "ctrl certs init failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        testkit::certs::init(ctrl_bin(), &certs, &[1], &testkit::certs::REGIONS)
+            .unwrap_or_else(|e| panic!("{e:#}"));
         let addr = free_udp_addr();
         let site = Site {
             dir,
@@ -60,7 +60,7 @@ impl Site {
         };
         std::fs::write(
             site.node_config(),
-            node_toml(&site.data_dir(), addr, &certs),
+            testkit::configs::node_toml(1, &site.data_dir(), addr, &certs, &[]),
         )
         .unwrap();
         std::fs::write(
@@ -151,161 +151,86 @@ impl Site {
         id
     }
 
-    /// Starts `ctrl watch -o json` with its stdout piped, lines on a channel.
+    /// Starts `ctrl watch -o json` with its stdout lines on a channel.
     pub(crate) fn watch(&self, region: &str, cursor: u64) -> Watcher {
         spawn_watch(&self.operator_config(), region, cursor)
     }
 }
 
+/// Watches started, which name their logs.
+static WATCHES: AtomicU64 = AtomicU64::new(0);
+
 /// Starts `ctrl watch -o json` with `operator` as its config, its stdout
-/// piped, lines on a channel.
+/// lines on a channel; its log beside the operator config.
 pub(crate) fn spawn_watch(operator: &Path, region: &str, cursor: u64) -> Watcher {
-    let mut child = Command::new(ctrl_bin())
-        .args([
-            "watch",
-            "--region",
-            region,
-            "--cursor",
-            &cursor.to_string(),
-            "-o",
-            "json",
-        ])
-        .env("CTRL_CONFIG", operator)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+    let mut command = testkit::process::tied_to_parent(ctrl_bin());
+    command
+        .args(["watch", "--region", region, "--cursor", &cursor.to_string()])
+        .args(["-o", "json"])
+        .env("CTRL_CONFIG", operator);
+    let n = WATCHES.fetch_add(1, Ordering::Relaxed);
+    let log = operator.with_file_name(format!("watch-{region}-{n}.log"));
+    let mut process = Start::new(command, &log)
+        .lines_of(Stream::Stdout)
         .spawn()
-        .expect("spawn ctrl watch");
-    let lines = spawn_line_reader(child.stdout.take().expect("stdout"));
-    Watcher { child, lines }
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let lines = process.take_lines().expect("stdout lines are kept");
+    Watcher { process, lines }
+}
+
+/// The log of the node whose config is at `config`: `node.toml` logs to
+/// `node.log`, beside it.
+fn node_log(config: &Path) -> PathBuf {
+    config.with_extension("log")
 }
 
 /// Starts `ctrl serve --config PATH` and waits until it says it serves.
 pub(crate) fn start_node(config: &Path) -> NodeProcess {
-    spawn_serving(config, Stdio::inherit()).0
+    spawn_serving(ctrl_bin(), config, None).0
 }
 
-/// [`start_node`] with the node's stderr (its log) piped: its lines on a
-/// channel, which ends once the process closes stderr (it exited).
+/// [`start_node`] with the node's stderr (its log) lines on a channel,
+/// which ends once the process closes its output (it exited).
 pub(crate) fn start_node_logged(config: &Path) -> (NodeProcess, mpsc::Receiver<String>) {
-    let (node, log) = spawn_serving(config, Stdio::piped());
-    (node, log.expect("stderr piped"))
+    let (node, log) = spawn_serving(ctrl_bin(), config, Some(Stream::Stderr));
+    (node, log.expect("stderr lines are kept"))
 }
 
 /// [`start_node`] with another `ctrl` binary (a previous release).
 pub(crate) fn start_node_bin(bin: &Path, config: &Path) -> NodeProcess {
-    spawn_serving_bin(bin, config, Stdio::inherit()).0
+    spawn_serving(bin, config, None).0
 }
 
-fn spawn_serving(config: &Path, stderr: Stdio) -> (NodeProcess, Option<mpsc::Receiver<String>>) {
-    spawn_serving_bin(Path::new(ctrl_bin()), config, stderr)
-}
-
-fn spawn_serving_bin(
+fn spawn_serving(
     bin: &Path,
     config: &Path,
-    stderr: Stdio,
+    lines: Option<Stream>,
 ) -> (NodeProcess, Option<mpsc::Receiver<String>>) {
-    let mut child = Command::new(bin)
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn ctrl serve");
-    let log = child.stderr.take().map(spawn_line_reader);
-    let rx = spawn_line_reader(child.stdout.take().expect("stdout"));
-    loop {
-        match rx.recv_timeout(START_TIMEOUT) {
-            Ok(line) if line.contains("serving on") => break,
-            Ok(_) => continue,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("ctrl serve did not report serving within {START_TIMEOUT:?}");
-            }
-        }
+    let mut start = testkit::process::ctrl_serve(bin, config, &node_log(config));
+    if let Some(stream) = lines {
+        start = start.lines_of(stream);
     }
-    (NodeProcess { child }, log)
+    let mut node = start.spawn().unwrap_or_else(|e| panic!("{e:#}"));
+    let lines = node.take_lines();
+    (node, lines)
 }
 
-fn spawn_line_reader(output: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(output).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-pub(crate) fn node_toml(data_dir: &Path, addr: SocketAddr, certs: &Path) -> String {
-    format!(
-        "node_id = 1\ndata_dir = {data:?}\nlisten_addr = \"{addr}\"\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
-        data = data_dir,
-        ca = certs.join("ca.pem"),
-        cert = certs.join("node-1.pem"),
-        key = certs.join("node-1.key"),
-    )
-}
-
+/// An operator config naming the node at `addr`, with the certificate
+/// `name` from `certs`.
 pub(crate) fn operator_toml(addr: SocketAddr, certs: &Path, name: &str) -> String {
-    format!(
-        "endpoints = [\"{addr}\"]\n\n[tls]\nca_cert = {ca:?}\ncert = {cert:?}\nkey = {key:?}\n",
-        ca = certs.join("ca.pem"),
-        cert = certs.join(format!("{name}.pem")),
-        key = certs.join(format!("{name}.key")),
-    )
+    testkit::configs::operator_toml(&[addr], certs, name)
 }
 
-/// A running `ctrl serve`; killed when dropped.
-pub(crate) struct NodeProcess {
-    pub child: Child,
+/// Stops `node` as an operator does (SIGTERM) and waits for it to exit,
+/// at most [`STOP_TIMEOUT`].
+pub(crate) fn stop(node: NodeProcess) {
+    node.terminate(STOP_TIMEOUT)
+        .unwrap_or_else(|e| panic!("stopping ctrl: {e:#}"));
 }
 
-/// Bound on a node exiting after SIGTERM.
-pub(crate) const STOP_TIMEOUT: Duration = Duration::from_secs(20);
-
-impl NodeProcess {
-    /// SIGKILL: no chance to flush or close anything.
-    pub(crate) fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, as an operator stops a node, and waits for it to exit
-    /// (at most [`STOP_TIMEOUT`], polled: a child's exit has no event to
-    /// await here).
-    pub(crate) fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -TERM {pid}");
-        let deadline = std::time::Instant::now() + STOP_TIMEOUT;
-        while self.child.try_wait().expect("wait for ctrl").is_none() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "ctrl did not exit within {STOP_TIMEOUT:?} of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A running `ctrl watch`.
+/// A running `ctrl watch`; SIGKILLed when dropped.
 pub(crate) struct Watcher {
-    pub child: Child,
+    pub process: Process,
     pub lines: mpsc::Receiver<String>,
 }
 
@@ -324,12 +249,5 @@ impl Watcher {
         if let Ok(line) = self.lines.recv_timeout(wait) {
             panic!("unexpected watch event {line}");
         }
-    }
-}
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -18,12 +18,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt;
 use integration::fleet::{Fleet, FleetConfig};
+use integration::requests;
 use integration::stats::Summary;
 use node::client::Client;
 use wire::agent::{ResourceChange, WatchEvent};
 use wire::model::{Resource, Sentinel, SentinelDeployStatus};
 use wire::operator::request::{ListSentinels, RolloutStatus};
-use wire::operator::{ApplySentinel, SENTINEL_DEADLINE_MS_DEFAULT, StartRollout};
+use wire::operator::{SENTINEL_DEADLINE_MS_DEFAULT, StartRollout};
 use wire::rollout::{DEFAULT_WAVE_PERCENTS, Rollout, RolloutOptions, RolloutState};
 
 use crate::print_summary;
@@ -123,18 +124,13 @@ pub(crate) async fn rollout_bench(sentinels: usize, count: usize) -> Result<()> 
         .map(|i| {
             let client = client.clone();
             async move {
-                let request = ApplySentinel {
-                    workspace_id: "ws".into(),
-                    project_id: "proj".into(),
-                    app_id: "app".into(),
-                    environment_id: format!("env-{}", i / REGIONS.len()),
-                    region: REGIONS[i % REGIONS.len()].into(),
-                    image: Some("sentinel:0".into()),
-                    replicas: Some(1),
-                    cpu_millicores: None,
-                    memory_mib: None,
-                    deadline_ms: None,
-                };
+                let request = requests::sentinel(
+                    format!("env-{}", i / REGIONS.len()),
+                    REGIONS[i % REGIONS.len()],
+                )
+                .image("sentinel:0")
+                .replicas(1)
+                .build();
                 client.call(request).await
             }
         })

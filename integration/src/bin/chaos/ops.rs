@@ -13,9 +13,7 @@ use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::DesiredState;
 use wire::operator::request::{DeletePolicy, Rollback, SetDesiredState};
-use wire::operator::{
-    ApplyPolicy, ApplySentinel, OperatorRequest, OperatorResponse, RequestId, StartRollout,
-};
+use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse, RequestId, StartRollout};
 use wire::rollout::RolloutOptions;
 
 use crate::rng::Rng;
@@ -283,19 +281,13 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
             to: None,
         }
         .into(),
-        Kind::SentinelApply => ApplySentinel {
-            workspace_id: WORKSPACE.into(),
-            project_id: PROJECT.into(),
-            app_id: APP.into(),
-            environment_id: environment,
-            region,
-            image: Some((*rng.pick(&IMAGES)?).to_string()),
-            replicas: Some(1),
-            cpu_millicores: None,
-            memory_mib: None,
-            deadline_ms: Some(SENTINEL_DEADLINE_MS),
-        }
-        .into(),
+        Kind::SentinelApply => integration::requests::sentinel(environment, region)
+            .owner(WORKSPACE, PROJECT, APP)
+            .image(*rng.pick(&IMAGES)?)
+            .replicas(1)
+            .deadline_ms(SENTINEL_DEADLINE_MS)
+            .build()
+            .into(),
         Kind::PolicyApply => ApplyPolicy {
             workspace_id: WORKSPACE.into(),
             environment_id: environment.clone(),

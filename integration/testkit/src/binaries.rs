@@ -1,22 +1,22 @@
 //! The real `krane` and `ctrl` binaries, for the tests that run them as
-//! child processes ([`super::krane`], [`super::ctrl`]).
+//! child processes.
 //!
 //! Cargo hands a test the path of a binary of its own package only
 //! (`CARGO_BIN_EXE_<name>`), and krane and ctrl belong to `agent` and
-//! `node`, which this crate depends on as libraries. So [`krane`] builds
-//! krane, once per test process, with `cargo build -p agent --bin krane`
-//! (a no-op when it is up to date, a link of `agent`'s `main` on a clean
-//! checkout: its library and dependencies are already built for this
-//! crate), into the target directory and profile the calling test was
-//! built in (read from the test executable's path,
-//! `<target>/<profile>/deps/<test>`), and takes the binary's path from
-//! cargo's JSON messages; [`ctrl`] builds ctrl the same way. A build is
-//! bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN` and `CTRL_BIN` name prebuilt
-//! binaries instead (for a cross-compiled layout, or to test a release
-//! build). A binary of this package (`chaos`), which cargo puts beside
-//! `ctrl` and `krane` in `<target>/<profile>/`, uses the ones beside it
-//! (build them first: `cargo build -p node --bin ctrl -p agent --bin
-//! krane`); it never builds into another target directory.
+//! `node`. So [`krane`] builds krane, once per test process, with `cargo
+//! build -p agent --bin krane` (a no-op when it is up to date, a link of
+//! `agent`'s `main` on a clean checkout: its library and dependencies are
+//! already built for the calling crate), into the target directory and
+//! profile the calling test was built in (read from the test executable's
+//! path, `<target>/<profile>/deps/<test>`), and takes the binary's path
+//! from cargo's JSON messages; [`ctrl`] builds ctrl the same way. A build
+//! is bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN` and `CTRL_BIN` name
+//! prebuilt binaries instead (for a cross-compiled layout, or to test a
+//! release build). A binary that is not a test (`chaos`, `bench`), which
+//! cargo puts beside `ctrl` and `krane` in `<target>/<profile>/`, uses the
+//! ones beside it (build them first: `cargo build -p node --bin ctrl -p
+//! agent --bin krane`); it never builds into another target directory.
+//! Node's own tests have `CARGO_BIN_EXE_ctrl` and need none of this.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -117,7 +117,7 @@ fn executable(messages: &str, bin: &str) -> Option<PathBuf> {
 
 async fn build(package: &str, bin: &str) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let mut command = tokio::process::Command::new(cargo);
     command
         .args(["build", "-p", package, "--bin", bin])

@@ -5,9 +5,10 @@
 //!
 //! Prefer awaiting an event where the code offers one: the simulator's
 //! `Simulator::wait_until` (woken by every change), a krane's status
-//! channel (`fleet::Region::wait_krane`), a node's applied-pk or Raft
-//! metrics channels, and the node's long-poll deployment call
-//! ([`crate::kit::operator::Operator::wait_deployment`]).
+//! channel (`integration::fleet::Region::wait_krane`), a node's applied-pk
+//! or Raft metrics channels, the node's long-poll deployment call
+//! (`integration::kit::operator::Operator::wait_deployment`), and a
+//! child's output ([`crate::process::Start::ready_on`]).
 
 use std::fmt::Debug;
 use std::future::Future;

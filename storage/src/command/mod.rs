@@ -21,7 +21,9 @@ use wire::rollout::{RolloutOptions, RolloutState};
 // the command.
 pub use wire::rules::Guard;
 
-use crate::mutations::{
+pub mod mutations;
+
+use mutations::{
     AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
     DeploySentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
     ReportInstances, Request, Rollback, SetDesiredState, SetRegionSchedulable, UpdateDeployment,

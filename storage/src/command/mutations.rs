@@ -13,8 +13,8 @@ use wire::model::{
 };
 
 #[cfg(doc)]
-use crate::command::{ACTOR_BYTES_MAX, COMPACT_ROWS_MAX, Caller};
-use crate::command::{Fingerprint, Mutation, Outcome};
+use super::{ACTOR_BYTES_MAX, COMPACT_ROWS_MAX, Caller};
+use super::{Fingerprint, Mutation, Outcome};
 
 /// Writes the deployment row (as filled by the leader: id, `pending`,
 /// its workflow record, timestamps), creates its environment on the
