@@ -28,6 +28,7 @@ pub const CALL_ATTEMPTS_MAX: usize = 3;
 
 /// Talking to ctrl failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CtrlError {
     /// No configured endpoint resolved; the endpoints tried.
     #[error("no ctrl endpoint resolves to an address ({0})")]

@@ -35,6 +35,7 @@ pub const KNOWN_NAMESPACES_MAX: usize = 1_024;
 
 /// A Kubernetes operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum K8sError {
     /// The kubeconfig file could not be read or used.
     #[error("cannot read kubeconfig {}: {source}", path.display())]

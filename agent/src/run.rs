@@ -37,6 +37,7 @@ pub const REPORTER_START_WAIT_MS: u64 = 5_000;
 
 /// krane could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// The local state could not be opened.
     #[error(transparent)]

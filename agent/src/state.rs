@@ -105,6 +105,7 @@ struct AppliedRow {
 
 /// A local-state operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StateError {
     /// The state file could not be opened.
     #[error("{}: {source}", path.display())]

@@ -82,6 +82,7 @@ pub const APPLY_RETRY_MAX_MS: u64 = 1_000;
 
 /// One stream ended, or could not go on.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WatchError {
     /// Talking to ctrl failed.
     #[error(transparent)]

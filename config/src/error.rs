@@ -13,6 +13,7 @@ use std::path::PathBuf;
 /// /etc/ctrl/node.toml: field "raft.election_timeout_min_ms": must be less than election_timeout_max_ms (got 500 >= 300)
 /// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read (missing, unreadable, not UTF-8).
     #[error("{}: cannot read: {error}", path.display())]

@@ -134,6 +134,7 @@ pub struct Verified {
 
 /// Why a backup file is refused; each names what is wrong.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackupError {
     /// Not a backup file.
     #[error("not a ctrl backup file (bad magic)")]

@@ -117,6 +117,7 @@ impl RunningNode {
 /// Why a node did not start; each names the file, address or setting at
 /// fault.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The data directory could not be created.
     #[error("cannot create the data directory {} (data_dir): {source}", path.display())]

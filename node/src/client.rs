@@ -22,6 +22,7 @@ use wire::{ErrorCode, Pk, WireError};
 
 /// Why an operator call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// Connecting, TLS or framing failed.
     #[error(transparent)]

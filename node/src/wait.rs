@@ -25,6 +25,7 @@ pub const POLL_INTERVAL_MS: u64 = 100;
 
 /// The deployment did not become ready.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WaitError {
     /// The call to the cluster failed.
     #[error(transparent)]

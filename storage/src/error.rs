@@ -13,6 +13,7 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// A failure of the storage layer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// The database file could not be opened or created.
     #[error("cannot open the state database {location}: {source}")]

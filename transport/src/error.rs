@@ -11,6 +11,7 @@ use wire::{ErrorCode, WireError};
 
 /// Generating, loading or reading a certificate failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CertError {
     /// A CA already exists where one would be written.
     #[error(
@@ -117,6 +118,7 @@ impl fmt::Display for ConnectFailure {
 
 /// Anything on the network path failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransportError {
     /// Loading or checking a certificate failed.
     #[error(transparent)]

@@ -38,6 +38,7 @@ const HEADER: &str = "# ctrl secrets keys: `KEY_ID HEX` a line; the first seals,
 
 /// Why a key file cannot be used, or a value not sealed or opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SealError {
     /// The key file cannot be read or written.
     #[error("key file {path}: {source}")]

@@ -25,6 +25,7 @@ pub const RETAINED_BYTES_MAX: usize = 64 * 1024;
 
 /// Why a frame could not be encoded, read or decoded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FrameError {
     /// A payload longer than the limit.
     #[error("frame of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]

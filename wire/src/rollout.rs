@@ -26,6 +26,7 @@ pub const ROLLOUT_REASON_BYTES_MAX: usize = 512;
 
 /// Why wave percentages are refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WavesError {
     /// No percentage, or more than [`WAVES_MAX`].
     #[error("between 1 and {WAVES_MAX} wave percentages are needed, got {0}")]

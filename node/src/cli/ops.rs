@@ -257,7 +257,8 @@ pub(super) async fn deploy(config: &OperatorConfig, args: DeployArgs) -> Result<
             let code = match &e {
                 WaitError::Ended { .. } => EXIT_FAILED,
                 WaitError::Timeout { .. } => EXIT_TIMEOUT,
-                WaitError::Client(_) => EXIT_REFUSED,
+                // A call that failed, and any failure added later.
+                _ => EXIT_REFUSED,
             };
             Err(Exit {
                 code,

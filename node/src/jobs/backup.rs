@@ -38,6 +38,7 @@ pub const DIR_ENTRIES_MAX: usize = 100_000;
 
 /// Why one scheduled backup failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackupJobError {
     /// A file or directory operation failed.
     #[error("{what} {}: {source}", path.display())]

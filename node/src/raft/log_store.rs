@@ -98,6 +98,7 @@ pub const WRITE_OPS_PER_COMMIT_MAX: usize = 1_024;
 /// Why the Raft log could not be opened. The messages leave the path to
 /// the caller.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LogStoreError {
     /// redb failed (the file is not a database, I/O, …).
     #[error(transparent)]

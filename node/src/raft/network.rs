@@ -269,6 +269,7 @@ struct PeerError(String);
 
 /// Why a forwarded write has no outcome.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ForwardError {
     /// The leader answered with an error (it may no longer lead).
     Refused(wire::WireError),

@@ -136,6 +136,7 @@ impl NodeState {
 
 /// Raft stopped on its own; the node cannot go on.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum FatalError {
     /// openraft's fatal error: a storage error of the Raft log or the
     /// state machine (or its snapshots), or a panic in its core.

@@ -21,6 +21,7 @@ use crate::replica::NodeState;
 
 /// Why serving one stream stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServeError {
     /// The stream or its framing failed.
     #[error(transparent)]

@@ -106,6 +106,7 @@ pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;
 
 /// Why a write got no outcome from the batcher.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum BatchError {
     /// Raft did not commit the batch.
     #[error(transparent)]
