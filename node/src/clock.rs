@@ -1,4 +1,5 @@
-//! Time and randomness, passed in so tests can control them. The leader
+//! Time and randomness, passed in so tests can control them: wall time is
+//! `wire::clock`'s (krane's too), randomness this crate's own. The leader
 //! stamps both into commands before proposing; apply never reads either.
 //!
 //! A node's clock is a [`StampClock`] over the system clock: the time it
@@ -10,28 +11,19 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A source of wall-clock time and fresh ids.
-pub trait Clock: Send + Sync {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
+pub use wire::clock::SystemClock;
+
+/// ctrl's clock: the wall time of [`wire::clock::Clock`] (the one clock of
+/// ctrl and krane) and the randomness of fresh ids, which only ctrl's
+/// leader draws.
+pub trait Clock: wire::clock::Clock {
     /// A fresh random id suffix.
     fn random_u64(&self) -> u64;
 }
 
-/// The system clock and the thread-local random generator.
-#[derive(Debug, Default)]
-pub struct SystemClock;
-
+/// The system's clock, with the thread-local random generator.
 impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-    }
-
     fn random_u64(&self) -> u64 {
         rand::random()
     }
@@ -66,7 +58,7 @@ impl std::fmt::Debug for StampClock {
     }
 }
 
-impl Clock for StampClock {
+impl wire::clock::Clock for StampClock {
     fn now_ms(&self) -> u64 {
         let now_ms = self
             .source
@@ -75,7 +67,9 @@ impl Clock for StampClock {
         let before_ms = self.last_ms.fetch_max(now_ms, Ordering::AcqRel);
         before_ms.max(now_ms)
     }
+}
 
+impl Clock for StampClock {
     fn random_u64(&self) -> u64 {
         self.source.random_u64()
     }
@@ -120,16 +114,20 @@ fn push_base32(out: &mut String, value: u128, chars: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wire::clock::Clock as _;
 
     struct Stepping {
         now_ms: AtomicU64,
         random: AtomicU64,
     }
 
-    impl Clock for Stepping {
+    impl wire::clock::Clock for Stepping {
         fn now_ms(&self) -> u64 {
             self.now_ms.fetch_add(1, Ordering::Relaxed)
         }
+    }
+
+    impl Clock for Stepping {
         fn random_u64(&self) -> u64 {
             self.random
                 .fetch_sub(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
@@ -154,10 +152,13 @@ mod tests {
     /// A clock set by hand.
     struct Manual(AtomicU64);
 
-    impl Clock for Manual {
+    impl wire::clock::Clock for Manual {
         fn now_ms(&self) -> u64 {
             self.0.load(Ordering::Relaxed)
         }
+    }
+
+    impl Clock for Manual {
         fn random_u64(&self) -> u64 {
             0
         }
@@ -197,10 +198,13 @@ mod tests {
     #[test]
     fn the_time_part_spells_the_milliseconds() {
         struct Fixed;
-        impl Clock for Fixed {
+        impl wire::clock::Clock for Fixed {
             fn now_ms(&self) -> u64 {
                 33
             }
+        }
+
+        impl Clock for Fixed {
             fn random_u64(&self) -> u64 {
                 u64::MAX
             }

@@ -30,10 +30,13 @@ pub(crate) struct CountingClock {
     random: AtomicU64,
 }
 
-impl Clock for CountingClock {
+impl wire::clock::Clock for CountingClock {
     fn now_ms(&self) -> u64 {
         NOW_MS
     }
+}
+
+impl Clock for CountingClock {
     fn random_u64(&self) -> u64 {
         self.random.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -42,10 +45,13 @@ impl Clock for CountingClock {
 /// Always the time it holds, and randomness 0.
 pub(crate) struct FixedTimeClock(pub(crate) u64);
 
-impl Clock for FixedTimeClock {
+impl wire::clock::Clock for FixedTimeClock {
     fn now_ms(&self) -> u64 {
         self.0
     }
+}
+
+impl Clock for FixedTimeClock {
     fn random_u64(&self) -> u64 {
         0
     }

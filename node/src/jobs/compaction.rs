@@ -255,10 +255,13 @@ mod tests {
     /// A clock `ms` after the test node's writes.
     struct Later(u64);
 
-    impl Clock for Later {
+    impl wire::clock::Clock for Later {
         fn now_ms(&self) -> u64 {
             NOW_MS + self.0
         }
+    }
+
+    impl Clock for Later {
         fn random_u64(&self) -> u64 {
             0
         }

@@ -451,11 +451,13 @@ mod tests {
 
     struct FixedClock;
 
-    impl Clock for FixedClock {
+    impl wire::clock::Clock for FixedClock {
         fn now_ms(&self) -> u64 {
             1
         }
+    }
 
+    impl Clock for FixedClock {
         fn random_u64(&self) -> u64 {
             4
         }

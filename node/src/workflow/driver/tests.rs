@@ -15,10 +15,13 @@ use crate::workflow::Workflow;
 #[derive(Default)]
 struct HandClock(AtomicU64);
 
-impl Clock for HandClock {
+impl wire::clock::Clock for HandClock {
     fn now_ms(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+}
+
+impl Clock for HandClock {
     fn random_u64(&self) -> u64 {
         0
     }
