@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use crate::error::ErrorCode;
 use crate::error::WireError;
 use crate::model::{Deployment, Environment, JournalEntry, Pk, Region};
 use crate::notify::{AddEndpoint, Delivery, EndpointView};

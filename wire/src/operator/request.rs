@@ -1,5 +1,5 @@
 //! One type per operator request, each named after its variant of
-//! [`OperatorRequest`](super::OperatorRequest), with the checks a node
+//! [`OperatorRequest`], with the checks a node
 //! makes before acting on it (each error names the field). Its answer type
 //! is its [`Call::Answer`](crate::call::Call::Answer).
 
@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(doc)]
 use super::{
-    CLUSTER_WAIT_MS_MAX, DEPLOYMENT_WAIT_MS_MAX, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
-    SENTINEL_DEADLINE_MS_DEFAULT,
+    CLUSTER_WAIT_MS_MAX, DEPLOYMENT_WAIT_MS_MAX, DeploymentView, LIST_PAGE_MAX, OperatorRequest,
+    SCHEDULE_AFTER_MS_MAX, SENTINEL_DEADLINE_MS_DEFAULT,
 };
 use super::{
     ENV_VALUE_BYTES_MAX, ENV_VARS_MAX, NAME_BYTES_MAX, POLICY_JSON_BYTES_MAX,
