@@ -180,9 +180,13 @@ impl ProcessSite {
     pub fn try_start_node(&mut self, id: u64) -> Result<()> {
         let config = node_config_path(self.dir.path(), id);
         let log = self.dir.path().join(format!("node-{id}.log"));
+        // Not waiting for "serving on": a node started again serves before
+        // it has caught up, and a test's next read should not be steered to
+        // it (the behaviour the leader-kill tests were written against).
         let process = super::process::ctrl_serve(&self.ctrl, &config, &log)
             .env("CTRL_LOG", "info")
             .env("NO_COLOR", "1")
+            .without_ready()
             .spawn()?;
         self.nodes.insert(id, process);
         Ok(())

@@ -117,6 +117,14 @@ impl Start {
         self
     }
 
+    /// Returns from [`Start::spawn`] at once, without waiting for the
+    /// ready line: for a restart whose readiness the caller judges itself
+    /// (a node restarted under load is serving long before it caught up).
+    pub fn without_ready(mut self) -> Start {
+        self.ready = None;
+        self
+    }
+
     /// Keeps the lines of `stream` for [`Process::take_lines`], from the
     /// first one on.
     pub fn lines_of(mut self, stream: Stream) -> Start {
