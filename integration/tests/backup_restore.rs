@@ -46,8 +46,13 @@ fn applied(sim: &Simulator, id: &str) -> bool {
         .is_some()
 }
 
-/// Writes krane's config: the simulator, `endpoints`, its data directory.
-fn write_agent_config(dir: &std::path::Path, sim: &Simulator, endpoints: &[SocketAddr]) {
+/// Writes krane's config: the simulator, `endpoints`, its data directory,
+/// its `/metrics` on a free loopback port (returned).
+fn write_agent_config(
+    dir: &std::path::Path,
+    sim: &Simulator,
+    endpoints: &[SocketAddr],
+) -> SocketAddr {
     let mut agent = AgentConfig::new(
         REGION,
         endpoints.iter().map(|a| (*a).into()).collect(),
@@ -58,7 +63,10 @@ fn write_agent_config(dir: &std::path::Path, sim: &Simulator, endpoints: &[Socke
     agent.kubeconfig = Some(kubeconfig);
     agent.data_dir = dir.join(format!("krane-{REGION}"));
     Timings::FAST.apply(&mut agent);
+    let metrics_addr = testkit::ports::free_tcp_addr().unwrap();
+    agent.metrics_addr = Some(metrics_addr);
     std::fs::write(dir.join("krane.toml"), agent.to_toml_string()).unwrap();
+    metrics_addr
 }
 
 fn free_addr() -> SocketAddr {
@@ -99,7 +107,7 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         let krane_bin = integration::kit::binaries::krane().await.unwrap();
         let sim = Simulator::start(SimConfig::default()).await.unwrap();
         let source_addrs: Vec<SocketAddr> = source.configs.iter().map(|c| c.listen_addr).collect();
-        write_agent_config(&dir, &sim, &source_addrs);
+        let krane_metrics = write_agent_config(&dir, &sim, &source_addrs);
         let krane_data = dir.join(format!("krane-{REGION}"));
         let agent =
             Krane::start(krane_bin, &dir.join("krane.toml"), &dir.join("krane.log")).unwrap();
@@ -172,10 +180,6 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         )
         .await
         .unwrap();
-        agent.kill();
-        let stored = krane::state(krane_bin, &krane_data).await.unwrap();
-        let cursor_before = stored["cursor"].as_u64().expect("a cursor");
-        let syncs_before = stored["full_syncs"].as_u64().expect("a full-sync count");
 
         // Offline verification prints the state's hash and counts.
         let verified = ctrl
@@ -192,6 +196,27 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         );
         let cluster_line = field(&verified, "cluster ");
         let backup_pk: u64 = field(&verified, "last pk ").parse().unwrap();
+        // The object in the cluster comes before krane stores its cursor:
+        // kill it once the cursor it stored is past the backup.
+        wait_until(
+            Instant::now() + STEP_TIMEOUT,
+            "krane to store a cursor past the backup",
+            async || {
+                let text = integration::scrape::get(krane_metrics, "/metrics")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let cursor = integration::scrape::gauge(&text, "krane_cursor_pk");
+                (cursor.is_some_and(|c| c > backup_pk as f64))
+                    .then_some(())
+                    .ok_or(format!("cursor {cursor:?}"))
+            },
+        )
+        .await
+        .unwrap();
+        agent.kill();
+        let stored = krane::state(krane_bin, &krane_data).await.unwrap();
+        let cursor_before = stored["cursor"].as_u64().expect("a cursor");
+        let syncs_before = stored["full_syncs"].as_u64().expect("a full-sync count");
         assert!(
             cursor_before > backup_pk,
             "krane's cursor {cursor_before} is ahead of the backup's last pk {backup_pk}"
@@ -370,7 +395,7 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
         // krane, its cursor ahead of the restored cluster, syncs in full:
         // the deployment the backup never held goes, the other stays, and
         // a deploy made after the restore is applied.
-        write_agent_config(&dir, &sim, &addrs);
+        let _ = write_agent_config(&dir, &sim, &addrs);
         let agent = Krane::start(
             krane_bin,
             &dir.join("krane.toml"),
