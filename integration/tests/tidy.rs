@@ -209,9 +209,11 @@ const NODE_LAYERS: &[&[&str]] = &[
     &["boot"],
     &["server", "jobs"],
     &["replica"],
+    // workflow drives over app's seams; app never uses workflow.
+    &["workflow"],
     // metrics: read by boot and server, and replica counts into it;
     // backup: used by server, jobs and the client.
-    &["app", "workflow", "notify", "metrics", "backup"],
+    &["app", "notify", "metrics", "backup"],
     &["raft", "runtime", "clock"],
 ];
 
