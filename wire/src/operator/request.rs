@@ -1,7 +1,7 @@
 //! One type per operator request, each named after its variant of
-//! [`OperatorRequest`], with the checks a node
-//! makes before acting on it (each error names the field). Its answer type
-//! is its [`Call::Answer`](crate::call::Call::Answer).
+//! [`OperatorRequest`], with the checks a node makes before acting on it
+//! (each error names the field). Its answer type is its
+//! [`Call::Answer`](crate::call::Call::Answer).
 
 use std::collections::BTreeMap;
 
