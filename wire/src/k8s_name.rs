@@ -62,6 +62,18 @@ pub fn sentinel(sentinel_id: &str) -> String {
     prefixed("snt", sentinel_id)
 }
 
+/// The name of a sentinel's routes ConfigMap and of the Role that lets
+/// the sentinel read it (in the sentinel's namespace): its Kubernetes name
+/// (`snt-<id>`) with a `-routes` suffix, kept a DNS label.
+pub fn sentinel_routes(sentinel_k8s_name: &str) -> String {
+    let suffix = "-routes";
+    let mut name = sentinel_k8s_name.to_string();
+    name.truncate(DNS_LABEL_BYTES_MAX - suffix.len());
+    let mut name = name.trim_end_matches('-').to_string();
+    name.push_str(suffix);
+    name
+}
+
 /// The id of a deployment's ingress policy (one per region, in the
 /// deployment's namespace): the deployment's Kubernetes name with a `-net`
 /// suffix, kept a DNS label.

@@ -10,6 +10,8 @@
 //!   sans-I/O decoder, and thin async helpers.
 //! - [`rollout`]: fleet rollouts of a sentinel image (the record, its
 //!   members and events) and the wave plan.
+//! - [`routes`]: the routes document a sentinel serves (JSON, written by
+//!   krane into the sentinel's routes ConfigMap).
 //! - [`hello`]: the version handshake that opens every stream.
 //! - [`k8s_name`]: Kubernetes naming shared by ctrl and krane (derived
 //!   object names, the sentinel namespace, name checks).
@@ -60,6 +62,7 @@ pub mod model;
 pub mod notify;
 pub mod operator;
 pub mod rollout;
+pub mod routes;
 pub mod rules;
 pub mod session;
 pub mod validate;
