@@ -153,6 +153,13 @@ impl Store {
                 None => None,
             };
             match found {
+                Some(tables::SCHEMA_VERSION_MIGRATED_FROM) => {
+                    // 4 → 5: the routes table, created below, starts empty.
+                    let version = SCHEMA_VERSION.to_le_bytes();
+                    metadata
+                        .insert(meta::SCHEMA_VERSION, &version[..])
+                        .ctx_table(OP, name::METADATA)?;
+                }
                 Some(found) if found != SCHEMA_VERSION => {
                     return Err(StorageError::SchemaMismatch {
                         location,
@@ -250,6 +257,7 @@ impl Store {
 fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
     txn.open_table(tables::DEPLOYMENTS)
         .ctx_table(op, name::DEPLOYMENTS)?;
+    txn.open_table(tables::ROUTES).ctx_table(op, name::ROUTES)?;
     txn.open_table(tables::DEPLOYMENT_TOPOLOGY)
         .ctx_table(op, name::DEPLOYMENT_TOPOLOGY)?;
     txn.open_table(tables::SENTINELS)

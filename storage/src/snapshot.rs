@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use wire::model::{
     ApplyReport, CiliumNetworkPolicy, Deployment, DeploymentTopology, Environment, Instance,
-    JournalEntry, Pk, Region, Sentinel, SentinelStatus,
+    JournalEntry, Pk, Region, Route, Sentinel, SentinelStatus,
 };
 
 use wire::notify::{Delivery, DeliveryState, NotifyEndpoint};
@@ -71,6 +71,9 @@ struct SnapshotBody {
     rollouts: Vec<Rollout>,
     /// The cluster's identity (schema 4 on).
     identity: Option<ClusterIdentity>,
+    /// Routes by region and id (schema 5 on; last, so that a schema-4 body
+    /// reads as one with no routes: see [`parse`]).
+    routes: Vec<Route>,
 }
 
 /// What a snapshot holds, read without importing it: its counters, the
@@ -152,6 +155,9 @@ impl Store {
             notify_dropped: view.notify_dropped(),
             rollouts: rows(&view.rollouts, name::ROLLOUTS, |r: &Rollout| r.seq)?,
             identity: view.cluster_identity(),
+            routes: rows(&view.routes, name::ROUTES, |r: &Route| {
+                (r.region.as_str(), r.id.as_str())
+            })?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -233,6 +239,7 @@ pub fn inspect_snapshot(bytes: &[u8]) -> Result<SnapshotSummary> {
             (name::ENVIRONMENTS, len(body.environments.len())),
             (name::REGIONS, len(body.regions.len())),
             (name::ROLLOUTS, len(body.rollouts.len())),
+            (name::ROUTES, len(body.routes.len())),
             (name::NOTIFY_ENDPOINTS, len(body.notify_endpoints.len())),
             (name::DELIVERIES, len(body.deliveries.len())),
             (name::JOURNAL, len(body.journal.len())),
@@ -327,9 +334,10 @@ fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
     // Both slices have the length of their array (HEADER_BYTES layout).
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     let checksum = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
-    if version != SCHEMA_VERSION {
+    if version != SCHEMA_VERSION && version != tables::SCHEMA_VERSION_MIGRATED_FROM {
         return Err(StorageError::invalid_snapshot(format!(
-            "schema version {version}, but this build reads only version {SCHEMA_VERSION}"
+            "schema version {version}, but this build reads only versions {} and {SCHEMA_VERSION}",
+            tables::SCHEMA_VERSION_MIGRATED_FROM
         )));
     }
     let mut actual = Fnv1a::new();
@@ -339,6 +347,15 @@ fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
             "checksum mismatch (truncated or damaged)",
         ));
     }
+    // A schema-4 body is a schema-5 body without its last field, the
+    // routes: an empty list (postcard's length 0) completes it.
+    let migrated;
+    let body = if version == tables::SCHEMA_VERSION_MIGRATED_FROM {
+        migrated = [body, &[0u8][..]].concat();
+        &migrated[..]
+    } else {
+        body
+    };
     match postcard::take_from_bytes::<SnapshotBody>(body) {
         Ok((body, [])) => Ok(body),
         Ok((_, rest)) => Err(StorageError::invalid_snapshot(format!(
@@ -398,6 +415,10 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             .map(|t| (&t.region, &t.deployment_id)),
     )?;
     strictly_ascending(name::ROLLOUTS, body.rollouts.iter().map(|r| r.seq))?;
+    strictly_ascending(
+        name::ROUTES,
+        body.routes.iter().map(|r| (&r.region, &r.id)),
+    )?;
     strictly_ascending(
         name::SENTINELS,
         body.sentinels.iter().map(|s| (&s.region, &s.id)),
@@ -563,6 +584,10 @@ fn validate(body: &SnapshotBody) -> Result<()> {
                 .topologies
                 .iter()
                 .any(|t| (&t.region, &t.deployment_id) == wanted),
+            wire::model::ResourceType::Route => body
+                .routes
+                .binary_search_by(|x| (&x.region, &x.id).cmp(&wanted))
+                .is_err(),
         }
     }) {
         return Err(invalid(format!(
@@ -654,6 +679,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::PENDING_DELIVERIES)?;
     txn.delete_table(tables::ROLLOUTS)
         .ctx_table(OP, name::ROLLOUTS)?;
+    txn.delete_table(tables::ROUTES)
+        .ctx_table(OP, name::ROUTES)?;
     Ok(())
 }
 
@@ -786,6 +813,12 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.rollouts
             .insert(r.seq, bytes.as_slice())
             .ctx_table(OP_IMPORT, name::ROLLOUTS)?;
+    }
+    for r in &body.routes {
+        let bytes = encode("a route", r)?;
+        t.routes
+            .insert((r.region.as_str(), r.id.as_str()), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::ROUTES)?;
     }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])

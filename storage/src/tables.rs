@@ -24,7 +24,12 @@ use crate::command::ClusterIdentity;
 use crate::error::{RedbContext, Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
+
+/// The schema a store is migrated from in place when opened: 5 adds the
+/// `routes` table (empty after the migration: an environment's route is
+/// written at its next deploy, rollback or stop of its live deployment).
+pub const SCHEMA_VERSION_MIGRATED_FROM: u32 = 4;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -81,6 +86,8 @@ pub mod name {
     pub const PENDING_DELIVERIES: &str = "pending_deliveries";
     /// Fleet rollouts by sequence number (the last one is the current).
     pub const ROLLOUTS: &str = "rollouts";
+    /// Routes by region and id.
+    pub const ROUTES: &str = "routes";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -96,6 +103,8 @@ pub const SENTINEL_STATUS: TableDefinition<RegionKey, Bytes> =
 /// `(region, id)` → [`wire::model::CiliumNetworkPolicy`].
 pub const CILIUM_NETWORK_POLICIES: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::CILIUM_NETWORK_POLICIES);
+/// `(region, id)` → [`wire::model::Route`].
+pub const ROUTES: TableDefinition<RegionKey, Bytes> = TableDefinition::new(name::ROUTES);
 /// `(deployment_id, region, pod_name)` → [`wire::model::Instance`].
 pub const INSTANCES: TableDefinition<InstanceKey, Bytes> = TableDefinition::new(name::INSTANCES);
 /// `pk` → [`ChangeRow`]: the change log.

@@ -476,6 +476,7 @@ fn state_formats_match_their_goldens() {
     g.check("tables.notify_endpoints", &[fixtures::notify_endpoint()]);
     g.check("tables.deliveries", &[fixtures::delivery()]);
     g.check("tables.rollouts", &[fixtures::rollout()]);
+    g.check("tables.routes", &[fixtures::route()]);
 
     // Their keys, as redb encodes them.
     g.check_bytes(

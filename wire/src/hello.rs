@@ -21,7 +21,10 @@
 //! ranged one three, postcard varints delimit themselves, and a frame's
 //! payload must be used up). A protocol-4 client is therefore *served* as
 //! long as 4 is in [`PROTOCOL_VERSIONS`]: every message of protocol 5 has
-//! protocol 4's bytes, only the hello differs.
+//! protocol 4's bytes, only the hello differs. Protocol 6 appends the
+//! route resource ([`crate::model::Resource::Route`]); a watch of a
+//! protocol-4 or 5 agent is served without routes
+//! ([`ROUTES_SINCE_VERSION`]), which it could not decode.
 //!
 //! A protocol-4 node cannot read the ranged hello: it refuses the stream
 //! with a [`ErrorCode::BadFrame`] refusal before reading the request
@@ -37,10 +40,16 @@ use crate::frame::{self, FrameError};
 /// The newest version of every protocol in this crate. Bumped on any
 /// change of a message's encoding but a variant appended to an enum (a new
 /// field above all); `tests/golden.rs` pins every message's bytes under it.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
-/// Every protocol version this build speaks. 4 is in: its messages are
-/// byte for byte those of 5, and its hello is still read
+/// The first protocol version whose agents read route resources: a
+/// watch of an older agent skips them (its sentinel keeps its last routes
+/// until that krane is upgraded).
+pub const ROUTES_SINCE_VERSION: u32 = 6;
+
+/// Every protocol version this build speaks. 4 and 5 are in: their
+/// messages are byte for byte those of 6 (6 only appends variants, never
+/// sent to them), and 4's hello is still read
 /// ([`LegacyHello`]). A release raising [`PROTOCOL_VERSION`] keeps the
 /// previous version in range while it can serve it: a rolling upgrade needs
 /// old and new nodes to talk both ways.

@@ -23,14 +23,18 @@ pub enum ResourceType {
     Sentinel,
     /// An environment's network policy in one region ([`CiliumNetworkPolicy`]).
     CiliumNetworkPolicy,
+    /// Which deployments take an environment's traffic in one region
+    /// ([`Route`]; protocol 6 and later).
+    Route,
 }
 
 impl ResourceType {
     /// Every resource type, in declaration order.
-    pub const ALL: [ResourceType; 3] = [
+    pub const ALL: [ResourceType; 4] = [
         ResourceType::DeploymentTopology,
         ResourceType::Sentinel,
         ResourceType::CiliumNetworkPolicy,
+        ResourceType::Route,
     ];
 
     /// The snake_case name used in logs, tables and the CLI.
@@ -39,6 +43,7 @@ impl ResourceType {
             ResourceType::DeploymentTopology => "deployment_topology",
             ResourceType::Sentinel => "sentinel",
             ResourceType::CiliumNetworkPolicy => "cilium_network_policy",
+            ResourceType::Route => "route",
         }
     }
 }
@@ -542,6 +547,8 @@ pub enum Resource {
     Sentinel(Sentinel),
     /// An environment's network policy in one region.
     CiliumNetworkPolicy(CiliumNetworkPolicy),
+    /// An environment's route in one region (protocol 6 and later).
+    Route(Route),
 }
 
 impl Resource {
@@ -557,6 +564,7 @@ impl Resource {
             Resource::CiliumNetworkPolicy(p) => {
                 (ResourceType::CiliumNetworkPolicy, &p.id, &p.region)
             }
+            Resource::Route(r) => (ResourceType::Route, &r.id, &r.region),
         };
         ResourceKey {
             resource_type,
@@ -571,9 +579,70 @@ impl Resource {
             Resource::DeploymentTopology(t) => t.version,
             Resource::Sentinel(s) => s.version,
             Resource::CiliumNetworkPolicy(p) => p.version,
+            Resource::Route(r) => r.version,
         }
     }
 }
+
+/// Which deployments take an environment's traffic in one region, and in
+/// what shares: what the region's sentinel serves. ctrl changes it in the
+/// same apply as the transition that changes the environment's live
+/// deployment; krane turns it into the sentinel's routes document
+/// ([`crate::routes`]) with the ready instances it sees.
+///
+/// A route never points at a deployment with no running instance in its
+/// region: until the wanted deployment runs there, the route keeps its
+/// backends and names the wanted one as `pending_deployment_id`; the
+/// apply of the first instance report that shows it running flips it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The id: the environment's sentinel id in the region
+    /// ([`crate::rules::deploy::sentinel_id`]).
+    pub id: String,
+    /// Owning workspace.
+    pub workspace_id: String,
+    /// Owning project.
+    pub project_id: String,
+    /// The environment routed.
+    pub environment_id: String,
+    /// The region routed.
+    pub region: String,
+    /// The sentinel's Kubernetes name (the Deployment and Service that
+    /// serve the route; the stable address of the environment there).
+    pub sentinel_k8s_name: String,
+    /// Name of the routes ConfigMap (and of the Role that lets the
+    /// sentinel read it).
+    pub k8s_name: String,
+    /// Their namespace (the sentinels' namespace).
+    pub k8s_namespace: String,
+    /// The deployments taking traffic; empty: the environment has no live
+    /// deployment here.
+    pub backends: Vec<RouteWeight>,
+    /// The deployment the environment wants here that has no running
+    /// instance in the region yet.
+    pub pending_deployment_id: Option<String>,
+    /// Pk of the change row that last changed this row (the route's
+    /// generation).
+    pub version: Pk,
+    /// When the row was created (leader's clock).
+    pub created_at_ms: UnixMs,
+    /// When the backends last changed (leader's clock).
+    pub updated_at_ms: UnixMs,
+}
+
+/// One deployment of a route and its share of the traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteWeight {
+    /// The deployment.
+    pub deployment_id: String,
+    /// Its share, relative to the other backends' (0: none).
+    pub weight: u32,
+    /// The port its instances serve on.
+    pub port: u16,
+}
+
+/// The weight of a route's only backend (a route to one live deployment).
+pub const ROUTE_WEIGHT_ALL: u32 = 100;
 
 /// Where an instance (pod) is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -46,6 +46,8 @@ fn wire_formats_match_their_goldens() {
     g.check("model.JournalEntry", &[journal_entry()]);
     g.check("model.SentinelDeployStatus", &sentinel_deploy_statuses());
     g.check("model.SentinelDeploy", &[sentinel_deploy()]);
+    g.check("model.Route", &[route()]);
+    g.check("model.RouteWeight", &route().backends);
 
     // rollouts
     g.check("rollout.RolloutState", &rollout_states());

@@ -5,7 +5,9 @@
 //! krane's reports of versions Kubernetes rejected, of any resource, are
 //! kept in the same table (the latest report per resource).
 
-use wire::model::{ApplyReport, CiliumNetworkPolicy, DeploymentTopology, ResourceType, Sentinel};
+use wire::model::{
+    ApplyReport, CiliumNetworkPolicy, DeploymentTopology, ResourceType, Route, Sentinel,
+};
 
 use super::{Applier, OP, bad_request, not_found};
 use crate::command::{MutationResult, Outcome};
@@ -80,6 +82,10 @@ impl Applier<'_> {
             ResourceType::Sentinel => {
                 let s: Option<Sentinel> = load(&self.t.sentinels, name::SENTINELS, row)?;
                 s.map(|s| s.version)
+            }
+            ResourceType::Route => {
+                let r: Option<Route> = load(&self.t.routes, name::ROUTES, row)?;
+                r.map(|r| r.version)
             }
         };
         if key.resource_type != ResourceType::CiliumNetworkPolicy && result.outcome.is_applied() {

@@ -74,6 +74,7 @@ impl Applier<'_> {
             environment.latest_attempt = None;
         }
         environment.formerly_live.retain(|id| *id != deployment.id);
+        let mut replaced_deployment = None;
         if let Some(replaced) = replaced.filter(|id| *id != deployment.id) {
             environment.formerly_live.retain(|id| *id != replaced);
             environment.formerly_live.push(replaced.clone());
@@ -96,9 +97,17 @@ impl Applier<'_> {
                     &format!("replaced as live by {}", deployment.id),
                 )?;
                 self.save_deployment(&mut old)?;
+                replaced_deployment = Some(old);
+            } else {
+                replaced_deployment = self.deployment(&replaced)?;
             }
         }
-        self.put_environment(&mut environment)
+        self.put_environment(&mut environment)?;
+        self.sync_routes(
+            &environment.id,
+            Some(deployment),
+            replaced_deployment.as_ref(),
+        )
     }
 
     /// The live deployment stops being live (it is being stopped with force).
@@ -114,8 +123,23 @@ impl Applier<'_> {
                 .saturating_sub(FORMERLY_LIVE_MAX);
             environment.formerly_live.drain(..excess);
             self.put_environment(&mut environment)?;
+            self.sync_routes(&environment.id, None, Some(deployment))?;
         }
         Ok(())
+    }
+
+    /// An environment's first deploy reaching `network`: with nothing
+    /// live to protect, its route goes to it now, so that the sentinel
+    /// has a route to serve (and is ready) before the deploy goes live.
+    pub(super) fn route_first_deploy(&mut self, deployment: &Deployment) -> Result<()> {
+        if !deployment.workflow.make_live {
+            return Ok(());
+        }
+        let environment = self.environment_of(deployment)?;
+        if environment.live_deployment_id.is_some() {
+            return Ok(());
+        }
+        self.sync_routes(&environment.id, Some(deployment), None)
     }
 
     /// An operator's rollback of `environment_id` to `to` (or to the most

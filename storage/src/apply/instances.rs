@@ -1,8 +1,9 @@
 //! Instance reports: krane reports the pods of a deployment in its region
 //! (the whole set, which replaces the stored one) or that the deployment's
 //! objects are gone there. Reports write no change rows (they are observed
-//! state, not desired state); the deploy workflow's driver reads them
-//! (`node::workflow`).
+//! state, not desired state) but one: the route waiting for the reported
+//! deployment to run in the region flips to it (`apply::route`). The
+//! deploy workflow's driver reads them (`node::workflow`).
 
 use redb::ReadableTable;
 use wire::model::{Deployment, Instance, InstanceStatus};
@@ -87,9 +88,10 @@ impl Applier<'_> {
         region: &str,
         instances: &[Instance],
     ) -> Result<MutationResult> {
-        if let Err(e) = self.reported_deployment(deployment_id, region)? {
-            return Ok(Err(e));
-        }
+        let deployment = match self.reported_deployment(deployment_id, region)? {
+            Ok(deployment) => deployment,
+            Err(e) => return Ok(Err(e)),
+        };
         if instances.len() > REPORT_INSTANCES_MAX {
             return Ok(bad_request(format!(
                 "a report may carry at most {REPORT_INSTANCES_MAX} instances, not {}",
@@ -130,6 +132,7 @@ impl Applier<'_> {
                 .transpose()?;
             self.counts.instance(old.as_ref(), Some(instance));
         }
+        self.route_instances_reported(&deployment, region)?;
         Ok(Ok(Outcome::Recorded))
     }
 

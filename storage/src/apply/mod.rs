@@ -29,6 +29,9 @@
 //! - `cilium`: cilium network policies.
 //! - `region`: regions (add, cordon, heartbeats) and which regions a
 //!   deployment may name.
+//! - `route`: an environment's route per region, rewritten with every
+//!   change of its live deployment and flipped by the instance report that
+//!   shows the wanted deployment running.
 //! - `change_log`: pk assignment, change and index rows, compaction.
 //! - `requests`: operator requests made with an id — the record of each
 //!   id's answer, replays, conflicts, eviction and retention.
@@ -59,6 +62,7 @@ mod notify;
 mod region;
 mod requests;
 mod rollout;
+mod route;
 mod sentinel;
 mod workflow;
 mod write_tables;

@@ -205,6 +205,9 @@ impl Applier<'_> {
                     )));
                 }
                 self.change_status(&mut deployment, *to, reason, None)?;
+                if *to == DeploymentStatus::Network {
+                    self.route_first_deploy(&deployment)?;
+                }
             }
             DeployAction::Finalize {
                 standby_replaced_at_ms,

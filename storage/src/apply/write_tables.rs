@@ -31,6 +31,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) deliveries: Table<'t, u64, Bytes>,
     pub(crate) pending_deliveries: Table<'t, DueKey, ()>,
     pub(crate) rollouts: Table<'t, u64, Bytes>,
+    pub(crate) routes: Table<'t, RegionKey, Bytes>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -98,6 +99,9 @@ impl<'t> WriteTables<'t> {
             rollouts: txn
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(op, name::ROLLOUTS)?,
+            routes: txn
+                .open_table(tables::ROUTES)
+                .ctx_table(op, name::ROUTES)?,
             op,
         })
     }

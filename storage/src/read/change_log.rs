@@ -8,8 +8,8 @@ use std::ops::Bound;
 use redb::ReadableTable;
 use wire::agent::ResourceChange;
 use wire::model::{
-    CiliumNetworkPolicy, DeploymentTopology, Pk, Resource, ResourceKey, ResourceType, Sentinel,
-    UnixMs,
+    CiliumNetworkPolicy, DeploymentTopology, Pk, Resource, ResourceKey, ResourceType, Route,
+    Sentinel, UnixMs,
 };
 
 use super::{OP, ReadView, scan_region};
@@ -67,6 +67,11 @@ impl ReadView {
                     )?
                     .into_iter()
                     .map(Resource::CiliumNetworkPolicy),
+                ),
+                ResourceType::Route => out.extend(
+                    scan_region::<Route>(&self.routes, name::ROUTES, region, start, room)?
+                        .into_iter()
+                        .map(Resource::Route),
                 ),
             }
         }
@@ -133,6 +138,7 @@ impl ReadView {
             ResourceType::CiliumNetworkPolicy => {
                 self.policy(id, region)?.map(Resource::CiliumNetworkPolicy)
             }
+            ResourceType::Route => self.route(id, region)?.map(Resource::Route),
         })
     }
 

@@ -17,7 +17,7 @@
 //! - `sentinels`: sentinels and their reported status, the environment's
 //!   sentinel of a region (shared with apply).
 //! - `policies`: cilium policies and krane's apply reports.
-//! - `regions`, `rollouts`, `requests`: one table each.
+//! - `regions`, `rollouts`, `requests`, `routes`: one table each.
 //! - `notify`: webhook endpoints, deliveries, the notification counters.
 
 mod change_log;
@@ -27,6 +27,7 @@ mod policies;
 mod regions;
 mod requests;
 mod rollouts;
+mod routes;
 mod sentinels;
 
 use std::ops::Bound;
@@ -71,6 +72,7 @@ pub struct ReadView {
     pub(crate) deliveries: ReadOnlyTable<u64, Bytes>,
     pub(crate) pending_deliveries: ReadOnlyTable<DueKey, ()>,
     pub(crate) rollouts: ReadOnlyTable<u64, Bytes>,
+    pub(crate) routes: ReadOnlyTable<RegionKey, Bytes>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -91,6 +93,12 @@ const _: () = {
 };
 
 impl ReadView {
+    /// The schema version the state file holds (always
+    /// [`crate::SCHEMA_VERSION`] once opened: an older one is migrated).
+    pub fn schema_version(&self) -> u32 {
+        self.schema_version
+    }
+
     pub(crate) fn new(txn: ReadTransaction) -> Result<ReadView> {
         let metadata = txn
             .open_table(tables::METADATA)
@@ -197,6 +205,9 @@ impl ReadView {
             rollouts: txn
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(OP, name::ROLLOUTS)?,
+            routes: txn
+                .open_table(tables::ROUTES)
+                .ctx_table(OP, name::ROUTES)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -271,6 +282,7 @@ impl ReadView {
             &self.pending_deliveries,
         )?;
         hash_table(&mut hash, name::ROLLOUTS, &self.rollouts)?;
+        hash_table(&mut hash, name::ROUTES, &self.routes)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());

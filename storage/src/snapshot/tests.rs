@@ -232,6 +232,7 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
         notify_dropped: 0,
         rollouts: vec![],
         identity: None,
+        routes: vec![],
     };
     let row = |region: &str| ChangeRow {
         resource_type: wire::model::ResourceType::Sentinel,

@@ -20,7 +20,7 @@ use crate::model::{
     Actor, ApplyOutcome, ApplyReport, CiliumNetworkPolicy, DeployWorkflow, Deployment,
     DeploymentStatus, DeploymentTopology, DesiredState, Environment, FailedApply, Health,
     Heartbeat, Instance, InstanceStatus, JournalEntry, Region, RegionSource, Resource, ResourceKey,
-    ResourceType, ScheduledChange, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
+    ResourceType, Route, RouteWeight, ScheduledChange, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
     StepRecord,
 };
 use crate::notify::{
@@ -353,7 +353,31 @@ pub fn resources() -> Vec<Resource> {
         Resource::DeploymentTopology(topology()),
         Resource::Sentinel(sentinel()),
         Resource::CiliumNetworkPolicy(policy()),
+        Resource::Route(route()),
     ]
+}
+
+/// A fixture [`Route`], every field set.
+pub fn route() -> Route {
+    Route {
+        id: "snt_01hx".into(),
+        workspace_id: "ws_acme".into(),
+        project_id: "proj_shop".into(),
+        environment_id: "env_prod".into(),
+        region: "eu-west".into(),
+        sentinel_k8s_name: "snt-01hx".into(),
+        k8s_name: "snt-01hx-routes".into(),
+        k8s_namespace: "sentinel".into(),
+        backends: vec![RouteWeight {
+            deployment_id: "dep_01hx3k9".into(),
+            weight: 100,
+            port: 8080,
+        }],
+        pending_deployment_id: Some("dep_01hx3kb".into()),
+        version: 302,
+        created_at_ms: NOW_MS,
+        updated_at_ms: NOW_MS + 4,
+    }
 }
 
 /// A fixture [`Instance`], every field set.

@@ -78,13 +78,26 @@ pub fn new_workflow(
 /// start of the SHA-256 of both, so it is the same every time, unique per
 /// environment and region, and a short DNS label once prefixed.
 pub fn sentinel_id(environment_id: &str, region: &str) -> String {
+    format!("snt_{}", environment_region_digest(environment_id, region))
+}
+
+/// The id of environment `environment_id`'s route in `region`: `rte_` and
+/// the digest of [`sentinel_id`] (ids of different resource types never
+/// collide: krane's reports are keyed by region and id).
+pub fn route_id(environment_id: &str, region: &str) -> String {
+    format!("rte_{}", environment_region_digest(environment_id, region))
+}
+
+/// The start of the SHA-256 of `environment_id`, a zero byte and `region`,
+/// in hex.
+fn environment_region_digest(environment_id: &str, region: &str) -> String {
     let mut input = Vec::with_capacity(environment_id.len() + 1 + region.len());
     input.extend_from_slice(environment_id.as_bytes());
     input.push(0);
     input.extend_from_slice(region.as_bytes());
     let digest = ring::digest::digest(&ring::digest::SHA256, &input);
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("snt_{}", &hex[..SENTINEL_ID_HEX_DIGITS])
+    hex[..SENTINEL_ID_HEX_DIGITS].to_string()
 }
 
 /// The sentinel a deploy creates for its environment in `region`, running
