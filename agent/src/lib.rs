@@ -14,6 +14,8 @@
 //! - [`drift`]: watches the managed objects and re-applies a deleted or
 //!   changed one from the snapshot, also while ctrl is unreachable.
 //! - [`status`]: the pod watcher and the status reports.
+//! - [`routes`]: ctrl's routes as the sentinels' routes ConfigMaps, with
+//!   the ready pod addresses the pod watcher sees.
 //! - [`heartbeat`]: the heartbeat sent to ctrl every interval (version,
 //!   cursor, applied and failed resources).
 //! - [`ctrl`]: the QUIC client of ctrl with endpoint failover.
@@ -31,6 +33,7 @@ pub mod heartbeat;
 pub mod k8s;
 pub mod locks;
 pub mod metrics;
+pub mod routes;
 pub mod run;
 pub mod state;
 pub mod status;

@@ -127,7 +127,11 @@ pub async fn run(
 
     let mut namespaces = BTreeSet::from([config.namespace.clone()]);
     let mut known = Vec::new();
+    let mut routes = Vec::new();
     for entry in &summary.applied {
+        if let Resource::Route(route) = &entry.resource {
+            routes.push(route.clone());
+        }
         if let Resource::DeploymentTopology(t) = &entry.resource {
             namespaces.insert(t.k8s_namespace.clone());
             let sizes = Sizes {
@@ -157,6 +161,7 @@ pub async fn run(
             state: state.clone(),
             namespaces: namespaces.into_iter().collect(),
             known,
+            routes,
             batch_max: config.report_batch_max,
             delay: Duration::from_millis(config.report_delay_ms),
             clock: Arc::new(SystemClock),

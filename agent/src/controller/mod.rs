@@ -54,6 +54,14 @@ pub enum Notice {
     /// An apply report (a policy applied, or a rejection) was put in the
     /// local state's apply outbox.
     ApplyRecorded,
+    /// A route of the region (new or changed): its sentinel's routes
+    /// ConfigMap is (re)written by the reporter, which knows the pods.
+    Route(Box<wire::model::Route>),
+    /// A route is gone: its ConfigMap is deleted.
+    RouteDeleted {
+        /// The route's id.
+        route_id: String,
+    },
 }
 
 /// Where the controller records the policy versions it applied: the local
@@ -240,6 +248,9 @@ impl Reconciler for Controller {
                     self.notify(Notice::ApplyRecorded).await;
                 }
             }
+            Resource::Route(route) => {
+                self.notify(Notice::Route(Box::new(route.clone()))).await;
+            }
         }
         Ok(())
     }
@@ -283,6 +294,12 @@ impl Reconciler for Controller {
                         cilium::delete_by_id(&self.client, &key.resource_id).await?;
                     }
                 }
+            }
+            ResourceType::Route => {
+                self.notify(Notice::RouteDeleted {
+                    route_id: key.resource_id.clone(),
+                })
+                .await;
             }
         }
         Ok(())

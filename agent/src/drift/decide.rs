@@ -127,6 +127,8 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
             }
             objects
         }
+        // Its ConfigMap is the route writer's (rewritten from the pods).
+        Resource::Route(_) => return Vec::new(),
         Resource::Sentinel(s) => {
             if !sentinel::wants_objects(s) || sentinel::validate(s).is_err() {
                 return Vec::new();

@@ -12,6 +12,9 @@
 //! rollout converged ([`sentinel`]), through their own outbox table and the
 //! same breaker.
 //!
+//! The reporter also writes the sentinels' routes ConfigMaps
+//! ([`crate::routes`]): it holds the pods a route's addresses come from.
+//!
 //! [`tracker`] holds the state and decides what to report; [`pod`] reads
 //! one pod; [`sentinel`] reads sentinel Deployments; [`Reporter`] is the
 //! async driver.
@@ -46,6 +49,7 @@ use crate::backoff::Backoff;
 use crate::controller::Notice;
 use crate::controller::sentinel::COMPONENT;
 use crate::ctrl::{CtrlClient, CtrlError};
+use crate::routes::{RouteBook, RouteWrite, RouteWriter};
 use crate::k8s::{COMPONENT_LABEL, MANAGED_BY_SELECTOR};
 use crate::state::LocalState;
 use outbox::{Breaker, Outbox};
@@ -93,6 +97,9 @@ pub struct ReporterSetup {
     pub namespaces: Vec<String>,
     /// Sizes of deployments already applied (from the local state).
     pub known: Vec<(String, Sizes)>,
+    /// Routes already applied (from the local state): their ConfigMaps are
+    /// rewritten once the pods are listed.
+    pub routes: Vec<wire::model::Route>,
     /// Most deployment reports sent per flush.
     pub batch_max: usize,
     /// Shortest time between two reports (the config's
@@ -135,6 +142,13 @@ pub struct Reporter {
     rng: StdRng,
     retry: Backoff,
     counters: Arc<ReportCounters>,
+    /// The routes of the region, and the documents written last.
+    routes: RouteBook,
+    /// Routes held from the local state, set once the pods are listed
+    /// (before, a ready pod may only not be seen yet).
+    routes_unset: Vec<wire::model::Route>,
+    /// Where routes documents go.
+    route_writes: mpsc::Sender<RouteWrite>,
 }
 
 impl Reporter {
@@ -150,6 +164,8 @@ impl Reporter {
             tracker.know(deployment_id, *sizes);
         }
         let outbox = Outbox::new(setup.state);
+        let (writer, route_writes) = RouteWriter::new(client.clone());
+        tokio::spawn(writer.run());
         let sentinels = SentinelTracker::new(&setup.region);
         let api: Api<Deployment> =
             Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
@@ -177,6 +193,9 @@ impl Reporter {
             rng: setup.rng,
             retry: Backoff::new(REPORT_RETRY_MIN_MS, REPORT_RETRY_MAX_MS),
             counters: setup.counters,
+            routes: RouteBook::new(),
+            routes_unset: setup.routes,
+            route_writes,
         };
         for namespace in &setup.namespaces {
             reporter.watch_namespace(namespace);
@@ -229,6 +248,14 @@ impl Reporter {
                             }
                             Notice::ApplyRecorded => self.outbox_pending = true,
                             Notice::DeploymentDeleted { .. } => {}
+                            Notice::Route(route) => {
+                                let write = self.route_write((**route).clone());
+                                self.send_routes(write.into_iter().collect()).await;
+                            }
+                            Notice::RouteDeleted { route_id } => {
+                                let write = self.routes.remove(route_id);
+                                self.send_routes(write.into_iter().collect()).await;
+                            }
                         }
                         self.tracker.on_notice(notice);
                     }
@@ -238,11 +265,48 @@ impl Reporter {
                     flush_at = self.flush().await.map(|delay| Instant::now() + delay);
                 }
             }
+            self.pods_moved().await;
             let fresh =
                 (self.tracker.is_dirty() && self.tracker.is_listed()) || self.sentinels.is_dirty();
             if flush_at.is_none() && (fresh || self.outbox_pending) {
                 flush_at = Some(next_flush(Instant::now(), self.last_paced, self.delay));
             }
+        }
+    }
+
+    /// Rewrites the routes whose deployments' pods changed (once the pods
+    /// are listed: until then a route's pods may only not be seen yet).
+    async fn pods_moved(&mut self) {
+        let writes = self.route_writes_of_moved_pods();
+        self.send_routes(writes).await;
+    }
+
+    fn route_writes_of_moved_pods(&mut self) -> Vec<RouteWrite> {
+        if !self.tracker.is_listed() {
+            return Vec::new();
+        }
+        let moved = self.tracker.take_moved();
+        let tracker = &self.tracker;
+        let ready = |d: &str| tracker.ready_addresses(d);
+        let mut writes = Vec::new();
+        for route in std::mem::take(&mut self.routes_unset) {
+            writes.extend(self.routes.set(route, &ready));
+        }
+        if !moved.is_empty() {
+            writes.extend(self.routes.pods_changed(&moved, &ready));
+        }
+        writes
+    }
+
+    fn route_write(&mut self, route: wire::model::Route) -> Option<RouteWrite> {
+        let tracker = &self.tracker;
+        self.routes.set(route, &|d| tracker.ready_addresses(d))
+    }
+
+    async fn send_routes(&mut self, writes: Vec<RouteWrite>) {
+        for write in writes {
+            // The writer lives as long as the reporter.
+            let _ = self.route_writes.send(write).await;
         }
     }
 

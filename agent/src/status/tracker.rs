@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 use tracing::warn;
 use wire::agent::{DeploymentReport, REPORT_INSTANCES_MAX};
-use wire::model::{Instance, UnixMs};
+use wire::model::{Instance, InstanceStatus, UnixMs};
 
 use super::pod::{PodInfo, pod_info};
 use crate::controller::Notice;
@@ -44,6 +44,8 @@ pub struct Tracker {
     deleted: BTreeSet<String>,
     /// Deployments to report.
     dirty: BTreeSet<String>,
+    /// Deployments whose pods changed since [`Tracker::take_moved`].
+    moved: BTreeSet<String>,
     /// Watched namespaces whose first list has not completed: until it
     /// has, "no pods" may only mean "not seen yet".
     unlisted: BTreeSet<String>,
@@ -58,6 +60,7 @@ impl Tracker {
             relisting: BTreeMap::new(),
             sizes: BTreeMap::new(),
             deleted: BTreeSet::new(),
+            moved: BTreeSet::new(),
             dirty: BTreeSet::new(),
             unlisted: BTreeSet::new(),
         }
@@ -104,8 +107,9 @@ impl Tracker {
                 self.deleted.insert(deployment_id.clone());
                 self.dirty.insert(deployment_id);
             }
-            // Not about pods: the reporter sends the apply outbox.
-            Notice::ApplyRecorded => {}
+            // Not about pods: the reporter sends the apply outbox, and
+            // writes routes.
+            Notice::ApplyRecorded | Notice::Route(_) | Notice::RouteDeleted { .. } => {}
         }
     }
 
@@ -130,12 +134,12 @@ impl Tracker {
                 let old = self.pods.remove(namespace).unwrap_or_default();
                 for (name, info) in &old {
                     if fresh.get(name) != Some(info) {
-                        self.dirty.insert(info.deployment_id.clone());
+                        touch(&mut self.dirty, &mut self.moved, info.deployment_id.clone());
                     }
                 }
                 for (name, info) in &fresh {
                     if old.get(name) != Some(info) {
-                        self.dirty.insert(info.deployment_id.clone());
+                        touch(&mut self.dirty, &mut self.moved, info.deployment_id.clone());
                     }
                 }
                 self.pods.insert(namespace.to_string(), fresh);
@@ -146,13 +150,13 @@ impl Tracker {
                 match pod_info(&pod) {
                     Some(info) => {
                         if pods.get(&name) != Some(&info) {
-                            self.dirty.insert(info.deployment_id.clone());
+                            touch(&mut self.dirty, &mut self.moved, info.deployment_id.clone());
                             pods.insert(name, info);
                         }
                     }
                     None => {
                         if let Some(gone) = pods.remove(&name) {
-                            self.dirty.insert(gone.deployment_id);
+                            touch(&mut self.dirty, &mut self.moved, gone.deployment_id);
                         }
                     }
                 }
@@ -160,10 +164,32 @@ impl Tracker {
             Event::Delete(pod) => {
                 let pods = self.pods.entry(namespace.to_string()).or_default();
                 if let Some(gone) = pods.remove(&pod.name_any()) {
-                    self.dirty.insert(gone.deployment_id);
+                    touch(&mut self.dirty, &mut self.moved, gone.deployment_id);
                 }
             }
         }
+    }
+
+    /// The deployments whose pods changed since last asked.
+    pub fn take_moved(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.moved)
+    }
+
+    /// The addresses of `deployment_id`'s running (ready) pods, sorted.
+    pub fn ready_addresses(&self, deployment_id: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .pods
+            .values()
+            .flat_map(|pods| pods.values())
+            .filter(|p| {
+                p.deployment_id == deployment_id
+                    && p.status == InstanceStatus::Running
+                    && !p.address.is_empty()
+            })
+            .map(|p| p.address.clone())
+            .collect();
+        out.sort();
+        out
     }
 
     /// Whether some deployment waits to be reported.
@@ -256,6 +282,12 @@ fn report_deployment(report: &DeploymentReport) -> &str {
         DeploymentReport::Instances { deployment_id, .. }
         | DeploymentReport::Deleted { deployment_id, .. } => deployment_id,
     }
+}
+
+/// A deployment's pods changed: to report, and its routes to rewrite.
+fn touch(dirty: &mut BTreeSet<String>, moved: &mut BTreeSet<String>, deployment_id: String) {
+    moved.insert(deployment_id.clone());
+    dirty.insert(deployment_id);
 }
 
 #[cfg(test)]

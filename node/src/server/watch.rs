@@ -45,6 +45,9 @@ pub async fn serve(
     request: WatchRequest,
 ) -> Result<(), ServeError> {
     let metrics = &state.metrics.watch_opened(&request.region);
+    // An agent of protocol 5 or older cannot decode a route: it is served
+    // without them.
+    let routes = stream.version() >= wire::hello::ROUTES_SINCE_VERSION;
     let mut server = WatchServer::new();
     let mut applied_pk = state.applied_pk.clone();
     let view = state.store.read()?;
@@ -59,7 +62,11 @@ pub async fn serve(
     match plan {
         WatchStart::FullSync => {
             metrics.full_sync();
-            full_sync(state, metrics, stream, &mut server, &request.region, view).await?
+            let to = Sync {
+                region: &request.region,
+                routes,
+            };
+            full_sync(state, metrics, stream, &mut server, to, view).await?
         }
         WatchStart::Incremental { after } => server.resume(after)?,
         WatchStart::EpochChanged { epoch } => {
@@ -99,15 +106,18 @@ pub async fn serve(
             server.resume(cursor)?;
         }
     }
-    stream_changes(
-        state,
-        metrics,
-        stream,
-        &mut server,
-        &request.region,
-        &mut applied_pk,
-    )
-    .await
+    let to = Sync {
+        region: &request.region,
+        routes,
+    };
+    stream_changes(state, metrics, stream, &mut server, to, &mut applied_pk).await
+}
+
+/// What a watch streams: a region's resources, routes included or not.
+#[derive(Clone, Copy)]
+struct Sync<'a> {
+    region: &'a str,
+    routes: bool,
 }
 
 /// The epoch of the state `view` reads (0 before the first leader recorded
@@ -121,7 +131,7 @@ async fn full_sync(
     metrics: &WatchGuard,
     stream: &mut FramedStream,
     server: &mut WatchServer,
-    region: &str,
+    Sync { region, routes }: Sync<'_>,
     view: storage::ReadView,
 ) -> Result<(), ServeError> {
     let cursor = view.last_pk();
@@ -134,6 +144,9 @@ async fn full_sync(
         let full_page = resources.len() == page;
         after = resources.last().map(|r| r.key());
         for resource in resources {
+            if !routes && matches!(resource, wire::model::Resource::Route(_)) {
+                continue;
+            }
             let resource = crate::app::secrets::open_resource(state.keyring.as_deref(), resource)
                 .map_err(ServeError::Resource)?;
             send(state, metrics, stream, &server.sync_item(resource)?).await?;
@@ -151,7 +164,7 @@ async fn stream_changes(
     metrics: &WatchGuard,
     stream: &mut FramedStream,
     server: &mut WatchServer,
-    region: &str,
+    Sync { region, routes }: Sync<'_>,
     applied_pk: &mut watch::Receiver<Pk>,
 ) -> Result<(), ServeError> {
     let progress_every = Duration::from_millis(state.limits.progress_interval_ms);
@@ -173,6 +186,9 @@ async fn stream_changes(
         let rows = view.changes_after(region, cursor, CHANGE_PAGE_ROWS)?;
         let full_page = rows.len() == CHANGE_PAGE_ROWS;
         for (pk, row) in rows {
+            if !routes && row.resource_type == wire::model::ResourceType::Route {
+                continue;
+            }
             let change = match view.change_event(&row)? {
                 ResourceChange::Apply(resource) => ResourceChange::Apply(
                     crate::app::secrets::open_resource(state.keyring.as_deref(), resource)

@@ -533,6 +533,8 @@ pub(crate) async fn desired(agent: &OperatorConfig, region: &str) -> Result<Desi
                     );
                 }
             }
+            // Its ConfigMap holds the pods' addresses: not compared.
+            Resource::Route(r) => *version = (*version).max(r.version),
         }
         if desired.objects.len() != before + added {
             desired.collisions.push(format!(
