@@ -1,10 +1,18 @@
 //! The sentinel controller: a [`Sentinel`] becomes a Deployment, a
-//! ClusterIP Service on port [`PORT`] and a PodDisruptionBudget of the same
-//! name in the sentinel's namespace (`sentinel`).
+//! ClusterIP Service on port [`PORT`] (the environment's stable address in
+//! the region) and a PodDisruptionBudget of the same name in the
+//! sentinel's namespace (`sentinel`); and the access its pods need to read
+//! their routes: a ServiceAccount of the same name, and a Role and
+//! RoleBinding (named as the routes ConfigMap) that let it get, list and
+//! watch that one ConfigMap and nothing else.
 //!
-//! [`desired_objects`] builds the three from the sentinel alone (pure,
-//! tested field by field); [`apply`] writes them with server-side apply, or
-//! deletes them when the sentinel is stopped or has no replicas.
+//! [`desired_objects`] and [`access_objects`] build them from the sentinel
+//! alone (pure, tested field by field); [`apply`] writes them with
+//! server-side apply, or deletes them when the sentinel is stopped or has
+//! no replicas. The pods read their routes through the Kubernetes API
+//! (`SENTINEL_ROUTES_CONFIGMAP`), keep the last good table in an emptyDir
+//! (`SENTINEL_STATE_DIR`), and are probed on the admin port: `/livez`
+//! (the process works) and `/readyz` (it holds routes it can serve).
 
 use std::collections::BTreeMap;
 
@@ -12,9 +20,11 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, HTTPGetAction, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    Service, ServicePort, ServiceSpec, Toleration, TopologySpreadConstraint,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Toleration, TopologySpreadConstraint, Volume, VolumeMount,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -36,8 +46,26 @@ pub const COMPONENT: &str = "sentinel";
 pub const PORT: i32 = 8040;
 /// Name of the sentinel's container port and Service port.
 pub const PORT_NAME: &str = "http";
-/// The path both probes read.
+/// The compatibility health path on [`PORT`] (answered by the sentinel,
+/// no longer probed).
 pub const HEALTH_PATH: &str = "/_unkey/internal/health";
+/// The sentinel's admin port: probes and metrics.
+pub const ADMIN_PORT: i32 = 8041;
+/// Name of the admin container port.
+pub const ADMIN_PORT_NAME: &str = "admin";
+/// The liveness probe's path (on [`ADMIN_PORT`]).
+pub const LIVENESS_PATH: &str = "/livez";
+/// The readiness probe's path (on [`ADMIN_PORT`]).
+pub const READINESS_PATH: &str = "/readyz";
+/// Where a sentinel pod keeps its last good routes (an emptyDir: it
+/// survives a container restart, so a sentinel restarted while the API is
+/// unreachable serves what it served).
+pub const STATE_DIR: &str = "/var/lib/sentinel";
+/// Name of the state volume.
+pub const STATE_VOLUME: &str = "state";
+/// How long a stopping sentinel pod may drain its requests, in seconds
+/// (the sentinel's own drain grace is shorter).
+pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 /// A new pod counts as available after being ready this long, in seconds.
 pub const MIN_READY_SECONDS: i32 = 5;
 /// The PodDisruptionBudget keeps at least this many pods.
@@ -120,30 +148,58 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
             Quantity(format!("{}Mi", sentinel.memory_mib)),
         ),
     ]);
-    let probe = Probe {
+    let probe = |path: &str| Probe {
         http_get: Some(HTTPGetAction {
-            path: Some(HEALTH_PATH.to_string()),
-            port: IntOrString::Int(PORT),
+            path: Some(path.to_string()),
+            port: IntOrString::Int(ADMIN_PORT),
             ..HTTPGetAction::default()
         }),
         ..Probe::default()
     };
+    let env = |name: &str, value: String| EnvVar {
+        name: name.to_string(),
+        value: Some(value),
+        ..EnvVar::default()
+    };
+    let routes = wire::k8s_name::sentinel_routes(&sentinel.k8s_name);
     let container = Container {
         name: CONTAINER_NAME.to_string(),
         image: Some(sentinel.image.clone()),
-        ports: Some(vec![ContainerPort {
-            name: Some(PORT_NAME.to_string()),
-            container_port: PORT,
-            protocol: Some("TCP".to_string()),
-            ..ContainerPort::default()
+        ports: Some(vec![
+            ContainerPort {
+                name: Some(PORT_NAME.to_string()),
+                container_port: PORT,
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(ADMIN_PORT_NAME.to_string()),
+                container_port: ADMIN_PORT,
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            },
+        ]),
+        env: Some(vec![
+            env("SENTINEL_ENVIRONMENT_ID", sentinel.environment_id.clone()),
+            env("SENTINEL_REGION", sentinel.region.clone()),
+            env(
+                "SENTINEL_ROUTES_CONFIGMAP",
+                format!("{}/{routes}", sentinel.k8s_namespace),
+            ),
+            env("SENTINEL_STATE_DIR", STATE_DIR.to_string()),
+        ]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: STATE_VOLUME.to_string(),
+            mount_path: STATE_DIR.to_string(),
+            ..VolumeMount::default()
         }]),
         resources: Some(ResourceRequirements {
             requests: Some(size.clone()),
             limits: Some(size),
             ..ResourceRequirements::default()
         }),
-        liveness_probe: Some(probe.clone()),
-        readiness_probe: Some(probe),
+        liveness_probe: Some(probe(LIVENESS_PATH)),
+        readiness_probe: Some(probe(READINESS_PATH)),
         ..Container::default()
     };
     let deployment = Deployment {
@@ -172,6 +228,13 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    service_account_name: Some(sentinel.k8s_name.clone()),
+                    termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+                    volumes: Some(vec![Volume {
+                        name: STATE_VOLUME.to_string(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Volume::default()
+                    }]),
                     restart_policy: Some("Always".to_string()),
                     tolerations: Some(vec![Toleration {
                         key: Some(NODE_CLASS_KEY.to_string()),
@@ -222,8 +285,50 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
     (deployment, service, budget)
 }
 
-/// Converges one sentinel: applies its Service, Deployment and budget, or
-/// deletes them when it wants no objects.
+/// The ServiceAccount a sentinel's pods run as, and the Role and
+/// RoleBinding that let it read its routes ConfigMap (get, list and watch
+/// of that one name: a watch filtered by `metadata.name`).
+pub fn access_objects(sentinel: &Sentinel) -> (ServiceAccount, Role, RoleBinding) {
+    let routes = wire::k8s_name::sentinel_routes(&sentinel.k8s_name);
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(sentinel.k8s_namespace.clone()),
+        labels: Some(labels(sentinel)),
+        ..ObjectMeta::default()
+    };
+    let account = ServiceAccount {
+        metadata: meta(&sentinel.k8s_name),
+        ..ServiceAccount::default()
+    };
+    let role = Role {
+        metadata: meta(&routes),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".to_string()]),
+            resource_names: Some(vec![routes.clone()]),
+            verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+            ..PolicyRule::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: meta(&routes),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "Role".to_string(),
+            name: routes.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_string(),
+            name: sentinel.k8s_name.clone(),
+            namespace: Some(sentinel.k8s_namespace.clone()),
+            ..Subject::default()
+        }]),
+    };
+    (account, role, binding)
+}
+
+/// Converges one sentinel: applies its access, Service, Deployment and
+/// budget, or deletes them when it wants no objects.
 pub async fn apply(
     client: &Client,
     namespaces: &Namespaces,
@@ -236,11 +341,15 @@ pub async fn apply(
     }
     namespaces.ensure(client, namespace).await?;
     let (deployment, service, budget) = desired_objects(sentinel);
+    let (account, role, binding) = access_objects(sentinel);
     let applied = async {
+        let account = k8s::apply(client, namespace, &account).await?;
+        let role = k8s::apply(client, namespace, &role).await?;
+        let binding = k8s::apply(client, namespace, &binding).await?;
         let service = k8s::apply(client, namespace, &service).await?;
         let deployment = k8s::apply(client, namespace, &deployment).await?;
         let budget = k8s::apply(client, namespace, &budget).await?;
-        Ok(worst(&[service, deployment, budget]))
+        Ok(worst(&[account, role, binding, service, deployment, budget]))
     }
     .await;
     if applied.as_ref().is_err_and(K8sError::is_not_found) {
@@ -250,13 +359,17 @@ pub async fn apply(
     applied
 }
 
-/// Deletes a sentinel's budget, Deployment and Service (each only if it
-/// carries krane's label; absent is success).
+/// Deletes a sentinel's budget, Deployment, Service and access (each only
+/// if it carries krane's label; absent is success).
 pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<Outcome, K8sError> {
     let budget = k8s::delete::<PodDisruptionBudget>(client, namespace, name).await?;
     let deployment = k8s::delete::<Deployment>(client, namespace, name).await?;
     let service = k8s::delete::<Service>(client, namespace, name).await?;
-    Ok(worst(&[budget, deployment, service]))
+    let routes = wire::k8s_name::sentinel_routes(name);
+    let binding = k8s::delete::<RoleBinding>(client, namespace, &routes).await?;
+    let role = k8s::delete::<Role>(client, namespace, &routes).await?;
+    let account = k8s::delete::<ServiceAccount>(client, namespace, name).await?;
+    Ok(worst(&[budget, deployment, service, binding, role, account]))
 }
 
 fn worst(outcomes: &[Outcome]) -> Outcome {
