@@ -270,8 +270,7 @@ impl Metrics {
                     ("kind", kind.label().to_string()),
                 ]);
             }
-            self.duration
-                .remove(&[("deployment", deployment.clone())]);
+            self.duration.remove(&[("deployment", deployment.clone())]);
             false
         });
     }

@@ -156,7 +156,8 @@ impl Routes {
             match table.apply(document) {
                 Ok(applied) => {
                     self.metrics.retain_deployments(table.deployments());
-                    self.metrics.set_table(applied.generation, table.ejected_count());
+                    self.metrics
+                        .set_table(applied.generation, table.ejected_count());
                     applied
                 }
                 Err(refusal) => {
@@ -350,7 +351,11 @@ mod tests {
         });
         assert_eq!(routes.generation(), None);
         assert_eq!(metrics.refused_count("newer_format"), 1);
-        assert!(metrics.render().contains(r#"sentinel_state_errors_total{op="load"} 1"#));
+        assert!(
+            metrics
+                .render()
+                .contains(r#"sentinel_state_errors_total{op="load"} 1"#)
+        );
     }
 
     #[test]

@@ -100,14 +100,14 @@ pub fn file_source(
 ) -> (Reloader, impl Future<Output = ()> + Send + 'static) {
     let (tx, mut rx) = mpsc::channel::<ReloadRequest>(RELOAD_QUEUE);
     let task = async move {
-        let mut hangup =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(signal) => Some(signal),
-                Err(e) => {
-                    warn!("SIGHUP will not reload the routes file: {e}");
-                    None
-                }
-            };
+        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        {
+            Ok(signal) => Some(signal),
+            Err(e) => {
+                warn!("SIGHUP will not reload the routes file: {e}");
+                None
+            }
+        };
         loop {
             let reply = tokio::select! {
                 request = rx.recv() => match request {
@@ -165,7 +165,9 @@ pub async fn watch_configmap(
             Ok(client) => break client,
             Err(e) => {
                 routes.metrics().source_error();
-                warn!("cannot watch routes ConfigMap {namespace}/{name} (retry in {retry_ms} ms): {e}");
+                warn!(
+                    "cannot watch routes ConfigMap {namespace}/{name} (retry in {retry_ms} ms): {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(retry_ms)).await;
                 retry_ms = (retry_ms * 2).min(CLIENT_RETRY_MS_MAX);
             }

@@ -258,10 +258,7 @@ impl RouteTable {
                 .any(|backend| backend.instances.contains(addr))
         });
         let generation = document.generation;
-        self.current = Some(Current {
-            document,
-            backends,
-        });
+        self.current = Some(Current { document, backends });
         Ok(Applied {
             generation,
             previous,

@@ -46,7 +46,11 @@ async fn the_binary_serves_reloads_on_sighup_and_drains_on_sigterm() {
             .expect("start the sentinel binary");
         let pid = child.id().expect("a pid");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = lines.next_line().await.unwrap().expect("the readiness line");
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the readiness line");
         // sentinel listening on ADDR (admin ADDR)
         let rest = line
             .strip_prefix("sentinel listening on ")

@@ -76,7 +76,11 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         // A neighbour the field selector leaves out.
         api.create(
             &PostParams::default(),
-            &configmap("other-routes", &document(99, &[("dx", 1, &[b.addr])]).to_json(), None),
+            &configmap(
+                "other-routes",
+                &document(99, &[("dx", 1, &[b.addr])]).to_json(),
+                None,
+            ),
         )
         .await
         .unwrap();
@@ -96,12 +100,18 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         .unwrap();
         let routes = sentinel.routes().clone();
         eventually("generation 1", || routes.generation() == Some(1)).await;
-        assert_eq!(get(sentinel.addr(), "/").await, (StatusCode::OK, "a".into()));
+        assert_eq!(
+            get(sentinel.addr(), "/").await,
+            (StatusCode::OK, "a".into())
+        );
 
         replace(&api, &name, &document(2, &[("d2", 1, &[b.addr])])).await;
         eventually("generation 2", || routes.generation() == Some(2)).await;
         for _ in 0..3 {
-            assert_eq!(get(sentinel.addr(), "/").await, (StatusCode::OK, "b".into()));
+            assert_eq!(
+                get(sentinel.addr(), "/").await,
+                (StatusCode::OK, "b".into())
+            );
         }
 
         // A refused document and a deleted ConfigMap change nothing.
@@ -112,7 +122,10 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         })
         .await;
         api.delete(&name, &DeleteParams::default()).await.unwrap();
-        assert_eq!(get(sentinel.addr(), "/").await, (StatusCode::OK, "b".into()));
+        assert_eq!(
+            get(sentinel.addr(), "/").await,
+            (StatusCode::OK, "b".into())
+        );
         assert_eq!(routes.generation(), Some(2));
 
         // Created again, it is served again.
@@ -123,7 +136,10 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         .await
         .unwrap();
         eventually("generation 3", || routes.generation() == Some(3)).await;
-        assert_eq!(get(sentinel.addr(), "/").await, (StatusCode::OK, "a".into()));
+        assert_eq!(
+            get(sentinel.addr(), "/").await,
+            (StatusCode::OK, "a".into())
+        );
         sentinel.shutdown().await;
         sim.shutdown().await;
     })

@@ -121,7 +121,10 @@ async fn a_dead_instance_is_retried_around_ejected_and_restored() {
             metrics.contains(r#"sentinel_upstream_errors_total{deployment="d1",kind="connect"} 1"#),
             "{metrics}"
         );
-        assert!(metrics.contains("sentinel_instances_ejected 1"), "{metrics}");
+        assert!(
+            metrics.contains("sentinel_instances_ejected 1"),
+            "{metrics}"
+        );
 
         // Listening again, b is probed back into rotation.
         let _b = Upstream::start_on("b", b_addr).await;
@@ -172,7 +175,10 @@ async fn no_routes_answers_503_naming_the_environment_and_why() {
         };
         write_routes(&file, &document(2, &[("d1", 1, &[closed])]));
         sentinel.reload().await.unwrap();
-        assert_eq!(get(sentinel.admin_addr(), "/readyz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(sentinel.admin_addr(), "/readyz").await.0,
+            StatusCode::OK
+        );
         let (status, body) = get(sentinel.addr(), "/").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(
@@ -286,10 +292,7 @@ async fn draining_finishes_in_flight_requests_and_refuses_new_connections() {
 
         let stopped = tokio::spawn(sentinel.shutdown());
         a.release_one();
-        assert_eq!(
-            slow.await.unwrap(),
-            (StatusCode::OK, "a slow".to_string())
-        );
+        assert_eq!(slow.await.unwrap(), (StatusCode::OK, "a slow".to_string()));
         stopped.await.unwrap();
     })
     .await;
@@ -343,7 +346,10 @@ async fn a_restart_with_an_unreadable_source_serves_the_stored_routes() {
         );
         let (_, metrics) = get(restarted.admin_addr(), "/metrics").await;
         assert!(metrics.contains("sentinel_route_generation 3"), "{metrics}");
-        assert!(metrics.contains("sentinel_source_errors_total 1"), "{metrics}");
+        assert!(
+            metrics.contains("sentinel_source_errors_total 1"),
+            "{metrics}"
+        );
     })
     .await;
 }
@@ -378,7 +384,10 @@ async fn a_newer_format_is_refused_and_the_last_table_keeps_serving() {
         other.environment_id = "staging".into();
         write_routes(&file, &other);
         let refused = sentinel.reload().await.unwrap_err();
-        assert!(refused.to_string().contains("environment staging"), "{refused}");
+        assert!(
+            refused.to_string().contains("environment staging"),
+            "{refused}"
+        );
         assert_eq!(sentinel.routes().generation(), Some(1));
     })
     .await;

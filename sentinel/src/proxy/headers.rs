@@ -145,7 +145,10 @@ mod tests {
 
     #[test]
     fn forwarded_headers_append_the_client_and_keep_a_proto() {
-        let mut h = headers(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-proto", "https")]);
+        let mut h = headers(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-proto", "https"),
+        ]);
         add_forwarded(&mut h, "192.0.2.7".parse().unwrap());
         assert_eq!(h[X_FORWARDED_FOR], "10.0.0.1, 192.0.2.7");
         assert_eq!(h[X_FORWARDED_PROTO], "https");

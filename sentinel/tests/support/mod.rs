@@ -249,7 +249,12 @@ pub async fn get_with(
     let response = client.request(request).await.expect("a response");
     let status = response.status();
     let headers = response.headers().clone();
-    let body = response.into_body().collect().await.expect("a body").to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes();
     (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
