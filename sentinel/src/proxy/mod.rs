@@ -1,6 +1,6 @@
 //! The proxy: the main listener (HTTP/1.1 and h2c on one port, through
 //! hyper-util's `auto` builder) and the forwarding of each request to an
-//! instance the route table picks ([`forward`]).
+//! instance the route table picks (`forward`).
 //!
 //! The accept loop holds at most `connections_max` connections (more
 //! wait in the listen backlog), and every connection is watched by
