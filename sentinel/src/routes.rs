@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use wire::routes::{RoutesDocument, RoutesError};
 
@@ -87,6 +88,9 @@ pub struct Routes {
     store: Option<Store>,
     /// The origin of `now_ms`: a monotonic clock.
     started: Instant,
+    /// Bumped after every offer (taken or refused), ejection and restore,
+    /// for [`Routes::wait_until`].
+    events: watch::Sender<u64>,
 }
 
 impl Routes {
@@ -104,6 +108,26 @@ impl Routes {
             metrics,
             store,
             started: Instant::now(),
+            events: watch::Sender::new(0),
+        }
+    }
+
+    /// Tells the waiters of [`Routes::wait_until`] to look again.
+    fn bump(&self) {
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Resolves once `check` holds, looked at again after every offer,
+    /// ejection and restore (for tests and the sandbox: "generation N is
+    /// served", "the instance is back").
+    pub async fn wait_until(&self, mut check: impl FnMut(&Routes) -> bool) {
+        let mut events = self.events.subscribe();
+        while !check(self) {
+            // The sender lives in `self`: `changed` fails only once it
+            // is dropped, which `&self` rules out.
+            if events.changed().await.is_err() {
+                return;
+            }
         }
     }
 
@@ -132,6 +156,12 @@ impl Routes {
     /// Offers the document `text` from `origin`: taken if it parses and
     /// the table takes it, then stored (unless it came from the store).
     pub async fn offer(&self, text: &str, origin: Origin) -> Result<Offered, OfferError> {
+        let offered = self.offer_inner(text, origin).await;
+        self.bump();
+        offered
+    }
+
+    async fn offer_inner(&self, text: &str, origin: Origin) -> Result<Offered, OfferError> {
         let document = match RoutesDocument::parse(text) {
             Ok(document) => document,
             Err(e) => {
@@ -248,6 +278,10 @@ impl Routes {
             self.metrics
                 .set_table(table.generation().unwrap_or(0), table.ejected_count());
         }
+        drop(table);
+        if ejected {
+            self.bump();
+        }
         ejected
     }
 
@@ -259,6 +293,8 @@ impl Routes {
         let since = table.restore(instance)?;
         self.metrics
             .set_table(table.generation().unwrap_or(0), table.ejected_count());
+        drop(table);
+        self.bump();
         Some(now_ms.saturating_sub(since))
     }
 

@@ -74,7 +74,8 @@ async fn the_binary_serves_reloads_on_sighup_and_drains_on_sigterm() {
     .await;
 }
 
-/// Waits until `check` answers true, trying every 10 ms, for at most 10 s.
+/// Waits until `check` answers true, trying every 10 ms, for at most
+/// 10 s: the child's reload is seen only through its answers.
 async fn eventually_async<F, Fut>(mut check: F)
 where
     F: FnMut() -> Fut,

@@ -99,14 +99,14 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         .await
         .unwrap();
         let routes = sentinel.routes().clone();
-        eventually("generation 1", || routes.generation() == Some(1)).await;
+        routes.wait_until(|r| r.generation() == Some(1)).await;
         assert_eq!(
             get(sentinel.addr(), "/").await,
             (StatusCode::OK, "a".into())
         );
 
         replace(&api, &name, &document(2, &[("d2", 1, &[b.addr])])).await;
-        eventually("generation 2", || routes.generation() == Some(2)).await;
+        routes.wait_until(|r| r.generation() == Some(2)).await;
         for _ in 0..3 {
             assert_eq!(
                 get(sentinel.addr(), "/").await,
@@ -116,11 +116,9 @@ async fn a_changed_configmap_is_served_without_a_restart() {
 
         // A refused document and a deleted ConfigMap change nothing.
         replace_text(&api, &name, "{ not json").await;
-        let metrics = sentinel.routes().metrics().clone();
-        eventually("the refusal counted", || {
-            metrics.refused_count("malformed") == 1
-        })
-        .await;
+        routes
+            .wait_until(|r| r.metrics().refused_count("malformed") == 1)
+            .await;
         api.delete(&name, &DeleteParams::default()).await.unwrap();
         assert_eq!(
             get(sentinel.addr(), "/").await,
@@ -135,7 +133,7 @@ async fn a_changed_configmap_is_served_without_a_restart() {
         )
         .await
         .unwrap();
-        eventually("generation 3", || routes.generation() == Some(3)).await;
+        routes.wait_until(|r| r.generation() == Some(3)).await;
         assert_eq!(
             get(sentinel.addr(), "/").await,
             (StatusCode::OK, "a".into())

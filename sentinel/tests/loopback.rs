@@ -128,8 +128,10 @@ async fn a_dead_instance_is_retried_around_ejected_and_restored() {
 
         // Listening again, b is probed back into rotation.
         let _b = Upstream::start_on("b", b_addr).await;
-        let routes = sentinel.routes().clone();
-        eventually("b restored", || routes.ejected().is_empty()).await;
+        sentinel
+            .routes()
+            .wait_until(|routes| routes.ejected().is_empty())
+            .await;
         assert_eq!(names(sentinel.addr(), 4).await, set(&["a", "b"]));
     })
     .await;

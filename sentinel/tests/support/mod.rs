@@ -37,17 +37,6 @@ pub async fn bounded<F: Future>(test: F) -> F::Output {
         .expect("the test did not finish in time")
 }
 
-/// Waits until `check` holds, checking every 10 ms, for at most 10 s.
-pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let waited = tokio::time::timeout(Duration::from_secs(10), async {
-        while !check() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "waited 10 s for {what}");
-}
-
 /// A small upstream: answers `GET /` with its name (and the `Host` and
 /// `x-forwarded-for` it got as headers), holds `/slow` until released,
 /// answers `/ws` upgrades with 101 and echoes bytes. One request per
