@@ -30,10 +30,12 @@ test-unit:
 # nodes, simulators and kranes; the tree's rules, `tidy`). Bounded:
 # `chaos` runs its seeds within 120 s; `rolling_upgrade` is skipped,
 # saying so, unless CTRL_PREV_BIN names a `ctrl` of the previous release;
-# the fuzz inputs run 4 s here.
+# the fuzz inputs run 4 s here. The sentinel's: loopback upstreams, its
+# binary, and its ConfigMap watch against the simulator.
 # Multi-process and multi-node tests.
 test-integration:
     cargo test -p node -p agent --test '*'
+    cargo test -p sentinel --test '*'
     cargo test -p integration --test '*'
 
 # The tree's rules: crate and module dependencies, node's layers, docs.

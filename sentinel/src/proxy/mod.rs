@@ -1,0 +1,181 @@
+//! The proxy: the main listener (HTTP/1.1 and h2c on one port, through
+//! hyper-util's `auto` builder) and the forwarding of each request to an
+//! instance the route table picks (`forward`).
+//!
+//! The accept loop holds at most `connections_max` connections (more
+//! wait in the listen backlog), and every connection is watched by
+//! hyper-util's graceful shutdown: when draining begins the listener is
+//! closed, each connection finishes its in-flight requests and closes,
+//! and whatever runs past the drain grace is cut.
+
+mod body;
+mod forward;
+mod headers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{debug, info, warn};
+
+use crate::drain::Drain;
+use crate::routes::Routes;
+
+pub use forward::HEALTH_PATH;
+
+/// Longest wait for a request's head on a client connection (slow
+/// clients hold a connection slot no longer).
+const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
+/// Most concurrent HTTP/2 streams per client connection.
+const H2_STREAMS_MAX: u32 = 256;
+/// Most idle pooled connections per instance.
+const POOL_IDLE_PER_INSTANCE_MAX: usize = 64;
+/// How long a pooled upstream connection may stay idle.
+const POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Wait after a failed accept (out of file descriptors, say).
+const ACCEPT_ERROR_PAUSE_MS: u64 = 100;
+
+/// What the proxy forwards with.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Upstream connect timeout.
+    pub connect_timeout: Duration,
+    /// Time for an upstream's response head.
+    pub request_timeout: Duration,
+    /// Retries on another instance after a failed connection.
+    pub retries: u32,
+    /// Most client connections at once.
+    pub connections_max: usize,
+    /// Time in-flight requests get when draining.
+    pub drain_grace: Duration,
+}
+
+/// The upstream client: plain HTTP/1.1, pooled.
+type Upstream = Client<HttpConnector, body::RetryBody>;
+
+/// The proxy's shared state.
+#[derive(Debug)]
+pub struct Proxy {
+    routes: Arc<Routes>,
+    client: Upstream,
+    settings: ProxySettings,
+    drain: Drain,
+}
+
+impl Proxy {
+    /// A proxy over `routes`.
+    pub fn new(routes: Arc<Routes>, settings: ProxySettings, drain: Drain) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(POOL_IDLE_PER_INSTANCE_MAX)
+            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        Proxy {
+            routes,
+            client,
+            settings,
+            drain,
+        }
+    }
+
+    /// Serves `listener` until draining begins, then drains: waits for
+    /// the connections (and upgraded tunnels) to finish within the drain
+    /// grace, and cuts what is left.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        let graceful = GracefulShutdown::new();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS));
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(H2_STREAMS_MAX);
+        let slots = Arc::new(Semaphore::new(self.settings.connections_max));
+        loop {
+            let permit = tokio::select! {
+                permit = Arc::clone(&slots).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    // The semaphore is never closed.
+                    Err(_) => break,
+                },
+                () = self.drain.draining() => break,
+            };
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = self.drain.draining() => break,
+            };
+            let (stream, remote) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(ACCEPT_ERROR_PAUSE_MS)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let proxy = Arc::clone(&self);
+            let service = service_fn(move |request| {
+                let proxy = Arc::clone(&proxy);
+                async move { Ok::<_, std::convert::Infallible>(proxy.handle(request, remote).await) }
+            });
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            let connection = graceful.watch(connection);
+            let cut = self.drain.cut_signal();
+            tokio::spawn(async move {
+                tokio::select! {
+                    result = connection => {
+                        if let Err(e) = result {
+                            debug!(%remote, "client connection ended: {e}");
+                        }
+                    }
+                    () = cut => warn!(%remote, "client connection cut: the drain grace is over"),
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        self.drain.listener_closed();
+        let open = graceful.count();
+        info!(
+            connections = open,
+            tunnels = self.drain.tunnels(),
+            "draining: no new connections; waiting for in-flight requests"
+        );
+        let drained = tokio::time::timeout(self.settings.drain_grace, async {
+            graceful.shutdown().await;
+            self.drain.tunnels_closed().await;
+        })
+        .await;
+        match drained {
+            Ok(()) => info!("drained: every connection finished"),
+            Err(_) => {
+                warn!(
+                    tunnels = self.drain.tunnels(),
+                    "drain grace of {} ms over: cutting what still runs",
+                    self.settings.drain_grace.as_millis()
+                );
+                self.drain.cut();
+            }
+        }
+    }
+
+    /// The routes served.
+    pub fn routes(&self) -> &Arc<Routes> {
+        &self.routes
+    }
+}
