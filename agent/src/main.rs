@@ -143,7 +143,11 @@ fn print_text(summary: &StateSummary) {
             Resource::Sentinel(s) => format!("{}/{}", s.k8s_namespace, s.k8s_name),
             Resource::CiliumNetworkPolicy(p) => format!("{}/{}", p.k8s_namespace, p.k8s_name),
             Resource::Route(r) => {
-                let to: Vec<&str> = r.backends.iter().map(|b| b.deployment_id.as_str()).collect();
+                let to: Vec<&str> = r
+                    .backends
+                    .iter()
+                    .map(|b| b.deployment_id.as_str())
+                    .collect();
                 format!("{}/{} to [{}]", r.k8s_namespace, r.k8s_name, to.join(", "))
             }
         };

@@ -61,11 +61,7 @@ impl RouteBook {
 
     /// Holds `route` (a newer version replaces an older one; an older one
     /// is ignored) and returns its write if its document changed.
-    pub fn set(
-        &mut self,
-        route: Route,
-        ready: &dyn Fn(&str) -> Vec<String>,
-    ) -> Option<RouteWrite> {
+    pub fn set(&mut self, route: Route, ready: &dyn Fn(&str) -> Vec<String>) -> Option<RouteWrite> {
         if let Some(held) = self.routes.get(&route.id)
             && held.version > route.version
         {
@@ -105,7 +101,9 @@ impl RouteBook {
             })
             .map(|r| r.id.clone())
             .collect();
-        ids.iter().filter_map(|id| self.write_of(id, ready)).collect()
+        ids.iter()
+            .filter_map(|id| self.write_of(id, ready))
+            .collect()
     }
 
     /// The deployments some route sends traffic to.
@@ -346,7 +344,9 @@ mod tests {
         let writes = book.pods_changed(&BTreeSet::from(["d1".to_string()]), &pods);
         assert_eq!(writes.len(), 1);
         assert_eq!(
-            writes[0].document.as_ref().unwrap().backends[0].instances.len(),
+            writes[0].document.as_ref().unwrap().backends[0]
+                .instances
+                .len(),
             2
         );
         let gone = book.remove("rte_1").expect("a delete");

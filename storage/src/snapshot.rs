@@ -415,10 +415,7 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             .map(|t| (&t.region, &t.deployment_id)),
     )?;
     strictly_ascending(name::ROLLOUTS, body.rollouts.iter().map(|r| r.seq))?;
-    strictly_ascending(
-        name::ROUTES,
-        body.routes.iter().map(|r| (&r.region, &r.id)),
-    )?;
+    strictly_ascending(name::ROUTES, body.routes.iter().map(|r| (&r.region, &r.id)))?;
     strictly_ascending(
         name::SENTINELS,
         body.sentinels.iter().map(|s| (&s.region, &s.id)),

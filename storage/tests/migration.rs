@@ -26,7 +26,9 @@ fn a_schema_4_snapshot_imports_as_the_same_state() {
         .expect("the golden snapshot");
     assert!(golden.contains("version SCHEMA_VERSION 5"));
     let store = Store::in_memory().expect("store");
-    store.import_snapshot(&v4).expect("a schema-4 snapshot imports");
+    store
+        .import_snapshot(&v4)
+        .expect("a schema-4 snapshot imports");
     let (exported, _) = store.export_snapshot().expect("export");
     assert_eq!(exported, v5, "the imported state is the populated store's");
 }

@@ -96,6 +96,8 @@ fn wire_formats_match_their_goldens() {
     g.check("operator.StateHash", &[state_hash()]);
     g.check("operator.NodeStatus", &[node_status()]);
     g.check("operator.NodeVersion", &[node_version()]);
+    g.check("operator.EnvironmentView", &[environment_view()]);
+    g.check("operator.RouteView", &environment_view().routes);
     g.check("operator.NodeDiagnostics", &[node_diagnostics()]);
     g.check("operator.CreateDeployment", &[create_deployment()]);
     g.check("operator.DeploymentUpdate", &[deployment_update()]);

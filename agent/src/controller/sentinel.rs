@@ -24,8 +24,8 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Probe, ResourceRequirements, Service, ServiceAccount, ServicePort,
     ServiceSpec, Toleration, TopologySpreadConstraint, Volume, VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -349,7 +349,9 @@ pub async fn apply(
         let service = k8s::apply(client, namespace, &service).await?;
         let deployment = k8s::apply(client, namespace, &deployment).await?;
         let budget = k8s::apply(client, namespace, &budget).await?;
-        Ok(worst(&[account, role, binding, service, deployment, budget]))
+        Ok(worst(&[
+            account, role, binding, service, deployment, budget,
+        ]))
     }
     .await;
     if applied.as_ref().is_err_and(K8sError::is_not_found) {
@@ -369,7 +371,9 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<Outc
     let binding = k8s::delete::<RoleBinding>(client, namespace, &routes).await?;
     let role = k8s::delete::<Role>(client, namespace, &routes).await?;
     let account = k8s::delete::<ServiceAccount>(client, namespace, name).await?;
-    Ok(worst(&[budget, deployment, service, binding, role, account]))
+    Ok(worst(&[
+        budget, deployment, service, binding, role, account,
+    ]))
 }
 
 fn worst(outcomes: &[Outcome]) -> Outcome {

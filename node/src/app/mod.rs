@@ -17,6 +17,8 @@
 //!
 //! - [`deployments`]: create (defaults, a minted id), read, list, stop and
 //!   start, and the long-poll wait of `WaitDeployment`.
+//! - [`environments`]: an environment's live deployment, route and stable
+//!   address per region (`ctrl get environment`, `ctrl list environments`).
 //! - [`sentinels`]: apply (find-or-create per environment and region, the
 //!   request merged over what exists, proposed as a tracked deploy), stop,
 //!   read, list.
@@ -40,6 +42,7 @@
 pub mod agent;
 pub mod deployments;
 pub mod dispatch;
+pub mod environments;
 pub mod notify;
 pub mod policies;
 pub mod regions;

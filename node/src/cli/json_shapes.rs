@@ -151,6 +151,8 @@ fn the_read_commands_json_shapes_match_their_goldens() {
             },
         ),
         check("get_sentinel", &sentinel_line()),
+        check("get_environment", &fixtures::environment_view()),
+        check("list_environments", &vec![fixtures::environment_view()]),
         check(
             "list_sentinels",
             &vec![sentinel_line(), unreported_sentinel_line()],

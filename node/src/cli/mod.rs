@@ -4,6 +4,7 @@ mod backup;
 mod certs;
 mod cluster;
 mod debug;
+mod environment;
 #[cfg(test)]
 mod json_shapes;
 mod notify;

@@ -98,6 +98,13 @@ pub(crate) enum GetCommand {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
+    /// One environment: its live deployment and, per region, the route its
+    /// sentinel serves (generation, when it changed) and its stable address.
+    Environment {
+        id: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,6 +132,12 @@ pub(crate) enum ListCommand {
     /// Every sentinel: desired image and replicas, deploy status, and what
     /// krane reported (running image, health, replicas, generation).
     Sentinels {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Every environment with, per region, where its traffic goes and its
+    /// stable address.
+    Environments {
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
     },
@@ -275,6 +288,9 @@ pub(super) async fn get(config: &OperatorConfig, command: GetCommand) -> Result<
         GetCommand::Sentinel { id, output } => {
             return super::sentinel::get(config, id, output).await;
         }
+        GetCommand::Environment { id, output } => {
+            return super::environment::get(config, id, output).await;
+        }
     };
     let client = Client::new(config)?;
     let view = client.call(GetDeployment { id }).await?;
@@ -294,6 +310,9 @@ pub(super) async fn list(config: &OperatorConfig, command: ListCommand) -> Resul
         ListCommand::Regions { output } => return super::region::list(config, output).await,
         ListCommand::Policies { output } => return super::policy::list(config, output).await,
         ListCommand::Sentinels { output } => return super::sentinel::list(config, output).await,
+        ListCommand::Environments { output } => {
+            return super::environment::list(config, output).await;
+        }
     };
     let client = Client::new(config)?;
     let page = |after| ListDeployments {

@@ -15,10 +15,11 @@ use tracing::{Instrument, info_span, warn};
 use transport::identity::Identity;
 use wire::hello::Protocol as Hello;
 use wire::operator::request::{
-    AddNode, AddRegion, GetDeployment, GetEnvironment, GetSentinel, History, InitCluster,
-    ListDeliveries, ListDeployments, ListNotifyEndpoints, ListPolicies, ListRegions, ListSentinels,
-    LogStatus, NodeDiagnostics, NodeStatus, NodeVersion, PlanRollout, RemoveNode, RolloutHistory,
-    RolloutStatus, SetRegionSchedulable, StateHash, WaitDeployment,
+    AddNode, AddRegion, DescribeEnvironment, GetDeployment, GetEnvironment, GetSentinel, History,
+    InitCluster, ListDeliveries, ListDeployments, ListEnvironments, ListNotifyEndpoints,
+    ListPolicies, ListRegions, ListSentinels, LogStatus, NodeDiagnostics, NodeStatus, NodeVersion,
+    PlanRollout, RemoveNode, RolloutHistory, RolloutStatus, SetRegionSchedulable, StateHash,
+    WaitDeployment,
 };
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, Page};
 use wire::{ErrorCode, WireError};
@@ -26,7 +27,9 @@ use wire::{ErrorCode, WireError};
 use super::ServeError;
 use super::call::{self, Protocol};
 use crate::app::dispatch::Dispatch;
-use crate::app::{deployments, notify, policies, regions, requests, rollouts, sentinels};
+use crate::app::{
+    deployments, environments, notify, policies, regions, requests, rollouts, sentinels,
+};
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
 
@@ -211,6 +214,11 @@ async fn reads_and_cluster_calls(
         .on_sync(|s, LogStatus| Ok(cluster::log_status(s)))
         .on(|s, r: StateHash| state_hash::state_hash(s, r.min_applied_index, r.wait_ms))
         .on_sync(|s, GetSentinel { id }| sentinels::get(s, &id))
+        .on_sync(|s, DescribeEnvironment { id }| environments::describe(s, &id))
+        .on_sync(|s, ListEnvironments { after, limit }| {
+            environments::list(s, after, limit)
+                .map(|(items, next_after)| Page { items, next_after })
+        })
         .on_sync(|s, ListSentinels { after, limit }| {
             sentinels::list(s, after, limit).map(|(items, next_after)| Page { items, next_after })
         })

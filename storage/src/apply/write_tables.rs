@@ -99,9 +99,7 @@ impl<'t> WriteTables<'t> {
             rollouts: txn
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(op, name::ROLLOUTS)?,
-            routes: txn
-                .open_table(tables::ROUTES)
-                .ctx_table(op, name::ROUTES)?,
+            routes: txn.open_table(tables::ROUTES).ctx_table(op, name::ROUTES)?,
             op,
         })
     }

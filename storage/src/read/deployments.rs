@@ -45,6 +45,24 @@ impl ReadView {
         load(&self.environments, name::ENVIRONMENTS, id)
     }
 
+    /// Environments ordered by id, starting after `after`, at most `limit`.
+    pub fn list_environments(&self, after: Option<&str>, limit: usize) -> Result<Vec<Environment>> {
+        let start = match after {
+            Some(id) => Bound::Excluded(id),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        let range = self
+            .environments
+            .range::<&str>((start, Bound::Unbounded))
+            .ctx_table(OP, name::ENVIRONMENTS)?;
+        for entry in range.take(limit) {
+            let (key, value) = entry.ctx_table(OP, name::ENVIRONMENTS)?;
+            out.push(decode(name::ENVIRONMENTS, &key.value(), value.value())?);
+        }
+        Ok(out)
+    }
+
     /// The deployments whose deploy workflow is open, by id, at most
     /// `limit` (in flight, waiting for a scheduled change, or for their
     /// instances to go).

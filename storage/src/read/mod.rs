@@ -205,9 +205,7 @@ impl ReadView {
             rollouts: txn
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(OP, name::ROLLOUTS)?,
-            routes: txn
-                .open_table(tables::ROUTES)
-                .ctx_table(OP, name::ROUTES)?,
+            routes: txn.open_table(tables::ROUTES).ctx_table(OP, name::ROUTES)?,
             schema_version,
             last_pk,
             floor_pk,

@@ -20,8 +20,8 @@ use crate::model::{
     Actor, ApplyOutcome, ApplyReport, CiliumNetworkPolicy, DeployWorkflow, Deployment,
     DeploymentStatus, DeploymentTopology, DesiredState, Environment, FailedApply, Health,
     Heartbeat, Instance, InstanceStatus, JournalEntry, Region, RegionSource, Resource, ResourceKey,
-    ResourceType, Route, RouteWeight, ScheduledChange, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
-    StepRecord,
+    ResourceType, Route, RouteWeight, ScheduledChange, Sentinel, SentinelDeploy,
+    SentinelDeployStatus, SentinelStatus, StepRecord,
 };
 use crate::notify::{
     AddEndpoint, Delivery, DeliveryState, EndpointView, NotifyEndpoint, NotifyEvent,
@@ -907,6 +907,13 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
         }),
         OperatorRequest::Backup(crate::operator::request::Backup),
         OperatorRequest::NodeVersion(crate::operator::request::NodeVersion),
+        OperatorRequest::DescribeEnvironment(crate::operator::request::DescribeEnvironment {
+            id: "env_prod".into(),
+        }),
+        OperatorRequest::ListEnvironments(crate::operator::request::ListEnvironments {
+            after: Some("env_dev".into()),
+            limit: 100,
+        }),
     ]
 }
 
@@ -1139,7 +1146,24 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
         OperatorResponse::Rollouts(vec![rollout_summary()]),
         OperatorResponse::BackupChunk(backup_chunk()),
         OperatorResponse::NodeVersion(node_version()),
+        OperatorResponse::EnvironmentView(environment_view()),
+        OperatorResponse::Environments {
+            items: vec![environment_view()],
+            next_after: Some("env_prod".into()),
+        },
     ]
+}
+
+/// A fixture [`crate::operator::EnvironmentView`], every field set.
+pub fn environment_view() -> crate::operator::EnvironmentView {
+    crate::operator::EnvironmentView {
+        environment: environment(),
+        routes: vec![crate::operator::RouteView {
+            route: route(),
+            address: "snt-01hx.sentinel.svc:8040".into(),
+            rejected: Some(apply_rejected()),
+        }],
+    }
 }
 
 /// A fixture [`NotifyEndpoint`], every field set.

@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    ApplyReport, CiliumNetworkPolicy, Deployment, Instance, Pk, Region, Sentinel, SentinelStatus,
-    UnixMs,
+    ApplyReport, CiliumNetworkPolicy, Deployment, Environment, Instance, Pk, Region, Route,
+    Sentinel, SentinelStatus, UnixMs,
 };
 use crate::notify::Delivery;
 
@@ -235,3 +235,28 @@ pub struct EndpointRemoved {
     /// How many of its pending deliveries became dead.
     pub deliveries_dead: u64,
 }
+
+/// An environment and where its traffic goes in each region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentView {
+    /// The environment as stored (its live deployment, the formerly live).
+    pub environment: Environment,
+    /// Its route in each region that has one, by region.
+    pub routes: Vec<RouteView>,
+}
+
+/// An environment's route in one region, and its stable address there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteView {
+    /// The route as stored (its version is the generation krane writes).
+    pub route: Route,
+    /// The environment's address in the region: its sentinel's Service,
+    /// `NAME.NAMESPACE.svc:PORT`, the same for the environment's life.
+    pub address: String,
+    /// Kubernetes' refusal of the route's current version, as krane
+    /// reported it; `None` unless it was refused.
+    pub rejected: Option<ApplyReport>,
+}
+
+/// The port of a sentinel's Service (every environment's address).
+pub const SENTINEL_PORT: u16 = 8040;

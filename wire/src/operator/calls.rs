@@ -5,10 +5,11 @@
 
 use super::request::*;
 use super::{
-    BackupChunk, DeliveryPage, DeploymentView, EndpointRemoved, LogStatus as LogStatusAnswer,
-    Membership, NodeDiagnostics as NodeDiagnosticsAnswer, NodeStatus as NodeStatusAnswer,
-    NodeVersion as NodeVersionAnswer, OperatorRequest, OperatorResponse, Page, PolicyView,
-    RegionList, RolloutPlan, SentinelDeployed, SentinelView, StateHash as StateHashAnswer,
+    BackupChunk, DeliveryPage, DeploymentView, EndpointRemoved, EnvironmentView,
+    LogStatus as LogStatusAnswer, Membership, NodeDiagnostics as NodeDiagnosticsAnswer,
+    NodeStatus as NodeStatusAnswer, NodeVersion as NodeVersionAnswer, OperatorRequest,
+    OperatorResponse, Page, PolicyView, RegionList, RolloutPlan, SentinelDeployed, SentinelView,
+    StateHash as StateHashAnswer,
 };
 use crate::call::Call;
 use crate::model::{Deployment, Environment, JournalEntry, Region};
@@ -103,4 +104,9 @@ crate::calls! {
     UpdateDeployment(UpdateDeployment) => Updated(Deployment);
     Backup(Backup) => BackupChunk(BackupChunk);
     NodeVersion(NodeVersion) => NodeVersion(NodeVersionAnswer);
+    DescribeEnvironment(DescribeEnvironment) => EnvironmentView(EnvironmentView);
+    ListEnvironments(ListEnvironments) -> Page<EnvironmentView, String> {
+        OperatorResponse::Environments { items, next_after } => Page { items, next_after },
+        |page| OperatorResponse::Environments { items: page.items, next_after: page.next_after }
+    };
 }

@@ -236,6 +236,10 @@ pub enum OperatorRequest {
     Backup(request::Backup),
     /// [`request::NodeVersion`].
     NodeVersion(request::NodeVersion),
+    /// [`request::DescribeEnvironment`].
+    DescribeEnvironment(request::DescribeEnvironment),
+    /// [`request::ListEnvironments`].
+    ListEnvironments(request::ListEnvironments),
 }
 
 impl OperatorRequest {
@@ -281,6 +285,8 @@ impl OperatorRequest {
             OperatorRequest::UpdateDeployment(_) => "update_deployment",
             OperatorRequest::Backup(_) => "backup",
             OperatorRequest::NodeVersion(_) => "node_version",
+            OperatorRequest::DescribeEnvironment(_) => "describe_environment",
+            OperatorRequest::ListEnvironments(_) => "list_environments",
         }
     }
 
@@ -340,7 +346,9 @@ impl OperatorRequest {
             | OperatorRequest::RolloutStatus(_)
             | OperatorRequest::RolloutHistory(_)
             | OperatorRequest::Backup(_)
-            | OperatorRequest::NodeVersion(_) => false,
+            | OperatorRequest::NodeVersion(_)
+            | OperatorRequest::DescribeEnvironment(_)
+            | OperatorRequest::ListEnvironments(_) => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion(_) | OperatorRequest::SetRegionSchedulable(_) => false,
@@ -464,4 +472,13 @@ pub enum OperatorResponse {
     BackupChunk(BackupChunk),
     /// The answering node's versions (answer to `NodeVersion`).
     NodeVersion(NodeVersion),
+    /// An environment with its routes.
+    EnvironmentView(EnvironmentView),
+    /// A page of environments.
+    Environments {
+        /// The environments with their routes.
+        items: Vec<EnvironmentView>,
+        /// Pass as `after` to read on; `None` at the end.
+        next_after: Option<String>,
+    },
 }

@@ -242,6 +242,24 @@ pub struct ReplayDelivery {
     pub id: u64,
 }
 
+/// An environment with its route and address per region; answered by
+/// `EnvironmentView`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeEnvironment {
+    /// The environment's id.
+    pub id: String,
+}
+
+/// Environments with their routes, ordered by id, after `after`; answered
+/// by `Environments`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEnvironments {
+    /// Exclusive lower bound (`None`: from the first).
+    pub after: Option<String>,
+    /// Most environments to return (at most [`LIST_PAGE_MAX`]).
+    pub limit: u32,
+}
+
 /// Sentinels with their status, ordered by (region, id), after
 /// `after`; answered by `Sentinels`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
