@@ -37,7 +37,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Shared;
+use super::echo::Echoes;
 use super::meta::{self, rfc3339};
+use super::network::{self, Addresses, Endpoint, EndpointChange, PodNetwork};
 use super::resources::{DEPLOYMENTS, PODS, ResourceDef, STATEFUL_SETS};
 use super::store::{EventType, Key, Part, Store, WriteOpts};
 
@@ -91,7 +93,12 @@ pub struct Controller {
     start_at: HashMap<String, (Instant, Key)>,
     /// The deadlines of `start_at` not yet reached, in time order.
     due: BTreeSet<(Instant, String)>,
-    ip_count: u32,
+    /// Where pods' addresses come from.
+    addresses: Addresses,
+    /// On the loopback network: the endpoint of each served pod, by uid.
+    served: HashMap<String, Endpoint>,
+    /// Changes to `served` not yet taken by [`Controller::take_endpoint_changes`].
+    endpoint_changes: Vec<EndpointChange>,
     name_count: u64,
     last_pass: PassStats,
 }
@@ -164,8 +171,18 @@ impl Scope {
 }
 
 impl Controller {
-    /// One pass: workloads, then orphans, then pods, then workload status.
-    /// Returns the next instant a waiting pod is due to start, if any.
+    /// A controller giving pods addresses on `network` (`default()`: the
+    /// cluster network).
+    pub fn new(network: PodNetwork) -> Controller {
+        Controller {
+            addresses: Addresses::new(network),
+            ..Controller::default()
+        }
+    }
+
+    /// One pass: workloads, then orphans, then pods, then (on the loopback
+    /// network) the served endpoints, then workload status. Returns the
+    /// next instant a waiting pod is due to start, if any.
     pub fn reconcile(
         &mut self,
         store: &mut Store,
@@ -204,6 +221,9 @@ impl Controller {
             Scope::Full => Scope::Full,
             Scope::Touched(_) => Scope::of(store, from),
         };
+        if self.addresses.network() == PodNetwork::Loopback {
+            self.endpoints(store, &scope);
+        }
         for key in scope.workloads(store) {
             stats.workloads += 1;
             write_status(store, &key, wall);
@@ -215,6 +235,60 @@ impl Controller {
     /// What the last pass looked at.
     pub fn last_pass(&self) -> PassStats {
         self.last_pass
+    }
+
+    /// The changes to the set of served pods since the last call, in the
+    /// order they were decided (always empty on the cluster network). The
+    /// driver hands them to the echo after every pass.
+    pub fn take_endpoint_changes(&mut self) -> Vec<EndpointChange> {
+        std::mem::take(&mut self.endpoint_changes)
+    }
+
+    /// Brings `served` in line with the pods in scope, recording each
+    /// change: a deleted pod stops, a pod in scope is served as
+    /// [`network::endpoint`] says (a start, a label change, a pod no
+    /// longer Running).
+    fn endpoints(&mut self, store: &Store, scope: &Scope) {
+        let mut wanted: Vec<(String, Option<Endpoint>)> = Vec::new();
+        match scope {
+            Scope::Full => {
+                let mut live = HashSet::new();
+                for (_, pod) in store.range(&PODS, None) {
+                    let uid = meta::meta_str(pod, "uid").unwrap_or("");
+                    live.insert(uid);
+                    wanted.push((uid.to_string(), network::endpoint(pod)));
+                }
+                let gone: Vec<String> = self
+                    .served
+                    .keys()
+                    .filter(|uid| !live.contains(uid.as_str()))
+                    .cloned()
+                    .collect();
+                wanted.extend(gone.into_iter().map(|uid| (uid, None)));
+            }
+            Scope::Touched(t) => {
+                wanted.extend(t.gone_pods.iter().map(|uid| (uid.clone(), None)));
+                for pod in t.pods.iter().filter_map(|k| store.get(k)) {
+                    let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
+                    wanted.push((uid, network::endpoint(pod)));
+                }
+            }
+        }
+        for (uid, endpoint) in wanted {
+            match endpoint {
+                Some(e) if self.served.get(&uid) != Some(&e) => {
+                    self.served.insert(uid.clone(), e.clone());
+                    self.endpoint_changes
+                        .push(EndpointChange::Serve { uid, endpoint: e });
+                }
+                Some(_) => {}
+                None => {
+                    if self.served.remove(&uid).is_some() {
+                        self.endpoint_changes.push(EndpointChange::Stop { uid });
+                    }
+                }
+            }
+        }
     }
 
     fn workload_pods(&mut self, store: &mut Store, key: &Key, wall: &str) {
@@ -372,7 +446,7 @@ impl Controller {
             let pod = pod.clone();
             let ip = match pod.pointer("/status/podIP").and_then(Value::as_str) {
                 Some(ip) => ip.to_string(),
-                None => self.next_ip(),
+                None => self.addresses.allocate().to_string(),
             };
             let status = started_status(&pod, settings, &ip, wall);
             if pod.get("status") != Some(&status) {
@@ -382,17 +456,6 @@ impl Controller {
             }
         }
         keys.len()
-    }
-
-    fn next_ip(&mut self) -> String {
-        loop {
-            self.ip_count = self.ip_count.wrapping_add(1);
-            let n = self.ip_count;
-            let (b, c, d) = (244 + (n >> 16) % 12, (n >> 8) & 0xff, n & 0xff);
-            if d != 0 && d != 255 {
-                return format!("10.{b}.{c}.{d}");
-            }
-        }
     }
 }
 
@@ -792,9 +855,13 @@ fn deployment_status(deploy: &Value, pods: &[&Value], wall: &str) -> Value {
 }
 
 /// The async driver: a pass on start, then one after every store change,
-/// settings change or start deadline, until shutdown.
-pub(crate) async fn run(shared: Arc<Shared>) {
-    let mut controller = Controller::default();
+/// settings change or start deadline, until shutdown. After each pass it
+/// hands the endpoint changes to the echo: binds happen with the store
+/// still locked (before anyone reads the pod as Running), closes are
+/// awaited once it is unlocked. On shutdown it closes every echo.
+pub(crate) async fn run(shared: Arc<Shared>, network: PodNetwork) {
+    let mut controller = Controller::new(network);
+    let mut echoes = Echoes::new(shared.clone());
     let mut changes = shared.changes.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
     loop {
@@ -803,11 +870,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         for _ in 0..PASSES_MAX {
             let settings = shared.settings();
             let wall = rfc3339(SystemTime::now());
-            let (before, after, due) = shared.write(|store| {
+            let (before, after, due, closing) = shared.write(|store| {
                 let before = store.resource_version();
                 let due = controller.reconcile(store, &settings, Instant::now(), &wall);
-                (before, store.resource_version(), due)
+                let closing = echoes.apply(controller.take_endpoint_changes());
+                (before, store.resource_version(), due, closing)
             });
+            echoes.settle(closing).await;
             next = due;
             seen = after;
             if before == after {
@@ -828,12 +897,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         };
         tokio::select! {
-            _ = shutdown.changed() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => break,
+            changed = changes.changed() => if changed.is_err() { break },
             _ = shared.kick.notified() => {}
             _ = sleep => {}
         }
     }
+    echoes.close_all().await;
 }
 
 #[cfg(test)]

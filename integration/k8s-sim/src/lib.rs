@@ -64,8 +64,10 @@ pub mod api;
 pub mod audit;
 pub mod controller;
 pub mod discovery;
+pub mod echo;
 pub mod fields;
 pub mod meta;
+pub mod network;
 pub mod openapi;
 pub mod patch;
 pub mod resources;
@@ -90,6 +92,7 @@ use tokio::sync::{Notify, watch as channel};
 use tokio::task::JoinHandle;
 
 use controller::Settings;
+pub use network::PodNetwork;
 use resources::ResourceDef;
 use selector::{FieldSelector, LabelSelector};
 use store::{EVENT_HISTORY_LEN_DEFAULT, Key, Store};
@@ -109,6 +112,11 @@ pub struct SimConfig {
     pub failing_readiness: Vec<String>,
     /// Watch events kept for resuming watches (older resumes get 410).
     pub event_history_len: usize,
+    /// Where pods get their addresses: [`PodNetwork::Cluster`] (the
+    /// default: `10.x` addresses, nothing listens) or
+    /// [`PodNetwork::Loopback`] (a distinct `127.x.y.z` per pod, and an
+    /// [`echo`] on each declared TCP `containerPort`).
+    pub pod_network: PodNetwork,
 }
 
 impl Default for SimConfig {
@@ -119,6 +127,7 @@ impl Default for SimConfig {
             failing_images: Vec::new(),
             failing_readiness: Vec::new(),
             event_history_len: EVENT_HISTORY_LEN_DEFAULT,
+            pod_network: PodNetwork::Cluster,
         }
     }
 }
@@ -136,6 +145,8 @@ pub(crate) struct Shared {
     accesses: Mutex<BTreeSet<audit::Access>>,
     /// Requests that may change objects (POST, PUT, PATCH, DELETE).
     write_requests: AtomicU64,
+    /// The addresses pods' echoes listen on now (loopback network).
+    echo_addrs: channel::Sender<BTreeSet<SocketAddr>>,
 }
 
 impl Shared {
@@ -277,10 +288,11 @@ impl Simulator {
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
             write_requests: AtomicU64::new(0),
+            echo_addrs: channel::channel(BTreeSet::new()).0,
         });
         let tasks = vec![
             tokio::spawn(server::serve(listener, shared.clone())),
-            tokio::spawn(controller::run(shared.clone())),
+            tokio::spawn(controller::run(shared.clone(), config.pod_network)),
         ];
         Ok(Simulator {
             addr,
@@ -394,6 +406,41 @@ preferences: {{}}
                         timeout,
                     });
                 }
+            }
+        }
+    }
+
+    /// The addresses pods' echoes listen on now (always empty on the
+    /// cluster network). A pod's listeners are bound before it reads as
+    /// Running, and gone from this set only once closed.
+    pub fn echo_addrs(&self) -> BTreeSet<SocketAddr> {
+        self.shared.echo_addrs.borrow().clone()
+    }
+
+    /// Waits until `predicate` holds on [`Simulator::echo_addrs`],
+    /// re-checking after every change of the set (no polling); `Err` after
+    /// `timeout`. E.g. after deleting a pod, wait until its address is gone:
+    /// from then on a connection to it is refused.
+    pub async fn wait_echo(
+        &self,
+        timeout: Duration,
+        mut predicate: impl FnMut(&BTreeSet<SocketAddr>) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        let mut addrs = self.shared.echo_addrs.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if predicate(&addrs.borrow_and_update()) {
+                return Ok(());
+            }
+            // The sender lives as long as `self`: `changed` only times out.
+            if tokio::time::timeout_at(deadline, addrs.changed())
+                .await
+                .is_err()
+            {
+                return Err(WaitTimeout {
+                    resource_version: self.resource_version(),
+                    timeout,
+                });
             }
         }
     }

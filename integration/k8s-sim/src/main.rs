@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use k8s_sim::{SimConfig, Simulator};
+use k8s_sim::{PodNetwork, SimConfig, Simulator};
 
 #[derive(Debug, Parser)]
 #[command(about = "A Kubernetes API simulator on loopback (plain HTTP)")]
@@ -36,6 +36,11 @@ struct Args {
     /// Watch events kept for resuming watches.
     #[arg(long, default_value_t = SimConfig::default().event_history_len)]
     event_history_len: usize,
+    /// Where pods get their addresses: `cluster` (10.x, nothing listens)
+    /// or `loopback` (127.x.y.z each, with an HTTP echo on every declared
+    /// TCP containerPort).
+    #[arg(long, default_value_t = PodNetwork::Cluster)]
+    pod_network: PodNetwork,
 }
 
 #[tokio::main]
@@ -54,6 +59,7 @@ async fn main() -> Result<()> {
         failing_images: args.failing_images,
         failing_readiness: args.failing_readiness,
         event_history_len: args.event_history_len,
+        pod_network: args.pod_network,
     })
     .await
     .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;
