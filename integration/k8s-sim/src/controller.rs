@@ -1,11 +1,23 @@
 //! A kwok-like controller: turns StatefulSets and Deployments into pods,
-//! "starts" pods after a delay (Running and Ready, or Pending with
-//! `ImagePullBackOff` for images told to fail), and writes the workloads'
-//! status.
+//! "starts" pods after a delay (Running and Ready with an address, or
+//! Pending with `ImagePullBackOff` for images told to fail), decides which
+//! pods the echo serves, and writes the workloads' status.
 //!
 //! [`Controller::reconcile`] is one idempotent pass (no clock of its own:
-//! `now` comes in); `run` is the async driver, woken by store changes,
-//! settings changes or the next pod start deadline — never by polling.
+//! `now` comes in; no sockets); `run` is the async driver, woken by store
+//! changes, settings changes or the next pod start deadline — never by
+//! polling.
+//!
+//! Addresses come from the controller's [`PodNetwork`] (see
+//! [`network`]): a started pod keeps its address for life. On the loopback
+//! network a pass also keeps the set of served pods — every Running pod
+//! with a loopback address and a declared TCP port, with the identity its
+//! echo answers with — and records each change to it (a pod started or
+//! relabelled: serve; deleted, no longer Running, no port left: stop),
+//! which the driver takes ([`Controller::take_endpoint_changes`]) and
+//! hands to [`echo`](super::echo) after every pass: binds while the store
+//! is still locked, so the pass that makes a pod Running also makes it
+//! listen before anyone can read it Running; closes are awaited after.
 //!
 //! A pass is incremental, as a real controller's work queue is: it reads
 //! the store's events since the version it last looked at and reconciles
@@ -67,6 +79,9 @@ pub struct Settings {
     /// Images whose containers, where they have a readiness probe, run
     /// but never pass it: the pod is Running and never Ready.
     pub failing_readiness: Vec<String>,
+    /// Images whose pods (by their first container) run without an echo:
+    /// on the loopback network their ports refuse connections.
+    pub refusing_images: Vec<String>,
 }
 
 /// What the last pass looked at (for tests and logs).
@@ -222,7 +237,7 @@ impl Controller {
             Scope::Touched(_) => Scope::of(store, from),
         };
         if self.addresses.network() == PodNetwork::Loopback {
-            self.endpoints(store, &scope);
+            self.endpoints(store, &scope, settings);
         }
         for key in scope.workloads(store) {
             stats.workloads += 1;
@@ -247,8 +262,11 @@ impl Controller {
     /// Brings `served` in line with the pods in scope, recording each
     /// change: a deleted pod stops, a pod in scope is served as
     /// [`network::endpoint`] says (a start, a label change, a pod no
-    /// longer Running).
-    fn endpoints(&mut self, store: &Store, scope: &Scope) {
+    /// longer Running) unless its image is told to refuse.
+    fn endpoints(&mut self, store: &Store, scope: &Scope, settings: &Settings) {
+        let refusing = &settings.refusing_images;
+        let endpoint =
+            |pod: &Value| network::endpoint(pod).filter(|e| !refusing.contains(&e.identity.image));
         let mut wanted: Vec<(String, Option<Endpoint>)> = Vec::new();
         match scope {
             Scope::Full => {
@@ -256,7 +274,7 @@ impl Controller {
                 for (_, pod) in store.range(&PODS, None) {
                     let uid = meta::meta_str(pod, "uid").unwrap_or("");
                     live.insert(uid);
-                    wanted.push((uid.to_string(), network::endpoint(pod)));
+                    wanted.push((uid.to_string(), endpoint(pod)));
                 }
                 let gone: Vec<String> = self
                     .served
@@ -270,7 +288,7 @@ impl Controller {
                 wanted.extend(t.gone_pods.iter().map(|uid| (uid.clone(), None)));
                 for pod in t.pods.iter().filter_map(|k| store.get(k)) {
                     let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
-                    wanted.push((uid, network::endpoint(pod)));
+                    wanted.push((uid, endpoint(pod)));
                 }
             }
         }

@@ -33,6 +33,10 @@ struct Args {
     /// their pods run and are never Ready (repeatable).
     #[arg(long = "fail-readiness")]
     failing_readiness: Vec<String>,
+    /// An image whose pods run without an echo on the loopback network:
+    /// their ports refuse connections (repeatable).
+    #[arg(long = "refuse-image")]
+    refusing_images: Vec<String>,
     /// Watch events kept for resuming watches.
     #[arg(long, default_value_t = SimConfig::default().event_history_len)]
     event_history_len: usize,
@@ -58,6 +62,7 @@ async fn main() -> Result<()> {
         pod_ready_delay_ms: args.pod_ready_delay_ms,
         failing_images: args.failing_images,
         failing_readiness: args.failing_readiness,
+        refusing_images: args.refusing_images,
         event_history_len: args.event_history_len,
         pod_network: args.pod_network,
     })

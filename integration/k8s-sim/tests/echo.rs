@@ -215,6 +215,33 @@ async fn deleting_a_pod_or_scaling_to_zero_closes_its_listener() {
 }
 
 #[tokio::test]
+async fn a_refusing_image_closes_the_echo_and_it_comes_back_at_the_same_address() {
+    bounded(async {
+        let sim = loopback_sim().await;
+        create_deployment(&sim, "web", 1, json!([{"containerPort": PORT}])).await;
+        let (name, ip) = ready_pods(&sim, "web", 1).await.remove(0);
+        let addr = SocketAddr::from((ip, PORT));
+        get_json(addr, "/").await;
+
+        sim.set_refusing_image("web:1", true);
+        sim.wait_echo(WAIT, |addrs| !addrs.contains(&addr))
+            .await
+            .expect("the echo closes");
+        assert_refused(TcpStream::connect(addr).await, addr);
+        // The pod itself is untouched: the same one, Running and Ready.
+        assert_eq!(ready_pods(&sim, "web", 1).await, [(name.clone(), ip)]);
+
+        sim.set_refusing_image("web:1", false);
+        sim.wait_echo(WAIT, |addrs| addrs.contains(&addr))
+            .await
+            .expect("the echo is back");
+        assert_eq!(get_json(addr, "/").await["pod"], json!(name));
+        sim.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn sleep_answers_after_the_asked_delay() {
     bounded(async {
         let sim = loopback_sim().await;
