@@ -190,7 +190,12 @@ pub fn endpoint(pod: &Value) -> Option<Endpoint> {
         .iter()
         .filter_map(|c| c.get("ports")?.as_array())
         .flatten()
-        .filter(|p| p.get("protocol").is_none_or(|proto| proto == "TCP"))
+        // No protocol (or null) is TCP, as the API server defaults it.
+        .filter(|p| {
+            p.get("protocol")
+                .and_then(Value::as_str)
+                .is_none_or(|proto| proto == "TCP")
+        })
         .filter_map(|p| u16::try_from(p.get("containerPort")?.as_u64()?).ok())
         .filter(|&p| p != 0)
         .collect();
