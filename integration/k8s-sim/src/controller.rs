@@ -1,11 +1,23 @@
 //! A kwok-like controller: turns StatefulSets and Deployments into pods,
-//! "starts" pods after a delay (Running and Ready, or Pending with
-//! `ImagePullBackOff` for images told to fail), and writes the workloads'
-//! status.
+//! "starts" pods after a delay (Running and Ready with an address, or
+//! Pending with `ImagePullBackOff` for images told to fail), decides which
+//! pods the echo serves, and writes the workloads' status.
 //!
 //! [`Controller::reconcile`] is one idempotent pass (no clock of its own:
-//! `now` comes in); `run` is the async driver, woken by store changes,
-//! settings changes or the next pod start deadline — never by polling.
+//! `now` comes in; no sockets); `run` is the async driver, woken by store
+//! changes, settings changes or the next pod start deadline — never by
+//! polling.
+//!
+//! Addresses come from the controller's [`PodNetwork`] (see
+//! [`network`]): a started pod keeps its address for life. On the loopback
+//! network a pass also keeps the set of served pods — every Running pod
+//! with a loopback address and a declared TCP port, with the identity its
+//! echo answers with — and records each change to it (a pod started or
+//! relabelled: serve; deleted, no longer Running, no port left: stop),
+//! which the driver takes ([`Controller::take_endpoint_changes`]) and
+//! hands to [`echo`](super::echo) after every pass: binds while the store
+//! is still locked, so the pass that makes a pod Running also makes it
+//! listen before anyone can read it Running; closes are awaited after.
 //!
 //! A pass is incremental, as a real controller's work queue is: it reads
 //! the store's events since the version it last looked at and reconciles
@@ -37,7 +49,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::Shared;
+use super::echo::Echoes;
 use super::meta::{self, rfc3339};
+use super::network::{self, Addresses, Endpoint, EndpointChange, PodNetwork};
 use super::resources::{DEPLOYMENTS, PODS, ResourceDef, STATEFUL_SETS};
 use super::store::{EventType, Key, Part, Store, WriteOpts};
 
@@ -65,6 +79,9 @@ pub struct Settings {
     /// Images whose containers, where they have a readiness probe, run
     /// but never pass it: the pod is Running and never Ready.
     pub failing_readiness: Vec<String>,
+    /// Images whose pods (by their first container) run without an echo:
+    /// on the loopback network their ports refuse connections.
+    pub refusing_images: Vec<String>,
 }
 
 /// What the last pass looked at (for tests and logs).
@@ -91,7 +108,12 @@ pub struct Controller {
     start_at: HashMap<String, (Instant, Key)>,
     /// The deadlines of `start_at` not yet reached, in time order.
     due: BTreeSet<(Instant, String)>,
-    ip_count: u32,
+    /// Where pods' addresses come from.
+    addresses: Addresses,
+    /// On the loopback network: the endpoint of each served pod, by uid.
+    served: HashMap<String, Endpoint>,
+    /// Changes to `served` not yet taken by [`Controller::take_endpoint_changes`].
+    endpoint_changes: Vec<EndpointChange>,
     name_count: u64,
     last_pass: PassStats,
 }
@@ -164,8 +186,18 @@ impl Scope {
 }
 
 impl Controller {
-    /// One pass: workloads, then orphans, then pods, then workload status.
-    /// Returns the next instant a waiting pod is due to start, if any.
+    /// A controller giving pods addresses on `network` (`default()`: the
+    /// cluster network).
+    pub fn new(network: PodNetwork) -> Controller {
+        Controller {
+            addresses: Addresses::new(network),
+            ..Controller::default()
+        }
+    }
+
+    /// One pass: workloads, then orphans, then pods, then (on the loopback
+    /// network) the served endpoints, then workload status. Returns the
+    /// next instant a waiting pod is due to start, if any.
     pub fn reconcile(
         &mut self,
         store: &mut Store,
@@ -204,6 +236,9 @@ impl Controller {
             Scope::Full => Scope::Full,
             Scope::Touched(_) => Scope::of(store, from),
         };
+        if self.addresses.network() == PodNetwork::Loopback {
+            self.endpoints(store, &scope, settings);
+        }
         for key in scope.workloads(store) {
             stats.workloads += 1;
             write_status(store, &key, wall);
@@ -215,6 +250,63 @@ impl Controller {
     /// What the last pass looked at.
     pub fn last_pass(&self) -> PassStats {
         self.last_pass
+    }
+
+    /// The changes to the set of served pods since the last call, in the
+    /// order they were decided (always empty on the cluster network). The
+    /// driver hands them to the echo after every pass.
+    pub fn take_endpoint_changes(&mut self) -> Vec<EndpointChange> {
+        std::mem::take(&mut self.endpoint_changes)
+    }
+
+    /// Brings `served` in line with the pods in scope, recording each
+    /// change: a deleted pod stops, a pod in scope is served as
+    /// [`network::endpoint`] says (a start, a label change, a pod no
+    /// longer Running) unless its image is told to refuse.
+    fn endpoints(&mut self, store: &Store, scope: &Scope, settings: &Settings) {
+        let refusing = &settings.refusing_images;
+        let endpoint =
+            |pod: &Value| network::endpoint(pod).filter(|e| !refusing.contains(&e.identity.image));
+        let mut wanted: Vec<(String, Option<Endpoint>)> = Vec::new();
+        match scope {
+            Scope::Full => {
+                let mut live = HashSet::new();
+                for (_, pod) in store.range(&PODS, None) {
+                    let uid = meta::meta_str(pod, "uid").unwrap_or("");
+                    live.insert(uid);
+                    wanted.push((uid.to_string(), endpoint(pod)));
+                }
+                let gone: Vec<String> = self
+                    .served
+                    .keys()
+                    .filter(|uid| !live.contains(uid.as_str()))
+                    .cloned()
+                    .collect();
+                wanted.extend(gone.into_iter().map(|uid| (uid, None)));
+            }
+            Scope::Touched(t) => {
+                wanted.extend(t.gone_pods.iter().map(|uid| (uid.clone(), None)));
+                for pod in t.pods.iter().filter_map(|k| store.get(k)) {
+                    let uid = meta::meta_str(pod, "uid").unwrap_or("").to_string();
+                    wanted.push((uid, endpoint(pod)));
+                }
+            }
+        }
+        for (uid, endpoint) in wanted {
+            match endpoint {
+                Some(e) if self.served.get(&uid) != Some(&e) => {
+                    self.served.insert(uid.clone(), e.clone());
+                    self.endpoint_changes
+                        .push(EndpointChange::Serve { uid, endpoint: e });
+                }
+                Some(_) => {}
+                None => {
+                    if self.served.remove(&uid).is_some() {
+                        self.endpoint_changes.push(EndpointChange::Stop { uid });
+                    }
+                }
+            }
+        }
     }
 
     fn workload_pods(&mut self, store: &mut Store, key: &Key, wall: &str) {
@@ -372,7 +464,7 @@ impl Controller {
             let pod = pod.clone();
             let ip = match pod.pointer("/status/podIP").and_then(Value::as_str) {
                 Some(ip) => ip.to_string(),
-                None => self.next_ip(),
+                None => self.addresses.allocate().to_string(),
             };
             let status = started_status(&pod, settings, &ip, wall);
             if pod.get("status") != Some(&status) {
@@ -382,17 +474,6 @@ impl Controller {
             }
         }
         keys.len()
-    }
-
-    fn next_ip(&mut self) -> String {
-        loop {
-            self.ip_count = self.ip_count.wrapping_add(1);
-            let n = self.ip_count;
-            let (b, c, d) = (244 + (n >> 16) % 12, (n >> 8) & 0xff, n & 0xff);
-            if d != 0 && d != 255 {
-                return format!("10.{b}.{c}.{d}");
-            }
-        }
     }
 }
 
@@ -792,9 +873,13 @@ fn deployment_status(deploy: &Value, pods: &[&Value], wall: &str) -> Value {
 }
 
 /// The async driver: a pass on start, then one after every store change,
-/// settings change or start deadline, until shutdown.
-pub(crate) async fn run(shared: Arc<Shared>) {
-    let mut controller = Controller::default();
+/// settings change or start deadline, until shutdown. After each pass it
+/// hands the endpoint changes to the echo: binds happen with the store
+/// still locked (before anyone reads the pod as Running), closes are
+/// awaited once it is unlocked. On shutdown it closes every echo.
+pub(crate) async fn run(shared: Arc<Shared>, network: PodNetwork) {
+    let mut controller = Controller::new(network);
+    let mut echoes = Echoes::new(shared.clone());
     let mut changes = shared.changes.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
     loop {
@@ -803,11 +888,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         for _ in 0..PASSES_MAX {
             let settings = shared.settings();
             let wall = rfc3339(SystemTime::now());
-            let (before, after, due) = shared.write(|store| {
+            let (before, after, due, closing) = shared.write(|store| {
                 let before = store.resource_version();
                 let due = controller.reconcile(store, &settings, Instant::now(), &wall);
-                (before, store.resource_version(), due)
+                let closing = echoes.apply(controller.take_endpoint_changes());
+                (before, store.resource_version(), due, closing)
             });
+            echoes.settle(closing).await;
             next = due;
             seen = after;
             if before == after {
@@ -828,12 +915,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
         };
         tokio::select! {
-            _ = shutdown.changed() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => break,
+            changed = changes.changed() => if changed.is_err() { break },
             _ = shared.kick.notified() => {}
             _ = sleep => {}
         }
     }
+    echoes.close_all().await;
 }
 
 #[cfg(test)]

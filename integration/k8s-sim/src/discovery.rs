@@ -156,7 +156,18 @@ mod tests {
             .iter()
             .map(|g| g["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["apps", "policy", "cilium.io"]);
+        assert_eq!(
+            names,
+            ["apps", "policy", "rbac.authorization.k8s.io", "cilium.io"]
+        );
+        let rbac = resource_list("rbac.authorization.k8s.io", "v1");
+        let rbac: Vec<&str> = rbac["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(rbac, ["roles", "rolebindings"]);
         let apps = resource_list("apps", "v1");
         let scale = apps["resources"]
             .as_array()

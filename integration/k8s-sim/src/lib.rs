@@ -1,7 +1,9 @@
 //! A Kubernetes API simulator: an HTTP server on loopback speaking the
 //! real REST paths and JSON of the resources krane uses, so kube-rs and
 //! `kubectl` talk to it as to a real API server, plus a kwok-like
-//! controller that turns StatefulSets and Deployments into pods.
+//! controller that turns StatefulSets and Deployments into pods, and
+//! (optionally) pods reachable on loopback, each answering HTTP with an
+//! echo naming itself.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -19,10 +21,12 @@
 //! synchronous state machine holding the resourceVersion counter and the
 //! watch history), [`fields`] and [`patch`] (server-side apply and
 //! patches), [`watch`] (what a watch sends, and its stream), [`controller`]
-//! (pods), [`discovery`] and [`openapi`], [`table`] (`kubectl get`
-//! columns), [`status`] (errors), and `server` (the only code touching
-//! sockets). The store, the handlers and the controller's passes take the
-//! time as an argument and are tested without sockets or clocks.
+//! (pods), [`network`] (pods' addresses, and which pods to serve),
+//! [`discovery`] and [`openapi`], [`table`] (`kubectl get` columns),
+//! [`status`] (errors), and the only code touching sockets: `server` (the
+//! API) and [`echo`] (the pods' listeners). The store, the handlers and
+//! the controller's passes take the time as an argument and are tested
+//! without sockets or clocks.
 //!
 //! Served: discovery (legacy format, also when aggregated discovery is
 //! asked for), get, list and watch with label and field selectors, create,
@@ -32,10 +36,31 @@
 //! `dryRun=All`. A watch resumed from a version older than the kept history
 //! gets a 410 `Expired` Status as an in-band `ERROR` event (HTTP 200), as
 //! real servers send it and as kube-rs's watcher expects in order to
-//! re-list.
+//! re-list. The kinds are the rows of [`resources::RESOURCES`]: namespaces,
+//! pods, services, configmaps, secrets, events, serviceaccounts,
+//! statefulsets, deployments, replicasets, poddisruptionbudgets, roles,
+//! rolebindings and cilium network policies.
+//!
+//! Pods and their network ([`SimConfig::pod_network`]): by default
+//! ([`PodNetwork::Cluster`]) a pod gets a `10.x` address nothing listens
+//! on. With [`PodNetwork::Loopback`] each pod gets its own `127.x.y.z`
+//! (never `127.0.0.1`, never reused in the process, distinct across the
+//! simulators of a process; see [`network`]) and, while it is Running, an
+//! HTTP/1.1 [`echo`] listens on each TCP `containerPort` its containers
+//! declare, answering JSON naming the pod, its namespace, first image and
+//! labels, and the request's method and path; `/_sim/sleep?ms=N` answers
+//! after `N` ms. The listener is bound before the pod reads as Running and
+//! closed when the pod is deleted (or scaled away), stops Running, or the
+//! simulator shuts down; [`Simulator::wait_echo`] waits on that. To make a
+//! pod's echo refuse: delete the pod (its workload makes a new pod, with a
+//! new address, that answers), or scale its workload down; or, keeping the
+//! pod Running at its address, [`Simulator::set_refusing_image`] its image
+//! (and unset it to bring the echo back, at the same address).
 //!
 //! What is simplified, compared with a real API server:
-//! - no authentication or authorization; plain HTTP/1.1; JSON only, so
+//! - no authentication or authorization (serviceaccounts, roles and
+//!   rolebindings are stored, listed, watched and deleted like any kind,
+//!   and grant nothing; no token is minted); plain HTTP/1.1; JSON only, so
 //!   kubectl's typed commands that send protobuf (`kubectl create
 //!   namespace X`, `kubectl run`) get 415 (use `kubectl create -f` or
 //!   `kubectl apply -f`); OpenAPI v3 only as far as kubectl needs to leave
@@ -56,7 +81,12 @@
 //!   against schemas beyond names, kinds, JSON shape and the checks of
 //!   [`validation`] (label keys and values, env var names, a cilium
 //!   policy's selector), which answer `422 Invalid` as a real server does;
-//! - the controller's own simplifications are listed in [`controller`].
+//! - the controller's own simplifications are listed in [`controller`];
+//! - a pod's echo is the only workload: the images are never run, the
+//!   echo answers every path of every declared port the same way, and
+//!   only on the loopback network (a bind that fails, e.g. an address in
+//!   use, is logged and the pod runs without its echo). Loopback pod
+//!   addresses rely on Linux routing all of `127.0.0.0/8` to `lo`.
 
 #![forbid(unsafe_code)]
 
@@ -64,8 +94,10 @@ pub mod api;
 pub mod audit;
 pub mod controller;
 pub mod discovery;
+pub mod echo;
 pub mod fields;
 pub mod meta;
+pub mod network;
 pub mod openapi;
 pub mod patch;
 pub mod resources;
@@ -90,6 +122,7 @@ use tokio::sync::{Notify, watch as channel};
 use tokio::task::JoinHandle;
 
 use controller::Settings;
+pub use network::PodNetwork;
 use resources::ResourceDef;
 use selector::{FieldSelector, LabelSelector};
 use store::{EVENT_HISTORY_LEN_DEFAULT, Key, Store};
@@ -107,8 +140,16 @@ pub struct SimConfig {
     /// Images whose containers with a readiness probe never pass it (the
     /// pod runs and is never Ready).
     pub failing_readiness: Vec<String>,
+    /// Images whose pods (by their first container) run without an echo on
+    /// the loopback network: connections to them are refused.
+    pub refusing_images: Vec<String>,
     /// Watch events kept for resuming watches (older resumes get 410).
     pub event_history_len: usize,
+    /// Where pods get their addresses: [`PodNetwork::Cluster`] (the
+    /// default: `10.x` addresses, nothing listens) or
+    /// [`PodNetwork::Loopback`] (a distinct `127.x.y.z` per pod, and an
+    /// [`echo`] on each declared TCP `containerPort`).
+    pub pod_network: PodNetwork,
 }
 
 impl Default for SimConfig {
@@ -118,7 +159,9 @@ impl Default for SimConfig {
             pod_ready_delay_ms: 0,
             failing_images: Vec::new(),
             failing_readiness: Vec::new(),
+            refusing_images: Vec::new(),
             event_history_len: EVENT_HISTORY_LEN_DEFAULT,
+            pod_network: PodNetwork::Cluster,
         }
     }
 }
@@ -136,6 +179,8 @@ pub(crate) struct Shared {
     accesses: Mutex<BTreeSet<audit::Access>>,
     /// Requests that may change objects (POST, PUT, PATCH, DELETE).
     write_requests: AtomicU64,
+    /// The addresses pods' echoes listen on now (loopback network).
+    echo_addrs: channel::Sender<BTreeSet<SocketAddr>>,
 }
 
 impl Shared {
@@ -273,14 +318,16 @@ impl Simulator {
                 pod_ready_delay: Duration::from_millis(config.pod_ready_delay_ms),
                 failing_images: config.failing_images,
                 failing_readiness: config.failing_readiness,
+                refusing_images: config.refusing_images,
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
             write_requests: AtomicU64::new(0),
+            echo_addrs: channel::channel(BTreeSet::new()).0,
         });
         let tasks = vec![
             tokio::spawn(server::serve(listener, shared.clone())),
-            tokio::spawn(controller::run(shared.clone())),
+            tokio::spawn(controller::run(shared.clone(), config.pod_network)),
         ];
         Ok(Simulator {
             addr,
@@ -398,6 +445,41 @@ preferences: {{}}
         }
     }
 
+    /// The addresses pods' echoes listen on now (always empty on the
+    /// cluster network). A pod's listeners are bound before it reads as
+    /// Running, and gone from this set only once closed.
+    pub fn echo_addrs(&self) -> BTreeSet<SocketAddr> {
+        self.shared.echo_addrs.borrow().clone()
+    }
+
+    /// Waits until `predicate` holds on [`Simulator::echo_addrs`],
+    /// re-checking after every change of the set (no polling); `Err` after
+    /// `timeout`. E.g. after deleting a pod, wait until its address is gone:
+    /// from then on a connection to it is refused.
+    pub async fn wait_echo(
+        &self,
+        timeout: Duration,
+        mut predicate: impl FnMut(&BTreeSet<SocketAddr>) -> bool,
+    ) -> Result<(), WaitTimeout> {
+        let mut addrs = self.shared.echo_addrs.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if predicate(&addrs.borrow_and_update()) {
+                return Ok(());
+            }
+            // The sender lives as long as `self`: `changed` only times out.
+            if tokio::time::timeout_at(deadline, addrs.changed())
+                .await
+                .is_err()
+            {
+                return Err(WaitTimeout {
+                    resource_version: self.resource_version(),
+                    timeout,
+                });
+            }
+        }
+    }
+
     /// How many requests that may change objects clients made so far.
     pub fn write_requests(&self) -> u64 {
         self.shared.write_requests.load(Ordering::Relaxed)
@@ -439,6 +521,19 @@ preferences: {{}}
             s.failing_readiness.retain(|i| i != image);
             if failing {
                 s.failing_readiness.push(image.to_string());
+            }
+        });
+    }
+
+    /// Makes the echo of pods of `image` (their first container's) refuse
+    /// connections (true) or answer again (false), the pods staying
+    /// Running at the same address: a process that stopped listening, and
+    /// came back. [`Simulator::wait_echo`] tells when it took effect.
+    pub fn set_refusing_image(&self, image: &str, refusing: bool) {
+        self.shared.update_settings(|s| {
+            s.refusing_images.retain(|i| i != image);
+            if refusing {
+                s.refusing_images.push(image.to_string());
             }
         });
     }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use k8s_sim::{SimConfig, Simulator};
+use k8s_sim::{PodNetwork, SimConfig, Simulator};
 
 #[derive(Debug, Parser)]
 #[command(about = "A Kubernetes API simulator on loopback (plain HTTP)")]
@@ -33,9 +33,18 @@ struct Args {
     /// their pods run and are never Ready (repeatable).
     #[arg(long = "fail-readiness")]
     failing_readiness: Vec<String>,
+    /// An image whose pods run without an echo on the loopback network:
+    /// their ports refuse connections (repeatable).
+    #[arg(long = "refuse-image")]
+    refusing_images: Vec<String>,
     /// Watch events kept for resuming watches.
     #[arg(long, default_value_t = SimConfig::default().event_history_len)]
     event_history_len: usize,
+    /// Where pods get their addresses: `cluster` (10.x, nothing listens)
+    /// or `loopback` (127.x.y.z each, with an HTTP echo on every declared
+    /// TCP containerPort).
+    #[arg(long, default_value_t = PodNetwork::Cluster)]
+    pod_network: PodNetwork,
 }
 
 #[tokio::main]
@@ -53,7 +62,9 @@ async fn main() -> Result<()> {
         pod_ready_delay_ms: args.pod_ready_delay_ms,
         failing_images: args.failing_images,
         failing_readiness: args.failing_readiness,
+        refusing_images: args.refusing_images,
         event_history_len: args.event_history_len,
+        pod_network: args.pod_network,
     })
     .await
     .with_context(|| format!("binding 127.0.0.1:{}", args.port))?;

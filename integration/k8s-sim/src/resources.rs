@@ -106,6 +106,15 @@ pub static CONFIG_MAPS: ResourceDef =
 pub static SECRETS: ResourceDef = core("secrets", "secret", "Secret", true, &[], false);
 /// `v1` events.
 pub static EVENTS: ResourceDef = core("events", "event", "Event", true, &["ev"], false);
+/// `v1` serviceaccounts (stored only: no token is minted).
+pub static SERVICE_ACCOUNTS: ResourceDef = core(
+    "serviceaccounts",
+    "serviceaccount",
+    "ServiceAccount",
+    true,
+    &["sa"],
+    false,
+);
 
 /// `apps/v1` statefulsets.
 pub static STATEFUL_SETS: ResourceDef = ResourceDef {
@@ -160,6 +169,26 @@ pub static POD_DISRUPTION_BUDGETS: ResourceDef = ResourceDef {
     has_scale: false,
 };
 
+const fn rbac(plural: &'static str, singular: &'static str, kind: &'static str) -> ResourceDef {
+    ResourceDef {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced: true,
+        short_names: &[],
+        has_status: false,
+        has_scale: false,
+    }
+}
+
+/// `rbac.authorization.k8s.io/v1` roles (stored only: the simulator
+/// authorizes nothing).
+pub static ROLES: ResourceDef = rbac("roles", "role", "Role");
+/// `rbac.authorization.k8s.io/v1` rolebindings (stored only).
+pub static ROLE_BINDINGS: ResourceDef = rbac("rolebindings", "rolebinding", "RoleBinding");
+
 /// `cilium.io/v2` ciliumnetworkpolicies.
 pub static CILIUM_NETWORK_POLICIES: ResourceDef = ResourceDef {
     group: "cilium.io",
@@ -181,10 +210,13 @@ pub static RESOURCES: &[&ResourceDef] = &[
     &CONFIG_MAPS,
     &SECRETS,
     &EVENTS,
+    &SERVICE_ACCOUNTS,
     &STATEFUL_SETS,
     &DEPLOYMENTS,
     &REPLICA_SETS,
     &POD_DISRUPTION_BUDGETS,
+    &ROLES,
+    &ROLE_BINDINGS,
     &CILIUM_NETWORK_POLICIES,
 ];
 

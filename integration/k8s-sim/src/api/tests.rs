@@ -198,3 +198,88 @@ fn bad_input_is_a_status_never_a_panic() {
     let mut controller = crate::controller::Controller::default();
     controller.reconcile(&mut store, &settings, tokio::time::Instant::now(), NOW);
 }
+
+#[test]
+fn service_accounts_roles_and_bindings_are_stored_like_any_kind() {
+    let mut store = Store::new(100, 1);
+    let apply = "application/apply-patch+yaml";
+    let docs = [
+        (
+            "/api/v1/namespaces/apps/serviceaccounts/web",
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\n  labels: {app: web}\n",
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/apps/roles/reader",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: reader\n\
+             rules:\n- apiGroups: ['']\n  resources: [pods]\n  verbs: [get, list]\n",
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/apps/rolebindings/web-reads",
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata:\n  name: web-reads\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}\n\
+             subjects:\n- {kind: ServiceAccount, name: web, namespace: apps}\n",
+        ),
+    ];
+    for (path, yaml) in docs {
+        let applied = format!("{path}?fieldManager=krane");
+        assert_eq!(
+            code(&mut store, "PATCH", &applied, apply, yaml),
+            201,
+            "{path}"
+        );
+        // Applied again: unchanged (200, same version).
+        let first = body(&mut store, "GET", path, "", "");
+        assert_eq!(
+            code(&mut store, "PATCH", &applied, apply, yaml),
+            200,
+            "{path}"
+        );
+        let again = body(&mut store, "GET", path, "", "");
+        assert_eq!(
+            first["metadata"]["resourceVersion"], again["metadata"]["resourceVersion"],
+            "{path}"
+        );
+        assert_eq!(again["metadata"]["namespace"], "apps");
+        assert_eq!(again["metadata"]["managedFields"][0]["manager"], "krane");
+    }
+    let role = body(
+        &mut store,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/apps/roles/reader",
+        "",
+        "",
+    );
+    assert_eq!(role["rules"][0]["verbs"], json!(["get", "list"]));
+    let binding = body(
+        &mut store,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+        "",
+        "",
+    );
+    assert_eq!(binding["kind"], "RoleBindingList");
+    assert_eq!(binding["items"][0]["subjects"][0]["name"], "web");
+    let accounts = body(
+        &mut store,
+        "GET",
+        "/api/v1/namespaces/apps/serviceaccounts",
+        "",
+        "",
+    );
+    assert_eq!(accounts["kind"], "ServiceAccountList");
+    assert_eq!(accounts["items"][0]["metadata"]["name"], "web");
+
+    for (path, _) in docs {
+        assert_eq!(code(&mut store, "DELETE", path, "", ""), 200, "{path}");
+        assert_eq!(code(&mut store, "GET", path, "", ""), 404, "{path}");
+    }
+    let roles = body(
+        &mut store,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/apps/roles",
+        "",
+        "",
+    );
+    assert_eq!(roles["items"], json!([]));
+}

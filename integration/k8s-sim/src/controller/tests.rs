@@ -42,6 +42,7 @@ fn statefulset_pods_start_after_the_delay_and_follow_scale() {
         pod_ready_delay: Duration::from_secs(5),
         failing_images: vec![],
         failing_readiness: vec![],
+        refusing_images: vec![],
     };
     let t0 = Instant::now();
     store
@@ -190,6 +191,7 @@ fn a_compacted_history_falls_back_to_a_full_pass() {
         pod_ready_delay: Duration::from_secs(1),
         failing_images: vec![],
         failing_readiness: vec![],
+        refusing_images: vec![],
     };
     let t0 = Instant::now();
     let opts = WriteOpts::default();
@@ -252,6 +254,7 @@ fn failing_images_stay_pending() {
         pod_ready_delay: Duration::ZERO,
         failing_images: vec!["bad:1".into()],
         failing_readiness: vec![],
+        refusing_images: vec![],
     };
     let t0 = Instant::now();
     store
@@ -283,6 +286,7 @@ fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
         pod_ready_delay: Duration::ZERO,
         failing_images: vec![],
         failing_readiness: vec!["app:1".into()],
+        refusing_images: vec![],
     };
     let t0 = Instant::now();
     let mut probed = sts(1, "app:1");
@@ -375,4 +379,115 @@ fn deployment_rolls_to_a_new_template() {
         (Some(2), Some(2))
     );
     assert_eq!(status["observedGeneration"], 2);
+}
+
+fn uid_of(store: &Store, name: &str) -> String {
+    let pod = store.get(&Key::new(&PODS, "default", name)).unwrap();
+    meta::meta_str(pod, "uid").unwrap().to_string()
+}
+
+#[test]
+fn loopback_pods_with_ports_are_served_until_they_go() {
+    let mut store = Store::new(1000, 1);
+    let mut c = Controller::new(PodNetwork::Loopback);
+    let settings = Settings::default();
+    let t0 = Instant::now();
+    let mut web = sts(2, "app:1");
+    web["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"containerPort": 8080}, {"containerPort": 8443}]);
+    let opts = WriteOpts::default();
+    store
+        .create(&STATEFUL_SETS, "default", web.clone(), WALL, opts)
+        .unwrap();
+    store
+        .create(&STATEFUL_SETS, "default", named_sts("quiet", 1), WALL, opts)
+        .unwrap();
+    // One pass starts the pods and records them served.
+    c.reconcile(&mut store, &settings, t0, WALL);
+    let changes = c.take_endpoint_changes();
+    let served: Vec<(&str, &Endpoint)> = changes
+        .iter()
+        .map(|change| match change {
+            EndpointChange::Serve { uid, endpoint } => (uid.as_str(), endpoint),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(served.len(), 2, "{changes:?}");
+    for (uid, endpoint) in &served {
+        let pod = store.get(store.key_of_uid(uid).unwrap()).unwrap();
+        assert_eq!(pod["status"]["podIP"], json!(endpoint.ip.to_string()));
+        assert!(endpoint.ip.is_loopback() && endpoint.ip.octets()[1] != 0);
+        assert_eq!(endpoint.ports, [8080, 8443]);
+        assert_eq!(endpoint.identity.name, meta::name_of(pod));
+        assert_eq!(endpoint.identity.image, "app:1");
+    }
+    // The portless pod has a loopback address and no endpoint.
+    let quiet = store.get(&Key::new(&PODS, "default", "quiet-0")).unwrap();
+    let quiet_ip: std::net::Ipv4Addr = quiet["status"]["podIP"].as_str().unwrap().parse().unwrap();
+    assert!(quiet_ip.is_loopback());
+    pass(&mut c, &mut store, &settings, t0);
+    assert_eq!(c.take_endpoint_changes(), []);
+
+    // A label change: served again, same address, the new labels.
+    let key = Key::new(&PODS, "default", "web-0");
+    let mut pod = store.get(&key).unwrap().clone();
+    let ip = pod["status"]["podIP"].clone();
+    pod["metadata"]["labels"]["tier"] = json!("front");
+    store.update(&key, pod, Part::Main, opts).unwrap();
+    pass(&mut c, &mut store, &settings, t0);
+    match c.take_endpoint_changes().as_slice() {
+        [EndpointChange::Serve { uid, endpoint }] => {
+            assert_eq!(*uid, uid_of(&store, "web-0"));
+            assert_eq!(json!(endpoint.ip.to_string()), ip);
+            assert_eq!(endpoint.identity.labels["tier"], "front");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Scaled to one: web-1 stops. A full pass finds nothing more to do.
+    let web_1 = uid_of(&store, "web-1");
+    web["spec"]["replicas"] = json!(1);
+    let sts_key = Key::new(&STATEFUL_SETS, "default", "web");
+    store.update(&sts_key, web, Part::Main, opts).unwrap();
+    pass(&mut c, &mut store, &settings, t0);
+    assert_eq!(
+        c.take_endpoint_changes(),
+        [EndpointChange::Stop { uid: web_1 }]
+    );
+    let full = Settings {
+        pod_ready_delay: Duration::from_millis(1),
+        ..Settings::default()
+    };
+    c.reconcile(&mut store, &full, t0, WALL);
+    assert!(c.last_pass().full);
+    assert_eq!(c.take_endpoint_changes(), []);
+
+    // Deleted with its StatefulSet: web-0 stops.
+    let web_0 = uid_of(&store, "web-0");
+    store.delete(&sts_key, true, opts).unwrap();
+    pass(&mut c, &mut store, &full, t0);
+    assert_eq!(
+        c.take_endpoint_changes(),
+        [EndpointChange::Stop { uid: web_0 }]
+    );
+}
+
+#[test]
+fn the_cluster_network_serves_nothing() {
+    let mut store = Store::new(1000, 1);
+    let mut c = Controller::default();
+    let mut web = sts(1, "app:1");
+    web["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80}]);
+    store
+        .create(&STATEFUL_SETS, "default", web, WALL, WriteOpts::default())
+        .unwrap();
+    pass(&mut c, &mut store, &Settings::default(), Instant::now());
+    assert!(pod_ready(&pods(&store)[0]));
+    assert!(
+        pods(&store)[0]["status"]["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.")
+    );
+    assert_eq!(c.take_endpoint_changes(), []);
 }
