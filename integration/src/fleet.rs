@@ -22,7 +22,9 @@ use node::client::Client;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use k8s_sim::{SimConfig, Simulator};
+use k8s_sim::{PodNetwork, SimConfig, Simulator};
+
+use crate::sentinels::SentinelHost;
 
 use crate::kit::operator::Operator;
 use crate::kit::process::Cli;
@@ -68,6 +70,10 @@ pub struct FleetConfig {
     /// Applied to every node's config before it starts (limits,
     /// compaction settings, …).
     pub configure_node: fn(&mut NodeConfig),
+    /// Whether requests can reach deployments: pods get loopback
+    /// addresses with the simulator's echo, and each sentinel Deployment
+    /// runs a real sentinel in process ([`crate::sentinels`]).
+    pub traffic: bool,
 }
 
 impl FleetConfig {
@@ -87,6 +93,7 @@ impl FleetConfig {
             register_regions: true,
             heartbeat_interval_ms: config::agent::DEFAULT_HEARTBEAT_INTERVAL_MS,
             configure_node: |_| {},
+            traffic: false,
         }
     }
 
@@ -125,6 +132,8 @@ pub struct Region {
     pub agent: AgentConfig,
     /// `DIR/krane-REGION.toml`.
     pub agent_path: PathBuf,
+    /// Its sentinels, with [`FleetConfig::traffic`].
+    pub sentinels: Option<SentinelHost>,
     krane: Option<Krane>,
 }
 
@@ -211,6 +220,11 @@ impl Fleet {
                 pod_ready_delay_ms: config.pod_ready_delay_ms,
                 failing_images: config.failing_images.clone(),
                 failing_readiness: config.failing_readiness.clone(),
+                pod_network: if config.traffic {
+                    PodNetwork::Loopback
+                } else {
+                    PodNetwork::Cluster
+                },
                 ..SimConfig::default()
             })
             .await
@@ -232,12 +246,20 @@ impl Fleet {
             agent.metrics_addr = Some(testkit::ports::free_tcp_addr()?);
             let agent_path = dir.join(format!("krane-{name}.toml"));
             write(&agent_path, &agent.to_toml_string())?;
+            let sentinels = config.traffic.then(|| {
+                SentinelHost::start(
+                    name,
+                    kubeconfig.clone(),
+                    dir.join(format!("sentinels-{name}")),
+                )
+            });
             let mut region = Region {
                 name: name.clone(),
                 sim,
                 kubeconfig,
                 agent,
                 agent_path,
+                sentinels,
                 krane: None,
             };
             if config.start_kranes {
@@ -286,6 +308,9 @@ impl Fleet {
         for mut region in self.regions {
             if let Err(e) = region.stop_krane().await {
                 first_error.get_or_insert(e);
+            }
+            if let Some(sentinels) = region.sentinels.take() {
+                sentinels.shutdown().await;
             }
             region.sim.shutdown().await;
         }

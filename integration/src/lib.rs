@@ -13,7 +13,9 @@
 //! nodes to cut them apart. [`processes`] runs a cluster as separate node processes, for
 //! benchmarks compared with peers whose members are processes. [`requests`]
 //! builds the operator requests benchmarks and tests send. [`scrape`]
-//! reads the `/metrics` of nodes and agents. The `chaos` binary
+//! reads the `/metrics` of nodes and agents. [`sentinels`] runs the real
+//! sentinel in process for each sentinel Deployment of a simulated
+//! cluster (a fleet with `traffic`). The `chaos` binary
 //! (`src/bin/chaos/`) runs a random mix of operations and faults against
 //! a whole site of processes and checks the result.
 
@@ -27,4 +29,5 @@ pub mod processes;
 pub mod relay;
 pub mod requests;
 pub mod scrape;
+pub mod sentinels;
 pub mod stats;

@@ -64,6 +64,7 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
                 "transport",
                 "node",
                 "agent",
+                "sentinel",
                 "k8s-sim",
                 "testkit",
             ]),

@@ -71,6 +71,9 @@ async fn main() -> Result<()> {
     config.pod_ready_delay_ms = args.pod_ready_delay_ms;
     config.failing_images = args.failing_images.clone();
     config.failing_readiness = args.failing_readiness.clone();
+    // Deployments are reachable: pods answer on loopback, and each
+    // environment's sentinel runs (it prints its curl line when it does).
+    config.traffic = true;
     let fleet = Fleet::start(config).await?;
     print_instructions(&fleet, &args.regions, &args.failing_images);
     wait_for_signal().await;
@@ -107,9 +110,13 @@ fn print_instructions(fleet: &Fleet, regions: &[String], failing_images: &[Strin
     println!("point the CLI at it:");
     println!("  export CTRL_CONFIG={}", fleet.operator_path.display());
     println!(
-        "  ctrl deploy --image nginx:1.27 --regions {} --replicas 2 --wait",
+        "  ctrl deploy --image app:1 --port 8080 --environment prod --regions {} --replicas 2 --wait",
         regions.join(",")
     );
+    println!(
+        "  (each environment's sentinel prints a curl line, its stable address, once it runs)"
+    );
+    println!("  ctrl get environment prod");
     println!("  ctrl list regions");
     if let Some(image) = failing_images.first() {
         println!(

@@ -1,0 +1,264 @@
+//! The sentinels of a simulated cluster, run in process: the simulator
+//! runs no containers, so the fleet watches each cluster's sentinel
+//! Deployments (as krane writes them) and runs the real sentinel (the
+//! `sentinel` crate) for each one that has a ready pod, reading its
+//! routes ConfigMap through the simulator's API exactly as a pod would.
+//!
+//! Each sentinel listens on a loopback port of its own, kept for the
+//! life of the fleet: the environment's stable address in that region
+//! ([`SentinelHost::addr`]). A Deployment that goes away (stopped, or
+//! scaled to zero) stops its sentinel, draining it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// One running sentinel.
+struct Entry {
+    environment_id: String,
+    addr: SocketAddr,
+    running: Option<sentinel::Running>,
+}
+
+/// The sentinels of one simulated cluster.
+pub struct SentinelHost {
+    region: String,
+    entries: Arc<Mutex<BTreeMap<String, Entry>>>,
+    changed: watch::Receiver<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SentinelHost {
+    /// Starts watching `kubeconfig`'s cluster (region `region`) for
+    /// sentinel Deployments; each sentinel keeps its routes in
+    /// `state_dir/NAME`.
+    pub fn start(region: &str, kubeconfig: PathBuf, state_dir: PathBuf) -> SentinelHost {
+        let entries: Arc<Mutex<BTreeMap<String, Entry>>> = Arc::default();
+        let (tx, rx) = watch::channel(0u64);
+        let task = tokio::spawn(run(
+            region.to_string(),
+            kubeconfig,
+            state_dir,
+            entries.clone(),
+            tx,
+        ));
+        SentinelHost {
+            region: region.to_string(),
+            entries,
+            changed: rx,
+            task,
+        }
+    }
+
+    /// The address of `environment_id`'s sentinel in this region, once it
+    /// ran.
+    pub fn addr(&self, environment_id: &str) -> Option<SocketAddr> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .values()
+            .find(|e| e.environment_id == environment_id)
+            .map(|e| e.addr)
+    }
+
+    /// Every running sentinel: (environment, address).
+    pub fn running(&self) -> Vec<(String, SocketAddr)> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .values()
+            .filter(|e| e.running.is_some())
+            .map(|e| (e.environment_id.clone(), e.addr))
+            .collect()
+    }
+
+    /// Waits (at most `timeout`) for `environment_id`'s sentinel to run.
+    pub async fn wait_addr(&self, environment_id: &str, timeout: Duration) -> Result<SocketAddr> {
+        let mut changed = self.changed.clone();
+        let wait = async {
+            loop {
+                if let Some(addr) = self.addr(environment_id) {
+                    return Ok(addr);
+                }
+                if changed.changed().await.is_err() {
+                    bail!("the sentinel host of {} stopped", self.region);
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.with_context(|| {
+            format!(
+                "no sentinel of environment {environment_id} ran in {} within {timeout:?}",
+                self.region
+            )
+        })?
+    }
+
+    /// Stops watching and drains every sentinel.
+    pub async fn shutdown(self) {
+        self.task.abort();
+        let running: Vec<sentinel::Running> = {
+            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries
+                .values_mut()
+                .filter_map(|e| e.running.take())
+                .collect()
+        };
+        for r in running {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// The environment variable of the sentinel container named `name`.
+fn env_of(deployment: &Deployment, name: &str) -> Option<String> {
+    deployment
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .clone()
+}
+
+fn ready(deployment: &Deployment) -> bool {
+    deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .is_some_and(|n| n > 0)
+}
+
+async fn run(
+    region: String,
+    kubeconfig: PathBuf,
+    state_dir: PathBuf,
+    entries: Arc<Mutex<BTreeMap<String, Entry>>>,
+    changed: watch::Sender<u64>,
+) {
+    let client = match agent::k8s::client(Some(&kubeconfig)).await {
+        Ok(client) => client,
+        Err(e) => {
+            warn!(%region, "sentinel host: no client: {e}");
+            return;
+        }
+    };
+    let api: Api<Deployment> = Api::namespaced(client, wire::k8s_name::SENTINEL_NAMESPACE);
+    let mut events = std::pin::pin!(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+    );
+    while let Some(event) = events.next().await {
+        let deployment = match event {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(%region, "sentinel host: watch: {e}");
+                continue;
+            }
+        };
+        let Some(name) = deployment.metadata.name.clone() else {
+            continue;
+        };
+        let wants = ready(&deployment);
+        let has = {
+            let entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+            entries.get(&name).is_some_and(|e| e.running.is_some())
+        };
+        if wants && !has {
+            match start_one(
+                &region,
+                &kubeconfig,
+                &state_dir,
+                &name,
+                &deployment,
+                &entries,
+            )
+            .await
+            {
+                Ok(()) => {
+                    changed.send_modify(|n| *n += 1);
+                }
+                Err(e) => warn!(%region, %name, "sentinel host: cannot start: {e:#}"),
+            }
+        } else if !wants && has {
+            let running = {
+                let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+                entries.get_mut(&name).and_then(|e| e.running.take())
+            };
+            if let Some(r) = running {
+                r.shutdown().await;
+                info!(%region, %name, "sentinel stopped");
+            }
+            changed.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+async fn start_one(
+    region: &str,
+    kubeconfig: &std::path::Path,
+    state_dir: &std::path::Path,
+    name: &str,
+    deployment: &Deployment,
+    entries: &Mutex<BTreeMap<String, Entry>>,
+) -> Result<()> {
+    let environment_id =
+        env_of(deployment, "SENTINEL_ENVIRONMENT_ID").context("no SENTINEL_ENVIRONMENT_ID")?;
+    let routes =
+        env_of(deployment, "SENTINEL_ROUTES_CONFIGMAP").context("no SENTINEL_ROUTES_CONFIGMAP")?;
+    let (namespace, configmap) = routes
+        .split_once('/')
+        .with_context(|| format!("SENTINEL_ROUTES_CONFIGMAP {routes:?} is not NS/NAME"))?;
+    // The same port every time this sentinel runs: its stable address.
+    let known = {
+        let entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(name).map(|e| e.addr)
+    };
+    let listen = match known {
+        Some(addr) => addr,
+        None => testkit::ports::free_tcp_addr()?,
+    };
+    let mut config = sentinel::Config::new(
+        &environment_id,
+        region,
+        sentinel::RoutesSource::ConfigMap {
+            namespace: namespace.to_string(),
+            name: configmap.to_string(),
+            kubeconfig: Some(kubeconfig.to_path_buf()),
+        },
+    );
+    config.listen = listen;
+    config.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.state_dir = Some(state_dir.join(name));
+    let running = sentinel::start(config).await?;
+    info!(%region, %environment_id, addr = %running.addr(), "sentinel running");
+    println!(
+        "environment {environment_id} in {region}: curl http://{}/",
+        running.addr()
+    );
+    let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
+    entries.insert(
+        name.to_string(),
+        Entry {
+            environment_id,
+            addr: running.addr(),
+            running: Some(running),
+        },
+    );
+    Ok(())
+}
