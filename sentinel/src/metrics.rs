@@ -63,6 +63,16 @@ impl UpstreamError {
     }
 }
 
+/// Counts one request in `sentinel_requests_in_flight` while it lives.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 type Labels2 = [(&'static str, String); 2];
 type Labels1 = [(&'static str, String); 1];
 
@@ -79,6 +89,7 @@ pub struct Metrics {
     ejections: Counter,
     store_errors: Family<Labels1, Counter>,
     source_errors: Counter,
+    in_flight: Gauge,
     /// The deployment label values in use.
     deployments: Mutex<BTreeSet<String>>,
 }
@@ -157,7 +168,14 @@ impl Metrics {
             "Failures to read the routes file or to watch the routes ConfigMap",
             source_errors.clone(),
         );
+        let in_flight = Gauge::default();
+        registry.register(
+            "sentinel_requests_in_flight",
+            "Requests waiting for their response's head (a drain waits for them)",
+            in_flight.clone(),
+        );
         Metrics {
+            in_flight,
             registry,
             requests,
             upstream_errors,
@@ -170,6 +188,12 @@ impl Metrics {
             source_errors,
             deployments: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// A request in flight until the guard is dropped.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
     }
 
     fn note_deployment(&self, deployment: &str) {

@@ -1,5 +1,5 @@
-//! The real `krane` and `ctrl` binaries, for the tests that run them as
-//! child processes.
+//! The real `krane`, `ctrl` and `sentinel` binaries, for the tests that
+//! run them as child processes.
 //!
 //! Cargo hands a test the path of a binary of its own package only
 //! (`CARGO_BIN_EXE_<name>`), and krane and ctrl belong to `agent` and
@@ -9,8 +9,9 @@
 //! already built for the calling crate), into the target directory and
 //! profile the calling test was built in (read from the test executable's
 //! path, `<target>/<profile>/deps/<test>`), and takes the binary's path
-//! from cargo's JSON messages; [`ctrl`] builds ctrl the same way. A build
-//! is bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN` and `CTRL_BIN` name
+//! from cargo's JSON messages; [`ctrl`] and [`sentinel`] build theirs the
+//! same way. A build
+//! is bounded by [`BUILD_TIMEOUT`]. `KRANE_BIN`, `CTRL_BIN` and `SENTINEL_BIN` name
 //! prebuilt binaries instead (for a cross-compiled layout, or to test a
 //! release build). A binary that is not a test (`chaos`, `bench`), which
 //! cargo puts beside `ctrl` and `krane` in `<target>/<profile>/`, uses the
@@ -34,8 +35,12 @@ pub const KRANE_BIN_ENV: &str = "KRANE_BIN";
 /// Names a prebuilt ctrl binary to use instead of building one.
 pub const CTRL_BIN_ENV: &str = "CTRL_BIN";
 
+/// Names a prebuilt sentinel binary to use instead of building one.
+pub const SENTINEL_BIN_ENV: &str = "SENTINEL_BIN";
+
 static KRANE: OnceCell<PathBuf> = OnceCell::const_new();
 static CTRL: OnceCell<PathBuf> = OnceCell::const_new();
+static SENTINEL: OnceCell<PathBuf> = OnceCell::const_new();
 
 /// The krane binary: `$KRANE_BIN`, or built by cargo (once per process).
 pub async fn krane() -> Result<&'static Path> {
@@ -45,6 +50,12 @@ pub async fn krane() -> Result<&'static Path> {
 /// The ctrl binary: `$CTRL_BIN`, or built by cargo (once per process).
 pub async fn ctrl() -> Result<&'static Path> {
     built(&CTRL, CTRL_BIN_ENV, "node", "ctrl").await
+}
+
+/// The sentinel binary: `$SENTINEL_BIN`, or built by cargo (once per
+/// process).
+pub async fn sentinel() -> Result<&'static Path> {
+    built(&SENTINEL, SENTINEL_BIN_ENV, "sentinel", "sentinel").await
 }
 
 async fn built(
@@ -80,10 +91,10 @@ fn beside_this_binary(bin: &str) -> Result<Option<PathBuf>> {
         bail!(
             "no {bin} beside {} (build it, or name one in ${})",
             exe.display(),
-            if bin == "krane" {
-                KRANE_BIN_ENV
-            } else {
-                CTRL_BIN_ENV
+            match bin {
+                "krane" => KRANE_BIN_ENV,
+                "sentinel" => SENTINEL_BIN_ENV,
+                _ => CTRL_BIN_ENV,
             }
         );
     }

@@ -82,6 +82,7 @@ impl Proxy {
             return text(StatusCode::OK, "ok\n".into());
         }
         let started = Instant::now();
+        let _in_flight = self.routes.metrics().in_flight();
         let upgrade =
             request.version() == Version::HTTP_11 && headers::is_upgrade(request.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
