@@ -117,12 +117,14 @@ async fn until_image(addr: SocketAddr, image: &str) -> Duration {
     panic!("no answer from {image} within {WAIT:?}; last: {last:?}");
 }
 
-/// A client sending requests one after another until stopped: how many it
-/// sent, how many failed (not 200), and the images that answered, in
-/// order, run-length encoded.
+/// What a [`Client`] saw: how many requests it sent, the failed ones (not
+/// 200), and the images that answered, in order, run-length encoded.
+type Seen = (u64, Vec<String>, Vec<(String, u64)>);
+
+/// A client sending requests one after another until stopped.
 struct Client {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(u64, Vec<String>, Vec<(String, u64)>)>,
+    task: tokio::task::JoinHandle<Seen>,
     sent: Arc<AtomicU64>,
 }
 
@@ -157,7 +159,7 @@ impl Client {
         }
     }
 
-    async fn stop(self) -> (u64, Vec<String>, Vec<(String, u64)>) {
+    async fn stop(self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.expect("client task")
     }
