@@ -14,7 +14,8 @@ use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
 use integration::requests;
 use k8s_sim::resources::{
-    CILIUM_NETWORK_POLICIES, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES, STATEFUL_SETS,
+    CILIUM_NETWORK_POLICIES, CONFIG_MAPS, DEPLOYMENTS, POD_DISRUPTION_BUDGETS, SERVICES,
+    STATEFUL_SETS,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -63,6 +64,17 @@ fn granted() -> BTreeSet<(String, String, String)> {
     out
 }
 
+/// What the ClusterRole grants that this test never sees krane use, each
+/// for a reason: Kubernetes lets krane give a sentinel's Role get, list
+/// and watch of its routes ConfigMap only if krane holds them (it uses
+/// get); krane deletes a routes ConfigMap when ctrl deletes the route,
+/// which no operation of this version does.
+const GRANTED_UNUSED: [(&str, &str, &str); 3] = [
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("", "configmaps", "delete"),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn krane_cluster_role_grants_exactly_what_krane_uses() {
     bounded(TEST_TIMEOUT, async {
@@ -79,11 +91,21 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
                     wire::workload::SecretValue::Plain("t0k3n".into()),
                 )]
                 .into(),
+                port: Some(8080),
                 ..Default::default()
             })
             .build();
         let id = operator.create(create).await.unwrap();
         operator.ready(&id, 20).await.expect("ready");
+        // With a port it is routed: krane writes the routes ConfigMap.
+        let region = fleet.region(REGION);
+        region
+            .sim
+            .wait_until(WAIT, |v| {
+                !v.list(&CONFIG_MAPS, Some("sentinel"), "").is_empty()
+            })
+            .await
+            .expect("routes written");
         let selector = format!("unkey.com/deployment.id={id}");
         // A restart with a wiped state: full sync over existing objects.
         let region = fleet.region_mut(REGION);
@@ -117,7 +139,10 @@ async fn krane_cluster_role_grants_exactly_what_krane_uses() {
             .collect();
         let granted = granted();
         let missing: Vec<_> = used.difference(&granted).collect();
-        let unused: Vec<_> = granted.difference(&used).collect();
+        let unused: Vec<_> = granted
+            .difference(&used)
+            .filter(|(g, r, v)| !GRANTED_UNUSED.contains(&(g.as_str(), r.as_str(), v.as_str())))
+            .collect();
         assert!(
             missing.is_empty(),
             "krane makes requests deploy/krane/rbac.yaml does not grant: {missing:?}"
