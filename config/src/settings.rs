@@ -339,6 +339,10 @@ pub struct DeploySettings {
     pub sentinel_image: String,
 }
 
+/// The project's sentinel image (`deploy/images/Dockerfile`, target
+/// `sentinel`), as a site pushes it to its registry.
+pub const DEFAULT_SENTINEL_IMAGE: &str = "ctrl-sentinel:0.1.0";
+
 impl Default for DeploySettings {
     fn default() -> DeploySettings {
         DeploySettings {
@@ -346,7 +350,7 @@ impl Default for DeploySettings {
             fail_fast_ms: DEFAULT_FAIL_FAST_MS,
             live_grace_ms: DEFAULT_LIVE_GRACE_MS,
             leader_grace_ms: DEFAULT_LEADER_GRACE_MS,
-            sentinel_image: "sentinel:1".into(),
+            sentinel_image: DEFAULT_SENTINEL_IMAGE.into(),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Operator requests the benchmarks and tests send, built in one place:
-//! [`deployment`] starts a `CreateDeployment` and [`sentinel`] an
+//! [`deployment`] starts a `CreateDeployment` and [`sentinel()`] an
 //! `ApplySentinel`, each with small defaults that a test changes only
 //! where it matters to it; [`add_region`] registers a region
 //! ([`TEST_REGIONS`] are registered by every harness).
@@ -161,7 +161,7 @@ pub fn sentinel(environment_id: impl Into<String>, region: impl Into<String>) ->
     })
 }
 
-/// An `ApplySentinel` under construction (see [`sentinel`]).
+/// An `ApplySentinel` under construction (see [`sentinel()`]).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct SentinelBuilder(ApplySentinel);
