@@ -109,8 +109,8 @@ async fn older_clients_within_the_range_are_served_and_others_refused() {
         }
         other => panic!("expected the node's version, got {other:?}"),
     }
-    // This build, and a ranged client of the previous range only.
-    for theirs in [PROTOCOL_VERSIONS, range(4, 4), range(5, 9)] {
+    // This build, ranged clients of the previous releases, a newer one.
+    for theirs in [PROTOCOL_VERSIONS, range(4, 4), range(5, 5), range(6, 9)] {
         let stream = open_call_offering(&operator, Protocol::Operator, theirs, FRAME_BYTES_MAX)
             .await
             .unwrap();
@@ -121,7 +121,7 @@ async fn older_clients_within_the_range_are_served_and_others_refused() {
         );
     }
     // No common version: refused before the request is read.
-    for theirs in [range(6, 7), range(3, 3)] {
+    for theirs in [range(7, 8), range(3, 3)] {
         let stream = open_call_offering(&operator, Protocol::Operator, theirs, FRAME_BYTES_MAX)
             .await
             .unwrap();
@@ -158,7 +158,7 @@ async fn older_clients_within_the_range_are_served_and_others_refused() {
             "{version:?}: {event:?}"
         );
     }
-    for theirs in [range(6, 7), range(3, 3)] {
+    for theirs in [range(7, 8), range(3, 3)] {
         let mut stream = open_call_offering(&agent, Protocol::Agent, theirs, FRAME_BYTES_MAX)
             .await
             .unwrap();

@@ -464,9 +464,11 @@ mod tests {
         assert_eq!(container.name, "sentinel");
         assert_eq!(container.image.as_deref(), Some("sentinel:1.0"));
         let ports = container.ports.as_ref().unwrap();
-        assert_eq!(ports.len(), 1);
+        assert_eq!(ports.len(), 2);
         assert_eq!(ports[0].container_port, 8040);
         assert_eq!(ports[0].name.as_deref(), Some("http"));
+        assert_eq!(ports[1].container_port, 8041);
+        assert_eq!(ports[1].name.as_deref(), Some("admin"));
         let want = BTreeMap::from([
             ("cpu".to_string(), Quantity("500m".into())),
             ("memory".to_string(), Quantity("256Mi".into())),
@@ -474,11 +476,49 @@ mod tests {
         let resources = container.resources.as_ref().unwrap();
         assert_eq!(resources.requests.as_ref(), Some(&want));
         assert_eq!(resources.limits.as_ref(), Some(&want));
-        for probe in [&container.liveness_probe, &container.readiness_probe] {
+        for (probe, path) in [
+            (&container.liveness_probe, "/livez"),
+            (&container.readiness_probe, "/readyz"),
+        ] {
             let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
-            assert_eq!(get.path.as_deref(), Some("/_unkey/internal/health"));
-            assert_eq!(get.port, IntOrString::Int(8040));
+            assert_eq!(get.path.as_deref(), Some(path));
+            assert_eq!(get.port, IntOrString::Int(8041));
         }
+        // Its routes: the ConfigMap named after it, through the API; the
+        // last good table on an emptyDir.
+        let env: BTreeMap<&str, &str> = container
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+            .collect();
+        assert_eq!(env["SENTINEL_ROUTES_CONFIGMAP"], "sentinel/snt-abc-routes");
+        assert_eq!(env["SENTINEL_STATE_DIR"], STATE_DIR);
+        assert_eq!(pod.service_account_name.as_deref(), Some("snt-abc"));
+        let volumes = pod.volumes.as_ref().unwrap();
+        assert!(volumes[0].empty_dir.is_some());
+    }
+
+    #[test]
+    fn its_role_reads_its_routes_configmap_and_nothing_else() {
+        let (account, role, binding) = access_objects(&sentinel("snt_abc", 4));
+        assert_eq!(account.metadata.name.as_deref(), Some("snt-abc"));
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            rules[0].resource_names.as_deref(),
+            Some(&["snt-abc-routes".to_string()][..])
+        );
+        assert_eq!(
+            rules[0].resources.as_deref(),
+            Some(&["configmaps".to_string()][..])
+        );
+        assert_eq!(rules[0].verbs, ["get", "list", "watch"]);
+        assert_eq!(binding.role_ref.name, "snt-abc-routes");
+        let subjects = binding.subjects.unwrap();
+        assert_eq!(subjects[0].name, "snt-abc");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("sentinel"));
     }
 
     #[test]
