@@ -10,6 +10,9 @@
 //!     cargo run --release -p integration --bin bench -- watch-throughput --writers 64
 //!     cargo run --release -p integration --bin bench -- rollout --resources 1000 --count 3
 //!     cargo run --release -p integration --bin bench -- failover --count 10
+//!     cargo build --release -p integration --bin bench -p sentinel --bin sentinel
+//!     target/release/bench proxy --seconds 5 --rounds 2
+//!     target/release/bench live-switch --flips 20
 //!
 //! - [`watch`]: ctrl alone (a deploy to the change event at a watcher).
 //! - [`writes`]: a three-node cluster under concurrent writers.
@@ -24,6 +27,16 @@
 //!   sentinels: total time and the workflow's overhead per wave.
 //! - [`failover`]: the leader SIGKILLed under write load: kill → first
 //!   write accepted.
+//! - [`proxy`]: the sentinel's cost as a reverse proxy next to nginx's
+//!   (the peer), `wrk` at 1, 16 and 64 connections against an upstream
+//!   directly, through nginx and through the release `sentinel` binary,
+//!   each proxy pinned alone on one CPU: requests/s, p50/p99, the latency
+//!   each proxy adds to the direct figures, sentinel/nginx ratios. Needs
+//!   `wrk` and `nginx` (`apt-get install -y wrk nginx-light`).
+//! - [`live_switch`]: a rollback's acknowledgement → the first answer of
+//!   the target deployment through the environment's sentinel, a client
+//!   polling it meanwhile (fleet with traffic), p50/p99/max over
+//!   `--flips` alternating rollbacks.
 
 #![forbid(unsafe_code)]
 
@@ -33,6 +46,8 @@ mod failover;
 mod fanout;
 mod fullsync;
 mod krane;
+mod live_switch;
+mod proxy;
 mod rollout;
 mod scrape;
 mod throughput;
@@ -76,9 +91,21 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     writers: Vec<usize>,
     /// replicated-writes: seconds each series runs (default 5);
-    /// watch-throughput: seconds of writing (default 10).
+    /// watch-throughput: seconds of writing (default 10); proxy: seconds
+    /// of each wrk run (default 5).
     #[arg(long)]
     seconds: Option<u64>,
+    /// proxy: rounds over every concurrency and target, the targets'
+    /// order reversed every other round.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// proxy: the sentinel binary to measure (default: `sentinel` next to
+    /// this bench binary, target/release/sentinel for a release bench).
+    #[arg(long)]
+    sentinel_bin: Option<std::path::PathBuf>,
+    /// live-switch: rollbacks measured, alternating between v1 and v2.
+    #[arg(long, default_value_t = 20)]
+    flips: usize,
     /// replicated-writes: ctrl nodes in the cluster.
     #[arg(long, default_value_t = 3)]
     nodes: u64,
@@ -145,6 +172,22 @@ enum Scenario {
     /// `--count` times (default 10): kill → first write sent after the
     /// kill acknowledged.
     Failover,
+    /// Reverse proxy cost: `wrk --latency` at 1, 16 and 64 connections
+    /// (threads = min(c, 2)) for `--seconds` against a fixed-answer
+    /// upstream (nginx `return 200`) directly, through nginx (one
+    /// process, upstream keepalive) and through the release sentinel
+    /// (routes file, one tokio worker), each proxy alone on one CPU and
+    /// wrk + upstream on the other; `--rounds` rounds in alternating
+    /// order. Per concurrency: requests/s and p50/p99 of each, the latency
+    /// each proxy adds (its p50/p99 minus direct), sentinel/nginx ratios,
+    /// and each proxy's CPU per request. Needs wrk and nginx.
+    Proxy,
+    /// Rollback → traffic: a fleet with traffic (1 node, 1 region), v1
+    /// (app:1) and v2 (app:2) in `prod`, then `--flips` rollbacks to the
+    /// other one: from the rollback's acknowledgement to the first answer
+    /// of the target through the sentinel, polled as fast as one client
+    /// can; p50/p99/max in ms, and failed polls (expected 0).
+    LiveSwitch,
     /// Internal: one node of a benchmark's cluster (`--config`), served
     /// until stdin closes.
     #[value(hide = true)]
@@ -214,6 +257,10 @@ async fn main() -> Result<()> {
             .await
         }
         Scenario::Failover => failover::failover(args.count.unwrap_or(10)).await,
+        Scenario::Proxy => {
+            proxy::proxy(args.seconds.unwrap_or(5), args.rounds, args.sentinel_bin).await
+        }
+        Scenario::LiveSwitch => live_switch::live_switch(args.flips).await,
         Scenario::ServeNode => {
             let config = args.config.context("serve-node needs --config FILE")?;
             integration::processes::serve_until_stdin_closes(&config).await
