@@ -132,14 +132,23 @@ fn check_sentinel(region: &Region, id: &str, image: &str, replicas: u64) {
     assert_eq!(container["image"], image);
     assert_eq!(
         container["ports"],
-        json!([{ "name": "http", "containerPort": 8040, "protocol": "TCP" }])
+        json!([
+            { "name": "http", "containerPort": 8040, "protocol": "TCP" },
+            { "name": "admin", "containerPort": 8041, "protocol": "TCP" },
+        ])
     );
     let size = json!({ "cpu": "300m", "memory": "384Mi" });
     assert_eq!(container["resources"]["requests"], size);
     assert_eq!(container["resources"]["limits"], size, "requests = limits");
-    let probe = json!({ "path": "/_unkey/internal/health", "port": 8040 });
-    assert_eq!(container["livenessProbe"]["httpGet"], probe);
-    assert_eq!(container["readinessProbe"]["httpGet"], probe);
+    assert_eq!(
+        container["livenessProbe"]["httpGet"],
+        json!({ "path": "/livez", "port": 8041 })
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({ "path": "/readyz", "port": 8041 })
+    );
+    assert_eq!(pod["serviceAccountName"], name);
     let managers: Vec<&str> = deployment["metadata"]["managedFields"]
         .as_array()
         .map(|m| m.iter().filter_map(|f| f["manager"].as_str()).collect())
