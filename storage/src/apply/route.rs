@@ -184,3 +184,6 @@ impl Applier<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
