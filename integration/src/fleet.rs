@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use k8s_sim::{PodNetwork, SimConfig, Simulator};
 
-use crate::sentinels::SentinelHost;
+use crate::sentinels::{Runner, SentinelHost};
 
 use crate::kit::operator::Operator;
 use crate::kit::process::Cli;
@@ -251,6 +251,7 @@ impl Fleet {
                     name,
                     kubeconfig.clone(),
                     dir.join(format!("sentinels-{name}")),
+                    Runner::InProcess,
                 )
             });
             let mut region = Region {

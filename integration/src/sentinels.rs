@@ -7,7 +7,9 @@
 //! Each sentinel listens on a loopback port of its own, kept for the
 //! life of the fleet: the environment's stable address in that region
 //! ([`SentinelHost::addr`]). A Deployment that goes away (stopped, or
-//! scaled to zero) stops its sentinel, draining it.
+//! scaled to zero) stops its sentinel, draining it. [`Runner`] says how a
+//! sentinel runs: in process (the library), or as the `sentinel` binary
+//! (a site of processes).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,11 +25,44 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-/// One running sentinel.
+/// How the host runs a sentinel.
+#[derive(Debug, Clone)]
+pub enum Runner {
+    /// The `sentinel` library, in this process.
+    InProcess,
+    /// The `sentinel` binary at this path, a child process (its log in
+    /// the state directory).
+    Binary(PathBuf),
+}
+
+/// A sentinel the host runs.
+enum Running {
+    InProcess(sentinel::Running),
+    Process(testkit::process::Process),
+}
+
+impl Running {
+    /// Drains it: SIGTERM for a process (bounded), the library's drain.
+    async fn shutdown(self) {
+        match self {
+            Running::InProcess(r) => r.shutdown().await,
+            Running::Process(p) => {
+                let _ = tokio::task::spawn_blocking(move || p.terminate(DRAIN_WAIT)).await;
+            }
+        }
+    }
+}
+
+/// Longest wait for a sentinel process to drain and exit.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+/// Longest wait for a sentinel process to listen.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// One sentinel of the host.
 struct Entry {
     environment_id: String,
     addr: SocketAddr,
-    running: Option<sentinel::Running>,
+    running: Option<Running>,
 }
 
 /// The sentinels of one simulated cluster.
@@ -42,13 +77,21 @@ impl SentinelHost {
     /// Starts watching `kubeconfig`'s cluster (region `region`) for
     /// sentinel Deployments; each sentinel keeps its routes in
     /// `state_dir/NAME`.
-    pub fn start(region: &str, kubeconfig: PathBuf, state_dir: PathBuf) -> SentinelHost {
+    pub fn start(
+        region: &str,
+        kubeconfig: PathBuf,
+        state_dir: PathBuf,
+        runner: Runner,
+    ) -> SentinelHost {
         let entries: Arc<Mutex<BTreeMap<String, Entry>>> = Arc::default();
         let (tx, rx) = watch::channel(0u64);
         let task = tokio::spawn(run(
-            region.to_string(),
-            kubeconfig,
-            state_dir,
+            Place {
+                region: region.to_string(),
+                kubeconfig,
+                state_dir,
+                runner,
+            },
             entries.clone(),
             tx,
         ));
@@ -104,7 +147,7 @@ impl SentinelHost {
     /// Stops watching and drains every sentinel.
     pub async fn shutdown(self) {
         self.task.abort();
-        let running: Vec<sentinel::Running> = {
+        let running: Vec<Running> = {
             let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
             entries
                 .values_mut()
@@ -143,14 +186,21 @@ fn ready(deployment: &Deployment) -> bool {
         .is_some_and(|n| n > 0)
 }
 
-async fn run(
+/// Where and how the host's sentinels run.
+struct Place {
     region: String,
     kubeconfig: PathBuf,
     state_dir: PathBuf,
+    runner: Runner,
+}
+
+async fn run(
+    place: Place,
     entries: Arc<Mutex<BTreeMap<String, Entry>>>,
     changed: watch::Sender<u64>,
 ) {
-    let client = match agent::k8s::client(Some(&kubeconfig)).await {
+    let region = place.region.clone();
+    let client = match agent::k8s::client(Some(&place.kubeconfig)).await {
         Ok(client) => client,
         Err(e) => {
             warn!(%region, "sentinel host: no client: {e}");
@@ -180,16 +230,7 @@ async fn run(
             entries.get(&name).is_some_and(|e| e.running.is_some())
         };
         if wants && !has {
-            match start_one(
-                &region,
-                &kubeconfig,
-                &state_dir,
-                &name,
-                &deployment,
-                &entries,
-            )
-            .await
-            {
+            match start_one(&place, &name, &deployment, &entries).await {
                 Ok(()) => {
                     changed.send_modify(|n| *n += 1);
                 }
@@ -210,13 +251,12 @@ async fn run(
 }
 
 async fn start_one(
-    region: &str,
-    kubeconfig: &std::path::Path,
-    state_dir: &std::path::Path,
+    place: &Place,
     name: &str,
     deployment: &Deployment,
     entries: &Mutex<BTreeMap<String, Entry>>,
 ) -> Result<()> {
+    let region = place.region.as_str();
     let environment_id =
         env_of(deployment, "SENTINEL_ENVIRONMENT_ID").context("no SENTINEL_ENVIRONMENT_ID")?;
     let routes =
@@ -233,30 +273,54 @@ async fn start_one(
         Some(addr) => addr,
         None => testkit::ports::free_tcp_addr()?,
     };
-    let mut config = sentinel::Config::new(
-        &environment_id,
-        region,
-        sentinel::RoutesSource::ConfigMap {
-            namespace: namespace.to_string(),
-            name: configmap.to_string(),
-            kubeconfig: Some(kubeconfig.to_path_buf()),
-        },
-    );
-    config.listen = listen;
-    config.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.state_dir = Some(state_dir.join(name));
-    let running = sentinel::start(config).await?;
-    info!(%region, %environment_id, addr = %running.addr(), "sentinel running");
-    println!(
-        "environment {environment_id} in {region}: curl http://{}/",
-        running.addr()
-    );
+    let state_dir = place.state_dir.join(name);
+    let running = match &place.runner {
+        Runner::InProcess => {
+            let mut config = sentinel::Config::new(
+                &environment_id,
+                region,
+                sentinel::RoutesSource::ConfigMap {
+                    namespace: namespace.to_string(),
+                    name: configmap.to_string(),
+                    kubeconfig: Some(place.kubeconfig.clone()),
+                },
+            );
+            config.listen = listen;
+            config.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+            config.state_dir = Some(state_dir);
+            Running::InProcess(sentinel::start(config).await?)
+        }
+        Runner::Binary(bin) => {
+            std::fs::create_dir_all(&state_dir)
+                .with_context(|| format!("cannot create {}", state_dir.display()))?;
+            let log = state_dir.join("sentinel.log");
+            let start = testkit::process::Start::new(testkit::process::tied_to_parent(bin), &log)
+                .args(["--environment", &environment_id, "--region", region])
+                .args(["--routes-configmap", &routes])
+                .args([
+                    std::ffi::OsStr::new("--kubeconfig"),
+                    place.kubeconfig.as_os_str(),
+                ])
+                .args([std::ffi::OsStr::new("--state-dir"), state_dir.as_os_str()])
+                .args([
+                    "--listen",
+                    &listen.to_string(),
+                    "--admin-addr",
+                    "127.0.0.1:0",
+                ])
+                .ready_on("sentinel listening on", START_WAIT);
+            let process = tokio::task::spawn_blocking(move || start.spawn()).await??;
+            Running::Process(process)
+        }
+    };
+    info!(%region, %environment_id, addr = %listen, "sentinel running");
+    println!("environment {environment_id} in {region}: curl http://{listen}/");
     let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());
     entries.insert(
         name.to_string(),
         Entry {
             environment_id,
-            addr: running.addr(),
+            addr: listen,
             running: Some(running),
         },
     );

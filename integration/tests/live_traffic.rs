@@ -12,6 +12,8 @@
 //!   once it runs: until then every request still reaches the live one.
 //! - A deployment that declares no port is never routed: the environment
 //!   keeps serving the deployment it had.
+//! - The first flow again with every part a process (three `ctrl serve`,
+//!   krane, the `sentinel` binary).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use integration::fleet::{Fleet, FleetConfig};
 use integration::kit::operator::Operator;
+use integration::kit::site::ProcessSite;
 use integration::kit::wait::bounded;
 use integration::requests;
 use k8s_sim::resources::DEPLOYMENTS;
@@ -305,6 +308,43 @@ async fn a_deployment_without_a_port_is_never_routed() {
             assert_eq!(get(addr).await, Ok((200, "app:1".to_string())));
         }
         fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+/// The same flow with every part a process: three `ctrl serve`, a krane,
+/// and the sentinel as the `sentinel` binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_part_a_process_live_and_rollback_move_requests() {
+    bounded(TEST_TIMEOUT, async {
+        let site = ProcessSite::start_with_traffic(3, &[REGION])
+            .await
+            .expect("site");
+        let operator = Operator::new(&site.operator).unwrap();
+        let sentinels = &site.sentinels[0];
+
+        let v1 = deploy(&operator, "app:1", Some(PORT)).await;
+        let addr = sentinels.wait_addr(ENV, WAIT).await.unwrap();
+        until_image(addr, "app:1").await;
+
+        let client = Client::start(addr);
+        client.after(5).await;
+        deploy(&operator, "app:2", Some(PORT)).await;
+        until_image(addr, "app:2").await;
+        client.after(20).await;
+        let (sent, errors, seen) = client.stop().await;
+        assert!(
+            errors.is_empty(),
+            "failed requests during the flip: {errors:?}"
+        );
+        let images: Vec<&str> = seen.iter().map(|(i, _)| i.as_str()).collect();
+        assert_eq!(images, ["app:1", "app:2"], "over {sent} requests: {seen:?}");
+
+        let back = operator.rollback(ENV, None).await.expect("rollback");
+        assert_eq!(back.id, v1);
+        let flip = until_image(addr, "app:1").await;
+        println!("processes: rollback acknowledged → first v1 answer: {flip:?}");
+        site.shutdown().await;
     })
     .await;
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use config::{AgentConfig, ConfigFile, NodeConfig, OperatorConfig, TlsFiles};
-use k8s_sim::{SimConfig, Simulator};
+use k8s_sim::{PodNetwork, SimConfig, Simulator};
 use node::client::Client;
 use tokio::time::Instant;
 use wire::operator::request::{InitCluster, NodeStatus};
@@ -28,6 +28,7 @@ use super::process::Process;
 use super::wait::wait_until;
 use crate::plan::{Planned, Timings, plan, plan_behind_relays};
 use crate::relay::{Faults, Relay};
+use crate::sentinels::{Runner, SentinelHost};
 
 /// Bound on the nodes agreeing on a leader, and on the first init.
 pub const LEADER_WAIT: Duration = Duration::from_secs(30);
@@ -56,6 +57,8 @@ pub struct ProcessSite {
     relays: Vec<Relay>,
     /// The faults the relays inject (no effect without relays).
     pub faults: Arc<Faults>,
+    /// With traffic: each region's sentinels, as `sentinel` processes.
+    pub sentinels: Vec<SentinelHost>,
 }
 
 impl ProcessSite {
@@ -79,6 +82,23 @@ impl ProcessSite {
         nodes: u64,
         regions: &[&str],
         relays: bool,
+        configure: impl Fn(&mut NodeConfig),
+    ) -> Result<ProcessSite> {
+        ProcessSite::start_inner(nodes, regions, relays, false, configure).await
+    }
+
+    /// [`ProcessSite::start`] with traffic: the simulated pods answer on
+    /// loopback, and each region's sentinel Deployments run as `sentinel`
+    /// processes ([`SentinelHost`] with [`Runner::Binary`]).
+    pub async fn start_with_traffic(nodes: u64, regions: &[&str]) -> Result<ProcessSite> {
+        ProcessSite::start_inner(nodes, regions, false, true, |_| {}).await
+    }
+
+    async fn start_inner(
+        nodes: u64,
+        regions: &[&str],
+        relays: bool,
+        traffic: bool,
         configure: impl Fn(&mut NodeConfig),
     ) -> Result<ProcessSite> {
         let ctrl = binaries::ctrl().await?.to_path_buf();
@@ -116,6 +136,7 @@ impl ProcessSite {
             kranes: Vec::new(),
             relays,
             faults,
+            sentinels: Vec::new(),
         };
         for id in 1..=nodes {
             site.try_start_node(id)?;
@@ -144,9 +165,26 @@ impl ProcessSite {
             .context("the certificate directory")?
             .to_path_buf();
         for region in regions {
-            let sim = Simulator::start(SimConfig::default()).await?;
+            let sim = Simulator::start(SimConfig {
+                pod_network: if traffic {
+                    PodNetwork::Loopback
+                } else {
+                    PodNetwork::Cluster
+                },
+                ..SimConfig::default()
+            })
+            .await?;
             let kubeconfig = site.dir.path().join(format!("{region}.kubeconfig"));
             sim.write_kubeconfig(&kubeconfig)?;
+            if traffic {
+                let bin = binaries::sentinel().await?.to_path_buf();
+                site.sentinels.push(SentinelHost::start(
+                    region,
+                    kubeconfig.clone(),
+                    site.dir.path().join(format!("sentinels-{region}")),
+                    Runner::Binary(bin),
+                ));
+            }
             let mut agent = AgentConfig::new(
                 region,
                 site.configs.iter().map(|c| c.listen_addr.into()).collect(),
@@ -309,6 +347,9 @@ impl ProcessSite {
         }
         for relay in std::mem::take(&mut self.relays) {
             relay.shutdown().await;
+        }
+        for sentinels in std::mem::take(&mut self.sentinels) {
+            sentinels.shutdown().await;
         }
     }
 
