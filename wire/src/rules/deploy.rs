@@ -146,7 +146,9 @@ pub fn policy_ids(deployment_id: &str) -> [String; 2] {
 /// - ingress, in the deployment's namespace: its pods accept traffic only
 ///   from its environment's sentinel pods (in the sentinels' namespace);
 /// - egress, in the sentinels' namespace: the environment's sentinel pods
-///   may reach the deployment's pods.
+///   may reach the deployment's pods, and the Kubernetes API (a policy
+///   with an egress section denies every other egress of the pods it
+///   selects, and a sentinel watches its routes ConfigMap there).
 pub fn policies(deployment: &Deployment, region: &str) -> [CiliumNetworkPolicy; 2] {
     let deployment_pods = serde_json::json!({
         POD_NAMESPACE_LABEL: DEPLOYMENT_NAMESPACE,
@@ -162,7 +164,10 @@ pub fn policies(deployment: &Deployment, region: &str) -> [CiliumNetworkPolicy; 
     });
     let egress = serde_json::json!({
         "endpointSelector": { "matchLabels": sentinel_pods },
-        "egress": [{ "toEndpoints": [{ "matchLabels": deployment_pods }] }]
+        "egress": [
+            { "toEndpoints": [{ "matchLabels": deployment_pods }] },
+            { "toEntities": ["kube-apiserver"] },
+        ]
     });
     let [ingress_id, egress_id] = policy_ids(&deployment.id);
     let policy =
@@ -255,6 +260,11 @@ mod tests {
         let egress = document(&egress);
         assert_eq!(egress["endpointSelector"]["matchLabels"], sentinel);
         assert_eq!(egress["egress"][0]["toEndpoints"][0]["matchLabels"], app);
+        assert_eq!(
+            egress["egress"][1]["toEntities"],
+            serde_json::json!(["kube-apiserver"]),
+            "the sentinel reads its routes from the API"
+        );
         assert_eq!(
             app[DEPLOYMENT_ID_LABEL], "dep_1",
             "the constant is the key, not its name"
