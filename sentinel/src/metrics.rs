@@ -9,7 +9,7 @@
 //! scrape time from the route table.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -73,6 +73,73 @@ impl Drop for InFlight {
     }
 }
 
+/// One deployment's request series, looked up once (when a route table
+/// is applied) rather than per request: a request is counted with an
+/// atomic add and a histogram observation, no label allocated, no map
+/// searched. Each series is made on the deployment's first request that
+/// needs it (and the deployment noted then), as [`Metrics::request`]
+/// makes it, so the exposition shows the same series as before.
+#[derive(Debug)]
+pub struct DeploymentMetrics {
+    deployment: String,
+    requests: Family<Labels2, Counter>,
+    durations: Family<Labels1, Histogram>,
+    deployments: Arc<Mutex<BTreeSet<String>>>,
+    /// The counter of each status class, once made.
+    classes: [OnceLock<Counter>; CODE_CLASSES.len()],
+    /// The duration histogram, once made.
+    duration: OnceLock<Histogram>,
+}
+
+impl DeploymentMetrics {
+    /// The deployment counted.
+    pub fn deployment(&self) -> &str {
+        &self.deployment
+    }
+
+    /// A request answered with `status` after `seconds`.
+    pub fn request(&self, status: u16, seconds: f64) {
+        let class = code_class(status);
+        self.classes[class]
+            .get_or_init(|| {
+                note_deployment(&self.deployments, &self.deployment);
+                self.requests
+                    .get_or_create(&[
+                        ("deployment", self.deployment.clone()),
+                        ("code", CODE_CLASSES[class].to_string()),
+                    ])
+                    .clone()
+            })
+            .inc();
+        self.duration
+            .get_or_init(|| {
+                self.durations
+                    .get_or_create(&[("deployment", self.deployment.clone())])
+                    .clone()
+            })
+            .observe(seconds);
+    }
+}
+
+/// Notes `deployment` as a label value in use.
+fn note_deployment(deployments: &Mutex<BTreeSet<String>>, deployment: &str) {
+    let mut deployments = deployments.lock().unwrap_or_else(|e| e.into_inner());
+    if !deployments.contains(deployment) {
+        deployments.insert(deployment.to_string());
+    }
+}
+
+/// The index in [`CODE_CLASSES`] of `status`'s class.
+fn code_class(status: u16) -> usize {
+    match status / 100 {
+        1 => 0,
+        2 => 1,
+        3 => 2,
+        4 => 3,
+        _ => 4,
+    }
+}
+
 type Labels2 = [(&'static str, String); 2];
 type Labels1 = [(&'static str, String); 1];
 
@@ -90,8 +157,9 @@ pub struct Metrics {
     store_errors: Family<Labels1, Counter>,
     source_errors: Counter,
     in_flight: Gauge,
-    /// The deployment label values in use.
-    deployments: Mutex<BTreeSet<String>>,
+    /// The deployment label values in use (shared with the
+    /// [`DeploymentMetrics`] handed out).
+    deployments: Arc<Mutex<BTreeSet<String>>>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -186,7 +254,7 @@ impl Metrics {
             ejections,
             store_errors,
             source_errors,
-            deployments: Mutex::new(BTreeSet::new()),
+            deployments: Arc::new(Mutex::new(BTreeSet::new())),
         }
     }
 
@@ -197,31 +265,34 @@ impl Metrics {
     }
 
     fn note_deployment(&self, deployment: &str) {
-        let mut deployments = self.deployments.lock().unwrap_or_else(|e| e.into_inner());
-        if !deployments.contains(deployment) {
-            deployments.insert(deployment.to_string());
-        }
+        note_deployment(&self.deployments, deployment);
     }
 
     /// A request answered with `status` after `seconds`.
     pub fn request(&self, deployment: &str, status: u16, seconds: f64) {
         self.note_deployment(deployment);
-        let class = match status / 100 {
-            1 => "1xx",
-            2 => "2xx",
-            3 => "3xx",
-            4 => "4xx",
-            _ => "5xx",
-        };
         self.requests
             .get_or_create(&[
                 ("deployment", deployment.to_string()),
-                ("code", class.to_string()),
+                ("code", CODE_CLASSES[code_class(status)].to_string()),
             ])
             .inc();
         self.duration
             .get_or_create(&[("deployment", deployment.to_string())])
             .observe(seconds);
+    }
+
+    /// The request series of `deployment`, to count its requests with
+    /// (made on first use).
+    pub fn deployment(&self, deployment: &str) -> DeploymentMetrics {
+        DeploymentMetrics {
+            deployment: deployment.to_string(),
+            requests: self.requests.clone(),
+            durations: self.duration.clone(),
+            deployments: Arc::clone(&self.deployments),
+            classes: Default::default(),
+            duration: OnceLock::new(),
+        }
     }
 
     /// An upstream failure.
@@ -329,6 +400,32 @@ mod tests {
         assert!(!text.contains(r#"deployment="d2""#), "{text}");
         assert!(text.contains(r#"deployment="d1""#), "{text}");
         assert!(text.contains(r#"deployment="none""#), "{text}");
+    }
+
+    #[test]
+    fn a_deployment_handle_counts_as_a_request_by_name_does() {
+        let metrics = Metrics::new();
+        let handle = metrics.deployment("d1");
+        assert!(!metrics.render().contains(r#"deployment="d1""#));
+        handle.request(200, 0.01);
+        handle.request(502, 0.01);
+        metrics.request("d1", 200, 0.01);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"sentinel_requests_total{deployment="d1",code="2xx"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sentinel_requests_total{deployment="d1",code="5xx"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sentinel_request_duration_seconds_count{deployment="d1"} 3"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"code="4xx""#), "{text}");
+        metrics.retain_deployments(["d2"]);
+        assert!(!metrics.render().contains(r#"deployment="d1""#));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use wire::routes::{RoutesDocument, RoutesError};
 
-use crate::metrics::Metrics;
+use crate::metrics::{DeploymentMetrics, Metrics};
 use crate::store::Store;
 use crate::table::{Applied, NotReady, Pick, Refusal, RouteTable};
 
@@ -78,12 +78,43 @@ impl OfferError {
     }
 }
 
+/// An instance picked for a request, with its deployment's metric series.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// The instance.
+    pub pick: Pick,
+    /// The request series of the pick's deployment.
+    pub metrics: Arc<DeploymentMetrics>,
+}
+
+/// The route table and, for each of its backends (by index), the request
+/// series of its deployment: replaced together, under one lock.
+#[derive(Debug)]
+struct Served {
+    table: RouteTable,
+    series: Vec<Arc<DeploymentMetrics>>,
+}
+
+impl std::ops::Deref for Served {
+    type Target = RouteTable;
+
+    fn deref(&self) -> &RouteTable {
+        &self.table
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut RouteTable {
+        &mut self.table
+    }
+}
+
 /// The routes served, shared.
 #[derive(Debug)]
 pub struct Routes {
     environment_id: String,
     region: String,
-    table: Mutex<RouteTable>,
+    table: Mutex<Served>,
     metrics: Arc<Metrics>,
     store: Option<Store>,
     /// The origin of `now_ms`: a monotonic clock.
@@ -104,7 +135,10 @@ impl Routes {
         Routes {
             environment_id: environment_id.to_string(),
             region: region.to_string(),
-            table: Mutex::new(RouteTable::new(environment_id, region)),
+            table: Mutex::new(Served {
+                table: RouteTable::new(environment_id, region),
+                series: Vec::new(),
+            }),
             metrics,
             store,
             started: Instant::now(),
@@ -134,7 +168,7 @@ impl Routes {
     /// The table, locked. Held for a few map operations at most; a panic
     /// while holding it leaves a consistent table (every mutation is a
     /// whole assignment or insert), so a poisoned lock is used as is.
-    fn table(&self) -> MutexGuard<'_, RouteTable> {
+    fn table(&self) -> MutexGuard<'_, Served> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -186,6 +220,19 @@ impl Routes {
             match table.apply(document) {
                 Ok(applied) => {
                     self.metrics.retain_deployments(table.deployments());
+                    // The series of a deployment still routed to are kept.
+                    let previous = std::mem::take(&mut table.series);
+                    let series = table
+                        .table
+                        .deployments()
+                        .map(|id| {
+                            previous
+                                .iter()
+                                .find(|m| m.deployment() == id)
+                                .map_or_else(|| Arc::new(self.metrics.deployment(id)), Arc::clone)
+                        })
+                        .collect();
+                    table.series = series;
                     self.metrics
                         .set_table(applied.generation, table.ejected_count());
                     applied
@@ -263,8 +310,15 @@ impl Routes {
     }
 
     /// The instance for the next request.
-    pub fn pick(&self) -> Result<Pick, NotReady> {
-        self.table().pick()
+    pub fn pick(&self) -> Result<Routed, NotReady> {
+        let mut served = self.table();
+        let pick = served.table.pick()?;
+        // `series` is rebuilt with every table taken: one per backend.
+        let metrics = match served.series.get(pick.backend) {
+            Some(metrics) => Arc::clone(metrics),
+            None => Arc::new(self.metrics.deployment(&pick.deployment_id)),
+        };
+        Ok(Routed { pick, metrics })
     }
 
     /// Takes `instance` out of rotation (a connection to it failed);

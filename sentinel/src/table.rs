@@ -24,6 +24,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use hyper::http::uri::Authority;
 use wire::routes::{RoutesDocument, RoutesError};
 
 /// One environment's route table in one region.
@@ -52,6 +53,9 @@ struct Backend {
     /// Smooth weighted round robin's running weight.
     current_weight: i64,
     instances: Vec<SocketAddr>,
+    /// Each instance as a URI authority, made once when the document is
+    /// applied (`authorities[i]` is `instances[i]`).
+    authorities: Vec<Authority>,
     /// The index the next instance search starts at.
     next: usize,
 }
@@ -63,6 +67,10 @@ pub struct Pick {
     pub deployment_id: Arc<str>,
     /// Where to send the request.
     pub instance: SocketAddr,
+    /// `instance` as a URI authority.
+    pub authority: Authority,
+    /// The index of the deployment's backend in the document served.
+    pub backend: usize,
 }
 
 /// What [`RouteTable::apply`] did with a document it took.
@@ -234,6 +242,7 @@ impl RouteTable {
         let mut backends = Vec::with_capacity(document.backends.len());
         for backend in &document.backends {
             let mut instances = Vec::with_capacity(backend.instances.len());
+            let mut authorities = Vec::with_capacity(backend.instances.len());
             for instance in &backend.instances {
                 // `check` refused any instance that is not address:port.
                 let addr = instance.parse::<SocketAddr>().map_err(|_| {
@@ -241,13 +250,20 @@ impl RouteTable {
                         "instance {instance:?} is not address:port"
                     )))
                 })?;
+                let authority = Authority::try_from(addr.to_string()).map_err(|_| {
+                    Refusal::Invalid(RoutesError::Invalid(format!(
+                        "instance {instance:?} is not a URI authority"
+                    )))
+                })?;
                 instances.push(addr);
+                authorities.push(authority);
             }
             backends.push(Backend {
                 deployment_id: Arc::from(backend.deployment_id.as_str()),
                 weight: backend.weight,
                 current_weight: 0,
                 instances,
+                authorities,
                 next: 0,
             });
         }
@@ -315,6 +331,8 @@ impl RouteTable {
                 return Ok(Pick {
                     deployment_id: Arc::clone(&backend.deployment_id),
                     instance: addr,
+                    authority: backend.authorities[index].clone(),
+                    backend: chosen,
                 });
             }
         }

@@ -17,7 +17,6 @@
 
 use std::convert::Infallible;
 use std::error::Error as StdError;
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -25,6 +24,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::http::uri::{self, PathAndQuery, Scheme};
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
@@ -34,6 +34,7 @@ use super::Proxy;
 use super::body::Slot;
 use super::headers;
 use crate::metrics::{NO_DEPLOYMENT, UpstreamError};
+use crate::routes::Routed;
 use crate::table::{NotReady, Pick};
 
 /// The path the main listener answers itself, 200 "ok" (liveness, kept
@@ -56,6 +57,20 @@ fn chain(error: &dyn StdError) -> String {
     text
 }
 
+/// The URI of a request for `pick`: `http://`, the instance, and the
+/// client's path and query (the parts shared, not copied).
+fn upstream_uri(pick: &Pick, path: &PathAndQuery) -> Result<Uri, hyper::http::Error> {
+    if !path.as_str().starts_with('/') {
+        // Not an origin-form path (`*`): made from text as it always was.
+        return Ok(format!("http://{}{path}", pick.instance).parse::<Uri>()?);
+    }
+    let mut parts = uri::Parts::default();
+    parts.scheme = Some(Scheme::HTTP);
+    parts.authority = Some(pick.authority.clone());
+    parts.path_and_query = Some(path.clone());
+    Ok(Uri::from_parts(parts)?)
+}
+
 /// A plain-text response.
 fn text(status: StatusCode, body: String) -> Response<ResponseBody> {
     let mut response = Response::new(
@@ -76,7 +91,7 @@ impl Proxy {
     pub(super) async fn handle(
         &self,
         mut request: Request<Incoming>,
-        remote: SocketAddr,
+        forwarded_for: &HeaderValue,
     ) -> Response<ResponseBody> {
         if request.uri().path() == HEALTH_PATH {
             return text(StatusCode::OK, "ok\n".into());
@@ -90,25 +105,26 @@ impl Proxy {
         let path = parts
             .uri
             .path_and_query()
-            .map_or("/", |pq| pq.as_str())
-            .to_string();
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
         headers::ensure_host(&mut parts.headers, parts.uri.authority());
         headers::strip_hop_by_hop(&mut parts.headers, upgrade);
-        headers::add_forwarded(&mut parts.headers, remote.ip());
+        headers::add_forwarded(&mut parts.headers, forwarded_for);
         let slot = Slot::new(body);
         let attempts = self.settings.retries.saturating_add(1);
         let mut failed: Vec<Pick> = Vec::new();
         for _ in 0..attempts {
-            let pick = match self.routes.pick() {
-                Ok(pick) => pick,
+            let routed = match self.routes.pick() {
+                Ok(routed) => routed,
                 Err(why) => return self.unavailable(&why, started),
             };
-            let uri = match format!("http://{}{path}", pick.instance).parse::<Uri>() {
+            let pick = &routed.pick;
+            let uri = match upstream_uri(pick, &path) {
                 Ok(uri) => uri,
                 Err(e) => {
                     // The path came from a parsed URI and the instance is
                     // a socket address: not expected.
-                    return self.bad_gateway(&pick, UpstreamError::Send, &e, started);
+                    return self.bad_gateway(&routed, UpstreamError::Send, &e, started);
                 }
             };
             let mut outgoing = Request::new(slot.body());
@@ -121,7 +137,7 @@ impl Proxy {
                     .await;
             match sent {
                 Ok(Ok(response)) => {
-                    return self.relay(response, &pick, client_upgrade, started);
+                    return self.relay(response, &routed, client_upgrade, started);
                 }
                 Ok(Err(e)) if e.is_connect() => {
                     let metrics = self.routes.metrics();
@@ -136,12 +152,12 @@ impl Proxy {
                     if !slot.unread() {
                         // Not expected: the body is read only once a
                         // connection exists.
-                        return self.bad_gateway(&pick, UpstreamError::Connect, &e, started);
+                        return self.bad_gateway(&routed, UpstreamError::Connect, &e, started);
                     }
-                    failed.push(pick);
+                    failed.push(routed.pick);
                 }
-                Ok(Err(e)) => return self.bad_gateway(&pick, UpstreamError::Send, &e, started),
-                Err(_) => return self.timed_out(&pick, started),
+                Ok(Err(e)) => return self.bad_gateway(&routed, UpstreamError::Send, &e, started),
+                Err(_) => return self.timed_out(&routed, started),
             }
         }
         if let Some(why) = self.routes.why_not_ready() {
@@ -170,27 +186,26 @@ impl Proxy {
     fn relay(
         &self,
         mut response: Response<Incoming>,
-        pick: &Pick,
+        routed: &Routed,
         client_upgrade: Option<OnUpgrade>,
         started: Instant,
     ) -> Response<ResponseBody> {
+        let pick = &routed.pick;
         let status = response.status();
         let mut upgraded = false;
         if status == StatusCode::SWITCHING_PROTOCOLS {
             let Some(client_upgrade) = client_upgrade else {
                 let e = std::io::Error::other("switched protocols unasked");
-                return self.bad_gateway(pick, UpstreamError::Send, &e, started);
+                return self.bad_gateway(routed, UpstreamError::Send, &e, started);
             };
             upgraded = true;
             let upstream_upgrade = hyper::upgrade::on(&mut response);
             self.tunnel(client_upgrade, upstream_upgrade, pick);
         }
         headers::strip_hop_by_hop(response.headers_mut(), upgraded);
-        self.routes.metrics().request(
-            &pick.deployment_id,
-            status.as_u16(),
-            started.elapsed().as_secs_f64(),
-        );
+        routed
+            .metrics
+            .request(status.as_u16(), started.elapsed().as_secs_f64());
         response.map(|body| body.boxed())
     }
 
@@ -244,17 +259,18 @@ impl Proxy {
     /// 502: the exchange with `pick` failed.
     fn bad_gateway(
         &self,
-        pick: &Pick,
+        routed: &Routed,
         kind: UpstreamError,
         error: &dyn StdError,
         started: Instant,
     ) -> Response<ResponseBody> {
-        let metrics = self.routes.metrics();
+        let pick = &routed.pick;
         if kind != UpstreamError::Connect {
-            metrics.upstream_error(&pick.deployment_id, kind);
+            self.routes
+                .metrics()
+                .upstream_error(&pick.deployment_id, kind);
         }
-        metrics.request(
-            &pick.deployment_id,
+        routed.metrics.request(
             StatusCode::BAD_GATEWAY.as_u16(),
             started.elapsed().as_secs_f64(),
         );
@@ -273,11 +289,12 @@ impl Proxy {
     }
 
     /// 504: no response head within the request timeout.
-    fn timed_out(&self, pick: &Pick, started: Instant) -> Response<ResponseBody> {
-        let metrics = self.routes.metrics();
-        metrics.upstream_error(&pick.deployment_id, UpstreamError::Timeout);
-        metrics.request(
-            &pick.deployment_id,
+    fn timed_out(&self, routed: &Routed, started: Instant) -> Response<ResponseBody> {
+        let pick = &routed.pick;
+        self.routes
+            .metrics()
+            .upstream_error(&pick.deployment_id, UpstreamError::Timeout);
+        routed.metrics.request(
             StatusCode::GATEWAY_TIMEOUT.as_u16(),
             started.elapsed().as_secs_f64(),
         );

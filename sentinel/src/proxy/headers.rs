@@ -8,7 +8,10 @@
 use std::net::IpAddr;
 
 use hyper::HeaderMap;
-use hyper::header::{CONNECTION, HOST, HeaderName, HeaderValue, UPGRADE};
+use hyper::header::{
+    CONNECTION, Entry, HOST, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
+    TRAILER, TRANSFER_ENCODING, UPGRADE,
+};
 use hyper::http::uri::Authority;
 
 /// `x-forwarded-for`.
@@ -16,17 +19,18 @@ pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwar
 /// `x-forwarded-proto`.
 pub(super) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
-/// The hop-by-hop headers, always connection-specific.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// The hop-by-hop headers, always connection-specific (names made once,
+/// not parsed per request).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
 ];
 
 /// Whether `headers` ask for a protocol upgrade (`Connection: upgrade`
@@ -44,20 +48,22 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 /// Removes the hop-by-hop headers; with `upgrade`, keeps `Upgrade` and
 /// sets `Connection: upgrade`.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        if !(upgrade && name == UPGRADE) {
-            headers.remove(name);
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            if !(upgrade && name == UPGRADE) {
+                headers.remove(name);
+            }
         }
     }
-    for name in HOP_BY_HOP {
-        if upgrade && (name == "upgrade" || name == "connection") {
+    for name in &HOP_BY_HOP {
+        if upgrade && (name == UPGRADE || name == CONNECTION) {
             continue;
         }
         headers.remove(name);
@@ -78,18 +84,37 @@ pub(super) fn ensure_host(headers: &mut HeaderMap, authority: Option<&Authority>
     }
 }
 
-/// Appends `client` to `x-forwarded-for` and sets `x-forwarded-proto`
-/// when absent.
-pub(super) fn add_forwarded(headers: &mut HeaderMap, client: IpAddr) {
-    let mut chain: Vec<String> = headers
-        .get_all(&X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
-        .collect();
-    chain.push(client.to_string());
-    if let Ok(value) = HeaderValue::from_str(&chain.join(", ")) {
-        headers.insert(X_FORWARDED_FOR, value);
+/// The client's address as an `x-forwarded-for` entry: made once per
+/// client connection, for [`add_forwarded`].
+pub(super) fn forwarded_for(client: IpAddr) -> HeaderValue {
+    let text = client.to_string();
+    // An IP address is always a valid header value.
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+/// Appends `client` (made by [`forwarded_for`]) to `x-forwarded-for` and
+/// sets `x-forwarded-proto` when absent.
+pub(super) fn add_forwarded(headers: &mut HeaderMap, client: &HeaderValue) {
+    match headers.entry(X_FORWARDED_FOR) {
+        Entry::Vacant(entry) => {
+            entry.insert(client.clone());
+        }
+        Entry::Occupied(mut entry) => {
+            // The values that are text, then the client, `, `-separated.
+            let mut chain = String::new();
+            for value in entry.iter().filter_map(|v| v.to_str().ok()) {
+                chain.push_str(value);
+                chain.push_str(", ");
+            }
+            if chain.is_empty() {
+                entry.insert(client.clone());
+            } else {
+                chain.push_str(client.to_str().unwrap_or_default());
+                if let Ok(value) = HeaderValue::from_str(&chain) {
+                    entry.insert(value);
+                }
+            }
+        }
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
@@ -149,11 +174,20 @@ mod tests {
             ("x-forwarded-for", "10.0.0.1"),
             ("x-forwarded-proto", "https"),
         ]);
-        add_forwarded(&mut h, "192.0.2.7".parse().unwrap());
+        add_forwarded(&mut h, &forwarded_for("192.0.2.7".parse().unwrap()));
         assert_eq!(h[X_FORWARDED_FOR], "10.0.0.1, 192.0.2.7");
         assert_eq!(h[X_FORWARDED_PROTO], "https");
+        let mut h = headers(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ]);
+        add_forwarded(&mut h, &forwarded_for("192.0.2.7".parse().unwrap()));
+        assert_eq!(
+            h.get_all(X_FORWARDED_FOR).iter().collect::<Vec<_>>(),
+            ["10.0.0.1, 10.0.0.2, 192.0.2.7"]
+        );
         let mut h = HeaderMap::new();
-        add_forwarded(&mut h, "::1".parse().unwrap());
+        add_forwarded(&mut h, &forwarded_for("::1".parse().unwrap()));
         assert_eq!(h[X_FORWARDED_FOR], "::1");
         assert_eq!(h[X_FORWARDED_PROTO], "http");
     }

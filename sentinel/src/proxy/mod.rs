@@ -127,9 +127,14 @@ impl Proxy {
             };
             let _ = stream.set_nodelay(true);
             let proxy = Arc::clone(&self);
+            // The client's `x-forwarded-for` entry, made once per connection.
+            let forwarded_for = headers::forwarded_for(remote.ip());
             let service = service_fn(move |request| {
                 let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, std::convert::Infallible>(proxy.handle(request, remote).await) }
+                let forwarded_for = forwarded_for.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(proxy.handle(request, &forwarded_for).await)
+                }
             });
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
