@@ -44,8 +44,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether the runtime gets one worker thread: `TOKIO_WORKER_THREADS=1`,
+/// or, without it, one CPU to run on (tokio's own default).
+fn one_worker() -> bool {
+    match std::env::var("TOKIO_WORKER_THREADS") {
+        Ok(threads) => threads.trim() == "1",
+        Err(_) => std::thread::available_parallelism().is_ok_and(|n| n.get() == 1),
+    }
+}
+
 fn serve(config: sentinel::Config) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // With one worker, the current-thread scheduler runs the same tasks
+    // on the thread that blocks on them, without the multi-thread
+    // scheduler's hand-offs (shared run queues, waking a parked worker):
+    // less CPU per request. Several workers: the multi-thread scheduler.
+    let mut builder = if one_worker() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
