@@ -106,14 +106,6 @@ impl RouteBook {
             .collect()
     }
 
-    /// The deployments some route sends traffic to.
-    pub fn routed_deployments(&self) -> BTreeSet<String> {
-        self.routes
-            .values()
-            .flat_map(|r| r.backends.iter().map(|b| b.deployment_id.clone()))
-            .collect()
-    }
-
     fn write_of(&mut self, id: &str, ready: &dyn Fn(&str) -> Vec<String>) -> Option<RouteWrite> {
         let route = self.routes.get(id)?;
         let document = document(route, ready);

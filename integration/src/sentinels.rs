@@ -113,16 +113,6 @@ impl SentinelHost {
             .map(|e| e.addr)
     }
 
-    /// Every running sentinel: (environment, address).
-    pub fn running(&self) -> Vec<(String, SocketAddr)> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .values()
-            .filter(|e| e.running.is_some())
-            .map(|e| (e.environment_id.clone(), e.addr))
-            .collect()
-    }
-
     /// Waits (at most `timeout`) for `environment_id`'s sentinel to run.
     pub async fn wait_addr(&self, environment_id: &str, timeout: Duration) -> Result<SocketAddr> {
         let mut changed = self.changed.clone();
