@@ -386,9 +386,13 @@ async fn failing_image_is_never_ready_and_the_wait_says_why() {
         let fleet = fleet(&dir, &[US]).await;
         let operator = fleet.operator().unwrap();
         let id = deploy(&operator, BROKEN_IMAGE, &[US], 2).await;
-        // Pods are reported pending first, then failed with the reason.
+        // Pods are reported pending first (`ContainerCreating`), then
+        // failed with the reason.
         let view = wait_view(&operator, &id, "failed instances reported", |v| {
-            v.instances.len() == 2 && v.instances.iter().all(|i| i.reason.is_some())
+            v.instances.len() == 2
+                && v.instances
+                    .iter()
+                    .all(|i| i.status == wire::model::InstanceStatus::Failed)
         })
         .await;
         assert!(
