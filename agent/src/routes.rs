@@ -72,6 +72,11 @@ impl RouteBook {
         self.write_of(&id, ready)
     }
 
+    /// The routes held.
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.routes.values()
+    }
+
     /// Forgets route `id`; the delete of its ConfigMap.
     pub fn remove(&mut self, id: &str) -> Option<RouteWrite> {
         let route = self.routes.remove(id)?;

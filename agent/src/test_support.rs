@@ -84,3 +84,26 @@ pub(crate) fn cilium_policy(id: &str, version: Pk) -> wire::model::CiliumNetwork
         updated_at_ms: 2,
     }
 }
+
+/// Route `id` of sentinel `sentinel_k8s_name` at `version`, one backend.
+pub(crate) fn route(id: &str, sentinel_k8s_name: &str, version: Pk) -> wire::model::Route {
+    wire::model::Route {
+        id: id.to_string(),
+        workspace_id: "ws_1".into(),
+        project_id: "proj_1".into(),
+        environment_id: "env_1".into(),
+        region: REGION.into(),
+        sentinel_k8s_name: sentinel_k8s_name.to_string(),
+        k8s_name: wire::k8s_name::sentinel_routes(sentinel_k8s_name),
+        k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.into(),
+        backends: vec![wire::model::RouteWeight {
+            deployment_id: "d1".into(),
+            weight: 100,
+            port: 8080,
+        }],
+        pending_deployment_id: None,
+        version,
+        created_at_ms: 1,
+        updated_at_ms: 2,
+    }
+}

@@ -2,7 +2,10 @@
 //! runs no containers, so the fleet watches each cluster's sentinel
 //! Deployments (as krane writes them) and runs the real sentinel (the
 //! `sentinel` crate) for each one that has a ready pod, reading its
-//! routes ConfigMap through the simulator's API exactly as a pod would.
+//! routes ConfigMap through the simulator's API exactly as a pod would,
+//! and writing the generation it serves into the served ConfigMap under
+//! the name of the Deployment's first ready pod (one process stands for
+//! the Deployment's pods).
 //!
 //! Each sentinel listens on a loopback port of its own, kept for the
 //! life of the fleet: the environment's stable address in that region
@@ -20,7 +23,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -197,6 +201,7 @@ async fn run(
             return;
         }
     };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
     let api: Api<Deployment> = Api::namespaced(client, wire::k8s_name::SENTINEL_NAMESPACE);
     let mut events = std::pin::pin!(
         watcher(api, watcher::Config::default())
@@ -220,7 +225,8 @@ async fn run(
             entries.get(&name).is_some_and(|e| e.running.is_some())
         };
         if wants && !has {
-            match start_one(&place, &name, &deployment, &entries).await {
+            let pod = first_ready_pod(&pods, &deployment).await;
+            match start_one(&place, &name, &deployment, pod, &entries).await {
                 Ok(()) => {
                     changed.send_modify(|n| *n += 1);
                 }
@@ -240,10 +246,46 @@ async fn run(
     }
 }
 
+/// The name of `deployment`'s first ready pod (by name), if any: the key
+/// its sentinel writes what it serves under.
+async fn first_ready_pod(pods: &Api<Pod>, deployment: &Deployment) -> Option<String> {
+    let labels = deployment
+        .spec
+        .as_ref()?
+        .selector
+        .match_labels
+        .as_ref()?
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let list = match pods.list(&ListParams::default().labels(&labels)).await {
+        Ok(list) => list,
+        Err(e) => {
+            warn!("sentinel host: cannot list the pods of {labels}: {e}");
+            return None;
+        }
+    };
+    let mut ready: Vec<String> = list
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    ready.sort();
+    ready.into_iter().next()
+}
+
 async fn start_one(
     place: &Place,
     name: &str,
     deployment: &Deployment,
+    pod: Option<String>,
     entries: &Mutex<BTreeMap<String, Entry>>,
 ) -> Result<()> {
     let region = place.region.as_str();
@@ -254,6 +296,21 @@ async fn start_one(
     let (namespace, configmap) = routes
         .split_once('/')
         .with_context(|| format!("SENTINEL_ROUTES_CONFIGMAP {routes:?} is not NS/NAME"))?;
+    // Where it says what it serves, and as which pod.
+    let served = env_of(deployment, "SENTINEL_SERVED_CONFIGMAP").zip(pod);
+    let served_target = match &served {
+        Some((text, pod)) => {
+            let (namespace, name) = text
+                .split_once('/')
+                .with_context(|| format!("SENTINEL_SERVED_CONFIGMAP {text:?} is not NS/NAME"))?;
+            Some(sentinel::served::ServedTarget {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                pod: pod.clone(),
+            })
+        }
+        None => None,
+    };
     // The same port every time this sentinel runs: its stable address.
     let known = {
         let entries = entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -264,45 +321,52 @@ async fn start_one(
         None => testkit::ports::free_tcp_addr()?,
     };
     let state_dir = place.state_dir.join(name);
-    let running = match &place.runner {
-        Runner::InProcess => {
-            let mut config = sentinel::Config::new(
-                &environment_id,
-                region,
-                sentinel::RoutesSource::ConfigMap {
-                    namespace: namespace.to_string(),
-                    name: configmap.to_string(),
-                    kubeconfig: Some(place.kubeconfig.clone()),
-                },
-            );
-            config.listen = listen;
-            config.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
-            config.state_dir = Some(state_dir);
-            Running::InProcess(sentinel::start(config).await?)
-        }
-        Runner::Binary(bin) => {
-            std::fs::create_dir_all(&state_dir)
-                .with_context(|| format!("cannot create {}", state_dir.display()))?;
-            let log = state_dir.join("sentinel.log");
-            let start = testkit::process::Start::new(testkit::process::tied_to_parent(bin), &log)
-                .args(["--environment", &environment_id, "--region", region])
-                .args(["--routes-configmap", &routes])
-                .args([
-                    std::ffi::OsStr::new("--kubeconfig"),
-                    place.kubeconfig.as_os_str(),
-                ])
-                .args([std::ffi::OsStr::new("--state-dir"), state_dir.as_os_str()])
-                .args([
-                    "--listen",
-                    &listen.to_string(),
-                    "--admin-addr",
-                    "127.0.0.1:0",
-                ])
-                .ready_on("sentinel listening on", START_WAIT);
-            let process = tokio::task::spawn_blocking(move || start.spawn()).await??;
-            Running::Process(process)
-        }
-    };
+    let running =
+        match &place.runner {
+            Runner::InProcess => {
+                let mut config = sentinel::Config::new(
+                    &environment_id,
+                    region,
+                    sentinel::RoutesSource::ConfigMap {
+                        namespace: namespace.to_string(),
+                        name: configmap.to_string(),
+                        kubeconfig: Some(place.kubeconfig.clone()),
+                    },
+                );
+                config.listen = listen;
+                config.admin_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+                config.state_dir = Some(state_dir);
+                config.served = served_target;
+                Running::InProcess(sentinel::start(config).await?)
+            }
+            Runner::Binary(bin) => {
+                std::fs::create_dir_all(&state_dir)
+                    .with_context(|| format!("cannot create {}", state_dir.display()))?;
+                let log = state_dir.join("sentinel.log");
+                let mut start =
+                    testkit::process::Start::new(testkit::process::tied_to_parent(bin), &log)
+                        .args(["--environment", &environment_id, "--region", region]);
+                if let Some((served, pod)) = &served {
+                    start = start.args(["--served-configmap", served, "--pod-name", pod]);
+                }
+                let start = start
+                    .args(["--routes-configmap", &routes])
+                    .args([
+                        std::ffi::OsStr::new("--kubeconfig"),
+                        place.kubeconfig.as_os_str(),
+                    ])
+                    .args([std::ffi::OsStr::new("--state-dir"), state_dir.as_os_str()])
+                    .args([
+                        "--listen",
+                        &listen.to_string(),
+                        "--admin-addr",
+                        "127.0.0.1:0",
+                    ])
+                    .ready_on("sentinel listening on", START_WAIT);
+                let process = tokio::task::spawn_blocking(move || start.spawn()).await??;
+                Running::Process(process)
+            }
+        };
     info!(%region, %environment_id, addr = %listen, "sentinel running");
     println!("environment {environment_id} in {region}: curl http://{listen}/");
     let mut entries = entries.lock().unwrap_or_else(|e| e.into_inner());

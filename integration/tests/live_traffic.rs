@@ -235,6 +235,11 @@ async fn live_and_rollback_move_requests_without_a_failed_request() {
 
         // Routes changed three times; the sentinel's pods never did.
         assert_eq!(sentinel_template(&fleet), template);
+        // And ctrl shows the generation the sentinel says it serves.
+        let (generation, since_ms) = operator.until_served(ENV, REGION, WAIT).await.unwrap();
+        let route = operator.describe_environment(ENV).await.unwrap().routes[0].clone();
+        assert_eq!(generation, route.route.version);
+        assert!(since_ms >= route.route.updated_at_ms, "{route:?}");
         fleet.shutdown().await.unwrap();
     })
     .await;
@@ -344,6 +349,8 @@ async fn with_every_part_a_process_live_and_rollback_move_requests() {
         assert_eq!(back.id, v1);
         let flip = until_image(addr, "app:1").await;
         println!("processes: rollback acknowledged → first v1 answer: {flip:?}");
+        // The sentinel process's report of what it serves reaches ctrl.
+        operator.until_served(ENV, REGION, WAIT).await.unwrap();
         site.shutdown().await;
     })
     .await;

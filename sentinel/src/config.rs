@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+pub use crate::served::ServedTarget;
+
 /// Default main listener.
 pub const LISTEN_DEFAULT: &str = "0.0.0.0:8040";
 /// Default admin listener.
@@ -65,6 +67,13 @@ pub struct Flags {
         required_unless_present = "routes_file"
     )]
     pub routes_configmap: Option<String>,
+    /// The served ConfigMap, as NAMESPACE/NAME, where this pod writes the
+    /// routes generation it serves (with the ConfigMap source only).
+    #[arg(long, env = "SENTINEL_SERVED_CONFIGMAP", requires = "pod_name")]
+    pub served_configmap: Option<String>,
+    /// This pod's name: its key in the served ConfigMap.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
     /// A routes document file instead of the ConfigMap, re-read on SIGHUP.
     #[arg(long, env = "SENTINEL_ROUTES_FILE")]
     pub routes_file: Option<PathBuf>,
@@ -118,9 +127,17 @@ pub enum RoutesSource {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// `--routes-configmap` is not NAMESPACE/NAME.
-    #[error("--routes-configmap {0:?} is not NAMESPACE/NAME")]
-    ConfigMap(String),
+    /// `--routes-configmap` or `--served-configmap` is not NAMESPACE/NAME.
+    #[error("--{flag} {value:?} is not NAMESPACE/NAME")]
+    ConfigMap {
+        /// The flag.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `--served-configmap` without the ConfigMap source.
+    #[error("--served-configmap needs --routes-configmap (the Kubernetes API)")]
+    ServedWithoutApi,
     /// Neither `--routes-configmap` nor `--routes-file`.
     #[error("give --routes-configmap NAMESPACE/NAME or --routes-file PATH")]
     NoSource,
@@ -149,6 +166,8 @@ pub struct Config {
     pub region: String,
     /// Where routes come from.
     pub source: RoutesSource,
+    /// Where this pod says what it serves (with the ConfigMap source).
+    pub served: Option<ServedTarget>,
     /// The state directory, if any.
     pub state_dir: Option<PathBuf>,
     /// Upstream connect timeout.
@@ -176,6 +195,7 @@ impl Config {
             environment_id: environment_id.to_string(),
             region: region.to_string(),
             source,
+            served: None,
             state_dir: None,
             connect_timeout: Duration::from_millis(CONNECT_TIMEOUT_MS_DEFAULT),
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
@@ -192,20 +212,29 @@ impl Flags {
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let source = match (self.routes_configmap, self.routes_file) {
             (Some(text), _) => {
-                let Some((namespace, name)) = text.split_once('/') else {
-                    return Err(ConfigError::ConfigMap(text));
-                };
-                if namespace.is_empty() || name.is_empty() || name.contains('/') {
-                    return Err(ConfigError::ConfigMap(text));
-                }
+                let (namespace, name) = namespace_name("routes-configmap", text)?;
                 RoutesSource::ConfigMap {
-                    namespace: namespace.to_string(),
-                    name: name.to_string(),
+                    namespace,
+                    name,
                     kubeconfig: self.kubeconfig,
                 }
             }
             (None, Some(path)) => RoutesSource::File(path),
             (None, None) => return Err(ConfigError::NoSource),
+        };
+        let served = match (self.served_configmap, self.pod_name) {
+            (Some(text), Some(pod)) => {
+                if !matches!(source, RoutesSource::ConfigMap { .. }) {
+                    return Err(ConfigError::ServedWithoutApi);
+                }
+                let (namespace, name) = namespace_name("served-configmap", text)?;
+                Some(ServedTarget {
+                    namespace,
+                    name,
+                    pod,
+                })
+            }
+            _ => None,
         };
         let positive = |flag: &'static str, value: u64| {
             if value == 0 {
@@ -238,6 +267,7 @@ impl Flags {
             environment_id: self.environment,
             region: self.region,
             source,
+            served,
             state_dir: self.state_dir,
             connect_timeout: positive("connect-timeout-ms", self.connect_timeout_ms)?,
             request_timeout: positive("request-timeout-ms", self.request_timeout_ms)?,
@@ -246,6 +276,18 @@ impl Flags {
             drain_grace: Duration::from_millis(self.drain_grace_ms),
             connections_max: self.connections_max,
         })
+    }
+}
+
+/// `NAMESPACE/NAME` split, or the error naming `flag`.
+fn namespace_name(flag: &'static str, text: String) -> Result<(String, String), ConfigError> {
+    match text.split_once('/') {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok((namespace.to_string(), name.to_string()))
+        }
+        _ => Err(ConfigError::ConfigMap { flag, value: text }),
     }
 }
 
@@ -285,6 +327,33 @@ mod tests {
         assert!(err.contains("--retries 9"), "{err}");
         let err = parse(&["--routes-file", "r.json", "--probe-interval-ms", "0"]).unwrap_err();
         assert!(err.contains("probe-interval-ms"), "{err}");
+        let err = parse(&[
+            "--routes-file",
+            "r.json",
+            "--served-configmap",
+            "a/b",
+            "--pod-name",
+            "p",
+        ])
+        .unwrap_err();
+        assert!(err.contains("needs --routes-configmap"), "{err}");
+        let config = parse(&[
+            "--routes-configmap",
+            "sentinel/snt-x-routes",
+            "--served-configmap",
+            "sentinel/snt-x-served",
+            "--pod-name",
+            "snt-x-1",
+        ])
+        .unwrap();
+        assert_eq!(
+            config.served,
+            Some(ServedTarget {
+                namespace: "sentinel".into(),
+                name: "snt-x-served".into(),
+                pod: "snt-x-1".into(),
+            })
+        );
         let config = parse(&["--routes-file", "r.json", "--listen", "127.0.0.1:0"]).unwrap();
         assert_eq!(config.source, RoutesSource::File("r.json".into()));
         assert_eq!(config.listen.port(), 0);

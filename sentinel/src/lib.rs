@@ -10,7 +10,8 @@
 //! document in the state directory), [`metrics`], [`drain`] (the shutdown
 //! sequence's signals), [`routes`] (the table shared, and the one way a
 //! document gets in), [`source`] (the ConfigMap watch, or a file),
-//! [`probe`] (puts ejected instances back), [`proxy`] (the main
+//! [`probe`] (puts ejected instances back), [`served`] (tells krane the
+//! generation served), [`proxy`] (the main
 //! listener and forwarding), [`admin`] (`/livez`, `/readyz`, `/metrics`),
 //! [`config`] (flags). [`start`] wires them; [`run`] runs until a
 //! shutdown future resolves, then drains.
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod probe;
 pub mod proxy;
 pub mod routes;
+pub mod served;
 pub mod source;
 pub mod store;
 pub mod table;
@@ -189,6 +191,14 @@ pub async fn start(config: Config) -> Result<Running, Error> {
                 kubeconfig.clone(),
                 Arc::clone(&routes),
             )));
+            if let Some(target) = &config.served {
+                background.0.push(tokio::spawn(served::report(
+                    target.clone(),
+                    kubeconfig.clone(),
+                    Arc::clone(&routes),
+                    Arc::new(wire::clock::SystemClock),
+                )));
+            }
             None
         }
     };

@@ -151,6 +151,11 @@ impl Routes {
         self.events.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// A receiver told after every offer, ejection and restore.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.events.subscribe()
+    }
+
     /// Resolves once `check` holds, looked at again after every offer,
     /// ejection and restore (for tests and the sandbox: "generation N is
     /// served", "the instance is back").

@@ -135,7 +135,7 @@ pub fn file_source(
 
 /// The client for `kubeconfig`, or the inferred config (in-cluster, or
 /// the default kubeconfig) when `None`.
-async fn client(kubeconfig: Option<&Path>) -> Result<Client, String> {
+pub(crate) async fn client(kubeconfig: Option<&Path>) -> Result<Client, String> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)

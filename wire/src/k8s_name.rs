@@ -74,6 +74,19 @@ pub fn sentinel_routes(sentinel_k8s_name: &str) -> String {
     name
 }
 
+/// The name of a sentinel's served ConfigMap (in the sentinel's
+/// namespace), where each of its pods writes the route generation it
+/// serves ([`crate::routes::ServedEntry`]): its Kubernetes name with a
+/// `-served` suffix, kept a DNS label.
+pub fn sentinel_served(sentinel_k8s_name: &str) -> String {
+    let suffix = "-served";
+    let mut name = sentinel_k8s_name.to_string();
+    name.truncate(DNS_LABEL_BYTES_MAX - suffix.len());
+    let mut name = name.trim_end_matches('-').to_string();
+    name.push_str(suffix);
+    name
+}
+
 /// The id of a deployment's ingress policy (one per region, in the
 /// deployment's namespace): the deployment's Kubernetes name with a `-net`
 /// suffix, kept a DNS label.

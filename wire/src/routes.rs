@@ -33,6 +33,44 @@ pub const ROUTE_BACKENDS_MAX: usize = 16;
 /// Most instances of one backend in a routes document.
 pub const ROUTE_INSTANCES_MAX: usize = 1024;
 
+/// Longest value of one pod's entry in a served ConfigMap, in bytes.
+pub const SERVED_ENTRY_BYTES_MAX: usize = 256;
+
+/// Most pods' entries read from one served ConfigMap.
+pub const SERVED_ENTRIES_MAX: usize = 1024;
+
+/// What one sentinel pod says it serves: the value of its key (its pod's
+/// name) in the sentinel's served ConfigMap
+/// ([`crate::k8s_name::sentinel_served`]). The pod writes it each time it
+/// installs a table of a new generation; krane reads it back and reports
+/// the route applied once the sentinel's ready pods serve its version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedEntry {
+    /// The generation of the routes document the pod serves.
+    pub generation: u64,
+    /// When the pod began serving it (its clock, Unix milliseconds).
+    pub since_ms: u64,
+}
+
+impl ServedEntry {
+    /// The entry as written into the ConfigMap (one line of JSON).
+    pub fn to_json(&self) -> String {
+        // Two integers always serialize.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads an entry, refusing one over [`SERVED_ENTRY_BYTES_MAX`] bytes.
+    pub fn parse(text: &str) -> Result<Self, RoutesError> {
+        if text.len() > SERVED_ENTRY_BYTES_MAX {
+            return Err(RoutesError::TooLarge {
+                bytes: text.len(),
+                max: SERVED_ENTRY_BYTES_MAX,
+            });
+        }
+        serde_json::from_str(text).map_err(|e| RoutesError::Malformed(e.to_string()))
+    }
+}
+
 /// What one sentinel serves: the environment's backends in its region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoutesDocument {
@@ -251,5 +289,27 @@ mod tests {
         assert!(!older.supersedes(&current));
         assert!(same.supersedes(&current));
         assert!(!other_env.supersedes(&current));
+    }
+
+    #[test]
+    fn a_served_entry_reads_back_and_refuses_junk() {
+        let entry = ServedEntry {
+            generation: 7,
+            since_ms: 1_700_000_000_000,
+        };
+        assert_eq!(
+            entry.to_json(),
+            r#"{"generation":7,"since_ms":1700000000000}"#
+        );
+        assert_eq!(ServedEntry::parse(&entry.to_json()), Ok(entry));
+        assert!(matches!(
+            ServedEntry::parse("{\"generation\": -1}"),
+            Err(RoutesError::Malformed(_))
+        ));
+        let long = " ".repeat(SERVED_ENTRY_BYTES_MAX + 1);
+        assert!(matches!(
+            ServedEntry::parse(&long),
+            Err(RoutesError::TooLarge { .. })
+        ));
     }
 }

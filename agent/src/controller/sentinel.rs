@@ -4,7 +4,9 @@
 //! sentinel's namespace (`sentinel`); and the access its pods need to read
 //! their routes: a ServiceAccount of the same name, and a Role and
 //! RoleBinding (named as the routes ConfigMap) that let it get, list and
-//! watch that one ConfigMap and nothing else.
+//! watch that one ConfigMap, and get and patch its served ConfigMap
+//! (`<name>-served`, created here with no data: each pod writes the routes
+//! generation it serves under its own name), and nothing else.
 //!
 //! [`desired_objects`] and [`access_objects`] build them from the sentinel
 //! alone (pure, tested field by field); [`apply`] writes them with
@@ -20,9 +22,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Toleration, TopologySpreadConstraint, Volume, VolumeMount,
+    ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Toleration, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -42,6 +45,8 @@ use crate::k8s::{
 pub const CONTAINER_NAME: &str = "sentinel";
 /// `app.kubernetes.io/component` of every sentinel object.
 pub const COMPONENT: &str = "sentinel";
+/// `app.kubernetes.io/component` of a sentinel's served ConfigMap.
+pub const SERVED_COMPONENT: &str = "sentinel-served";
 /// The port sentinels serve on, and the Service's port.
 pub const PORT: i32 = 8040;
 /// Name of the sentinel's container port and Service port.
@@ -162,6 +167,7 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
         ..EnvVar::default()
     };
     let routes = wire::k8s_name::sentinel_routes(&sentinel.k8s_name);
+    let served = wire::k8s_name::sentinel_served(&sentinel.k8s_name);
     let container = Container {
         name: CONTAINER_NAME.to_string(),
         image: Some(sentinel.image.clone()),
@@ -186,6 +192,21 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
                 "SENTINEL_ROUTES_CONFIGMAP",
                 format!("{}/{routes}", sentinel.k8s_namespace),
             ),
+            env(
+                "SENTINEL_SERVED_CONFIGMAP",
+                format!("{}/{served}", sentinel.k8s_namespace),
+            ),
+            EnvVar {
+                name: "POD_NAME".to_string(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".to_string(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
             env("SENTINEL_STATE_DIR", STATE_DIR.to_string()),
         ]),
         volume_mounts: Some(vec![VolumeMount {
@@ -287,9 +308,11 @@ pub fn desired_objects(sentinel: &Sentinel) -> (Deployment, Service, PodDisrupti
 
 /// The ServiceAccount a sentinel's pods run as, and the Role and
 /// RoleBinding that let it read its routes ConfigMap (get, list and watch
-/// of that one name: a watch filtered by `metadata.name`).
+/// of that one name: a watch filtered by `metadata.name`) and write its
+/// served ConfigMap (get and patch of that one name).
 pub fn access_objects(sentinel: &Sentinel) -> (ServiceAccount, Role, RoleBinding) {
     let routes = wire::k8s_name::sentinel_routes(&sentinel.k8s_name);
+    let served = wire::k8s_name::sentinel_served(&sentinel.k8s_name);
     let meta = |name: &str| ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(sentinel.k8s_namespace.clone()),
@@ -302,13 +325,22 @@ pub fn access_objects(sentinel: &Sentinel) -> (ServiceAccount, Role, RoleBinding
     };
     let role = Role {
         metadata: meta(&routes),
-        rules: Some(vec![PolicyRule {
-            api_groups: Some(vec![String::new()]),
-            resources: Some(vec!["configmaps".to_string()]),
-            resource_names: Some(vec![routes.clone()]),
-            verbs: ["get", "list", "watch"].map(String::from).to_vec(),
-            ..PolicyRule::default()
-        }]),
+        rules: Some(vec![
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["configmaps".to_string()]),
+                resource_names: Some(vec![routes.clone()]),
+                verbs: ["get", "list", "watch"].map(String::from).to_vec(),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["configmaps".to_string()]),
+                resource_names: Some(vec![served]),
+                verbs: ["get", "patch"].map(String::from).to_vec(),
+                ..PolicyRule::default()
+            },
+        ]),
     };
     let binding = RoleBinding {
         metadata: meta(&routes),
@@ -327,6 +359,23 @@ pub fn access_objects(sentinel: &Sentinel) -> (ServiceAccount, Role, RoleBinding
     (account, role, binding)
 }
 
+/// A sentinel's served ConfigMap as krane applies it: labels only. Its
+/// data is the pods' (each writes its own key), which krane's apply never
+/// sets and so never takes over.
+pub fn served_object(sentinel: &Sentinel) -> ConfigMap {
+    let mut labels = labels(sentinel);
+    labels.insert(COMPONENT_LABEL.to_string(), SERVED_COMPONENT.to_string());
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(wire::k8s_name::sentinel_served(&sentinel.k8s_name)),
+            namespace: Some(sentinel.k8s_namespace.clone()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
 /// Converges one sentinel: applies its access, Service, Deployment and
 /// budget, or deletes them when it wants no objects.
 pub async fn apply(
@@ -342,7 +391,9 @@ pub async fn apply(
     namespaces.ensure(client, namespace).await?;
     let (deployment, service, budget) = desired_objects(sentinel);
     let (account, role, binding) = access_objects(sentinel);
+    let served = served_object(sentinel);
     let applied = async {
+        let served = k8s::apply(client, namespace, &served).await?;
         let account = k8s::apply(client, namespace, &account).await?;
         let role = k8s::apply(client, namespace, &role).await?;
         let binding = k8s::apply(client, namespace, &binding).await?;
@@ -350,7 +401,7 @@ pub async fn apply(
         let deployment = k8s::apply(client, namespace, &deployment).await?;
         let budget = k8s::apply(client, namespace, &budget).await?;
         Ok(worst(&[
-            account, role, binding, service, deployment, budget,
+            served, account, role, binding, service, deployment, budget,
         ]))
     }
     .await;
@@ -371,8 +422,10 @@ pub async fn delete(client: &Client, namespace: &str, name: &str) -> Result<Outc
     let binding = k8s::delete::<RoleBinding>(client, namespace, &routes).await?;
     let role = k8s::delete::<Role>(client, namespace, &routes).await?;
     let account = k8s::delete::<ServiceAccount>(client, namespace, name).await?;
+    let served = wire::k8s_name::sentinel_served(name);
+    let served = k8s::delete::<ConfigMap>(client, namespace, &served).await?;
     Ok(worst(&[
-        budget, deployment, service, binding, role, account,
+        budget, deployment, service, binding, role, account, served,
     ]))
 }
 
@@ -491,9 +544,20 @@ mod tests {
             .as_ref()
             .unwrap()
             .iter()
-            .map(|e| (e.name.as_str(), e.value.as_deref().unwrap()))
+            .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
             .collect();
         assert_eq!(env["SENTINEL_ROUTES_CONFIGMAP"], "sentinel/snt-abc-routes");
+        // What it serves: under its pod's name, in the served ConfigMap.
+        assert_eq!(env["SENTINEL_SERVED_CONFIGMAP"], "sentinel/snt-abc-served");
+        let pod_name = container
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == "POD_NAME")
+            .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+            .map(|f| f.field_path.as_str());
+        assert_eq!(pod_name, Some("metadata.name"));
         assert_eq!(env["SENTINEL_STATE_DIR"], STATE_DIR);
         assert_eq!(pod.service_account_name.as_deref(), Some("snt-abc"));
         let volumes = pod.volumes.as_ref().unwrap();
@@ -505,7 +569,15 @@ mod tests {
         let (account, role, binding) = access_objects(&sentinel("snt_abc", 4));
         assert_eq!(account.metadata.name.as_deref(), Some("snt-abc"));
         let rules = role.rules.unwrap();
-        assert_eq!(rules.len(), 1);
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            rules[1].resource_names.as_deref(),
+            Some(&["snt-abc-served".to_string()][..])
+        );
+        assert_eq!(rules[1].verbs, ["get", "patch"]);
+        let served = served_object(&sentinel("snt_abc", 4));
+        assert_eq!(served.metadata.name.as_deref(), Some("snt-abc-served"));
+        assert_eq!(served.data, None, "the pods' keys are never krane's");
         assert_eq!(
             rules[0].resource_names.as_deref(),
             Some(&["snt-abc-routes".to_string()][..])

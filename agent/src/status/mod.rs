@@ -14,6 +14,9 @@
 //!
 //! The reporter also writes the sentinels' routes ConfigMaps
 //! ([`crate::routes`]): it holds the pods a route's addresses come from.
+//! And it reports a route applied once its sentinel's pods serve its
+//! version, from their served ConfigMaps and a watch of the sentinel pods
+//! ([`served`]).
 //!
 //! [`tracker`] holds the state and decides what to report; [`pod`] reads
 //! one pod; [`sentinel`] reads sentinel Deployments; [`Reporter`] is the
@@ -22,6 +25,7 @@
 pub mod outbox;
 pub mod pod;
 pub mod sentinel;
+pub mod served;
 pub mod tracker;
 
 use std::collections::BTreeSet;
@@ -32,9 +36,9 @@ use std::time::Duration;
 
 use futures::stream::{SelectAll, Stream, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use rand::rngs::StdRng;
 use tokio::sync::mpsc;
@@ -47,13 +51,14 @@ use wire::model::{ApplyReport, SentinelStatus};
 
 use crate::backoff::Backoff;
 use crate::controller::Notice;
-use crate::controller::sentinel::COMPONENT;
+use crate::controller::sentinel::{COMPONENT, SERVED_COMPONENT};
 use crate::ctrl::{CtrlClient, CtrlError};
 use crate::k8s::{COMPONENT_LABEL, MANAGED_BY_SELECTOR};
 use crate::routes::{RouteBook, RouteWrite, RouteWriter};
 use crate::state::LocalState;
 use outbox::{Breaker, Outbox};
 use sentinel::SentinelTracker;
+use served::ServedTracker;
 use tracker::{Sizes, Tracker};
 
 /// Bounds of the wait before retrying reports ctrl did not take.
@@ -70,6 +75,12 @@ pub const WATCHED_NAMESPACES_MAX: usize = 64;
 
 type SentinelEvents =
     Pin<Box<dyn Stream<Item = Result<watcher::Event<Deployment>, watcher::Error>> + Send>>;
+
+type SentinelPodEvents =
+    Pin<Box<dyn Stream<Item = Result<watcher::Event<Pod>, watcher::Error>> + Send>>;
+
+type ServedEvents =
+    Pin<Box<dyn Stream<Item = Result<watcher::Event<ConfigMap>, watcher::Error>> + Send>>;
 
 type PodEvents =
     Pin<Box<dyn Stream<Item = (String, Result<watcher::Event<Pod>, watcher::Error>)> + Send>>;
@@ -149,6 +160,10 @@ pub struct Reporter {
     routes_unset: Vec<wire::model::Route>,
     /// Where routes documents go.
     route_writes: mpsc::Sender<RouteWrite>,
+    /// What the sentinels serve, from their pods and served ConfigMaps.
+    served: ServedTracker,
+    sentinel_pod_events: SentinelPodEvents,
+    served_events: ServedEvents,
 }
 
 impl Reporter {
@@ -172,6 +187,15 @@ impl Reporter {
         let selector = format!("{MANAGED_BY_SELECTOR},{COMPONENT_LABEL}={COMPONENT}");
         let sentinel_events: SentinelEvents =
             Box::pin(watcher(api, watcher::Config::default().labels(&selector)).default_backoff());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
+        let sentinel_pod_events: SentinelPodEvents =
+            Box::pin(watcher(pods, watcher::Config::default().labels(&selector)).default_backoff());
+        let maps: Api<ConfigMap> =
+            Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
+        let served_selector = format!("{MANAGED_BY_SELECTOR},{COMPONENT_LABEL}={SERVED_COMPONENT}");
+        let served_events: ServedEvents = Box::pin(
+            watcher(maps, watcher::Config::default().labels(&served_selector)).default_backoff(),
+        );
         // Reports left by an earlier run are sent first.
         let outbox_pending = !outbox.is_empty().unwrap_or(false);
         let mut reporter = Reporter {
@@ -196,6 +220,9 @@ impl Reporter {
             routes: RouteBook::new(),
             routes_unset: setup.routes,
             route_writes,
+            served: ServedTracker::new(&setup.region),
+            sentinel_pod_events,
+            served_events,
         };
         for namespace in &setup.namespaces {
             reporter.watch_namespace(namespace);
@@ -239,6 +266,20 @@ impl Reporter {
                     Ok(event) => self.sentinels.on_event(event),
                     Err(e) => debug!("sentinel watch: {e}"),
                 },
+                Some(event) = self.sentinel_pod_events.next() => match event {
+                    Ok(event) => {
+                        self.served.on_pod_event(event);
+                        self.served_moved();
+                    }
+                    Err(e) => debug!("sentinel pod watch: {e}"),
+                },
+                Some(event) = self.served_events.next() => match event {
+                    Ok(event) => {
+                        self.served.on_configmap_event(event);
+                        self.served_moved();
+                    }
+                    Err(e) => debug!("served ConfigMap watch: {e}"),
+                },
                 notice = self.notices.recv() => match notice {
                     Some(notice) => {
                         match &notice {
@@ -251,9 +292,13 @@ impl Reporter {
                             Notice::Route(route) => {
                                 let write = self.route_write((**route).clone());
                                 self.send_routes(write.into_iter().collect()).await;
+                                // Served already (a restart, a rollback
+                                // to a generation the pods hold).
+                                self.served_moved();
                             }
                             Notice::RouteDeleted { route_id } => {
                                 let write = self.routes.remove(route_id);
+                                self.served.forget(route_id);
                                 self.send_routes(write.into_iter().collect()).await;
                             }
                         }
@@ -296,6 +341,39 @@ impl Reporter {
             writes.extend(self.routes.pods_changed(&moved, &ready));
         }
         writes
+    }
+
+    /// Puts the reports of the routes their sentinels now serve in the
+    /// outbox, and removes the keys of sentinel pods that are gone.
+    fn served_moved(&mut self) {
+        for report in self.served.reports(self.routes.routes()) {
+            match self.outbox.enqueue_applied(&report) {
+                Ok(()) => {
+                    info!(route = %report.key.resource_id, generation = report.version, "route served");
+                    self.outbox_pending = true;
+                }
+                Err(e) => {
+                    // Reported again after a restart (the pods' entries
+                    // are read again); ctrl records a report once.
+                    warn!(route = %report.key.resource_id, "cannot store a route's served report: {e}");
+                    self.served.forget(&report.key.resource_id);
+                }
+            }
+        }
+        for (name, pods) in self.served.stale() {
+            let api: Api<ConfigMap> =
+                Api::namespaced(self.client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
+            tokio::spawn(async move {
+                let patch = Patch::Merge(served::prune_patch(&pods));
+                let params = PatchParams::apply(crate::k8s::FIELD_MANAGER);
+                match api.patch(&name, &params, &patch).await {
+                    Ok(_) => debug!(configmap = %name, ?pods, "served keys of gone pods removed"),
+                    Err(e) => {
+                        debug!(configmap = %name, "cannot remove served keys of gone pods: {e}")
+                    }
+                }
+            });
+        }
     }
 
     fn route_write(&mut self, route: wire::model::Route) -> Option<RouteWrite> {

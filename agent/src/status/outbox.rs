@@ -107,6 +107,12 @@ impl Outbox {
         self.state.apply_outbox(max)
     }
 
+    /// Stores an apply report (replacing an unsent one of the same
+    /// resource), committed before it returns.
+    pub fn enqueue_applied(&mut self, report: &ApplyReport) -> Result<(), StateError> {
+        self.state.apply_outbox_put(report)
+    }
+
     /// ctrl recorded (or refused for good) `report`.
     pub fn applied_done(&mut self, report: &ApplyReport) -> Result<(), StateError> {
         self.state.apply_outbox_ack(report).map(|_| ())

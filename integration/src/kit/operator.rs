@@ -129,6 +129,46 @@ impl Operator {
             .await
     }
 
+    /// Environment `id` with its route and address per region
+    /// (`ctrl get environment`).
+    pub async fn describe_environment(&self, id: &str) -> Result<wire::operator::EnvironmentView> {
+        self.call_named(
+            "describe the environment",
+            wire::operator::request::DescribeEnvironment { id: id.into() },
+        )
+        .await
+    }
+
+    /// Waits (at most `timeout`) until environment `id`'s sentinel in
+    /// `region` reports serving its route's current generation; that
+    /// generation and since when.
+    pub async fn until_served(
+        &self,
+        id: &str,
+        region: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(u64, u64)> {
+        let what = format!("environment {id}'s sentinel in {region} to serve its route");
+        wait_until(Instant::now() + timeout, &what, async || {
+            let view = self
+                .describe_environment(id)
+                .await
+                .map_err(|e| e.to_string())?;
+            let route = view
+                .routes
+                .iter()
+                .find(|r| r.route.region == region)
+                .ok_or_else(|| format!("no route in {region}: {view:?}"))?;
+            match route.serving() {
+                Some((generation, since_ms)) if generation == route.route.version => {
+                    Ok((generation, since_ms))
+                }
+                _ => Err(format!("{route:?}")),
+            }
+        })
+        .await
+    }
+
     /// Rolls environment `environment_id` back to `to` (default: its
     /// previous live deployment); the deployment rolled back to.
     pub async fn rollback(&self, environment_id: &str, to: Option<&str>) -> Result<Deployment> {

@@ -66,14 +66,19 @@ fn environment_view(
             resource_id: route.id.clone(),
             region: route.region.clone(),
         };
-        let rejected = view.rejected(&key, route.version).map_err(internal)?;
+        // A refusal of an older version is stale; a served report of any
+        // version says what the region's sentinel serves.
+        let report = view
+            .apply_report(&key)
+            .map_err(internal)?
+            .filter(|r| r.outcome.is_applied() || r.version >= route.version);
         routes.push(RouteView {
             address: format!(
                 "{}.{}.svc:{SENTINEL_PORT}",
                 route.sentinel_k8s_name, route.k8s_namespace
             ),
             route,
-            rejected,
+            report,
         });
     }
     Ok(EnvironmentView {

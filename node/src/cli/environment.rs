@@ -1,7 +1,8 @@
 //! `ctrl get environment` and `ctrl list environments`: the live
 //! deployment and, per region, where the traffic goes (the route krane
-//! writes for the sentinel, its generation and when it changed) and the
-//! environment's stable address there.
+//! writes for the sentinel, its generation and when it changed, the
+//! generation the region's sentinel reports serving and since when) and
+//! the environment's stable address there.
 
 use anyhow::Result;
 use config::OperatorConfig;
@@ -37,20 +38,24 @@ pub(super) async fn list(config: &OperatorConfig, output: Output) -> Result<()> 
         Output::Json => println!("{}", serde_json::to_string_pretty(&all)?),
         Output::Text => {
             println!(
-                "{:<24} {:<12} {:<24} {:<10} ADDRESS",
-                "ENVIRONMENT", "REGION", "ROUTED TO", "GENERATION"
+                "{:<24} {:<12} {:<24} {:<10} {:<10} ADDRESS",
+                "ENVIRONMENT", "REGION", "ROUTED TO", "GENERATION", "SERVING"
             );
             for view in &all {
                 let id = &view.environment.id;
                 if view.routes.is_empty() {
-                    println!("{id:<24} {:<12} {:<24} {:<10} -", "-", "-", "-");
+                    println!("{id:<24} {:<12} {:<24} {:<10} {:<10} -", "-", "-", "-", "-");
                 }
                 for r in &view.routes {
+                    let serving = r
+                        .serving()
+                        .map_or_else(|| "-".to_string(), |(g, _)| g.to_string());
                     println!(
-                        "{id:<24} {:<12} {:<24} {:<10} {}",
+                        "{id:<24} {:<12} {:<24} {:<10} {:<10} {}",
                         r.route.region,
                         routed_to(r),
                         r.route.version,
+                        serving,
                         r.address
                     );
                 }
@@ -116,7 +121,21 @@ fn print_view(view: &EnvironmentView) {
             route.version,
             time(route.updated_at_ms)
         );
-        if let Some(rejected) = &r.rejected {
+        match r.serving() {
+            Some((generation, since_ms)) if generation >= route.version => {
+                println!(
+                    "    serving:    generation {generation} since {}",
+                    time(since_ms)
+                );
+            }
+            Some((generation, since_ms)) => println!(
+                "    serving:    generation {generation} since {} (not yet {})",
+                time(since_ms),
+                route.version
+            ),
+            None => println!("    serving:    not reported yet"),
+        }
+        if let Some(rejected) = r.rejected() {
             println!("    refused by Kubernetes: {:?}", rejected.outcome);
         }
     }

@@ -88,10 +88,15 @@ impl Applier<'_> {
                 r.map(|r| r.version)
             }
         };
-        if key.resource_type != ResourceType::CiliumNetworkPolicy && result.outcome.is_applied() {
+        // A route is "applied" once its sentinel's pods serve its version.
+        if !matches!(
+            key.resource_type,
+            ResourceType::CiliumNetworkPolicy | ResourceType::Route
+        ) && result.outcome.is_applied()
+        {
             return Ok(bad_request(format!(
-                "applies are reported for cilium network policies, rejections for any \
-                 resource; not an apply of a {}",
+                "applies are reported for cilium network policies and routes, rejections \
+                 for any resource; not an apply of a {}",
                 key.resource_type.as_str()
             )));
         }

@@ -1161,7 +1161,7 @@ pub fn environment_view() -> crate::operator::EnvironmentView {
         routes: vec![crate::operator::RouteView {
             route: route(),
             address: "snt-01hx.sentinel.svc:8040".into(),
-            rejected: Some(apply_rejected()),
+            report: Some(apply_rejected()),
         }],
     }
 }

@@ -253,9 +253,28 @@ pub struct RouteView {
     /// The environment's address in the region: its sentinel's Service,
     /// `NAME.NAMESPACE.svc:PORT`, the same for the environment's life.
     pub address: String,
-    /// Kubernetes' refusal of the route's current version, as krane
-    /// reported it; `None` unless it was refused.
-    pub rejected: Option<ApplyReport>,
+    /// krane's latest report of the route in the region: `Applied` once
+    /// the ready pods of its sentinel serve the report's version (the
+    /// route generation served; `at_ms`, when the last of them began
+    /// serving it), or `Rejected` when Kubernetes refused the route's
+    /// current version. `None`: nothing reported yet.
+    pub report: Option<ApplyReport>,
+}
+
+impl RouteView {
+    /// The generation the region's sentinel reports serving, and since
+    /// when (Unix milliseconds), if it reported one.
+    pub fn serving(&self) -> Option<(Pk, UnixMs)> {
+        self.report
+            .as_ref()
+            .filter(|r| r.outcome.is_applied())
+            .map(|r| (r.version, r.at_ms))
+    }
+
+    /// Kubernetes' refusal of the route's current version, if any.
+    pub fn rejected(&self) -> Option<&ApplyReport> {
+        self.report.as_ref().filter(|r| !r.outcome.is_applied())
+    }
 }
 
 /// The port of a sentinel's Service (every environment's address).

@@ -209,3 +209,43 @@ fn a_deployment_without_a_port_is_never_routed() {
         "the route stays on d1"
     );
 }
+
+/// krane's report that route `id`'s sentinel serves `version`.
+fn served(id: &str, region: &str, version: u64, at_ms: u64) -> Mutation {
+    Mutation::ReportApply(wire::model::ApplyReport {
+        key: wire::model::ResourceKey {
+            resource_type: wire::model::ResourceType::Route,
+            resource_id: id.into(),
+            region: region.into(),
+        },
+        version,
+        outcome: wire::model::ApplyOutcome::Applied,
+        at_ms,
+    })
+}
+
+#[test]
+fn the_generation_a_sentinel_serves_is_recorded_once_and_never_ahead_of_the_route() {
+    let store = store();
+    to_network(&store, 10, "d1", &["eu"], &["eu"]);
+    let r = route(&store, "eu").expect("a route");
+    let key = wire::model::ResourceKey {
+        resource_type: wire::model::ResourceType::Route,
+        resource_id: r.id.clone(),
+        region: "eu".into(),
+    };
+    // A version the route never had is refused.
+    let ahead = apply_one(&store, 11, vec![served(&r.id, "eu", r.version + 1, 11)]);
+    assert!(ahead[0].is_err(), "{ahead:?}");
+    let out = apply_one(&store, 12, vec![served(&r.id, "eu", r.version, 12)]);
+    assert_eq!(out, vec![Ok(Outcome::Recorded)]);
+    let report = store.read().unwrap().apply_report(&key).unwrap().unwrap();
+    assert_eq!((report.version, report.at_ms), (r.version, 12));
+    // The same again changes nothing (a krane restart reports again).
+    apply_one(&store, 13, vec![served(&r.id, "eu", r.version, 13)]);
+    let again = store.read().unwrap().apply_report(&key).unwrap().unwrap();
+    assert_eq!(again.at_ms, 12);
+    // A route of another region is unknown.
+    let other = apply_one(&store, 14, vec![served(&r.id, "us", r.version, 14)]);
+    assert!(other[0].is_err(), "{other:?}");
+}
