@@ -10,7 +10,11 @@
 //!   objects running; rollback to a failed deployment, or to the live one,
 //!   refused;
 //! - two first deploys of a new environment at once: one sentinel per
-//!   region.
+//!   region;
+//! - every hopeless pod state (unschedulable, a container that cannot be
+//!   configured, named, pulled or run, a crash loop of OOM kills) fails
+//!   its deploy within the fail-fast time, with Kubernetes' reason in the
+//!   deploy's error.
 
 use std::time::Duration;
 
@@ -18,6 +22,7 @@ use config::NodeConfig;
 use integration::fleet::{Fleet, FleetConfig, Region};
 use integration::kit::operator::Operator;
 use integration::kit::wait::bounded;
+use k8s_sim::controller::PodFault;
 use k8s_sim::resources::{CILIUM_NETWORK_POLICIES, SERVICES, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
 use node::client::ClientError;
@@ -122,6 +127,75 @@ fn refusal(error: &anyhow::Error) -> Option<ErrorCode> {
         Some(ClientError::Server(e)) => Some(e.code),
         _ => None,
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hopeless_pod_state_fails_fast_with_its_reason() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = site(&dir).await;
+        let operator = fleet.operator().unwrap();
+        let faults = [
+            (
+                "app:unschedulable",
+                PodFault::Unschedulable,
+                "Insufficient cpu",
+            ),
+            (
+                "app:config",
+                PodFault::Waiting("CreateContainerConfigError".into()),
+                "CreateContainerConfigError",
+            ),
+            (
+                "app:name",
+                PodFault::Waiting("InvalidImageName".into()),
+                "InvalidImageName",
+            ),
+            (
+                "app:never-pull",
+                PodFault::Waiting("ErrImageNeverPull".into()),
+                "ErrImageNeverPull",
+            ),
+            (
+                "app:run",
+                PodFault::Waiting("RunContainerError".into()),
+                "RunContainerError",
+            ),
+            ("app:oom", PodFault::OomKilled, "OOMKilled"),
+        ];
+        for region in &fleet.regions {
+            for (image, fault, _) in &faults {
+                region.sim.set_image_fault(image, Some(fault.clone()));
+            }
+        }
+        let started = Instant::now();
+        let mut ids = Vec::new();
+        for (n, (image, _, _)) in faults.iter().enumerate() {
+            let (id, _) = operator
+                .deploy(deployment(&format!("env-hopeless-{n}"), image))
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+        let deadline = started + Duration::from_millis(FAIL_FAST_MS) + FAIL_FAST_SLACK;
+        for (id, (image, _, expected)) in ids.iter().zip(&faults) {
+            let view = operator
+                .wait_deployment(id, deadline, "the deploy to fail", |v| {
+                    !v.deployment.status.in_flight()
+                })
+                .await
+                .unwrap();
+            assert_eq!(view.deployment.status, DeploymentStatus::Failed, "{image}");
+            let reason = view.deployment.workflow.reason.clone().unwrap_or_default();
+            assert!(
+                reason.contains("failed for") && reason.contains(expected),
+                "{image}: the reason names Kubernetes' ({expected}): {reason}"
+            );
+        }
+        println!("six hopeless deploys failed within {:?}", started.elapsed());
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,9 +8,26 @@ use wire::model::InstanceStatus;
 
 use crate::k8s::DEPLOYMENT_ID_LABEL;
 
-/// Waiting reasons that mean the instance will not start by itself.
-pub const FAILED_WAITING_REASONS: [&str; 3] =
-    ["ImagePullBackOff", "ErrImagePull", "CrashLoopBackOff"];
+/// Waiting reasons that mean the instance will not start by itself: an
+/// image that cannot be pulled or named, a container that cannot be
+/// configured or run, or one that keeps crashing.
+pub const FAILED_WAITING_REASONS: [&str; 7] = [
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+];
+
+/// The scheduler's reason on a pod no node can take (not enough CPU or
+/// memory, no node matching its selector or tolerations).
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+
+/// Longest reason reported for an instance, in bytes (Kubernetes'
+/// messages can be long: the scheduler's names every node's problem).
+pub const INSTANCE_REASON_BYTES_MAX: usize = 512;
 
 /// The part of a pod an instance report needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,15 +57,36 @@ pub const READINESS_FAILING: &str = "readiness probe failing";
 /// Running needs the pod's `Ready` condition true (its containers ready:
 /// a readiness probe, where the deployment has one, passing), so a
 /// deploy is ready only when its application answers; failed is phase
-/// `Failed` or a container waiting for one of [`FAILED_WAITING_REASONS`];
+/// `Failed`, a pod the scheduler calls [`UNSCHEDULABLE`] (with its
+/// message), or a container waiting for one of [`FAILED_WAITING_REASONS`]
+/// (a crash loop names `OOMKilled` when that ended the last run);
 /// anything else is pending, with the waiting reason, or
 /// [`READINESS_FAILING`] when every container runs but one is not ready.
+/// Reasons are at most [`INSTANCE_REASON_BYTES_MAX`] bytes.
 pub fn pod_status(pod: &Pod) -> (InstanceStatus, Option<String>) {
+    let (status, reason) = status_and_reason(pod);
+    let reason =
+        reason.map(|r| wire::model::truncate_utf8(&r, INSTANCE_REASON_BYTES_MAX).to_string());
+    (status, reason)
+}
+
+fn status_and_reason(pod: &Pod) -> (InstanceStatus, Option<String>) {
     let Some(status) = pod.status.as_ref() else {
         return (InstanceStatus::Pending, None);
     };
     if status.phase.as_deref() == Some("Failed") {
         let reason = status.reason.clone().unwrap_or_else(|| "Failed".into());
+        return (InstanceStatus::Failed, Some(reason));
+    }
+    if let Some(unschedulable) = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some(UNSCHEDULABLE)
+    }) {
+        let reason = match &unschedulable.message {
+            Some(message) => format!("{UNSCHEDULABLE}: {message}"),
+            None => UNSCHEDULABLE.to_string(),
+        };
         return (InstanceStatus::Failed, Some(reason));
     }
     let waiting: Vec<&str> = status
@@ -62,7 +100,25 @@ pub fn pod_status(pod: &Pod) -> (InstanceStatus, Option<String>) {
         .iter()
         .find(|reason| FAILED_WAITING_REASONS.contains(reason))
     {
-        return (InstanceStatus::Failed, Some(reason.to_string()));
+        let oom_killed = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .filter_map(|c| {
+                c.last_state
+                    .as_ref()?
+                    .terminated
+                    .as_ref()?
+                    .reason
+                    .as_deref()
+            })
+            .any(|r| r == "OOMKilled");
+        let reason = if *reason == "CrashLoopBackOff" && oom_killed {
+            "CrashLoopBackOff (OOMKilled: the container ran out of its memory limit)".to_string()
+        } else {
+            reason.to_string()
+        };
+        return (InstanceStatus::Failed, Some(reason));
     }
     let ready = status
         .conditions
@@ -204,6 +260,69 @@ pub(crate) mod tests {
             }),
         );
         assert_eq!(pod_status(&not_ready), (InstanceStatus::Pending, None));
+    }
+
+    #[test]
+    fn an_unschedulable_pod_fails_with_the_schedulers_message() {
+        let message = "0/3 nodes are available: 3 Insufficient cpu.";
+        let unschedulable = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False",
+                                "reason": "Unschedulable", "message": message}],
+            }),
+        );
+        assert_eq!(
+            pod_status(&unschedulable),
+            (
+                InstanceStatus::Failed,
+                Some(format!("Unschedulable: {message}"))
+            )
+        );
+        // Not scheduled yet, for no reason given: pending.
+        let unscheduled = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False"}],
+            }),
+        );
+        assert_eq!(pod_status(&unscheduled), (InstanceStatus::Pending, None));
+        // A scheduler's message of any length is bounded.
+        let long = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False",
+                                "reason": "Unschedulable", "message": "n".repeat(10_000)}],
+            }),
+        );
+        let reason = pod_status(&long).1.unwrap();
+        assert_eq!(reason.len(), INSTANCE_REASON_BYTES_MAX);
+    }
+
+    #[test]
+    fn a_crash_loop_of_oom_kills_says_so() {
+        let oom = pod(
+            "dep_a",
+            "dep-a-0",
+            serde_json::json!({
+                "phase": "Running",
+                "containerStatuses": [{
+                    "name": "app", "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 4,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                }],
+            }),
+        );
+        let (status, reason) = pod_status(&oom);
+        assert_eq!(status, InstanceStatus::Failed);
+        assert!(reason.unwrap().contains("OOMKilled"));
     }
 
     #[test]

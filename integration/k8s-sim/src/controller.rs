@@ -82,6 +82,32 @@ pub struct Settings {
     /// Images whose pods (by their first container) run without an echo:
     /// on the loopback network their ports refuse connections.
     pub refusing_images: Vec<String>,
+    /// Images whose pods never start, each for its reason.
+    pub image_faults: Vec<(String, PodFault)>,
+}
+
+impl Settings {
+    fn fault_of(&self, image: &str) -> Option<&PodFault> {
+        self.image_faults
+            .iter()
+            .find(|(i, _)| i == image)
+            .map(|(_, f)| f)
+    }
+}
+
+/// Why the pods of an image never start (besides a pull failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodFault {
+    /// No node can take the pod: Pending, condition `PodScheduled` False
+    /// with reason `Unschedulable` and the scheduler's message.
+    Unschedulable,
+    /// The container waits for good with this reason
+    /// (`CreateContainerConfigError`, `InvalidImageName`,
+    /// `ErrImageNeverPull`, `RunContainerError`).
+    Waiting(String),
+    /// The container is killed for memory at each start: waiting in
+    /// `CrashLoopBackOff`, its last state terminated `OOMKilled`.
+    OomKilled,
 }
 
 /// What the last pass looked at (for tests and logs).
@@ -668,10 +694,24 @@ fn started_status(pod: &Value, settings: &Settings, ip: &str, wall: &str) -> Val
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let fault = |c: &Value| c["image"].as_str().and_then(|i| settings.fault_of(i));
+    if containers
+        .iter()
+        .any(|c| fault(c) == Some(&PodFault::Unschedulable))
+    {
+        return json!({
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "lastProbeTime": null,
+                            "lastTransitionTime": wall, "reason": "Unschedulable",
+                            "message": "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."}],
+            "qosClass": old.get("qosClass").cloned().unwrap_or(json!("BestEffort")),
+        });
+    }
     let fails = |c: &Value| {
-        c["image"]
-            .as_str()
-            .is_some_and(|i| failing.iter().any(|f| f == i))
+        fault(c).is_some()
+            || c["image"]
+                .as_str()
+                .is_some_and(|i| failing.iter().any(|f| f == i))
     };
     let bad: Vec<&str> = containers
         .iter()
@@ -704,7 +744,19 @@ fn started_status(pod: &Value, settings: &Settings, ip: &str, wall: &str) -> Val
         .map(|c| {
             let name = c["name"].as_str().unwrap_or("");
             let image = c["image"].as_str().unwrap_or("");
-            if fails(c) {
+            if let Some(PodFault::Waiting(reason)) = fault(c) {
+                json!({"name": name, "image": image, "imageID": "", "ready": false, "started": false,
+                       "restartCount": 0, "lastState": {},
+                       "state": {"waiting": {"reason": reason,
+                           "message": format!("{reason} (k8s-sim image fault)")}}})
+            } else if let Some(PodFault::OomKilled) = fault(c) {
+                json!({"name": name, "image": image, "imageID": format!("sim://{image}"), "ready": false,
+                       "started": false, "restartCount": 3,
+                       "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                           "startedAt": wall, "finishedAt": wall}},
+                       "state": {"waiting": {"reason": "CrashLoopBackOff",
+                           "message": format!("back-off 40s restarting failed container={name}")}}})
+            } else if fails(c) {
                 json!({"name": name, "image": image, "imageID": "", "ready": false, "started": false,
                        "restartCount": 0, "lastState": {},
                        "state": {"waiting": {"reason": "ImagePullBackOff",

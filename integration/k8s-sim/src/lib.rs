@@ -319,6 +319,7 @@ impl Simulator {
                 failing_images: config.failing_images,
                 failing_readiness: config.failing_readiness,
                 refusing_images: config.refusing_images,
+                image_faults: Vec::new(),
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
@@ -534,6 +535,17 @@ preferences: {{}}
             s.refusing_images.retain(|i| i != image);
             if refusing {
                 s.refusing_images.push(image.to_string());
+            }
+        });
+    }
+
+    /// Makes pods of `image` never start, for `fault` (or start again:
+    /// `None`; pods waiting on it start at the next pass).
+    pub fn set_image_fault(&self, image: &str, fault: Option<controller::PodFault>) {
+        self.shared.update_settings(|s| {
+            s.image_faults.retain(|(i, _)| i != image);
+            if let Some(fault) = fault {
+                s.image_faults.push((image.to_string(), fault));
             }
         });
     }
