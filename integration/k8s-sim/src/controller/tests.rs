@@ -43,6 +43,7 @@ fn statefulset_pods_start_after_the_delay_and_follow_scale() {
         failing_images: vec![],
         failing_readiness: vec![],
         refusing_images: vec![],
+        image_faults: vec![],
     };
     let t0 = Instant::now();
     store
@@ -192,6 +193,7 @@ fn a_compacted_history_falls_back_to_a_full_pass() {
         failing_images: vec![],
         failing_readiness: vec![],
         refusing_images: vec![],
+        image_faults: vec![],
     };
     let t0 = Instant::now();
     let opts = WriteOpts::default();
@@ -255,6 +257,7 @@ fn failing_images_stay_pending() {
         failing_images: vec!["bad:1".into()],
         failing_readiness: vec![],
         refusing_images: vec![],
+        image_faults: vec![],
     };
     let t0 = Instant::now();
     store
@@ -287,6 +290,7 @@ fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
         failing_images: vec![],
         failing_readiness: vec!["app:1".into()],
         refusing_images: vec![],
+        image_faults: vec![],
     };
     let t0 = Instant::now();
     let mut probed = sts(1, "app:1");
