@@ -66,6 +66,22 @@ pub enum K8sError {
     /// An object krane built or read is invalid; says why.
     #[error("{0}")]
     Invalid(String),
+    /// An object of the name krane would apply exists and is not krane's
+    /// (no managed-by label): krane leaves it alone, and the version is
+    /// refused for good (a 409 rejection naming the object).
+    #[error(
+        "{kind} {namespace}/{name} exists and krane does not manage it (no \
+         {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} label); krane leaves it alone: delete or \
+         rename it"
+    )]
+    Foreign {
+        /// The object's kind.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
     /// What was applied could not be recorded in the local state (the
     /// apply is retried).
     #[error("cannot record the apply in the local state: {0}")]
@@ -104,6 +120,13 @@ impl K8sError {
                 return Some(Rejection {
                     reason: cut(message),
                     code: 0,
+                    field: None,
+                });
+            }
+            K8sError::Foreign { .. } => {
+                return Some(Rejection {
+                    reason: cut(&self.to_string()),
+                    code: FOREIGN_CODE,
                     field: None,
                 });
             }
@@ -186,6 +209,10 @@ pub fn is_managed(meta: &ObjectMeta) -> bool {
         .is_some_and(|value| value == MANAGED_BY_VALUE)
 }
 
+/// The status code of the rejection of a version whose object's name is
+/// held by an object krane does not manage (409 Conflict).
+pub const FOREIGN_CODE: u16 = 409;
+
 /// What a guarded operation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -196,8 +223,9 @@ pub enum Outcome {
 }
 
 /// Applies `object` with server-side apply under [`FIELD_MANAGER`],
-/// forcing ownership of the fields it sets, unless an object of that name
-/// exists without krane's label.
+/// forcing ownership of the fields it sets; an object of that name
+/// without krane's label is left alone and the apply fails with
+/// [`K8sError::Foreign`] (a rejection: the version is reported refused).
 pub async fn apply<K>(client: &Client, namespace: &str, object: &K) -> Result<Outcome, K8sError>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -268,7 +296,11 @@ where
             kind,
             namespace, name, "exists without the managed-by label; left alone"
         );
-        return Ok(Outcome::Foreign);
+        return Err(K8sError::Foreign {
+            kind,
+            namespace: namespace.to_string(),
+            name,
+        });
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&name, &params, &Patch::Apply(object))

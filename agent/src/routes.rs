@@ -253,7 +253,11 @@ impl RouteWriter {
         let outcome = match &write.document {
             Some(document) => {
                 let object = config_map(write, document);
-                let outcome = k8s::apply(&self.client, &write.namespace, &object).await?;
+                let outcome = match k8s::apply(&self.client, &write.namespace, &object).await {
+                    // Not retried: nothing krane writes changes that.
+                    Err(k8s::K8sError::Foreign { .. }) => Outcome::Foreign,
+                    other => other?,
+                };
                 if outcome == Outcome::Done {
                     info!(
                         namespace = %write.namespace,

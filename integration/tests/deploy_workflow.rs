@@ -11,6 +11,10 @@
 //!   refused;
 //! - two first deploys of a new environment at once: one sentinel per
 //!   region;
+//! - an object krane does not manage holding the name of a deploy's
+//!   object (the environment's sentinel Service): the deploy fails at once
+//!   naming it, the object is left alone, and the region is not held (the
+//!   next deploy elsewhere runs);
 //! - every hopeless pod state (unschedulable, a container that cannot be
 //!   configured, named, pulled or run, a crash loop of OOM kills) fails
 //!   its deploy within the fail-fast time, with Kubernetes' reason in the
@@ -127,6 +131,83 @@ fn refusal(error: &anyhow::Error) -> Option<ErrorCode> {
         Some(ClientError::Server(e)) => Some(e.code),
         _ => None,
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_object_in_the_way_fails_the_deploy_at_once_naming_it() {
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use kube::api::{Api, ObjectMeta, PostParams};
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = site(&dir).await;
+        let operator = fleet.operator().unwrap();
+        let env = "env-collides";
+        // Someone's own Service holds the name of the environment's
+        // sentinel in the first region.
+        let region = &fleet.regions[0];
+        let sentinel_name =
+            wire::k8s_name::sentinel(&wire::rules::deploy::sentinel_id(env, &region.name));
+        let client = agent::k8s::client(Some(&region.kubeconfig)).await.unwrap();
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(wire::k8s_name::SENTINEL_NAMESPACE.into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let _ = Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await;
+        let theirs = Service {
+            metadata: ObjectMeta {
+                name: Some(sentinel_name.clone()),
+                labels: Some([("team".to_string(), "theirs".to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Service::default()
+        };
+        let services: Api<Service> =
+            Api::namespaced(client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
+        services
+            .create(&PostParams::default(), &theirs)
+            .await
+            .unwrap();
+
+        let started = Instant::now();
+        let (id, _) = operator
+            .deploy(deployment(env, "nginx:1.27"))
+            .await
+            .unwrap();
+        let view = operator
+            .wait_deployment(&id, started + WAIT, "the deploy to end", |v| {
+                !v.deployment.status.in_flight()
+            })
+            .await
+            .unwrap();
+        let reason = view.deployment.workflow.reason.clone().unwrap_or_default();
+        println!(
+            "a deploy blocked by a foreign Service ended {} after {:?}: {reason}",
+            view.deployment.status.as_str(),
+            started.elapsed()
+        );
+        assert_eq!(view.deployment.status, DeploymentStatus::Failed);
+        assert!(
+            reason.contains(&format!("Service sentinel/{sentinel_name}"))
+                && reason.contains("krane does not manage it"),
+            "the reason names the object in the way: {reason}"
+        );
+        // Theirs is untouched.
+        let after = services.get(&sentinel_name).await.unwrap();
+        assert_eq!(after.metadata.labels, theirs.metadata.labels);
+        // The region is not held: a deploy of another environment runs.
+        let (other, _) = operator
+            .deploy(deployment("env-free", "nginx:1.27"))
+            .await
+            .unwrap();
+        ready(&operator, &other).await;
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
