@@ -1,8 +1,12 @@
 //! Cilium network policies: (region, environment, namespace, name)
 //! identifies one. An apply checks that the document is a JSON object,
 //! finds the policy of that name among the region's (on this node's
-//! applied state) and replaces its document, or creates one with an id
-//! minted from the clock. A delete finds the policy's region by its id.
+//! applied state) and replaces its document, or creates one whose id is
+//! derived from those four ([`policy_id`]): a retried apply that reaches
+//! a node which has not applied the first yet answers the same id, the one
+//! created. Apply refuses a second environment's policy of a namespace and
+//! name a policy of the region already has (one Kubernetes object, one
+//! owner). A delete finds the policy's region by its id.
 
 use storage::Mutation;
 use storage::mutations;
@@ -12,7 +16,6 @@ use wire::{ErrorCode, WireError};
 
 use super::sentinels::REGION_SCAN_MAX;
 use super::{Propose, ReadState, internal, not_found, recorded};
-use crate::clock::{Clock, prefixed_id};
 
 /// A page of policies in (region, id) order after `after`, at most
 /// `limit` (itself at most [`LIST_PAGE_MAX`]), each with the version krane
@@ -52,7 +55,6 @@ pub fn list<S: ReadState>(
 /// the document of the one that exists; returns its id.
 pub async fn apply<S: Propose + ReadState>(
     state: &S,
-    clock: &dyn Clock,
     apply: ApplyPolicy,
 ) -> Result<String, WireError> {
     // The document's JSON and its shape (`wire::validate::cilium_policy`).
@@ -64,7 +66,17 @@ pub async fn apply<S: Propose + ReadState>(
             .into_iter()
             .find(|p| matches(p, &apply))
     };
-    let id = existing.map_or_else(|| prefixed_id("cnp_", clock), |p| p.id);
+    let id = existing.map_or_else(
+        || {
+            policy_id(
+                &apply.region,
+                &apply.environment_id,
+                &apply.namespace,
+                &apply.name,
+            )
+        },
+        |p| p.id,
+    );
     let policy = CiliumNetworkPolicy {
         id: id.clone(),
         workspace_id: apply.workspace_id,
@@ -79,6 +91,23 @@ pub async fn apply<S: Propose + ReadState>(
     };
     recorded(state, Mutation::UpsertCiliumNetworkPolicy(policy)).await?;
     Ok(id)
+}
+
+/// Hex digits of the digest in a policy id.
+const POLICY_ID_HEX_DIGITS: usize = 26;
+
+/// The id of the policy (region, environment, namespace, name): `cnp_`
+/// and the start of the SHA-256 of the four, each followed by a zero
+/// byte; the same on every node and every retry.
+pub fn policy_id(region: &str, environment_id: &str, namespace: &str, name: &str) -> String {
+    let mut input = Vec::new();
+    for part in [region, environment_id, namespace, name] {
+        input.extend_from_slice(part.as_bytes());
+        input.push(0);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, &input);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("cnp_{}", &hex[..POLICY_ID_HEX_DIGITS])
 }
 
 /// Whether `policy` is the one `apply` names (its region is the one read).
@@ -130,12 +159,11 @@ mod tests {
     #[tokio::test]
     async fn an_apply_finds_the_policy_by_name_and_replaces_its_document() {
         let node = MemoryNode::new();
-        let clock = node.clock();
-        let id = apply(&node, clock, request("us-east", "apps", "web", ALLOW))
+        let id = apply(&node, request("us-east", "apps", "web", ALLOW))
             .await
             .unwrap();
         assert!(id.starts_with("cnp_"), "{id}");
-        let again = apply(&node, clock, request("us-east", "apps", "web", DENY))
+        let again = apply(&node, request("us-east", "apps", "web", DENY))
             .await
             .unwrap();
         assert_eq!(again, id, "same name: the same policy");
@@ -147,24 +175,53 @@ mod tests {
     #[tokio::test]
     async fn another_name_namespace_environment_or_region_is_another_policy() {
         let node = MemoryNode::new();
-        let clock = node.clock();
-        let first = apply(&node, clock, request("us-east", "apps", "web", ALLOW))
+        let first = apply(&node, request("us-east", "apps", "web", ALLOW))
             .await
             .unwrap();
-        let mut other_env = request("us-east", "apps", "web", ALLOW);
-        other_env.environment_id = "env_2".into();
         let requests = [
             request("us-east", "apps", "api", ALLOW),
             request("us-east", "other", "web", ALLOW),
             request("eu-west", "apps", "web", ALLOW),
-            other_env,
         ];
         let mut ids = vec![first];
         for r in requests {
-            ids.push(apply(&node, clock, r).await.unwrap());
+            ids.push(apply(&node, r).await.unwrap());
         }
         let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), ids.len(), "{ids:?}");
+    }
+
+    #[tokio::test]
+    async fn a_second_environment_cannot_claim_the_same_object() {
+        let node = MemoryNode::new();
+        let first = apply(&node, request("us-east", "apps", "web", ALLOW))
+            .await
+            .unwrap();
+        let mut other_env = request("us-east", "apps", "web", DENY);
+        other_env.environment_id = "env_2".into();
+        let err = apply(&node, other_env.clone()).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::Conflict, "{err}");
+        assert!(
+            err.message.contains("env_1") && err.message.contains(&first),
+            "names the owner: {err}"
+        );
+        assert_eq!(policy(&node, &first).unwrap().policy_json, ALLOW);
+        // In another region the name is free.
+        other_env.region = "eu-west".into();
+        apply(&node, other_env).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_retry_on_a_node_that_has_not_applied_the_first_answers_the_same_id() {
+        let first_node = MemoryNode::new();
+        let lagging = MemoryNode::new();
+        let first = apply(&first_node, request("us-east", "apps", "web", ALLOW))
+            .await
+            .unwrap();
+        let retried = apply(&lagging, request("us-east", "apps", "web", ALLOW))
+            .await
+            .unwrap();
+        assert_eq!(retried, first);
     }
 
     #[tokio::test]
@@ -174,7 +231,7 @@ mod tests {
             ("[1, 2]", "must be a JSON object"),
             ("{nope", "is not JSON"),
         ] {
-            let e = apply(&node, node.clock(), request("us-east", "apps", "web", json))
+            let e = apply(&node, request("us-east", "apps", "web", json))
                 .await
                 .unwrap_err();
             assert_eq!(e.code, ErrorCode::BadRequest);
@@ -186,13 +243,9 @@ mod tests {
     #[tokio::test]
     async fn a_delete_removes_the_policy_and_an_unknown_id_is_not_found() {
         let node = MemoryNode::new();
-        let id = apply(
-            &node,
-            node.clock(),
-            request("eu-west", "apps", "web", ALLOW),
-        )
-        .await
-        .unwrap();
+        let id = apply(&node, request("eu-west", "apps", "web", ALLOW))
+            .await
+            .unwrap();
         delete(&node, &id).await.unwrap();
         assert_eq!(policy(&node, &id), None);
         assert_eq!(

@@ -101,7 +101,7 @@ pub async fn apply<S: Propose + ReadState>(
             })
         })
         .on(|s, StopSentinel { id }| async move { sentinels::stop(s, &id).await.map(|()| id) })
-        .on(|s, apply: ApplyPolicy| policies::apply(s, clock, apply))
+        .on(|s, apply: ApplyPolicy| policies::apply(s, apply))
         .on(|s, DeletePolicy { id }| async move { policies::delete(s, &id).await.map(|()| id) })
         .on(|s, start: StartRollout| rollouts::start(s, start))
         .on(|s, ControlRollout { command }| rollouts::control(s, command))

@@ -9,12 +9,46 @@ use wire::model::{
     ApplyReport, CiliumNetworkPolicy, DeploymentTopology, ResourceType, Route, Sentinel,
 };
 
-use super::{Applier, OP, bad_request, not_found};
+use super::{Applier, OP, bad_request, conflict, not_found};
 use crate::command::{MutationResult, Outcome};
 use crate::error::{RedbContext, Result};
 use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
+    /// An operator's policy (`ctrl policy apply`): refused when another
+    /// policy of the region (another environment's) holds its namespace
+    /// and name, since one Kubernetes object has one owner; else upserted.
+    /// A scan of the region's policies (no index by name yet). A deploy's
+    /// own policies skip it: their names carry the fresh deployment id.
+    pub(super) fn upsert_operator_policy(
+        &mut self,
+        policy: &CiliumNetworkPolicy,
+    ) -> Result<MutationResult> {
+        let region_policies: Vec<CiliumNetworkPolicy> = crate::read::scan_region(
+            &self.t.policies,
+            name::CILIUM_NETWORK_POLICIES,
+            &policy.region,
+            std::ops::Bound::Unbounded,
+            usize::MAX,
+        )?;
+        if let Some(holder) = region_policies.iter().find(|p| {
+            p.id != policy.id
+                && p.k8s_namespace == policy.k8s_namespace
+                && p.k8s_name == policy.k8s_name
+        }) {
+            return Ok(conflict(format!(
+                "network policy {}/{} in region {} is already environment {}'s (policy {}): \
+                 one Kubernetes object has one owner; give this one another name",
+                policy.k8s_namespace,
+                policy.k8s_name,
+                policy.region,
+                holder.environment_id,
+                holder.id
+            )));
+        }
+        self.upsert_policy(policy)
+    }
+
     pub(super) fn upsert_policy(&mut self, policy: &CiliumNetworkPolicy) -> Result<MutationResult> {
         if policy.id.is_empty() || policy.region.is_empty() {
             return Ok(bad_request("a policy needs an id and a region"));

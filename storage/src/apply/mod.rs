@@ -196,7 +196,7 @@ impl Applier<'_> {
             }) => self.report_deployment_deleted(deployment_id, region),
             Mutation::UpsertSentinel(sentinel) => self.upsert_sentinel(sentinel),
             Mutation::ReportSentinelStatus(status) => self.report_sentinel_status(status),
-            Mutation::UpsertCiliumNetworkPolicy(policy) => self.upsert_policy(policy),
+            Mutation::UpsertCiliumNetworkPolicy(policy) => self.upsert_operator_policy(policy),
             Mutation::DeleteCiliumNetworkPolicy(crate::mutations::DeleteCiliumNetworkPolicy {
                 id,
                 region,
