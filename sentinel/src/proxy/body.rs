@@ -1,90 +1,104 @@
-//! A request body that can be sent again while it was never read.
+//! The body of every response the proxy sends: an instance's body
+//! relayed as it comes, or a short text the proxy wrote itself — one
+//! enum, not a boxed trait object, so a response costs no allocation of
+//! its own.
 //!
-//! The upstream client consumes the request it is given. A connection
-//! that fails is found before the body is first polled, so the body waits
-//! in a shared slot until then: after a connect failure the proxy takes it
-//! back from the slot and retries on another instance. Once the client
-//! polled it, the slot is empty and no retry is possible — which is the
-//! rule: never retry after the request was sent.
+//! A relayed body holds the lease of its upstream connection and gives
+//! it back to the pool the moment the body is seen to end (the last data
+//! frame, the end of the stream, or a body that was empty from the
+//! start). A body that fails or is dropped before its end drops its
+//! lease: that connection is never reused.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-/// Where the body waits until first polled.
-#[derive(Debug, Clone)]
-pub(super) struct Slot(Arc<Mutex<Option<Incoming>>>);
+use super::pool::Lease;
 
-impl Slot {
-    /// A slot holding `body`.
-    pub(super) fn new(body: Incoming) -> Self {
-        Slot(Arc::new(Mutex::new(Some(body))))
-    }
-
-    /// The slot's lock; the slot holds an `Option` only, so a poisoned
-    /// lock is used as is.
-    fn lock(&self) -> MutexGuard<'_, Option<Incoming>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether the body was never polled (a retry may send it).
-    pub(super) fn unread(&self) -> bool {
-        self.lock().is_some()
-    }
-
-    /// A body for one attempt.
-    pub(super) fn body(&self) -> RetryBody {
-        RetryBody {
-            slot: self.clone(),
-            body: None,
-        }
-    }
-}
-
-/// One attempt's request body.
+/// A response body.
 #[derive(Debug)]
-pub(super) struct RetryBody {
-    slot: Slot,
-    body: Option<Incoming>,
+pub(super) enum ResponseBody {
+    /// An instance's response body, with its connection's lease until
+    /// the body ends.
+    Upstream {
+        /// The body.
+        body: Incoming,
+        /// The connection, given back at the body's end.
+        lease: Option<Lease>,
+    },
+    /// A text of the proxy's own, sent whole (`None` once sent).
+    Text(Option<Bytes>),
 }
 
-impl Body for RetryBody {
+impl ResponseBody {
+    /// An instance's body; `lease` goes back to the pool at its end.
+    pub(super) fn upstream(body: Incoming, lease: Option<Lease>) -> Self {
+        ResponseBody::Upstream { body, lease }
+    }
+
+    /// A text body.
+    pub(super) fn text(text: Bytes) -> Self {
+        ResponseBody::Text(Some(text))
+    }
+}
+
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        if this.body.is_none() {
-            this.body = this.slot.lock().take();
-        }
-        match this.body.as_mut() {
-            Some(body) => Pin::new(body).poll_frame(cx),
-            // Another attempt took the body: nothing to send.
-            None => Poll::Ready(None),
+        match self.get_mut() {
+            ResponseBody::Upstream { body, lease } => {
+                let frame = std::task::ready!(Pin::new(&mut *body).poll_frame(cx));
+                match &frame {
+                    Some(Ok(_)) if !body.is_end_stream() => {}
+                    // The last frame, or the end: the connection is free.
+                    Some(Ok(_)) | None => {
+                        if let Some(lease) = lease.take() {
+                            lease.release();
+                        }
+                    }
+                    // The exchange failed: the connection is not reused.
+                    Some(Err(_)) => *lease = None,
+                }
+                Poll::Ready(frame)
+            }
+            ResponseBody::Text(text) => Poll::Ready(text.take().map(|t| Ok(Frame::data(t)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.body {
-            Some(body) => body.is_end_stream(),
-            None => self.slot.lock().as_ref().is_none_or(|b| b.is_end_stream()),
+        match self {
+            ResponseBody::Upstream { body, .. } => body.is_end_stream(),
+            ResponseBody::Text(text) => text.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.body {
-            Some(body) => body.size_hint(),
-            None => self
-                .slot
-                .lock()
-                .as_ref()
-                .map_or_else(|| SizeHint::with_exact(0), |b| b.size_hint()),
+        match self {
+            ResponseBody::Upstream { body, .. } => body.size_hint(),
+            ResponseBody::Text(text) => {
+                SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
+            }
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // A body empty from the start (`Content-Length: 0`, a `204`, an
+        // answer to `HEAD`) is dropped unpolled: it ended all the same.
+        if let ResponseBody::Upstream { body, lease } = self {
+            if body.is_end_stream() {
+                if let Some(lease) = lease.take() {
+                    lease.release();
+                }
+            }
         }
     }
 }

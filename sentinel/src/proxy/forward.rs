@@ -15,24 +15,24 @@
 //! tunnel: both sides' upgraded connections copied into each other, in a
 //! task counted by the drain.
 
-use std::convert::Infallible;
 use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::http::uri::{self, PathAndQuery, Scheme};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::http::uri;
 use hyper::upgrade::OnUpgrade;
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, warn};
 
 use super::Proxy;
-use super::body::Slot;
+use super::body::ResponseBody;
 use super::headers;
+use super::pool::{ConnectError, IDLE_PER_INSTANCE_MAX, Lease};
 use crate::metrics::{NO_DEPLOYMENT, UpstreamError};
 use crate::routes::Routed;
 use crate::table::{NotReady, Pick};
@@ -41,8 +41,21 @@ use crate::table::{NotReady, Pick};
 /// for compatibility).
 pub const HEALTH_PATH: &str = "/_unkey/internal/health";
 
-/// The body of every response the proxy sends.
-pub(super) type ResponseBody = BoxBody<Bytes, hyper::Error>;
+/// Most times a request given back unsent by a pooled connection (closed
+/// by the instance as it was taken) goes out on another connection to
+/// the same instance: every idle connection may have been closed at once.
+const CLOSED_RESENDS_MAX: usize = IDLE_PER_INSTANCE_MAX;
+
+/// Why an exchange with an instance failed.
+#[derive(Debug)]
+enum Failure {
+    /// No connection could be made: the request, never sent, is handed
+    /// back for another instance.
+    /// (Boxed: the rare case keeps the common result small.)
+    Connect(ConnectError, Box<Request<Incoming>>),
+    /// The exchange failed after the request was handed to a connection.
+    Send(hyper::Error),
+}
 
 /// `error` and its sources, `: `-separated (hyper's errors say little
 /// without their sources).
@@ -57,27 +70,27 @@ fn chain(error: &dyn StdError) -> String {
     text
 }
 
-/// The URI of a request for `pick`: `http://`, the instance, and the
-/// client's path and query (the parts shared, not copied).
-fn upstream_uri(pick: &Pick, path: &PathAndQuery) -> Result<Uri, hyper::http::Error> {
-    if !path.as_str().starts_with('/') {
-        // Not an origin-form path (`*`): made from text as it always was.
-        return Ok(format!("http://{}{path}", pick.instance).parse::<Uri>()?);
+/// The origin form (path and query, `/` when empty) of a request's URI,
+/// as an HTTP/1.1 request line wants it; an HTTP/1.1 request's URI is
+/// already one, kept as is.
+fn origin_form(uri: Uri) -> Uri {
+    if uri.scheme().is_none() && uri.authority().is_none() {
+        return uri;
     }
-    let mut parts = uri::Parts::default();
-    parts.scheme = Some(Scheme::HTTP);
-    parts.authority = Some(pick.authority.clone());
-    parts.path_and_query = Some(path.clone());
-    Ok(Uri::from_parts(parts)?)
+    match uri.path_and_query() {
+        Some(path) if path.as_str() != "/" => {
+            let mut parts = uri::Parts::default();
+            parts.path_and_query = Some(path.clone());
+            // Only a path, taken from a valid URI: always valid.
+            Uri::from_parts(parts).unwrap_or_default()
+        }
+        _ => Uri::default(),
+    }
 }
 
 /// A plain-text response.
-fn text(status: StatusCode, body: String) -> Response<ResponseBody> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(body))
-            .map_err(|never: Infallible| match never {})
-            .boxed(),
-    );
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<ResponseBody> {
+    let mut response = Response::new(ResponseBody::text(body.into()));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -94,52 +107,59 @@ impl Proxy {
         forwarded_for: &HeaderValue,
     ) -> Response<ResponseBody> {
         if request.uri().path() == HEALTH_PATH {
-            return text(StatusCode::OK, "ok\n".into());
+            return text(StatusCode::OK, "ok\n");
         }
         let started = Instant::now();
         let _in_flight = self.routes.metrics().in_flight();
         let upgrade =
             request.version() == Version::HTTP_11 && headers::is_upgrade(request.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
-        let (mut parts, body) = request.into_parts();
-        let path = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        headers::ensure_host(&mut parts.headers, parts.uri.authority());
-        headers::strip_hop_by_hop(&mut parts.headers, upgrade);
-        headers::add_forwarded(&mut parts.headers, forwarded_for);
-        let slot = Slot::new(body);
+        let (parts, body) = request.into_parts();
+        let mut headers = parts.headers;
+        let has_host = headers::ensure_host(&mut headers, parts.uri.authority());
+        let named_removed = headers::strip_hop_by_hop(&mut headers, upgrade);
+        // Without `Host` (HTTP/1.0, or `Connection` named it), the
+        // instance's address is sent.
+        let host_missing = !has_host || (named_removed && !headers.contains_key(HOST));
+        headers::add_forwarded(&mut headers, forwarded_for);
+        let connect = parts.method == Method::CONNECT;
+        // One request for every attempt: a connection that fails hands
+        // it back unsent (the body untouched), nothing is copied.
+        let mut outgoing = Request::new(body);
+        *outgoing.method_mut() = parts.method;
+        *outgoing.uri_mut() = origin_form(parts.uri);
+        *outgoing.version_mut() = Version::HTTP_11;
+        *outgoing.headers_mut() = headers;
         let attempts = self.settings.retries.saturating_add(1);
-        let mut failed: Vec<Pick> = Vec::new();
+        let mut failed = 0_usize;
+        let mut failed_deployment: Option<Arc<str>> = None;
         for _ in 0..attempts {
             let routed = match self.routes.pick() {
                 Ok(routed) => routed,
                 Err(why) => return self.unavailable(&why, started),
             };
             let pick = &routed.pick;
-            let uri = match upstream_uri(pick, &path) {
-                Ok(uri) => uri,
-                Err(e) => {
-                    // The path came from a parsed URI and the instance is
-                    // a socket address: not expected.
-                    return self.bad_gateway(&routed, UpstreamError::Send, &e, started);
+            if connect {
+                // CONNECT names its target: the instance.
+                let mut parts = uri::Parts::default();
+                parts.authority = Some(pick.authority.clone());
+                *outgoing.uri_mut() = Uri::from_parts(parts).unwrap_or_default();
+            }
+            if host_missing {
+                if let Ok(host) = HeaderValue::from_str(pick.authority.as_str()) {
+                    outgoing.headers_mut().insert(HOST, host);
                 }
-            };
-            let mut outgoing = Request::new(slot.body());
-            *outgoing.method_mut() = parts.method.clone();
-            *outgoing.uri_mut() = uri;
-            *outgoing.version_mut() = Version::HTTP_11;
-            *outgoing.headers_mut() = parts.headers.clone();
-            let sent =
-                tokio::time::timeout(self.settings.request_timeout, self.client.request(outgoing))
-                    .await;
+            }
+            let sent = tokio::time::timeout(
+                self.settings.request_timeout,
+                self.exchange(pick.instance, outgoing),
+            )
+            .await;
             match sent {
-                Ok(Ok(response)) => {
-                    return self.relay(response, &routed, client_upgrade, started);
+                Ok(Ok((response, lease))) => {
+                    return self.relay(response, lease, &routed, client_upgrade, started);
                 }
-                Ok(Err(e)) if e.is_connect() => {
+                Ok(Err(Failure::Connect(e, unsent))) => {
                     let metrics = self.routes.metrics();
                     metrics.upstream_error(&pick.deployment_id, UpstreamError::Connect);
                     if self.routes.eject(pick.instance) {
@@ -149,36 +169,63 @@ impl Proxy {
                             "instance ejected: {}", chain(&e)
                         );
                     }
-                    if !slot.unread() {
-                        // Not expected: the body is read only once a
-                        // connection exists.
-                        return self.bad_gateway(&routed, UpstreamError::Connect, &e, started);
-                    }
-                    failed.push(routed.pick);
+                    outgoing = *unsent;
+                    failed += 1;
+                    failed_deployment = Some(Arc::clone(&pick.deployment_id));
                 }
-                Ok(Err(e)) => return self.bad_gateway(&routed, UpstreamError::Send, &e, started),
+                Ok(Err(Failure::Send(e))) => {
+                    return self.bad_gateway(&routed, UpstreamError::Send, &e, started);
+                }
                 Err(_) => return self.timed_out(&routed, started),
             }
         }
         if let Some(why) = self.routes.why_not_ready() {
             return self.unavailable(&why, started);
         }
-        let deployment = failed
-            .last()
-            .map_or(NO_DEPLOYMENT, |pick| &*pick.deployment_id)
-            .to_string();
+        let deployment = failed_deployment.as_deref().unwrap_or(NO_DEPLOYMENT);
         self.routes.metrics().request(
-            &deployment,
+            deployment,
             StatusCode::BAD_GATEWAY.as_u16(),
             started.elapsed().as_secs_f64(),
         );
         text(
             StatusCode::BAD_GATEWAY,
             format!(
-                "bad gateway: could not connect to {} instance(s) of deployment {deployment}\n",
-                failed.len()
+                "bad gateway: could not connect to {failed} instance(s) of deployment {deployment}\n"
             ),
         )
+    }
+
+    /// Sends `request` to `instance` on a pooled connection, or a new one
+    /// when none is idle, and waits for the response head. A pooled
+    /// connection that turns out closed before the request went out hands
+    /// it back, and it goes out on the next one.
+    async fn exchange(
+        &self,
+        instance: SocketAddr,
+        mut request: Request<Incoming>,
+    ) -> Result<(Response<Incoming>, Lease), Failure> {
+        let mut resends = 0;
+        loop {
+            let mut lease = match self.pool.checkout(instance) {
+                Ok(lease) => lease,
+                Err(stack) => match self.pool.connect(instance, stack).await {
+                    Ok(lease) => lease,
+                    Err(e) => return Err(Failure::Connect(e, Box::new(request))),
+                },
+            };
+            match lease.sender().try_send_request(request).await {
+                Ok(response) => return Ok((response, lease)),
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if lease.reused() && resends < CLOSED_RESENDS_MAX => {
+                        debug!(%instance, "pooled connection closed, request unsent: {}", chain(e.error()));
+                        resends += 1;
+                        request = unsent;
+                    }
+                    _ => return Err(Failure::Send(e.into_error())),
+                },
+            }
+        }
     }
 
     /// Relays an upstream response; a `101` to an upgrade request starts
@@ -186,6 +233,7 @@ impl Proxy {
     fn relay(
         &self,
         mut response: Response<Incoming>,
+        lease: Lease,
         routed: &Routed,
         client_upgrade: Option<OnUpgrade>,
         started: Instant,
@@ -206,7 +254,9 @@ impl Proxy {
         routed
             .metrics
             .request(status.as_u16(), started.elapsed().as_secs_f64());
-        response.map(|body| body.boxed())
+        // An upgraded connection is the tunnel's now, never pooled.
+        let lease = (!upgraded).then_some(lease);
+        response.map(|body| ResponseBody::upstream(body, lease))
     }
 
     /// Copies bytes both ways between the client's and the instance's

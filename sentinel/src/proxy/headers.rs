@@ -19,9 +19,10 @@ pub(super) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwar
 /// `x-forwarded-proto`.
 pub(super) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
-/// The hop-by-hop headers, always connection-specific (names made once,
-/// not parsed per request).
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// The hop-by-hop headers, always connection-specific, by their bit in
+/// the set [`strip_hop_by_hop`] collects (a `static`: a `const` array
+/// would be built and dropped at every use).
+static HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -32,6 +33,56 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     TRANSFER_ENCODING,
     UPGRADE,
 ];
+/// The bit of `Connection` in that set.
+const CONNECTION_BIT: u16 = 1 << 0;
+/// The bit of `Upgrade` in that set.
+const UPGRADE_BIT: u16 = 1 << 8;
+/// A bit past them: a header named `close` (which `Connection: close`
+/// names, and hardly any message has).
+const CLOSE_BIT: u16 = 1 << 9;
+
+/// The bit of the header name `name` (lowercase, as a `HeaderName` is)
+/// in the set of [`HOP_BY_HOP`] and [`CLOSE_BIT`], 0 when it is none of
+/// them: a comparison of lengths and bytes, no hashing.
+fn hop_by_hop_bit(name: &str) -> u16 {
+    match name {
+        "connection" => CONNECTION_BIT,
+        "keep-alive" => 1 << 1,
+        "proxy-connection" => 1 << 2,
+        "proxy-authenticate" => 1 << 3,
+        "proxy-authorization" => 1 << 4,
+        "te" => 1 << 5,
+        "trailer" => 1 << 6,
+        "transfer-encoding" => 1 << 7,
+        "upgrade" => UPGRADE_BIT,
+        "close" => CLOSE_BIT,
+        _ => 0,
+    }
+}
+
+/// The tokens of a `Connection` value (none when it is not text).
+fn tokens(value: &HeaderValue) -> impl Iterator<Item = &str> {
+    value
+        .to_str()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|token| !token.is_empty())
+}
+
+/// The bit of a `Connection` token (any case), as [`hop_by_hop_bit`].
+fn token_bit(token: &str) -> u16 {
+    let mut lower = [0_u8; 19];
+    match lower.get_mut(..token.len()) {
+        Some(lower) => {
+            lower.copy_from_slice(token.as_bytes());
+            lower.make_ascii_lowercase();
+            std::str::from_utf8(lower).map_or(0, hop_by_hop_bit)
+        }
+        // Longer than every name of the set.
+        None => 0,
+    }
+}
 
 /// Whether `headers` ask for a protocol upgrade (`Connection: upgrade`
 /// and an `Upgrade` header).
@@ -47,40 +98,75 @@ pub(super) fn is_upgrade(headers: &HeaderMap) -> bool {
 
 /// Removes the hop-by-hop headers; with `upgrade`, keeps `Upgrade` and
 /// sets `Connection: upgrade`.
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    if headers.contains_key(CONNECTION) {
-        let named: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-            .collect();
-        for name in named {
-            if !(upgrade && name == UPGRADE) {
-                headers.remove(name);
+///
+/// One pass over the names finds which of them are present (most
+/// messages have none but `Connection`); only those are removed, and of
+/// the names `Connection` lists only those not in the set (`keep-alive`,
+/// `close` and the like are known: no lookup, no copy). Answers whether
+/// a header outside the set was removed (as `Connection` asked).
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) -> bool {
+    let mut named_removed = false;
+    let mut present = headers
+        .keys()
+        .fold(0, |set, name| set | hop_by_hop_bit(name.as_str()));
+    if present & CONNECTION_BIT != 0 {
+        let mut unknown = false;
+        let mut close = false;
+        for token in headers.get_all(CONNECTION).iter().flat_map(tokens) {
+            match token_bit(token) {
+                0 => unknown = true,
+                CLOSE_BIT => close = true,
+                // In the set: removed below when present (`Upgrade` kept
+                // on an upgrade).
+                _ => {}
+            }
+        }
+        if close && present & CLOSE_BIT != 0 {
+            headers.remove("close");
+            named_removed = true;
+        }
+        if unknown {
+            // Rare: the values copied out (a reference count each)
+            // before the headers they name are removed.
+            let values: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
+            for token in values.iter().flat_map(tokens) {
+                // By `&str`: looked up without making a name.
+                if token_bit(token) == 0 && headers.remove(token).is_some() {
+                    named_removed = true;
+                }
             }
         }
     }
-    for name in &HOP_BY_HOP {
-        if upgrade && (name == UPGRADE || name == CONNECTION) {
-            continue;
+    if upgrade {
+        // `Connection` is set below; `Upgrade` is kept.
+        present &= !(CONNECTION_BIT | UPGRADE_BIT);
+    }
+    for (bit, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << bit) != 0 {
+            headers.remove(name);
         }
-        headers.remove(name);
     }
     if upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
     }
+    named_removed
 }
 
 /// Sets `Host` from `authority` when the request has none (HTTP/2 carries
 /// it as `:authority`).
-pub(super) fn ensure_host(headers: &mut HeaderMap, authority: Option<&Authority>) {
-    if headers.contains_key(HOST) {
-        return;
-    }
-    if let Some(value) = authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
-        headers.insert(HOST, value);
+/// Whether the request has a `Host` now.
+pub(super) fn ensure_host(headers: &mut HeaderMap, authority: Option<&Authority>) -> bool {
+    match headers.entry(HOST) {
+        Entry::Occupied(_) => true,
+        Entry::Vacant(entry) => {
+            match authority.and_then(|a| HeaderValue::from_str(a.as_str()).ok()) {
+                Some(value) => {
+                    entry.insert(value);
+                    true
+                }
+                None => false,
+            }
+        }
     }
 }
 
@@ -116,8 +202,8 @@ pub(super) fn add_forwarded(headers: &mut HeaderMap, client: &HeaderValue) {
             }
         }
     }
-    if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    if let Entry::Vacant(entry) = headers.entry(X_FORWARDED_PROTO) {
+        entry.insert(HeaderValue::from_static("http"));
     }
 }
 
@@ -151,6 +237,25 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         names.sort();
         assert_eq!(names, ["accept", "host"]);
+    }
+
+    #[test]
+    fn connection_names_in_any_case_are_stripped_and_close_only_when_named() {
+        let mut h = headers(&[
+            ("connection", "Keep-Alive, X-Secret"),
+            ("connection", "close"),
+            ("keep-alive", "timeout=5"),
+            ("x-secret", "1"),
+            ("close", "named"),
+            ("accept", "*/*"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["accept"]);
+        let mut h = headers(&[("connection", "keep-alive"), ("close", "kept")]);
+        strip_hop_by_hop(&mut h, false);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["close"]);
     }
 
     #[test]

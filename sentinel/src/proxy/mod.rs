@@ -1,26 +1,26 @@
 //! The proxy: the main listener (HTTP/1.1 and h2c on one port, through
 //! hyper-util's `auto` builder) and the forwarding of each request to an
-//! instance the route table picks (`forward`).
+//! instance the route table picks (`forward`), over the pooled upstream
+//! connections of `pool`.
 //!
 //! The accept loop holds at most `connections_max` connections (more
-//! wait in the listen backlog), and every connection is watched by
-//! hyper-util's graceful shutdown: when draining begins the listener is
+//! wait in the listen backlog), and every connection is watched
+//! (`watch`): when draining begins the listener is
 //! closed, each connection finishes its in-flight requests and closes,
 //! and whatever runs past the drain grace is cut.
 
 mod body;
 mod forward;
 mod headers;
+mod pool;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
@@ -35,10 +35,6 @@ pub use forward::HEALTH_PATH;
 const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// Most concurrent HTTP/2 streams per client connection.
 const H2_STREAMS_MAX: u32 = 256;
-/// Most idle pooled connections per instance.
-const POOL_IDLE_PER_INSTANCE_MAX: usize = 64;
-/// How long a pooled upstream connection may stay idle.
-const POOL_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Wait after a failed accept (out of file descriptors, say).
 const ACCEPT_ERROR_PAUSE_MS: u64 = 100;
 
@@ -57,14 +53,11 @@ pub struct ProxySettings {
     pub drain_grace: Duration,
 }
 
-/// The upstream client: plain HTTP/1.1, pooled.
-type Upstream = Client<HttpConnector, body::RetryBody>;
-
 /// The proxy's shared state.
 #[derive(Debug)]
 pub struct Proxy {
     routes: Arc<Routes>,
-    client: Upstream,
+    pool: Arc<pool::Pool>,
     settings: ProxySettings,
     drain: Drain,
 }
@@ -72,18 +65,9 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy over `routes`.
     pub fn new(routes: Arc<Routes>, settings: ProxySettings, drain: Drain) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(POOL_IDLE_PER_INSTANCE_MAX)
-            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_TIMEOUT_MS))
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
         Proxy {
             routes,
-            client,
+            pool: Arc::new(pool::Pool::new(settings.connect_timeout)),
             settings,
             drain,
         }
@@ -93,7 +77,19 @@ impl Proxy {
     /// the connections (and upgraded tunnels) to finish within the drain
     /// grace, and cuts what is left.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
-        let graceful = GracefulShutdown::new();
+        self.pool.spawn_sweeper();
+        let connections = Arc::new(watch::Connections::default());
+        {
+            // Its own task: it outlives this one when this one is aborted.
+            let connections = Arc::clone(&connections);
+            let drain = self.drain.clone();
+            tokio::spawn(async move {
+                drain.draining().await;
+                connections.drain();
+                drain.cut_signal().await;
+                connections.cut();
+            });
+        }
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -139,30 +135,32 @@ impl Proxy {
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
-            let connection = graceful.watch(connection);
-            let cut = self.drain.cut_signal();
+            let connection = connections.watch(connection);
             tokio::spawn(async move {
-                tokio::select! {
-                    result = connection => {
-                        if let Err(e) = result {
-                            debug!(%remote, "client connection ended: {e}");
-                        }
+                match connection.await {
+                    watch::Ended::Closed(Ok(())) => {}
+                    watch::Ended::Closed(Err(e)) => {
+                        debug!(%remote, "client connection ended: {e}");
                     }
-                    () = cut => warn!(%remote, "client connection cut: the drain grace is over"),
+                    watch::Ended::Cut => {
+                        warn!(%remote, "client connection cut: the drain grace is over");
+                    }
                 }
                 drop(permit);
             });
         }
         drop(listener);
         self.drain.listener_closed();
-        let open = graceful.count();
+        // Told here too: this loop may have seen the drain first.
+        connections.drain();
+        let open = connections.open();
         info!(
             connections = open,
             tunnels = self.drain.tunnels(),
             "draining: no new connections; waiting for in-flight requests"
         );
         let drained = tokio::time::timeout(self.settings.drain_grace, async {
-            graceful.shutdown().await;
+            connections.closed().await;
             self.drain.tunnels_closed().await;
         })
         .await;
@@ -175,6 +173,7 @@ impl Proxy {
                     self.settings.drain_grace.as_millis()
                 );
                 self.drain.cut();
+                connections.cut();
             }
         }
     }
