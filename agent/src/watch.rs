@@ -173,7 +173,7 @@ pub enum Flow {
 }
 
 /// What one apply did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Applied {
     /// Written to Kubernetes and recorded in the snapshot.
     Written,
@@ -181,9 +181,9 @@ enum Applied {
     Unchanged,
     /// Older than the applied version: ignored.
     Stale,
-    /// Kubernetes rejected this version for good (now or before): recorded
-    /// and reported, not applied; the watch moves on.
-    Rejected,
+    /// Kubernetes rejected this version for good (now, with its reason,
+    /// or before): recorded and reported, not applied; the watch moves on.
+    Rejected(Option<String>),
 }
 
 type Done = (
@@ -421,8 +421,12 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             }
         };
         if let Some(failures) = self.failures {
-            if applied == Applied::Rejected {
-                failures.record_failure(&queued.key, "rejected by Kubernetes (reported to ctrl)");
+            if let Applied::Rejected(reason) = &applied {
+                let reason = reason.as_deref().unwrap_or("an earlier refusal");
+                failures.record_failure(
+                    &queued.key,
+                    &format!("rejected by Kubernetes (reported to ctrl): {reason}"),
+                );
             } else {
                 failures.record_success(&queued.key);
             }
@@ -430,7 +434,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 Applied::Written => "written",
                 Applied::Unchanged => "unchanged",
                 Applied::Stale => "stale",
-                Applied::Rejected => "rejected",
+                Applied::Rejected(_) => "rejected",
             });
         }
         match (queued.pk, applied) {
@@ -490,7 +494,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
             let (state, reconciler, locks) = (self.state, self.reconciler, self.locks);
             self.running.push(Box::pin(async move {
                 let started = tokio::time::Instant::now();
-                let result = apply_one(state, reconciler, locks, &queued.item).await;
+                let result = apply_one(state, reconciler, locks, &queued.item, queued.pk).await;
                 (queued, result, started.elapsed())
             }));
         }
@@ -512,6 +516,7 @@ async fn apply_one<R: Reconciler>(
     reconciler: &R,
     locks: &KeyLocks,
     change: &ResourceChange,
+    version: Option<Pk>,
 ) -> Result<Applied, WatchError> {
     let key = change.key();
     let _guard = locks.lock(&key).await;
@@ -521,7 +526,7 @@ async fn apply_one<R: Reconciler>(
             .rejected_version(&key)?
             .is_some_and(|v| v >= resource.version())
     {
-        return Ok(Applied::Rejected);
+        return Ok(Applied::Rejected(None));
     }
     let mut attempt = 0;
     loop {
@@ -541,7 +546,7 @@ async fn apply_one<R: Reconciler>(
             Ok(()) => break,
             // A permanent refusal of this version: recorded and reported
             // (durably, before the cursor may pass it), and the watch
-            // moves on. Deletes are retried: nothing newer can replace them.
+            // moves on.
             Err(e)
                 if let ResourceChange::Apply(resource) = change
                     && let Some(rejection) = e.rejection() =>
@@ -552,8 +557,29 @@ async fn apply_one<R: Reconciler>(
                     code = rejection.code,
                     "Kubernetes rejected this version; recorded and reported, not retried: {e}"
                 );
-                reconciler.rejected(resource, &rejection).await?;
-                return Ok(Applied::Rejected);
+                reconciler
+                    .rejected(&resource.key(), resource.version(), &rejection)
+                    .await?;
+                return Ok(Applied::Rejected(Some(rejection.reason)));
+            }
+            // A permanent refusal of a delete (an admission webhook's, a
+            // policy's): reported against the delete's version, forgotten
+            // from the snapshot (drift repair does not keep the object),
+            // and the watch moves on. Transient failures are retried.
+            Err(e)
+                if let ResourceChange::Delete(key) = change
+                    && let Some(rejection) = e.rejection() =>
+            {
+                let version = version.unwrap_or(0);
+                warn!(
+                    ?key,
+                    version,
+                    code = rejection.code,
+                    "Kubernetes refused this delete; reported, not retried: {e}"
+                );
+                reconciler.rejected(key, version, &rejection).await?;
+                state.record_change(change)?;
+                return Ok(Applied::Rejected(Some(rejection.reason)));
             }
             Err(e) if attempt >= APPLY_ATTEMPTS_MAX || matches!(e, K8sError::Invalid(_)) => {
                 return Err(e.into());

@@ -246,6 +246,68 @@ fn policy_spec(view: &View<'_>) -> Option<Value> {
         .map(|p| p["spec"].clone())
 }
 
+/// A delete an admission webhook refuses for good: reported, shown in
+/// `ctrl status`, and the region's later changes are applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_delete_is_reported_and_holds_no_region() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = FleetConfig::new(dir.path(), vec![US.to_string()]).fast();
+        config.heartbeat_interval_ms = 200;
+        let fleet = Fleet::start(config).await.expect("fleet starts");
+        let operator = fleet.operator().unwrap();
+        let first = json!({"endpointSelector": {}});
+        let id = apply_policy(&operator, first.clone()).await;
+        let us = fleet.region(US);
+        us.sim
+            .wait_until(WAIT, |v| policy_spec(v).as_ref() == Some(&first))
+            .await
+            .expect("policy applied");
+
+        us.sim.set_refused_delete("allow-env-1", true);
+        operator.delete_policy(&id).await.expect("delete policy");
+        // A later change of the region is applied all the same.
+        let mut later = policy_request(json!({"endpointSelector": {}}));
+        later.name = "later".into();
+        operator.apply_policy(later).await.expect("apply policy");
+        us.sim
+            .wait_until(WAIT, |v| {
+                v.get(&CILIUM_NETWORK_POLICIES, POLICY_NAMESPACE, "later")
+                    .is_some()
+            })
+            .await
+            .expect("the later policy applied past the refused delete");
+        assert!(
+            us.sim
+                .get(&CILIUM_NETWORK_POLICIES, POLICY_NAMESPACE, "allow-env-1")
+                .is_some(),
+            "Kubernetes kept the object"
+        );
+        // `ctrl status` names it, with Kubernetes' reason.
+        let ctrl = integration::kit::ctrl::with_config(&fleet.operator_path)
+            .await
+            .unwrap();
+        let shown = format!("failing cilium_network_policy {id}");
+        integration::kit::wait::wait_until(
+            tokio::time::Instant::now() + WAIT,
+            "ctrl status to show the refused delete",
+            async || {
+                let out = ctrl.run(&["status"]).await.map_err(|e| e.to_string())?;
+                let text = String::from_utf8_lossy(&out.stdout).to_string();
+                if text.contains(&shown) && text.contains("admission webhook") {
+                    Ok(())
+                } else {
+                    Err(text)
+                }
+            },
+        )
+        .await
+        .unwrap();
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cilium_policy_is_applied_replaced_and_deleted() {
     bounded(TEST_TIMEOUT, async {

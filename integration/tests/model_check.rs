@@ -296,14 +296,13 @@ impl Reconciler for Cluster {
 
     async fn rejected(
         &self,
-        resource: &Resource,
+        key: &ResourceKey,
+        version: wire::Pk,
         _rejection: &agent::k8s::Rejection,
     ) -> Result<(), K8sError> {
         self.with(|r| {
             r.violations.push(format!(
-                "{:?}: version {} rejected; the model's cluster rejects nothing",
-                resource.key(),
-                resource.version()
+                "{key:?}: version {version} rejected; the model's cluster rejects nothing"
             ));
             Ok(())
         })

@@ -115,13 +115,18 @@ impl ApplyRecorder {
         Ok(true)
     }
 
-    /// Records that Kubernetes rejected `resource` (this version) for good:
-    /// kept in the local state (not applied again) and put in the apply
-    /// outbox, in one transaction.
-    pub fn rejected(&self, resource: &Resource, rejection: &Rejection) -> Result<(), K8sError> {
+    /// Records that Kubernetes rejected version `version` of `key` (an
+    /// apply, or a delete) for good: kept in the local state (not applied
+    /// again) and put in the apply outbox, in one transaction.
+    pub fn rejected(
+        &self,
+        key: &ResourceKey,
+        version: Pk,
+        rejection: &Rejection,
+    ) -> Result<(), K8sError> {
         let report = ApplyReport {
-            key: resource.key(),
-            version: resource.version(),
+            key: key.clone(),
+            version,
             outcome: ApplyOutcome::Rejected {
                 reason: rejection.reason.clone(),
                 code: rejection.code,
@@ -157,11 +162,13 @@ pub trait Reconciler: Send + Sync {
         last: Option<&Resource>,
     ) -> impl Future<Output = Result<(), K8sError>> + Send;
 
-    /// Kubernetes rejected `resource` for good: record it durably against
-    /// its version and report it (before the cursor moves past it).
+    /// Kubernetes rejected version `version` of `key` for good (its apply,
+    /// or its delete): record it durably and report it (before the cursor
+    /// moves past it).
     fn rejected(
         &self,
-        resource: &Resource,
+        key: &ResourceKey,
+        version: Pk,
         rejection: &Rejection,
     ) -> impl Future<Output = Result<(), K8sError>> + Send;
 
@@ -214,8 +221,13 @@ impl Reconciler for Controller {
         gc::collect(&self.client, desired).await
     }
 
-    async fn rejected(&self, resource: &Resource, rejection: &Rejection) -> Result<(), K8sError> {
-        self.applied.rejected(resource, rejection)?;
+    async fn rejected(
+        &self,
+        key: &ResourceKey,
+        version: Pk,
+        rejection: &Rejection,
+    ) -> Result<(), K8sError> {
+        self.applied.rejected(key, version, rejection)?;
         self.notify(Notice::ApplyRecorded).await;
         Ok(())
     }

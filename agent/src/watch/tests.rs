@@ -23,6 +23,8 @@ struct Fake {
     failing: Mutex<Option<String>>,
     /// Applies of this id are refused for good (422).
     rejecting: Mutex<Option<String>>,
+    /// Deletes of this id are refused for good (an admission webhook).
+    refusing_delete: Mutex<Option<String>>,
     slow: Mutex<Option<String>>,
     release: tokio::sync::Notify,
     /// Sizes of the desired sets garbage collection was given.
@@ -87,12 +89,13 @@ impl Reconciler for Fake {
 
     async fn rejected(
         &self,
-        resource: &Resource,
+        key: &ResourceKey,
+        version: Pk,
         rejection: &crate::k8s::Rejection,
     ) -> Result<(), K8sError> {
         let report = wire::model::ApplyReport {
-            key: resource.key(),
-            version: resource.version(),
+            key: key.clone(),
+            version,
             outcome: wire::model::ApplyOutcome::Rejected {
                 reason: rejection.reason.clone(),
                 code: rejection.code,
@@ -104,10 +107,10 @@ impl Reconciler for Fake {
             .lock()
             .unwrap()
             .push(report.clone());
-        self.calls.lock().unwrap().push(Call::Rejected(
-            resource.key().resource_id,
-            resource.version(),
-        ));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Rejected(key.resource_id.clone(), version));
         match self.store.lock().unwrap().as_ref() {
             Some(state) => state
                 .record_rejected(&report)
@@ -127,6 +130,16 @@ impl Reconciler for Fake {
     async fn delete(&self, key: &ResourceKey, last: Option<&Resource>) -> Result<(), K8sError> {
         self.gate(&key.resource_id).await;
         self.check(&key.resource_id)?;
+        if self.refusing_delete.lock().unwrap().as_deref() == Some(key.resource_id.as_str()) {
+            return Err(K8sError::Client(Box::new(kube::Error::Api(
+                kube::core::Status::failure(
+                    "admission webhook \"deny.test\" denied the request: keep it",
+                    "Forbidden",
+                )
+                .with_code(403)
+                .boxed(),
+            ))));
+        }
         self.calls.lock().unwrap().push(Call::Delete(
             key.resource_id.clone(),
             last.map(Resource::version),
@@ -501,10 +514,13 @@ async fn a_slow_resource_does_not_stall_the_others_and_holds_the_cursor() {
             .await
             .unwrap();
     }
-    // b and c finish while the slow one is still applying.
+    // b and c finish while the slow one is still applying (in either
+    // order: they run at once).
     handler.next_done().await.unwrap();
     handler.next_done().await.unwrap();
-    assert_eq!(fake.take(), [apply("b", 7), apply("c", 8)]);
+    let mut done = fake.take();
+    done.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(done, [apply("b", 7), apply("c", 8)]);
     assert_eq!(
         applied_ids(&state),
         [("b".to_string(), 7), ("c".to_string(), 8)],
@@ -687,4 +703,41 @@ async fn a_rejected_version_is_recorded_reported_and_passed_and_a_newer_one_is_t
     assert_eq!(fake.take(), [apply("b", 9)]);
     assert_eq!(state.cursor().unwrap(), 9);
     assert!(failures.list().is_empty(), "applied: no longer failing");
+}
+
+#[tokio::test]
+async fn a_refused_delete_is_reported_and_holds_nothing_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = std::sync::Arc::new(LocalState::open_in(dir.path()).unwrap());
+    state.record_progress(5).unwrap();
+    let fake = Fake::default();
+    *fake.store.lock().unwrap() = Some(state.clone());
+    let failures = crate::heartbeat::FailedApplies::default();
+    let mut server = WatchServer::new();
+    server.resume(5).unwrap();
+    let mut handler = new_handler(&state, &fake, 5).recording_failures(&failures);
+    step(&mut handler, change(&mut server, 6, "b")).await;
+    *fake.refusing_delete.lock().unwrap() = Some("b".into());
+    step(&mut handler, delete(&mut server, 7, "b")).await;
+    step(&mut handler, change(&mut server, 8, "c")).await;
+    // The delete was tried once (a permanent refusal is not retried), and
+    // the region's later change was applied: the cursor passed it.
+    assert_eq!(
+        fake.take(),
+        [apply("b", 6), Call::Rejected("b".into(), 7), apply("c", 8)]
+    );
+    assert_eq!(state.cursor().unwrap(), 8);
+    let reported = state.apply_outbox(10).unwrap();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!(reported[0].version, 7);
+    let why = reported[0].outcome.rejection().unwrap();
+    assert!(why.contains("admission webhook"), "{why}");
+    let failing = failures.list();
+    assert_eq!(failing[0].key.resource_id, "b");
+    assert!(
+        failing[0].error.contains("admission webhook"),
+        "{failing:?}"
+    );
+    // Forgotten from the snapshot: drift repair does not keep the object.
+    assert_eq!(applied_ids(&state), [("c".to_string(), 8)]);
 }

@@ -84,6 +84,9 @@ pub struct Settings {
     pub refusing_images: Vec<String>,
     /// Images whose pods never start, each for its reason.
     pub image_faults: Vec<(String, PodFault)>,
+    /// Names of objects whose deletes an admission webhook denies (403),
+    /// whatever their kind and namespace.
+    pub refused_deletes: Vec<String>,
 }
 
 impl Settings {

@@ -320,6 +320,7 @@ impl Simulator {
                 failing_readiness: config.failing_readiness,
                 refusing_images: config.refusing_images,
                 image_faults: Vec::new(),
+                refused_deletes: Vec::new(),
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
@@ -546,6 +547,18 @@ preferences: {{}}
             s.image_faults.retain(|(i, _)| i != image);
             if let Some(fault) = fault {
                 s.image_faults.push((image.to_string(), fault));
+            }
+        });
+    }
+
+    /// Makes an admission webhook deny every delete of an object named
+    /// `name` (true; a 403 naming the webhook) or let them through again
+    /// (false).
+    pub fn set_refused_delete(&self, name: &str, refused: bool) {
+        self.shared.update_settings(|s| {
+            s.refused_deletes.retain(|n| n != name);
+            if refused {
+                s.refused_deletes.push(name.to_string());
             }
         });
     }

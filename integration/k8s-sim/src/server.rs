@@ -108,6 +108,20 @@ async fn respond(
     if let Some(access) = super::audit::access(request.method, path, &request.query) {
         shared.record_access(access);
     }
+    if request.method == "DELETE"
+        && let Some(name) = path.rsplit('/').next()
+        && shared.settings().refused_deletes.iter().any(|n| n == name)
+    {
+        let e = ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!(
+                "admission webhook \"deny-delete.k8s-sim.test\" denied the request: {name} may not be deleted"
+            ),
+            details: None,
+        };
+        return Ok(json(e.code, &e.to_status()));
+    }
     let now = rfc3339(SystemTime::now());
     let outcome = shared.write(|store| api::handle(store, &request, &now));
     tracing::debug!(method = request.method, path, query, "k8s-sim request");

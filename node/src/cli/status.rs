@@ -1,6 +1,6 @@
 //! `ctrl status`: the site on one screen — every node (reachable or not,
 //! its role and how far it applied) and the leader they agree on, every
-//! region with its agent's last heartbeat and lag, the deploys in
+//! region with its agent's last heartbeat, lag and failing applies, the deploys in
 //! progress and those that failed within [`FAILED_WINDOW_MS`]. `-o json`
 //! prints the same as one JSON object ([`SiteStatus`]).
 
@@ -164,6 +164,21 @@ fn text(status: &SiteStatus) -> String {
             "  {:<20} heartbeat {heartbeat:<12} lag {lag}{flags}\n",
             view.region.name
         ));
+        // What its krane could not apply: retried failures, and versions
+        // (or deletes) Kubernetes refused for good.
+        for failed in view
+            .region
+            .last_heartbeat
+            .iter()
+            .flat_map(|h| &h.failed_applies)
+        {
+            out.push_str(&format!(
+                "    failing {} {}: {}\n",
+                failed.key.resource_type.as_str(),
+                failed.key.resource_id,
+                failed.error
+            ));
+        }
     }
     out.push_str(&format!("\nIN PROGRESS ({})\n", status.in_progress.len()));
     for d in &status.in_progress {

@@ -134,6 +134,13 @@ impl Applier<'_> {
                 key.resource_type.as_str()
             )));
         }
+        // A refusal of a resource ctrl no longer has is a delete
+        // Kubernetes refused: recorded all the same (an operator must
+        // remove the object by hand).
+        let current = match current {
+            None if !result.outcome.is_applied() => Some(*version),
+            current => current,
+        };
         let Some(current) = current else {
             return Ok(not_found(format!(
                 "no {} {:?} in region {:?}",

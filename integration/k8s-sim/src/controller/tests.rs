@@ -44,6 +44,7 @@ fn statefulset_pods_start_after_the_delay_and_follow_scale() {
         failing_readiness: vec![],
         refusing_images: vec![],
         image_faults: vec![],
+        refused_deletes: vec![],
     };
     let t0 = Instant::now();
     store
@@ -194,6 +195,7 @@ fn a_compacted_history_falls_back_to_a_full_pass() {
         failing_readiness: vec![],
         refusing_images: vec![],
         image_faults: vec![],
+        refused_deletes: vec![],
     };
     let t0 = Instant::now();
     let opts = WriteOpts::default();
@@ -258,6 +260,7 @@ fn failing_images_stay_pending() {
         failing_readiness: vec![],
         refusing_images: vec![],
         image_faults: vec![],
+        refused_deletes: vec![],
     };
     let t0 = Instant::now();
     store
@@ -291,6 +294,7 @@ fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
         failing_readiness: vec!["app:1".into()],
         refusing_images: vec![],
         image_faults: vec![],
+        refused_deletes: vec![],
     };
     let t0 = Instant::now();
     let mut probed = sts(1, "app:1");

@@ -150,8 +150,9 @@ fn a_rejection_of_any_resource_is_kept_against_its_version() {
         3,
         vec![
             rejected(ResourceType::DeploymentTopology, "dep_a", topology.version),
-            // No such topology; a version it never had.
+            // No such topology (any more): a refused delete, kept.
             rejected(ResourceType::DeploymentTopology, "dep_b", 1),
+            // A version it never had.
             rejected(
                 ResourceType::DeploymentTopology,
                 "dep_a",
@@ -161,13 +162,18 @@ fn a_rejection_of_any_resource_is_kept_against_its_version() {
         ],
     );
     assert_eq!(out[0], Ok(Outcome::Recorded));
-    assert_eq!(out[1].as_ref().unwrap_err().code, wire::ErrorCode::NotFound);
+    assert_eq!(out[1], Ok(Outcome::Recorded));
     assert_eq!(
         out[2].as_ref().unwrap_err().code,
         wire::ErrorCode::BadRequest
     );
     assert_eq!(out[3], Ok(Outcome::Recorded));
     let view = store.read().unwrap();
+    let refused_delete = view
+        .apply_report(&key(ResourceType::DeploymentTopology, "dep_b"))
+        .unwrap()
+        .expect("the refused delete is kept");
+    assert_eq!(refused_delete.version, 1);
     let found = view
         .rejected(
             &key(ResourceType::DeploymentTopology, "dep_a"),
