@@ -133,7 +133,7 @@ impl Proxy {
         let attempts = self.settings.retries.saturating_add(1);
         let mut failed = 0_usize;
         let mut failed_deployment: Option<Arc<str>> = None;
-        for _ in 0..attempts {
+        for attempt in 0..attempts {
             let routed = match self.routes.pick() {
                 Ok(routed) => routed,
                 Err(why) => return self.unavailable(&why, started),
@@ -150,8 +150,15 @@ impl Proxy {
                     outgoing.headers_mut().insert(HOST, host);
                 }
             }
-            let sent = tokio::time::timeout(
-                self.settings.request_timeout,
+            // Each attempt gets the whole request timeout (the first from
+            // the clock read at the start: one read fewer).
+            let now = if attempt == 0 {
+                started
+            } else {
+                Instant::now()
+            };
+            let sent = tokio::time::timeout_at(
+                (now + self.settings.request_timeout).into(),
                 self.exchange(pick.instance, outgoing),
             )
             .await;

@@ -112,13 +112,23 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) -> bool {
     if present & CONNECTION_BIT != 0 {
         let mut unknown = false;
         let mut close = false;
-        for token in headers.get_all(CONNECTION).iter().flat_map(tokens) {
-            match token_bit(token) {
-                0 => unknown = true,
-                CLOSE_BIT => close = true,
-                // In the set: removed below when present (`Upgrade` kept
-                // on an upgrade).
-                _ => {}
+        for value in headers.get_all(CONNECTION) {
+            // The usual values, known without splitting.
+            if value.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
+                continue;
+            }
+            if value.as_bytes().eq_ignore_ascii_case(b"close") {
+                close = true;
+                continue;
+            }
+            for token in tokens(value) {
+                match token_bit(token) {
+                    0 => unknown = true,
+                    CLOSE_BIT => close = true,
+                    // In the set: removed below when present (`Upgrade`
+                    // kept on an upgrade).
+                    _ => {}
+                }
             }
         }
         if close && present & CLOSE_BIT != 0 {

@@ -317,6 +317,7 @@ mod tests {
     use bytes::Bytes;
     use http_body_util::{BodyExt, Empty};
     use hyper::Request;
+    use hyper::body::Body;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -343,11 +344,14 @@ mod tests {
                         if !seen.windows(4).any(|w| w == b"\r\n\r\n") {
                             continue;
                         }
-                        seen.clear();
                         let close = close_after == Some(Duration::ZERO);
                         let head = if close { "connection: close\r\n" } else { "" };
-                        let answer =
-                            format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n{head}\r\nhi");
+                        let answer = if seen.starts_with(b"GET /empty ") {
+                            format!("HTTP/1.1 204 No Content\r\n{head}\r\n")
+                        } else {
+                            format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n{head}\r\nhi")
+                        };
+                        seen.clear();
                         stream.write_all(answer.as_bytes()).await.unwrap();
                         if let Some(after) = close_after {
                             tokio::time::sleep(after).await;
@@ -393,6 +397,24 @@ mod tests {
         // Dropped, not released: never back.
         drop(lease);
         assert_eq!(pool.idle(addr), 0);
+    }
+
+    #[tokio::test]
+    async fn an_empty_answer_frees_its_connection_as_soon_as_its_head_came() {
+        let addr = server(None).await;
+        let pool = Pool::<Empty<Bytes>>::new(Duration::from_secs(1));
+        let stack = pool.checkout(addr).unwrap_err();
+        let mut lease = pool.connect(addr, stack).await.unwrap();
+        let request = Request::builder()
+            .uri("/empty")
+            .header("host", "test")
+            .body(Empty::new())
+            .unwrap();
+        let response = lease.sender().try_send_request(request).await.unwrap();
+        assert_eq!(response.status(), 204);
+        assert!(response.body().is_end_stream());
+        lease.release();
+        assert_eq!(pool.idle(addr), 1);
     }
 
     #[tokio::test]
