@@ -47,13 +47,13 @@ const IDLE_TICKS: u64 = IDLE_TIMEOUT_MS.div_ceil(SWEEP_INTERVAL_MS);
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ConnectError {
     /// The TCP connect failed (refused, unreachable, ...).
-    #[error("tcp connect error: {0}")]
+    #[error("tcp connect error")]
     Io(#[from] std::io::Error),
     /// The TCP connect took longer than the connect timeout.
     #[error("tcp connect timed out after {0} ms")]
     Timeout(u128),
     /// The HTTP/1 handshake failed (not expected: it only sets up state).
-    #[error("http handshake failed: {0}")]
+    #[error("http handshake failed")]
     Handshake(#[from] hyper::Error),
 }
 
