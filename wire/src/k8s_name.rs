@@ -66,8 +66,13 @@ pub fn sentinel(sentinel_id: &str) -> String {
 /// the sentinel read it (in the sentinel's namespace): its Kubernetes name
 /// (`snt-<id>`) with a `-routes` suffix, kept a DNS label.
 pub fn sentinel_routes(sentinel_k8s_name: &str) -> String {
-    let suffix = "-routes";
-    let mut name = sentinel_k8s_name.to_string();
+    with_suffix(sentinel_k8s_name, "-routes")
+}
+
+/// `name` cut so that `name` + `suffix` is a DNS label, without a dash
+/// left at the cut, then `suffix`.
+fn with_suffix(name: &str, suffix: &str) -> String {
+    let mut name = name.to_string();
     name.truncate(DNS_LABEL_BYTES_MAX - suffix.len());
     let mut name = name.trim_end_matches('-').to_string();
     name.push_str(suffix);
@@ -79,12 +84,7 @@ pub fn sentinel_routes(sentinel_k8s_name: &str) -> String {
 /// serves ([`crate::routes::ServedEntry`]): its Kubernetes name with a
 /// `-served` suffix, kept a DNS label.
 pub fn sentinel_served(sentinel_k8s_name: &str) -> String {
-    let suffix = "-served";
-    let mut name = sentinel_k8s_name.to_string();
-    name.truncate(DNS_LABEL_BYTES_MAX - suffix.len());
-    let mut name = name.trim_end_matches('-').to_string();
-    name.push_str(suffix);
-    name
+    with_suffix(sentinel_k8s_name, "-served")
 }
 
 /// The id of a deployment's ingress policy (one per region, in the
@@ -205,7 +205,15 @@ mod tests {
         assert_eq!(deployment(&format!("{}-b", "a".repeat(58))).len(), 62);
         assert_eq!(sentinel("snt_01ABC"), "snt-01abc");
         assert_eq!(sentinel("x.y"), "snt-x-y");
-        for name in [deployment("Dep_01.X"), sentinel(&"Z".repeat(99))] {
+        assert_eq!(sentinel_routes("snt-a"), "snt-a-routes");
+        assert_eq!(sentinel_served("snt-a"), "snt-a-served");
+        let long = sentinel(&"Z".repeat(99));
+        for name in [
+            deployment("Dep_01.X"),
+            long.clone(),
+            sentinel_routes(&long),
+            sentinel_served(&long),
+        ] {
             validate_dns_label("name", &name).unwrap();
         }
     }
