@@ -240,4 +240,186 @@ mod tests {
         assert_eq!(done.state, wire::notify::DeliveryState::Delivered);
         assert!(read(&node, &HashSet::new(), u64::MAX).unwrap().0.is_empty());
     }
+
+    /// A receiver answering every POST 204; each body, in arrival order,
+    /// on the channel.
+    async fn receiver() -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    ) {
+        use http_body_util::BodyExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(
+                        move |request: hyper::Request<hyper::body::Incoming>| {
+                            let tx = tx.clone();
+                            async move {
+                                let body = request.into_body().collect().await?.to_bytes();
+                                let _ = tx.send(body.to_vec());
+                                let mut response = hyper::Response::new(http_body_util::Full::new(
+                                    bytes::Bytes::new(),
+                                ));
+                                *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+                                Ok::<_, hyper::Error>(response)
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    /// Every notification of a rollout — started, each wave started and
+    /// completed, completed — not only the first, is delivered to the
+    /// endpoint it was started with, by the job's read and record.
+    #[tokio::test]
+    async fn every_notification_of_a_rollout_reaches_the_receiver() {
+        use wire::model::{DesiredState, Health, Sentinel, SentinelDeploy, SentinelStatus};
+        use wire::rollout::{RolloutOptions, RolloutState};
+
+        use crate::app::testing::FixedTimeClock;
+        use crate::workflow::Round;
+        use crate::workflow::driver::round;
+        use crate::workflow::rollout::RolloutWorkflow;
+        use crate::workflow::sentinel::SentinelDeployWorkflow;
+
+        let node = MemoryNode::new();
+        let (addr, mut bodies) = receiver().await;
+        let add = AddEndpoint {
+            name: "chat".into(),
+            url: format!("http://{addr}/hook"),
+            secret: None,
+        };
+        crate::app::notify::add(&node, add).await.unwrap();
+        let sentinels = (0..2)
+            .map(|i| {
+                Mutation::UpsertSentinel(Sentinel {
+                    id: format!("snt_{i}"),
+                    workspace_id: "ws".into(),
+                    project_id: "proj".into(),
+                    app_id: "app".into(),
+                    environment_id: format!("env_{i}"),
+                    region: "us-east".into(),
+                    k8s_name: format!("snt-{i}"),
+                    k8s_namespace: "sentinel".into(),
+                    image: "sentinel:1".into(),
+                    cpu_millicores: 100,
+                    memory_mib: 128,
+                    replicas: 1,
+                    desired_state: DesiredState::Running,
+                    version: 0,
+                    created_at_ms: 0,
+                    updated_at_ms: 0,
+                    deploy: SentinelDeploy::default(),
+                })
+            })
+            .collect();
+        node.propose(sentinels).await.unwrap();
+        let start = Mutation::StartRollout(RolloutOptions {
+            image: "sentinel:2".into(),
+            wave_percents: vec![50, 100],
+            bake_ms: 0,
+            max_failures: 0,
+            concurrency: 0,
+            deadline_ms: 60_000,
+            notify: Some("chat".into()),
+        });
+        let out = node.propose(vec![start]).await.unwrap();
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+
+        // The workflows and a krane converging every sentinel written.
+        let flows: Vec<Box<dyn Round>> = vec![
+            Box::new(SentinelDeployWorkflow::new(0, 0)),
+            Box::new(RolloutWorkflow),
+        ];
+        let clock = FixedTimeClock(NOW_MS);
+        let rollout = || node.read().unwrap().latest_rollout().unwrap().unwrap();
+        for _ in 0..50 {
+            if rollout().state == RolloutState::Completed {
+                break;
+            }
+            round(&flows, &node, &clock).await;
+            let view = node.read().unwrap();
+            let mut reports = Vec::new();
+            for s in view.sentinels(None, 100).unwrap() {
+                let status = view.sentinel_status(&s.id, &s.region).unwrap();
+                if status.is_some_and(|st| st.applied_version >= s.version) {
+                    continue;
+                }
+                reports.push(Mutation::ReportSentinelStatus(SentinelStatus {
+                    sentinel_id: s.id.clone(),
+                    region: s.region.clone(),
+                    available_replicas: s.replicas,
+                    updated_replicas: s.replicas,
+                    ready_replicas: s.replicas,
+                    observed_generation: 1,
+                    running_image: s.image.clone(),
+                    health: Health::Healthy,
+                    updated_at_ms: NOW_MS,
+                    applied_version: s.version,
+                }));
+            }
+            drop(view);
+            if !reports.is_empty() {
+                node.propose(reports).await.unwrap();
+            }
+        }
+        assert_eq!(rollout().state, RolloutState::Completed);
+
+        // The job's rounds: each due delivery sent and recorded.
+        let sender = Sender::new(Duration::from_secs(5)).unwrap();
+        let mut sent = 0;
+        for _ in 0..20 {
+            let (due, _, _) = read(&node, &HashSet::new(), NOW_MS).unwrap();
+            if due.is_empty() {
+                break;
+            }
+            for (delivery, endpoint) in due {
+                let result = sender.send(&endpoint, &delivery).await;
+                let recorded = record(&node, &settings(), &delivery, result, NOW_MS).await;
+                assert_eq!(recorded, Some("delivered"), "{delivery:?}");
+                sent += 1;
+            }
+        }
+        let mut kinds = Vec::new();
+        let mut event_ids = Vec::new();
+        while let Ok(body) = bodies.try_recv() {
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            kinds.push(body["kind"].as_str().unwrap().to_string());
+            event_ids.push(body["event_id"].as_str().unwrap().to_string());
+        }
+        assert_eq!(
+            kinds,
+            [
+                "rollout.started",
+                "rollout.wave_started",
+                "rollout.wave_completed",
+                "rollout.wave_started",
+                "rollout.wave_completed",
+                "rollout.completed",
+            ],
+            "every notification, in order"
+        );
+        assert_eq!(sent, kinds.len(), "one request per delivery");
+        let mut unique = event_ids.clone();
+        unique.dedup();
+        assert_eq!(unique, event_ids, "one event id each");
+        let view = node.read().unwrap();
+        let all = view.deliveries(0, 100).unwrap();
+        assert_eq!(all.len(), kinds.len());
+        assert!(
+            all.iter()
+                .all(|d| d.state == wire::notify::DeliveryState::Delivered),
+            "{all:#?}"
+        );
+    }
 }

@@ -244,3 +244,78 @@ fn a_fingerprint_hides_secret_values_behind_the_key() {
     let bare = ring::digest::digest(&ring::digest::SHA256, &plain);
     assert_ne!(one.as_slice(), bare.as_ref(), "not a hash of the value");
 }
+
+/// Makes the deployment `id` (deploying) ready and its environment's
+/// live one, by the workflow's transitions.
+async fn make_live(node: &MemoryNode, id: &str) {
+    use storage::command::{DeployAction, DeployTransition};
+    use wire::model::DeploymentStatus;
+    for action in [
+        DeployAction::Advance {
+            to: DeploymentStatus::Network,
+            reason: "test".into(),
+        },
+        DeployAction::Advance {
+            to: DeploymentStatus::Finalizing,
+            reason: "test".into(),
+        },
+        DeployAction::Finalize {
+            standby_replaced_at_ms: 0,
+        },
+    ] {
+        let d = node.read().unwrap().deployment(id).unwrap().unwrap();
+        let out = node
+            .propose(vec![Mutation::Deploy(DeployTransition {
+                deployment_id: id.into(),
+                expected: wire::rules::deploy::deploy_guard(&d),
+                action,
+            })])
+            .await
+            .unwrap();
+        assert_eq!(out, vec![Ok(Outcome::Recorded)]);
+    }
+}
+
+/// `ctrl stop` and `ctrl archive` of the live deployment: the operator's
+/// request is refused unless it carries `--force` (now or scheduled);
+/// with it, the deployment is set and no longer live.
+#[tokio::test]
+async fn stopping_or_archiving_the_live_deployment_takes_force() {
+    let node = MemoryNode::new();
+    let id = crate::app::deployments::testing::deployed(&node, &["us-east"]).await;
+    make_live(&node, &id).await;
+    let set = |desired_state, after_ms, force| {
+        OperatorRequest::SetDesiredState(SetDesiredState {
+            id: id.clone(),
+            desired_state,
+            after_ms,
+            force,
+        })
+    };
+    let before = hash(&node);
+    for desired_state in [DesiredState::Stopped, DesiredState::Archived] {
+        for after_ms in [None, Some(60_000)] {
+            let e = apply_plain(&node, set(desired_state, after_ms, false))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, ErrorCode::FailedPrecondition, "{e}");
+            assert!(e.message.contains("with force"), "{}", e.message);
+        }
+    }
+    assert_eq!(hash(&node), before, "refused: nothing written");
+    let live = || {
+        node.read()
+            .unwrap()
+            .environment("env")
+            .unwrap()
+            .unwrap()
+            .live_deployment_id
+    };
+    assert_eq!(live().as_deref(), Some(id.as_str()));
+    apply_plain(&node, set(DesiredState::Archived, None, true))
+        .await
+        .unwrap();
+    let d = node.read().unwrap().deployment(&id).unwrap().unwrap();
+    assert_eq!(d.desired_state, DesiredState::Archived);
+    assert_eq!(live(), None);
+}

@@ -482,3 +482,151 @@ async fn a_deploy_goes_through_every_step_to_ready_and_live() {
     // Done: the record is closed, nothing more to propose.
     assert!(matches!(step().await, RoundResult::Wait(_)));
 }
+
+#[test]
+fn finalizing_schedules_the_replaced_deployment_after_the_live_grace() {
+    let d = record(DeploymentStatus::Finalizing, &["eu"]);
+    assert_eq!(
+        action(&decide(&d, &Observed::default(), 0, NOW)),
+        Some(&DeployAction::Finalize {
+            standby_replaced_at_ms: NOW + settings().live_grace_ms
+        })
+    );
+}
+
+/// The stored deployment `id` on `node`.
+fn stored(node: &MemoryNode, id: &str) -> Deployment {
+    node.read().unwrap().deployment(id).unwrap().unwrap()
+}
+
+/// A deployment of region `eu` created, started and moved to
+/// `finalizing` (the steps before are other tests'); its id.
+async fn finalizing(node: &MemoryNode) -> String {
+    let id = deployments::testing::deployed(node, &["eu"]).await;
+    for to in [DeploymentStatus::Network, DeploymentStatus::Finalizing] {
+        let out = node
+            .propose(vec![Mutation::Deploy(DeployTransition {
+                deployment_id: id.clone(),
+                expected: deploy_guard(&stored(node, &id)),
+                action: DeployAction::Advance {
+                    to,
+                    reason: "test".into(),
+                },
+            })])
+            .await
+            .unwrap();
+        assert_eq!(out, vec![Ok(storage::Outcome::Recorded)]);
+    }
+    id
+}
+
+/// One driver round of the deploy workflow at the node's time (the time
+/// its next command is stamped with).
+async fn round_now(node: &MemoryNode) -> RoundResult {
+    let flows: Vec<Box<dyn crate::workflow::Round>> =
+        vec![Box::new(DeployWorkflow::new(settings(), 0))];
+    let clock = crate::app::testing::FixedTimeClock(node.now_ms());
+    round(&flows, node, &clock).await
+}
+
+fn live_of(node: &MemoryNode) -> Option<String> {
+    let environment = node.read().unwrap().environment("env").unwrap().unwrap();
+    environment.live_deployment_id
+}
+
+fn topology_state(node: &MemoryNode, id: &str) -> (DesiredState, u32) {
+    let t = node.read().unwrap().topology(id, "eu").unwrap().unwrap();
+    (t.desired_state, t.replicas)
+}
+
+/// A new live deployment: the one it replaces keeps running through
+/// `live_grace_ms` (a rollback to it is instant), then the driver sets it
+/// standby (its topology stopped) and, with no instance left, stopped.
+#[tokio::test]
+async fn the_replaced_live_deployment_goes_to_standby_after_the_live_grace() {
+    let grace_ms = settings().live_grace_ms;
+    let node = MemoryNode::with_regions(&["eu"]);
+    let v1 = finalizing(&node).await;
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    assert_eq!(live_of(&node).as_deref(), Some(v1.as_str()));
+
+    node.advance_ms(1_000);
+    let replaced_at_ms = node.now_ms();
+    let v2 = finalizing(&node).await;
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    assert_eq!(live_of(&node).as_deref(), Some(v2.as_str()));
+    let d1 = stored(&node, &v1);
+    assert_eq!(
+        d1.workflow.scheduled,
+        Some(ScheduledChange {
+            desired_state: DesiredState::Standby,
+            at_ms: replaced_at_ms + grace_ms,
+        })
+    );
+    assert_eq!(d1.desired_state, DesiredState::Running);
+
+    // Just before the grace ends: nothing changes.
+    node.advance_ms(grace_ms - 1);
+    let proposals = node.proposals();
+    assert!(matches!(round_now(&node).await, RoundResult::Wait(_)));
+    assert_eq!(node.proposals(), proposals, "nothing proposed");
+    assert_eq!(stored(&node, &v1).desired_state, DesiredState::Running);
+    assert_eq!(topology_state(&node, &v1), (DesiredState::Running, 1));
+
+    // At its end: standby, its topology stopped; then stopped.
+    node.advance_ms(1);
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    let d1 = stored(&node, &v1);
+    assert_eq!(d1.desired_state, DesiredState::Standby);
+    assert_eq!(d1.workflow.scheduled, None);
+    assert_eq!(topology_state(&node, &v1), (DesiredState::Stopped, 0));
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    assert_eq!(stored(&node, &v1).status, DeploymentStatus::Stopped);
+    // The new live one is untouched.
+    assert_eq!(live_of(&node).as_deref(), Some(v2.as_str()));
+    assert_eq!(stored(&node, &v2).desired_state, DesiredState::Running);
+    assert_eq!(topology_state(&node, &v2), (DesiredState::Running, 1));
+}
+
+/// `ctrl stop --after 1m --force` of the live deployment, from the
+/// operator's rule to the driver: scheduled from the node's clock, made
+/// by the driver at its time and not before.
+#[tokio::test]
+async fn a_stop_after_a_delay_is_made_by_the_driver_at_its_time() {
+    let node = MemoryNode::with_regions(&["eu"]);
+    let id = finalizing(&node).await;
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    let now_ms = node.now_ms();
+    let clock = crate::app::testing::FixedTimeClock(now_ms);
+    let stop = |force| {
+        deployments::set_desired_state(
+            &node,
+            &clock,
+            id.clone(),
+            DesiredState::Stopped,
+            Some(60_000),
+            force,
+        )
+    };
+    // The live deployment: not without force, even later.
+    let e = stop(false).await.unwrap_err();
+    assert_eq!(e.code, wire::ErrorCode::FailedPrecondition);
+    let d = stop(true).await.unwrap();
+    assert_eq!(
+        d.workflow.scheduled,
+        Some(ScheduledChange {
+            desired_state: DesiredState::Standby,
+            at_ms: now_ms + 60_000,
+        })
+    );
+    node.advance_ms(59_999);
+    assert!(matches!(round_now(&node).await, RoundResult::Wait(_)));
+    assert_eq!(stored(&node, &id).desired_state, DesiredState::Running);
+    assert_eq!(live_of(&node).as_deref(), Some(id.as_str()));
+
+    node.advance_ms(1);
+    assert_eq!(round_now(&node).await, RoundResult::Progressed);
+    assert_eq!(stored(&node, &id).desired_state, DesiredState::Standby);
+    assert_eq!(topology_state(&node, &id), (DesiredState::Stopped, 0));
+    assert_eq!(live_of(&node), None, "made with force: no longer live");
+}
