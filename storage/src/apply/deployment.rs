@@ -308,9 +308,15 @@ impl Applier<'_> {
                 }
             )));
         }
-        if deployment.desired_state == DesiredState::Archived && desired_state.runs() {
+        // Archived is for good: not run again, and not moved to standby or
+        // stopped either (a later start would then run it).
+        if deployment.desired_state == DesiredState::Archived
+            && desired_state != DesiredState::Archived
+        {
             return Ok(failed_precondition(format!(
-                "deployment {deployment_id:?} is archived and cannot run again"
+                "deployment {deployment_id:?} is archived: it cannot run again or change \
+                 state ({} refused)",
+                desired_state.as_str()
             )));
         }
         match at_ms {

@@ -374,7 +374,7 @@ fn an_archived_deployment_is_refused_to_start_as_a_rollback_target_and_for_updat
         set_state("d1", DesiredState::Running),
         FailedPrecondition,
     );
-    assert!(e.contains("archived and cannot run again"), "{e}");
+    assert!(e.contains("archived: it cannot run again"), "{e}");
     let e = refused(
         &store,
         40,
@@ -672,8 +672,6 @@ fn a_cancel_ends_a_deploy_in_flight_and_nothing_else() {
 /// Archived is for good: a later stop (or a scheduled one) must not make
 /// an archived deployment standby, from where a start would run it again.
 #[test]
-#[ignore = "product bug: `ctrl stop` on an archived deployment sets it standby (apply's \
-            set_desired_state refuses only a running state), and `ctrl start` then runs it"]
 fn a_stop_does_not_unarchive_a_deployment() {
     let store = store();
     live(&store, 10, "d1");
@@ -683,10 +681,14 @@ fn a_stop_does_not_unarchive_a_deployment() {
         30,
         vec![set_state_at("d1", DesiredState::Archived, None, false)],
     );
-    let _ = apply_one(
+    let stop = apply_one(
         &store,
         40,
         vec![set_state_at("d1", DesiredState::Stopped, None, false)],
+    );
+    assert!(
+        matches!(&stop[0], Err(e) if e.code == wire::ErrorCode::FailedPrecondition),
+        "{stop:?}"
     );
     assert_eq!(stored(&store, "d1").desired_state, DesiredState::Archived);
     let out = apply_one(&store, 50, vec![set_state("d1", DesiredState::Running)]);
