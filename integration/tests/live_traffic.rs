@@ -317,6 +317,87 @@ async fn a_deployment_without_a_port_is_never_routed() {
     .await;
 }
 
+/// The resources a full-sync watch of `REGION` streams to an agent that
+/// offers `versions`, as that agent (its certificate) would ask.
+async fn full_sync_as_agent(
+    fleet: &Fleet,
+    versions: wire::hello::VersionRange,
+) -> Vec<wire::model::Resource> {
+    use transport::stream::open_call_offering;
+    use wire::agent::{AgentRequest, WatchEvent, WatchRequest};
+    let certs = fleet.dir.join("certs");
+    let bundle = transport::certs::agent_bundle(&certs, REGION);
+    let paths = transport::tls::TlsPaths {
+        ca_cert: certs.join(transport::certs::CA_CERT_FILE),
+        cert: bundle.cert,
+        key: bundle.key,
+    };
+    let config = transport::tls::client_config(&paths, wire::agent::ALPN).unwrap();
+    let addr = fleet.operator.endpoints[0];
+    let endpoint =
+        transport::endpoint::client_endpoint(transport::endpoint::client_bind_addr(addr)).unwrap();
+    let (connection, _) =
+        transport::endpoint::connect_any(&endpoint, &config, &[addr], "localhost", 5_000)
+            .await
+            .unwrap();
+    let mut stream = open_call_offering(
+        &connection,
+        wire::hello::Protocol::Agent,
+        versions,
+        wire::frame::FRAME_BYTES_MAX,
+    )
+    .await
+    .unwrap();
+    let request = AgentRequest::Watch(WatchRequest {
+        region: REGION.into(),
+        cursor: 0,
+        epoch: 0,
+    });
+    stream.send(&request).await.unwrap();
+    let mut items = Vec::new();
+    loop {
+        let event: WatchEvent = tokio::time::timeout(WAIT, stream.recv())
+            .await
+            .expect("the node streams in time")
+            .expect("an event that decodes")
+            .expect("an event");
+        match event {
+            WatchEvent::SyncItem(resource) => items.push(resource),
+            WatchEvent::SyncEnd { .. } => return items,
+            _ => {}
+        }
+    }
+}
+
+/// An agent of protocol 5 (before routes) is streamed no route: it could
+/// not decode one. One of this release gets the environment's route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_older_than_routes_is_streamed_none() {
+    bounded(TEST_TIMEOUT, async {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = fleet(&dir).await;
+        let operator = Operator::new(&fleet.operator).unwrap();
+        deploy(&operator, "app:1", Some(PORT)).await;
+        let is_route = |r: &wire::model::Resource| matches!(r, wire::model::Resource::Route(_));
+        let current = full_sync_as_agent(&fleet, wire::hello::PROTOCOL_VERSIONS).await;
+        assert_eq!(
+            current.iter().filter(|r| is_route(r)).count(),
+            1,
+            "this release gets the route: {current:?}"
+        );
+        let before = wire::hello::ROUTES_SINCE_VERSION - 1;
+        let old = wire::hello::VersionRange {
+            min: before,
+            max: before,
+        };
+        let older = full_sync_as_agent(&fleet, old).await;
+        assert!(!older.iter().any(is_route), "{older:?}");
+        assert_eq!(older.len(), current.len() - 1, "everything else, still");
+        fleet.shutdown().await.unwrap();
+    })
+    .await;
+}
+
 /// The same flow with every part a process: three `ctrl serve`, a krane,
 /// and the sentinel as the `sentinel` binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
