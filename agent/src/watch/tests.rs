@@ -741,3 +741,126 @@ async fn a_refused_delete_is_reported_and_holds_nothing_back() {
     // Forgotten from the snapshot: drift repair does not keep the object.
     assert_eq!(applied_ids(&state), [("c".to_string(), 8)]);
 }
+
+/// A ctrl node in the test's runtime: serves the agent protocol on
+/// loopback, answers a watch at cursor 0 with a full sync of `a` ending
+/// at cursor 5 (epoch 1), holds every stream open, and sends the cursor
+/// of each watch request, with when it came, on `requests`.
+async fn fake_ctrl(
+    dir: &std::path::Path,
+) -> (
+    config::AgentConfig,
+    tokio::sync::mpsc::UnboundedReceiver<(Instant, Pk)>,
+) {
+    let certs =
+        transport::certs::init_dir(dir, &[1], &[crate::test_support::REGION.into()], &[]).unwrap();
+    let server_config = transport::tls::server_config(
+        &certs.tls_paths(certs.node(1).unwrap()),
+        &[wire::agent::ALPN],
+    )
+    .unwrap();
+    let (endpoint, _closed) =
+        transport::endpoint::server_endpoint(([127, 0, 0, 1], 0).into(), server_config).unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    let (requests, received) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(incoming) = endpoint.accept().await {
+            let Ok(connection) = incoming.await else {
+                continue;
+            };
+            let requests = requests.clone();
+            tokio::spawn(async move {
+                while let Ok((send, recv)) = connection.accept_bi().await {
+                    let requests = requests.clone();
+                    tokio::spawn(serve_watch(send, recv, requests));
+                }
+            });
+        }
+    });
+    let region = crate::test_support::REGION;
+    let tls = config::TlsFiles::in_dir(dir, &format!("agent-{region}"));
+    (
+        config::AgentConfig::new(region, vec![addr.into()], tls),
+        received,
+    )
+}
+
+async fn serve_watch(
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    requests: tokio::sync::mpsc::UnboundedSender<(Instant, Pk)>,
+) {
+    let Ok(mut stream) = transport::stream::accept_call(
+        send,
+        recv,
+        wire::hello::Protocol::Agent,
+        wire::frame::FRAME_BYTES_MAX,
+    )
+    .await
+    else {
+        return;
+    };
+    let Ok(Some(wire::agent::AgentRequest::Watch(request))) =
+        stream.recv::<wire::agent::AgentRequest>().await
+    else {
+        return;
+    };
+    let _ = requests.send((Instant::now(), request.cursor));
+    if request.cursor == 0 {
+        let mut server = WatchServer::new();
+        let events = vec![
+            server.sync_start(5, 1).unwrap(),
+            server.sync_item(topology("a", 5)).unwrap(),
+            server.sync_end().unwrap(),
+        ];
+        for event in events {
+            if stream.send(&event).await.is_err() {
+                return;
+            }
+        }
+    }
+    // Open until the agent goes: nothing more to send.
+    let _ = stream.recv::<wire::agent::AgentRequest>().await;
+}
+
+/// The periodic full sync: once synced, the loop keeps its stream for
+/// `full_resync_interval` and then watches from cursor 0 again (not
+/// before; the paused clock moves only when everything waits).
+#[tokio::test(start_paused = true)]
+async fn the_loop_asks_for_a_full_sync_again_after_the_resync_interval() {
+    const INTERVAL: Duration = Duration::from_secs(3);
+    let dir = tempfile::tempdir().unwrap();
+    let (config, mut requests) = fake_ctrl(dir.path()).await;
+    let data = tempfile::tempdir().unwrap();
+    let state = Arc::new(LocalState::open_in(data.path()).unwrap());
+    let (status, _) = watch::channel(WatchStatus::default());
+    let watch_loop = WatchLoop::new(
+        Arc::new(CtrlClient::new(&config).unwrap()),
+        state.clone(),
+        Arc::new(Fake::default()),
+        Arc::new(KeyLocks::default()),
+        8,
+        Backoff::new(10, 100),
+        rand::SeedableRng::seed_from_u64(1),
+        INTERVAL,
+        status,
+    );
+    let task = tokio::spawn(watch_loop.run());
+
+    let (first_at, first) = requests.recv().await.unwrap();
+    assert_eq!(first, 0, "a fresh state starts with a full sync");
+    // Not before the interval: the stream of the first sync is kept.
+    let early = tokio::time::timeout(INTERVAL - Duration::from_millis(100), requests.recv()).await;
+    assert!(early.is_err(), "asked again before the interval: {early:?}");
+    assert_eq!(state.cursor().unwrap(), 5, "the first sync is stored");
+    // After it: a full sync again, while the stored cursor stays.
+    let (again_at, again) = tokio::time::timeout(INTERVAL, requests.recv())
+        .await
+        .expect("no full sync after the interval")
+        .unwrap();
+    assert_eq!(again, 0, "the periodic sync watches from cursor 0");
+    let waited = again_at - first_at;
+    assert!(waited >= INTERVAL, "asked again after {waited:?}");
+    assert_eq!(state.cursor().unwrap(), 5);
+    task.abort();
+}
