@@ -25,9 +25,8 @@ pub mod mutations;
 
 use mutations::{
     AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
-    DeploySentinel, DeploySentinelOver, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery,
-    ReportDeploymentDeleted, ReportInstances, Request, Rollback, SetDesiredState,
-    SetRegionSchedulable, UpdateDeployment,
+    DeploySentinel, DeploySentinelOver, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
+    ReportInstances, Request, Rollback, SetDesiredState, SetRegionSchedulable, UpdateDeployment,
 };
 pub use wire::rules::rollout::RolloutStep;
 
