@@ -541,13 +541,6 @@ fn state_formats_match_their_goldens() {
     // Cases added under the current version go after the command's own.
     let mut every = mutations();
     every.push(Mutation::ReportApply(fixtures::apply_rejected()));
-    every.push(Mutation::DeploySentinelOver(mutations::DeploySentinelOver {
-        deploy: mutations::DeploySentinel {
-            sentinel: fixtures::sentinel(),
-            deadline_ms: 600_000,
-        },
-        merged_over: Some(41),
-    }));
     g.check("command.Mutation", &every);
     g.check("command.Outcome", &outcomes());
     g.check("command.Guard", &[guard()]);

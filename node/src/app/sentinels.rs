@@ -3,8 +3,7 @@
 //! state) and merges the request over it (every option left out keeps its
 //! value, the image included), or creates one over the defaults with the
 //! id derived from environment and region. The merged sentinel is proposed
-//! as a deploy (`Mutation::DeploySentinelOver`, guarded by the version
-//! it was merged over, merged again on a conflict): apply writes nothing when the
+//! as a deploy (`Mutation::DeploySentinel`): apply writes nothing when the
 //! spec is unchanged and krane reports it converged (answered `ready`),
 //! else writes it `progressing` with an absolute deadline; the leader's
 //! sentinel workflow and the apply of krane's reports take it to `ready`
@@ -40,50 +39,26 @@ pub async fn apply<S: Propose + ReadState>(
     apply: ApplySentinel,
 ) -> Result<Deployed, WireError> {
     apply.validate()?;
-    let mut attempt = 1;
-    loop {
-        let mark = state.applied_mark();
-        let existing = {
-            let view = state.read().map_err(internal)?;
-            let likely_id = sentinel_id(&apply.environment_id, &apply.region);
-            view.environment_sentinel(&apply.environment_id, &apply.region, &likely_id)
-                .map_err(internal)?
-        };
-        if existing.is_none() && apply.image.is_none() {
-            return Err(WireError::new(
-                ErrorCode::BadRequest,
-                "a new sentinel needs an image",
-            ));
-        }
-        let deadline_ms = apply.deadline_ms.unwrap_or(SENTINEL_DEADLINE_MS_DEFAULT);
-        let merged_over = existing.as_ref().map(|s| s.version);
-        let mutation = mutations::DeploySentinelOver {
-            deploy: mutations::DeploySentinel {
-                sentinel: merge(existing, apply.clone()),
-                deadline_ms,
-            },
-            merged_over,
-        };
-        match propose(state, mutation).await {
-            // Another change landed in between (or this node's view was
-            // behind): merge again over the fresh sentinel.
-            Err(e) if e.code == ErrorCode::Conflict && attempt < SENTINEL_MERGE_ATTEMPTS => {
-                attempt += 1;
-                // Until this node applied past what it read: the change
-                // that moved the sentinel reaches it just after the leader.
-                let wait = std::time::Duration::from_millis(SENTINEL_MERGE_WAIT_MS);
-                state.applied_past(mark, wait).await;
-            }
-            other => return other,
-        }
+    let existing = {
+        let view = state.read().map_err(internal)?;
+        let likely_id = sentinel_id(&apply.environment_id, &apply.region);
+        view.environment_sentinel(&apply.environment_id, &apply.region, &likely_id)
+            .map_err(internal)?
+    };
+    if existing.is_none() && apply.image.is_none() {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            "a new sentinel needs an image",
+        ));
     }
+    let deadline_ms = apply.deadline_ms.unwrap_or(SENTINEL_DEADLINE_MS_DEFAULT);
+    let sentinel = merge(existing, apply);
+    let mutation = mutations::DeploySentinel {
+        sentinel,
+        deadline_ms,
+    };
+    propose(state, mutation).await
 }
-
-/// Most merges of one `sentinel apply` before its conflict is answered.
-pub const SENTINEL_MERGE_ATTEMPTS: u32 = 5;
-/// Longest wait, after a conflict, for this node to apply past what it
-/// read, in milliseconds.
-const SENTINEL_MERGE_WAIT_MS: u64 = 1_000;
 
 /// The sentinel an apply asks for: the request's fields over `existing`
 /// (or over the defaults, with a fresh id), running. Version and
@@ -241,69 +216,6 @@ mod tests {
             memory_mib: Some(1024),
             deadline_ms: None,
         }
-    }
-
-    /// A node whose next read is the view taken before: an apply merged
-    /// over a sentinel another apply changed in between.
-    struct Lagging<'a> {
-        node: &'a MemoryNode,
-        stale: std::sync::Mutex<Option<storage::ReadView>>,
-    }
-
-    impl ReadState for Lagging<'_> {
-        fn read(&self) -> Result<storage::ReadView, storage::StorageError> {
-            match self.stale.lock().unwrap().take() {
-                Some(view) => Ok(view),
-                None => self.node.read(),
-            }
-        }
-
-        fn applied_mark(&self) -> Option<u64> {
-            self.node.applied_mark()
-        }
-
-        async fn applied_past(&self, mark: Option<u64>, wait: std::time::Duration) -> bool {
-            self.node.applied_past(mark, wait).await
-        }
-    }
-
-    impl Propose for Lagging<'_> {
-        async fn propose(
-            &self,
-            mutations: Vec<storage::Mutation>,
-        ) -> Result<Vec<storage::MutationResult>, WireError> {
-            self.node.propose(mutations).await
-        }
-    }
-
-    #[tokio::test]
-    async fn concurrent_applies_never_lose_each_others_fields() {
-        let node = MemoryNode::new();
-        apply(&node, request("env_1", "us-east", Some(2)))
-            .await
-            .unwrap();
-        // Read before the other apply lands...
-        let lagging = Lagging {
-            node: &node,
-            stale: std::sync::Mutex::new(Some(node.read().unwrap())),
-        };
-        // ...which changes the image.
-        let mut image = request("env_1", "us-east", None);
-        image.image = Some("sentinel:3".into());
-        apply(&node, image).await.unwrap();
-        // This one changes the replicas only: merged over the stale view it
-        // would write the old image back; refused, it merges again.
-        let mut replicas = request("env_1", "us-east", Some(5));
-        replicas.image = None;
-        apply(&lagging, replicas).await.unwrap();
-        let view = node.read().unwrap();
-        let id = sentinel_id("env_1", "us-east");
-        let stored = view.sentinel(&id, "us-east").unwrap().unwrap();
-        assert_eq!(
-            (stored.image.as_str(), stored.replicas),
-            ("sentinel:3", 5),
-            "both changes kept"
-        );
     }
 
     async fn applied(node: &MemoryNode, request: ApplySentinel) -> Result<String, WireError> {

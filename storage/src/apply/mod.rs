@@ -246,10 +246,6 @@ impl Applier<'_> {
                 sentinel,
                 deadline_ms,
             }) => self.deploy_sentinel(sentinel, *deadline_ms),
-            Mutation::DeploySentinelOver(crate::mutations::DeploySentinelOver {
-                deploy,
-                merged_over,
-            }) => self.deploy_sentinel_over(&deploy.sentinel, deploy.deadline_ms, *merged_over),
             Mutation::Sentinel(transition) => self.sentinel_transition(transition),
             Mutation::StartRollout(options) => self.start_rollout(options),
             Mutation::ControlRollout(command) => self.control_rollout(*command),

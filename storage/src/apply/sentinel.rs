@@ -21,7 +21,7 @@ use wire::model::{
 };
 use wire::rules::sentinel::{same_spec, sentinel_guard};
 
-use super::{Applier, OP, bad_request, conflict, failed_precondition, guard_refusal, not_found};
+use super::{Applier, OP, bad_request, failed_precondition, guard_refusal, not_found};
 use crate::command::{MutationResult, Outcome, SentinelAction, SentinelTransition};
 use crate::error::{RedbContext, Result};
 use crate::tables::{encode, load, name};
@@ -132,30 +132,6 @@ impl Applier<'_> {
             version,
             status: SentinelDeployStatus::Progressing,
         }))
-    }
-
-    /// [`Applier::deploy_sentinel`] if the stored sentinel is still at
-    /// `merged_over` (absent for `None`); else a conflict, nothing written.
-    pub(super) fn deploy_sentinel_over(
-        &mut self,
-        sentinel: &Sentinel,
-        deadline_ms: u64,
-        merged_over: Option<Pk>,
-    ) -> Result<MutationResult> {
-        let (existing, _) = self.sentinel_and_status(&sentinel.id, &sentinel.region)?;
-        let stored = existing.map(|s| s.version);
-        if stored != merged_over {
-            let seen = |v: Option<Pk>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
-            return Ok(conflict(format!(
-                "sentinel {} in region {} changed while this apply was merged (version {}, \
-                 merged over {}): merge it again",
-                sentinel.id,
-                sentinel.region,
-                seen(stored),
-                seen(merged_over)
-            )));
-        }
-        self.deploy_sentinel(sentinel, deadline_ms)
     }
 
     pub(super) fn sentinel_transition(

@@ -25,7 +25,7 @@ pub mod mutations;
 
 use mutations::{
     AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
-    DeploySentinel, DeploySentinelOver, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
+    DeploySentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
     ReportInstances, Request, Rollback, SetDesiredState, SetRegionSchedulable, UpdateDeployment,
 };
 pub use wire::rules::rollout::RolloutStep;
@@ -212,10 +212,6 @@ pub enum Mutation {
     /// a no-op, answered by [`Outcome::Recorded`]). A restore writes a new
     /// epoch offline, never through this mutation.
     SetClusterIdentity(ClusterIdentity),
-    /// [`Mutation::DeploySentinel`] guarded by the version it was merged
-    /// over (`ctrl sentinel apply`): refused with a conflict when the
-    /// sentinel moved since. Appended: older entries decode as before.
-    DeploySentinelOver(DeploySentinelOver),
 }
 
 /// Who the cluster is: a random id made when it first had a leader, kept

@@ -206,20 +206,6 @@ pub struct DeploySentinel {
     pub deadline_ms: u64,
 }
 
-/// [`DeploySentinel`] of a sentinel merged over the version
-/// `merged_over` of the stored one (`None`: there was none): refused with
-/// a conflict, writing nothing, when the stored version is another one
-/// now, so two concurrent applies never lose each other's fields (the
-/// operator's node merges again over the fresh sentinel). Answered as
-/// [`DeploySentinel`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeploySentinelOver {
-    /// The deploy.
-    pub deploy: DeploySentinel,
-    /// The version the change was merged over.
-    pub merged_over: Option<Pk>,
-}
-
 /// An operator changes the replicas, size or health check of a
 /// deployment: its row and its running topologies (one change row
 /// each; the StatefulSets roll the change out). Answered by
@@ -309,13 +295,4 @@ wire::calls! {
         }
     };
     UpdateDeployment(UpdateDeployment) => Deployment(Deployment);
-    DeploySentinelOver(DeploySentinelOver) -> SentinelDeployed {
-        Outcome::SentinelDeployed { sentinel_id, version, status } =>
-            SentinelDeployed { sentinel_id, version, status },
-        |d| Outcome::SentinelDeployed {
-            sentinel_id: d.sentinel_id,
-            version: d.version,
-            status: d.status,
-        }
-    };
 }

@@ -53,60 +53,6 @@ mod deploy {
         out.into_iter().next().unwrap().unwrap()
     }
 
-    fn deploy_over(
-        store: &Store,
-        now: u64,
-        replicas: u32,
-        merged_over: Option<u64>,
-    ) -> crate::MutationResult {
-        let mut s = sentinel("s1", "eu");
-        s.replicas = replicas;
-        let out = apply_one(
-            store,
-            now,
-            vec![Mutation::DeploySentinelOver(
-                crate::mutations::DeploySentinelOver {
-                    deploy: crate::mutations::DeploySentinel {
-                        sentinel: s,
-                        deadline_ms: DEADLINE_MS,
-                    },
-                    merged_over,
-                },
-            )],
-        );
-        out.into_iter().next().unwrap()
-    }
-
-    #[test]
-    fn a_change_merged_over_a_version_that_moved_is_refused_and_writes_nothing() {
-        let store = store();
-        // Created over nothing.
-        let Ok(Outcome::SentinelDeployed { version: v1, .. }) = deploy_over(&store, 1, 2, None)
-        else {
-            panic!("created");
-        };
-        // Two applies merged over v1: the first lands, the second is stale.
-        let Ok(Outcome::SentinelDeployed { version: v2, .. }) = deploy_over(&store, 2, 3, Some(v1))
-        else {
-            panic!("the first lands");
-        };
-        let before = store.read().unwrap().state_hash().unwrap();
-        let stale = deploy_over(&store, 3, 5, Some(v1)).unwrap_err();
-        assert_eq!(stale.code, ErrorCode::Conflict, "{stale}");
-        assert!(stale.message.contains("merge it again"), "{stale}");
-        assert_eq!(store.read().unwrap().state_hash().unwrap(), before);
-        // "There was none" when there is one is stale too.
-        assert_eq!(
-            deploy_over(&store, 4, 5, None).unwrap_err().code,
-            ErrorCode::Conflict
-        );
-        // Merged again over the fresh version, it lands with both changes'
-        // fields (the caller's merge keeps what it did not set).
-        assert!(deploy_over(&store, 5, 5, Some(v2)).is_ok());
-        let stored = store.read().unwrap().sentinel("s1", "eu").unwrap().unwrap();
-        assert_eq!(stored.replicas, 5);
-    }
-
     /// What krane reports once it applied `version` with `image`.
     fn converged(version: u64, image: &str) -> SentinelStatus {
         SentinelStatus {
