@@ -51,6 +51,8 @@ pub struct RouteWrite {
 pub struct RouteBook {
     routes: BTreeMap<String, Route>,
     written: BTreeMap<String, RoutesDocument>,
+    /// The route of each sentinel's served ConfigMap, by that name.
+    by_served: BTreeMap<String, String>,
 }
 
 impl RouteBook {
@@ -68,19 +70,23 @@ impl RouteBook {
             return None;
         }
         let id = route.id.clone();
+        let served = wire::k8s_name::sentinel_served(&route.sentinel_k8s_name);
+        self.by_served.insert(served, id.clone());
         self.routes.insert(id.clone(), route);
         self.write_of(&id, ready)
     }
 
-    /// The routes held.
-    pub fn routes(&self) -> impl Iterator<Item = &Route> {
-        self.routes.values()
+    /// The route of the sentinel whose served ConfigMap is `served_name`.
+    pub fn by_served(&self, served_name: &str) -> Option<&Route> {
+        self.routes.get(self.by_served.get(served_name)?)
     }
 
     /// Forgets route `id`; the delete of its ConfigMap.
     pub fn remove(&mut self, id: &str) -> Option<RouteWrite> {
         let route = self.routes.remove(id)?;
         self.written.remove(id);
+        self.by_served
+            .remove(&wire::k8s_name::sentinel_served(&route.sentinel_k8s_name));
         Some(RouteWrite {
             namespace: route.k8s_namespace,
             name: route.k8s_name,

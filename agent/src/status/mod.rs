@@ -290,6 +290,9 @@ impl Reporter {
                             Notice::ApplyRecorded => self.outbox_pending = true,
                             Notice::DeploymentDeleted { .. } => {}
                             Notice::Route(route) => {
+                                self.served.touch(wire::k8s_name::sentinel_served(
+                                    &route.sentinel_k8s_name,
+                                ));
                                 let write = self.route_write((**route).clone());
                                 self.send_routes(write.into_iter().collect()).await;
                                 // Served already (a restart, a rollback
@@ -322,8 +325,13 @@ impl Reporter {
     /// Rewrites the routes whose deployments' pods changed (once the pods
     /// are listed: until then a route's pods may only not be seen yet).
     async fn pods_moved(&mut self) {
+        let restored = !self.routes_unset.is_empty() && self.tracker.is_listed();
         let writes = self.route_writes_of_moved_pods();
         self.send_routes(writes).await;
+        if restored {
+            // Routes held from the local state: served already, maybe.
+            self.served_moved();
+        }
     }
 
     fn route_writes_of_moved_pods(&mut self) -> Vec<RouteWrite> {
@@ -335,6 +343,8 @@ impl Reporter {
         let ready = |d: &str| tracker.ready_addresses(d);
         let mut writes = Vec::new();
         for route in std::mem::take(&mut self.routes_unset) {
+            self.served
+                .touch(wire::k8s_name::sentinel_served(&route.sentinel_k8s_name));
             writes.extend(self.routes.set(route, &ready));
         }
         if !moved.is_empty() {
@@ -346,7 +356,8 @@ impl Reporter {
     /// Puts the reports of the routes their sentinels now serve in the
     /// outbox, and removes the keys of sentinel pods that are gone.
     fn served_moved(&mut self) {
-        for report in self.served.reports(self.routes.routes()) {
+        let routes = &self.routes;
+        for report in self.served.reports(|name| routes.by_served(name)) {
             match self.outbox.enqueue_applied(&report) {
                 Ok(()) => {
                     info!(route = %report.key.resource_id, generation = report.version, "route served");
@@ -360,7 +371,7 @@ impl Reporter {
                 }
             }
         }
-        for (name, pods) in self.served.stale() {
+        for (name, pods) in self.served.take_stale() {
             let api: Api<ConfigMap> =
                 Api::namespaced(self.client.clone(), wire::k8s_name::SENTINEL_NAMESPACE);
             tokio::spawn(async move {

@@ -12,9 +12,13 @@
 //! a stale key, which [`ServedTracker::stale`] names for removal once
 //! both lists are complete.
 //!
+//! Work per event is bounded by what the event touched: only the served
+//! ConfigMaps it may change (by name, or the one a pod wrote to) are
+//! looked at again, never every route of the region.
+//!
 //! Pure: fed with watch events, asked what to report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
@@ -83,6 +87,15 @@ pub struct ServedTracker {
     served: Listed<BTreeMap<String, ServedEntry>>,
     /// The version of each route last reported served.
     reported: BTreeMap<String, Pk>,
+    /// The served ConfigMap each pod wrote to (to find what a pod's
+    /// change touches).
+    owner: BTreeMap<String, String>,
+    /// Served ConfigMaps whose serving may have changed since the last
+    /// [`ServedTracker::reports`].
+    dirty: BTreeSet<String>,
+    /// Whether a pod or a served ConfigMap came or went since the last
+    /// [`ServedTracker::take_stale`].
+    membership_moved: bool,
 }
 
 impl ServedTracker {
@@ -96,6 +109,16 @@ impl ServedTracker {
 
     /// Takes an event of the sentinel pods' watch.
     pub fn on_pod_event(&mut self, event: Event<Pod>) {
+        match &event {
+            Event::Apply(pod) | Event::InitApply(pod) | Event::Delete(pod) => {
+                if let Some(served) = self.owner.get(&pod.name_any()) {
+                    self.dirty.insert(served.clone());
+                }
+            }
+            Event::InitDone => self.dirty.extend(self.served.items.keys().cloned()),
+            Event::Init => {}
+        }
+        self.membership_moved = true;
         self.pods.on_event(event, |pod| {
             // A terminating pod drains; it serves no new request.
             Some(pod.metadata.deletion_timestamp.is_none() && is_ready(pod))
@@ -104,7 +127,27 @@ impl ServedTracker {
 
     /// Takes an event of the served ConfigMaps' watch.
     pub fn on_configmap_event(&mut self, event: Event<ConfigMap>) {
+        let relisted = matches!(event, Event::InitDone);
+        if let Event::Apply(map) | Event::InitApply(map) | Event::Delete(map) = &event {
+            self.dirty.insert(map.name_any());
+        }
+        self.membership_moved = true;
         self.served.on_event(event, |map| Some(entries(map)));
+        if relisted {
+            self.dirty.extend(self.served.items.keys().cloned());
+        }
+        self.owner = self
+            .served
+            .items
+            .iter()
+            .flat_map(|(name, entries)| entries.keys().map(move |pod| (pod.clone(), name.clone())))
+            .collect();
+    }
+
+    /// Looks at the served ConfigMap `served_name` again at the next
+    /// [`ServedTracker::reports`] (its route changed).
+    pub fn touch(&mut self, served_name: String) {
+        self.dirty.insert(served_name);
     }
 
     /// What the ready pods of the sentinel whose served ConfigMap is
@@ -126,11 +169,18 @@ impl ServedTracker {
     }
 
     /// The apply reports of the routes whose version the sentinel now
-    /// serves and that were not reported yet.
-    pub fn reports<'a>(&mut self, routes: impl Iterator<Item = &'a Route>) -> Vec<ApplyReport> {
+    /// serves and that were not reported yet, among those of the served
+    /// ConfigMaps touched since the last call (`route_of` finds the route
+    /// of a served ConfigMap).
+    pub fn reports<'a>(
+        &mut self,
+        route_of: impl Fn(&str) -> Option<&'a Route>,
+    ) -> Vec<ApplyReport> {
         let mut reports = Vec::new();
-        for route in routes {
-            let name = wire::k8s_name::sentinel_served(&route.sentinel_k8s_name);
+        for name in std::mem::take(&mut self.dirty) {
+            let Some(route) = route_of(&name) else {
+                continue;
+            };
             let Some(serving) = self.serving(&name) else {
                 continue;
             };
@@ -157,6 +207,15 @@ impl ServedTracker {
     /// Forgets what was reported of route `id` (it was deleted).
     pub fn forget(&mut self, id: &str) {
         self.reported.remove(id);
+    }
+
+    /// [`ServedTracker::stale`] if a pod or a served ConfigMap came or
+    /// went since the last call, else nothing.
+    pub fn take_stale(&mut self) -> Vec<(String, Vec<String>)> {
+        if !std::mem::take(&mut self.membership_moved) {
+            return Vec::new();
+        }
+        self.stale()
     }
 
     /// The keys of pods that no longer exist, per served ConfigMap; empty
@@ -264,25 +323,25 @@ mod tests {
             ("b", 6, 50),
             ("c", 2, 1),
         ])));
-        assert!(tracker.reports([&r].into_iter()).is_empty());
+        assert!(tracker.reports(|_| Some(&r)).is_empty());
         tracker.on_configmap_event(Event::Apply(served(&[
             ("a", 7, 100),
             ("b", 7, 120),
             ("c", 2, 1),
         ])));
-        let reports = tracker.reports([&r].into_iter());
+        let reports = tracker.reports(|_| Some(&r));
         assert_eq!(reports.len(), 1);
         assert_eq!(reports[0].version, 7);
         assert_eq!(reports[0].at_ms, 120, "when the last pod took it");
         assert_eq!(reports[0].key.resource_type, ResourceType::Route);
         assert_eq!(reports[0].key.region, crate::test_support::REGION);
         // Reported once.
-        assert!(tracker.reports([&r].into_iter()).is_empty());
+        assert!(tracker.reports(|_| Some(&r)).is_empty());
         // A newer version is reported when served.
         let r8 = route("rte_1", "snt-1", 8);
-        assert!(tracker.reports([&r8].into_iter()).is_empty());
+        assert!(tracker.reports(|_| Some(&r8)).is_empty());
         tracker.on_configmap_event(Event::Apply(served(&[("a", 8, 200), ("b", 9, 210)])));
-        assert_eq!(tracker.reports([&r8].into_iter())[0].version, 8);
+        assert_eq!(tracker.reports(|_| Some(&r8))[0].version, 8);
     }
 
     #[test]
@@ -292,7 +351,7 @@ mod tests {
         tracker.on_configmap_event(Event::Init);
         tracker.on_configmap_event(Event::InitApply(served(&[("old", 3, 1), ("a", 3, 2)])));
         tracker.on_configmap_event(Event::InitDone);
-        assert!(tracker.reports([&r].into_iter()).is_empty());
+        assert!(tracker.reports(|_| Some(&r)).is_empty());
         assert!(tracker.stale().is_empty(), "pods not listed yet");
         tracker.on_pod_event(Event::Init);
         tracker.on_pod_event(Event::InitApply(pod("a", true)));
@@ -301,7 +360,7 @@ mod tests {
             tracker.stale(),
             vec![("snt-1-served".to_string(), vec!["old".to_string()])]
         );
-        assert_eq!(tracker.reports([&r].into_iter()).len(), 1);
+        assert_eq!(tracker.reports(|_| Some(&r)).len(), 1);
         assert_eq!(
             prune_patch(&["old".into()]),
             serde_json::json!({"data": {"old": null}})
