@@ -132,14 +132,22 @@ fn print_text(summary: &StateSummary) {
     println!("applied:    {}", summary.applied.len());
     for entry in &summary.applied {
         let detail = match &entry.resource {
-            Resource::DeploymentTopology(t) => format!(
-                "{}/{} replicas={} image={} {}",
-                t.k8s_namespace,
-                t.k8s_name,
-                t.replicas,
-                t.image,
-                t.desired_state.as_str()
-            ),
+            Resource::DeploymentTopology(t) => {
+                let mut line = format!(
+                    "{}/{} replicas={} image={} {}",
+                    t.k8s_namespace,
+                    t.k8s_name,
+                    t.replicas,
+                    t.image,
+                    t.desired_state.as_str()
+                );
+                // The names and the digest: the state holds no values.
+                if let Some(digest) = entry.secret_digest {
+                    let names: Vec<&str> = t.spec.secret_env.keys().map(String::as_str).collect();
+                    line.push_str(&format!(" secrets=[{}] {digest}", names.join(", ")));
+                }
+                line
+            }
             Resource::Sentinel(s) => format!("{}/{}", s.k8s_namespace, s.k8s_name),
             Resource::CiliumNetworkPolicy(p) => format!("{}/{}", p.k8s_namespace, p.k8s_name),
             Resource::Route(r) => {

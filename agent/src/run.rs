@@ -29,7 +29,7 @@ use crate::metrics::AgentProbe;
 use crate::state::{LocalState, StateError};
 use crate::status::tracker::Sizes;
 use crate::status::{NOTICE_QUEUE_MAX, ReportCounters, Reporter, ReporterSetup};
-use crate::watch::{WatchLoop, WatchStatus};
+use crate::watch::{SyncRequests, WatchLoop, WatchStatus};
 
 /// Longest wait for the first watch stream before the status reporter and
 /// the drift repairer start anyway.
@@ -181,7 +181,10 @@ pub async fn run(
         reporter.run().await;
     });
     // The drift repairer starts the same way; it needs nothing from ctrl,
-    // so after the bounded wait it runs while ctrl is unreachable.
+    // so after the bounded wait it runs while ctrl is unreachable (but for
+    // a drifted Secret whose values it does not hold: it asks the watch
+    // loop for a full sync).
+    let sync_requests = SyncRequests::default();
     let repairer = Repairer::new(
         drift_client,
         state.clone(),
@@ -189,6 +192,7 @@ pub async fn run(
         locks.clone(),
         &config.region,
         status.clone(),
+        sync_requests.clone(),
     );
     let mut watching = status.subscribe();
     let repairer = tokio::spawn(async move {
@@ -223,7 +227,8 @@ pub async fn run(
         Duration::from_millis(config.full_resync_interval_ms),
         status,
     )
-    .with_failures(failures);
+    .with_failures(failures)
+    .with_sync_requests(sync_requests);
     tokio::select! {
         () = watch.run() => {}
         () = shutdown => info!("shutting down"),

@@ -1,6 +1,7 @@
 //! krane's local state: one redb file (`DATA_DIR/krane.redb`) holding the
 //! watch cursor, how many full syncs ran, and the last-applied snapshot —
-//! for every resource key the version and the spec that was applied.
+//! for every resource key the version and the spec that was applied, its
+//! secret values replaced by their digest ([`secrets`]).
 //!
 //! Invariants (the redb habit: written down, tested):
 //! - The cursor moves only past changes recorded in the snapshot: the
@@ -33,6 +34,10 @@
 //!   table) with its report in the apply outbox, in one transaction,
 //!   before the cursor may move past it; that version is never applied
 //!   again, a newer one is tried, a delete forgets it.
+//! - No secret value is written to the file: a recorded resource keeps its
+//!   secret variables' names and the SHA-256 of their values
+//!   ([`secrets::redact`]); the values of what this process applied are
+//!   held in memory only ([`LocalState::with_secrets`]).
 //!
 //! Every call is synchronous (redb); one call is one short transaction.
 
@@ -49,12 +54,18 @@ use wire::Pk;
 use wire::agent::{DeploymentReport, ResourceChange};
 use wire::model::{ApplyReport, Resource, ResourceKey, SentinelStatus};
 
+pub mod secrets;
+
+pub use secrets::SecretDigest;
+
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
 /// Version of the layout below; a file of another version is refused.
 /// 3: every record ends with its checksum; the rejected versions table;
 /// the apply outbox keyed by resource type and id.
-pub const SCHEMA_VERSION: u64 = 3;
+/// 4: a snapshot row holds its resource redacted and the digest of its
+/// secret values ([`secrets`]), never the values.
+pub const SCHEMA_VERSION: u64 = 4;
 /// Bytes of the checksum ending every record (FNV-1a 64 of the rest).
 pub const CHECKSUM_BYTES: usize = 8;
 
@@ -100,7 +111,43 @@ struct RejectedRow {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct AppliedRow {
     version: Pk,
+    /// The resource as applied, [`secrets::redact`]ed.
     resource: Resource,
+    /// The digest of its secret values, if it has any.
+    secret_digest: Option<SecretDigest>,
+}
+
+/// A resource of the last-applied snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Pk of the change last applied to it.
+    pub version: Pk,
+    /// The resource as applied, every secret value replaced by a
+    /// placeholder ([`secrets::redact`]): its names, specs and objects but
+    /// no Secret data; an apply of it is refused (see
+    /// [`LocalState::with_secrets`]).
+    pub resource: Resource,
+    /// The digest of its secret values, if it has any.
+    pub secret_digest: Option<SecretDigest>,
+}
+
+impl Applied {
+    /// What the snapshot records when `resource` is applied.
+    pub fn of(resource: &Resource) -> Applied {
+        let (redacted, secret_digest) = secrets::redact(resource);
+        Applied {
+            version: resource.version(),
+            resource: redacted,
+            secret_digest,
+        }
+    }
+
+    /// Whether `resource` (as streamed, values in the clear) is what was
+    /// applied: the same spec and the same secret values.
+    pub fn matches(&self, resource: &Resource) -> bool {
+        let (redacted, digest) = secrets::redact(resource);
+        redacted == self.resource && digest == self.secret_digest
+    }
 }
 
 /// A local-state operation failed.
@@ -130,7 +177,11 @@ pub enum StateError {
         path: PathBuf,
     },
     /// The state file has another schema version.
-    #[error("{} has schema version {found}; this krane reads version {SCHEMA_VERSION}", path.display())]
+    #[error(
+        "{} has schema version {found}; this krane reads version {SCHEMA_VERSION}: \
+         move the file aside and krane starts with a full sync",
+        path.display()
+    )]
     Schema {
         /// The state file.
         path: PathBuf,
@@ -257,8 +308,10 @@ pub struct AppliedResource {
     pub key: ResourceKey,
     /// Pk of the change last applied to it.
     pub version: Pk,
-    /// The resource as last applied.
+    /// The resource as last applied, secret values redacted.
     pub resource: Resource,
+    /// The digest of its secret values, if it has any.
+    pub secret_digest: Option<SecretDigest>,
 }
 
 /// Everything the state holds, as `krane state` prints it.
@@ -277,6 +330,8 @@ pub struct StateSummary {
 #[derive(Debug)]
 pub struct LocalState {
     db: Database,
+    /// The secret values of what this process applied (memory only).
+    held: secrets::Held,
 }
 
 impl LocalState {
@@ -320,7 +375,10 @@ impl LocalState {
             txn.open_table(REJECTED).map_err(storage)?;
         }
         txn.commit().map_err(storage)?;
-        Ok(LocalState { db })
+        Ok(LocalState {
+            db,
+            held: secrets::Held::default(),
+        })
     }
 
     /// Opens the state at `path` as [`LocalState::open`] does, and reads
@@ -451,24 +509,48 @@ impl LocalState {
 
     /// The version last applied for `key`, if it is in the snapshot.
     pub fn applied_version(&self, key: &ResourceKey) -> Result<Option<Pk>, StateError> {
-        Ok(self.applied_resource(key)?.map(|(version, _)| version))
+        Ok(self.applied_resource(key)?.map(|applied| applied.version))
     }
 
-    /// The version and spec last applied for `key`.
-    pub fn applied_resource(
-        &self,
-        key: &ResourceKey,
-    ) -> Result<Option<(Pk, Resource)>, StateError> {
+    /// The version and (redacted) spec last applied for `key`.
+    pub fn applied_resource(&self, key: &ResourceKey) -> Result<Option<Applied>, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;
         let table = txn.open_table(APPLIED).map_err(storage)?;
         let row = table.get(table_key(key)).map_err(storage)?;
         match row {
             Some(bytes) => {
                 let row: AppliedRow = unseal(bytes.value())?;
-                Ok(Some((row.version, row.resource)))
+                Ok(Some(Applied {
+                    version: row.version,
+                    resource: row.resource,
+                    secret_digest: row.secret_digest,
+                }))
             }
             None => Ok(None),
         }
+    }
+
+    /// `applied` as it can be applied again: itself when it has no secret
+    /// values, else with the values this process holds for its version
+    /// (it applied that version, or a stream sent it equal to the
+    /// snapshot), else `None`: the values are not on disk, a full sync
+    /// streams them again ([`LocalState::hold`]).
+    pub fn with_secrets(&self, applied: &Applied) -> Option<Resource> {
+        match applied.secret_digest {
+            None => Some(applied.resource.clone()),
+            Some(digest) => self
+                .held
+                .get(&applied.resource.key(), applied.version, digest),
+        }
+    }
+
+    /// Holds the secret values of `resource` in memory (never on disk): a
+    /// resource streamed equal to the snapshot ([`Applied::matches`]), or
+    /// one whose values were read back from the cluster. Values that are
+    /// not the snapshot's are never handed out ([`LocalState::with_secrets`]
+    /// checks version and digest).
+    pub fn hold(&self, resource: &Resource) {
+        self.held.put(resource);
     }
 
     /// Applies one incremental change to the snapshot (upsert or removal)
@@ -489,6 +571,7 @@ impl LocalState {
         }
         write_meta_set(&txn, meta::CURSOR, version)?;
         txn.commit().map_err(storage)?;
+        self.held_after(change);
         Ok(())
     }
 
@@ -504,7 +587,16 @@ impl LocalState {
             ResourceChange::Delete(key) => remove(&txn, key)?,
         }
         txn.commit().map_err(storage)?;
+        self.held_after(change);
         Ok(())
+    }
+
+    /// The values held after `change` was committed.
+    fn held_after(&self, change: &ResourceChange) {
+        match change {
+            ResourceChange::Apply(resource) => self.held.put(resource),
+            ResourceChange::Delete(key) => self.held.forget(key),
+        }
     }
 
     /// Counts a full sync that begins; returns the new count. The cursor
@@ -523,6 +615,7 @@ impl LocalState {
         let txn = self.db.begin_write().map_err(storage)?;
         upsert(&txn, resource)?;
         txn.commit().map_err(storage)?;
+        self.held.put(resource);
         Ok(())
     }
 
@@ -557,6 +650,7 @@ impl LocalState {
         let txn = self.db.begin_write().map_err(storage)?;
         remove(&txn, key)?;
         txn.commit().map_err(storage)?;
+        self.held.forget(key);
         Ok(())
     }
 
@@ -619,8 +713,19 @@ impl LocalState {
         table.len().map_err(storage)
     }
 
-    /// The whole last-applied snapshot, in key order.
+    /// The whole last-applied snapshot, in key order (resources redacted:
+    /// see [`Applied::resource`]).
     pub fn applied(&self) -> Result<Vec<(ResourceKey, Pk, Resource)>, StateError> {
+        Ok(self
+            .snapshot()?
+            .into_iter()
+            .map(|a| (a.key, a.version, a.resource))
+            .collect())
+    }
+
+    /// The whole last-applied snapshot with the secret digests, in key
+    /// order.
+    pub fn snapshot(&self) -> Result<Vec<AppliedResource>, StateError> {
         let txn = self.db.begin_read().map_err(storage)?;
         read_applied(&txn)
     }
@@ -888,9 +993,12 @@ fn upsert(txn: &WriteTransaction, resource: &Resource) -> Result<(), StateError>
             requested: resource.version(),
         });
     }
+    // Never a secret value on disk: the names and their digest only.
+    let (redacted, secret_digest) = secrets::redact(resource);
     let row = seal(&AppliedRow {
         version: resource.version(),
-        resource: resource.clone(),
+        resource: redacted,
+        secret_digest,
     })?;
     table
         .insert(table_key(&key), row.as_slice())
@@ -907,13 +1015,18 @@ fn remove(txn: &WriteTransaction, key: &ResourceKey) -> Result<(), StateError> {
     Ok(())
 }
 
-fn read_applied(txn: &ReadTransaction) -> Result<Vec<(ResourceKey, Pk, Resource)>, StateError> {
+fn read_applied(txn: &ReadTransaction) -> Result<Vec<AppliedResource>, StateError> {
     let table = txn.open_table(APPLIED).map_err(storage)?;
     let mut out = Vec::new();
     for entry in table.iter().map_err(storage)? {
         let (_, bytes) = entry.map_err(storage)?;
         let row: AppliedRow = unseal(bytes.value())?;
-        out.push((row.resource.key(), row.version, row.resource));
+        out.push(AppliedResource {
+            key: row.resource.key(),
+            version: row.version,
+            resource: row.resource,
+            secret_digest: row.secret_digest,
+        });
     }
     Ok(out)
 }
@@ -922,14 +1035,7 @@ fn read_summary(txn: &ReadTransaction) -> Result<StateSummary, StateError> {
     Ok(StateSummary {
         cursor: read_meta(txn, meta::CURSOR)?,
         full_syncs: read_meta(txn, meta::FULL_SYNCS)?,
-        applied: read_applied(txn)?
-            .into_iter()
-            .map(|(key, version, resource)| AppliedResource {
-                key,
-                version,
-                resource,
-            })
-            .collect(),
+        applied: read_applied(txn)?,
     })
 }
 

@@ -35,6 +35,10 @@
 //! cursor is stored. Every `full_resync_interval_ms` the loop also
 //! runs a full sync while keeping its cursor (the seeds' safety net): a
 //! full sync older than the stored cursor — a lagging node — is refused.
+//! A full sync may also be asked for ([`SyncRequests`]: the drift
+//! repairer's, when it must apply a Secret whose values krane no longer
+//! holds — a full sync streams them again); it runs the same way, at most
+//! once per [`REQUESTED_SYNC_INTERVAL_MIN_MS`].
 
 pub mod pipeline;
 
@@ -79,6 +83,40 @@ pub const APPLY_ATTEMPTS_MAX: u32 = 3;
 pub const APPLY_RETRY_MIN_MS: u64 = 100;
 /// Longest wait between attempts of a failed apply, in milliseconds.
 pub const APPLY_RETRY_MAX_MS: u64 = 1_000;
+/// Least time from the start of one full sync to the start of a full sync
+/// asked for through [`SyncRequests`] (asked again and again, e.g. for
+/// values a newer, rejected version keeps ctrl from streaming, it costs
+/// one full sync per interval, not one per ask).
+pub const REQUESTED_SYNC_INTERVAL_MIN_MS: u64 = 30_000;
+
+/// Asks the watch loop for a full sync (which streams every resource of
+/// the region, secret values included). A request is served by the next
+/// full sync that begins after it; requests before it begins make one.
+#[derive(Debug, Clone)]
+pub struct SyncRequests(Arc<watch::Sender<u64>>);
+
+impl Default for SyncRequests {
+    fn default() -> Self {
+        SyncRequests(Arc::new(watch::Sender::new(0)))
+    }
+}
+
+impl SyncRequests {
+    /// Asks for a full sync.
+    pub fn request(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// How many requests were made so far (a full sync that begins serves
+    /// every one up to this count).
+    pub fn count(&self) -> u64 {
+        *self.0.borrow()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+}
 
 /// One stream ended, or could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -330,7 +368,7 @@ impl<'a, R: Reconciler> StreamHandler<'a, R> {
                 let garbage = self.state.finish_full_sync(cursor, &seen)?;
                 for key in &garbage {
                     let _guard = self.locks.lock(key).await;
-                    let last = self.state.applied_resource(key)?.map(|(_, r)| r);
+                    let last = self.state.applied_resource(key)?.map(|a| a.resource);
                     self.reconciler.delete(key, last.as_ref()).await?;
                     self.state.record_deleted(key)?;
                     info!(?key, "garbage-collected");
@@ -533,12 +571,19 @@ async fn apply_one<R: Reconciler>(
         attempt += 1;
         let result = match change {
             ResourceChange::Apply(resource) => match &applied {
-                Some((_, current)) if current == resource => return Ok(Applied::Unchanged),
-                Some((version, _)) if is_older(resource, *version) => return Ok(Applied::Stale),
+                Some(current) if current.matches(resource) => {
+                    // The values the snapshot has only the digest of: what
+                    // a drift repair of its Secret needs.
+                    state.hold(resource);
+                    return Ok(Applied::Unchanged);
+                }
+                Some(current) if is_older(resource, current.version) => {
+                    return Ok(Applied::Stale);
+                }
                 _ => reconciler.apply(resource).await,
             },
             ResourceChange::Delete(key) => {
-                let last = applied.as_ref().map(|(_, r)| r);
+                let last = applied.as_ref().map(|a| &a.resource);
                 reconciler.delete(key, last).await
             }
         };
@@ -610,6 +655,16 @@ fn is_older(resource: &Resource, applied: Pk) -> bool {
     older
 }
 
+/// Completes once a full sync was asked for after `served` requests, and
+/// not before `not_before` (cancel-safe: the stream loop polls it again).
+async fn requested_sync(requests: &mut watch::Receiver<u64>, served: u64, not_before: Instant) {
+    if requests.wait_for(|&count| count > served).await.is_err() {
+        // Every requester gone (never: the loop holds one).
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep_until(not_before).await;
+}
+
 /// Why a stream ended without an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -619,6 +674,8 @@ enum End {
     Resync,
     /// Time for the periodic full sync.
     PeriodicSync,
+    /// A full sync was asked for ([`SyncRequests`]).
+    RequestedSync,
 }
 
 /// The driver: watches until the future is dropped.
@@ -633,6 +690,11 @@ pub struct WatchLoop<R> {
     full_resync_interval: Duration,
     status: watch::Sender<WatchStatus>,
     failures: Arc<FailedApplies>,
+    requests: SyncRequests,
+    /// The request count the last full sync began at (it served those).
+    served: u64,
+    /// When the last full sync began (`None`: none yet in this process).
+    last_sync_at: Option<Instant>,
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<Option<WatchEvent>, TransportError>> + Send>>;
@@ -664,6 +726,9 @@ impl<R: Reconciler> WatchLoop<R> {
             full_resync_interval,
             status,
             failures: Arc::default(),
+            requests: SyncRequests::default(),
+            served: 0,
+            last_sync_at: None,
         }
     }
 
@@ -671,6 +736,20 @@ impl<R: Reconciler> WatchLoop<R> {
     pub fn with_failures(mut self, failures: Arc<FailedApplies>) -> Self {
         self.failures = failures;
         self
+    }
+
+    /// Runs a full sync when `requests` asks for one.
+    pub fn with_sync_requests(mut self, requests: SyncRequests) -> Self {
+        self.requests = requests;
+        self
+    }
+
+    /// When a requested full sync may begin: [`REQUESTED_SYNC_INTERVAL_MIN_MS`]
+    /// after the last full sync began.
+    fn requested_sync_not_before(&self) -> Instant {
+        self.last_sync_at.map_or_else(Instant::now, |at| {
+            at + Duration::from_millis(REQUESTED_SYNC_INTERVAL_MIN_MS)
+        })
     }
 
     /// Watches forever; every failure is logged and retried from the
@@ -691,9 +770,18 @@ impl<R: Reconciler> WatchLoop<R> {
             // epochs) is not trusted: a cluster restored from a backup
             // may be behind it. One full sync stores the epoch.
             let unknown_epoch = stored > 0 && matches!(self.state.epoch(), Ok(0) | Err(_));
-            let requested = if periodic || unknown_epoch { 0 } else { stored };
+            let asked = self.requests.count() > self.served
+                && Instant::now() >= self.requested_sync_not_before();
+            let requested = if periodic || unknown_epoch || asked {
+                0
+            } else {
+                stored
+            };
             if requested == 0 {
-                info!(stored, periodic, "full sync: watching from cursor 0");
+                // Serves every request made until now.
+                self.served = self.requests.count();
+                self.last_sync_at = Some(Instant::now());
+                info!(stored, periodic, asked, "full sync: watching from cursor 0");
             } else {
                 info!("resumed at cursor {stored}");
             }
@@ -701,7 +789,7 @@ impl<R: Reconciler> WatchLoop<R> {
             let ended = self.stream_once(requested, &mut next_full_sync).await;
             self.status.send_modify(|s| s.watching = false);
             match ended {
-                Ok(End::Resync | End::PeriodicSync) => {}
+                Ok(End::Resync | End::PeriodicSync | End::RequestedSync) => {}
                 Ok(End::Closed) => {
                     info!("ctrl ended the watch; reconnecting");
                     self.pause().await;
@@ -758,6 +846,8 @@ impl<R: Reconciler> WatchLoop<R> {
         )
         .recording_failures(&self.failures);
         let mut syncing = requested == 0;
+        let mut requests = self.requests.subscribe();
+        let (served, not_before) = (self.served, self.requested_sync_not_before());
         let result = loop {
             let busy = handler.busy();
             let event = tokio::select! {
@@ -769,6 +859,9 @@ impl<R: Reconciler> WatchLoop<R> {
                 event = events.next() => Some(event),
                 _ = tokio::time::sleep_until(*next_full_sync), if !syncing => {
                     break Ok(End::PeriodicSync);
+                }
+                () = requested_sync(&mut requests, served, not_before), if !syncing => {
+                    break Ok(End::RequestedSync);
                 }
             };
             if let Some(event) = event {

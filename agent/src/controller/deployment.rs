@@ -96,7 +96,10 @@ pub fn selector(topology: &DeploymentTopology) -> BTreeMap<String, String> {
 }
 
 /// Refuses topologies whose objects Kubernetes would refuse or that krane
-/// could not find again (the deployment id must be a label value as is).
+/// could not find again (the deployment id must be a label value as is),
+/// and a secret value still sealed (or the snapshot's placeholder: a
+/// recorded resource is applied only with its values,
+/// [`crate::state::LocalState::with_secrets`]).
 pub fn validate(topology: &DeploymentTopology) -> Result<(), K8sError> {
     if !topology
         .spec
@@ -109,6 +112,13 @@ pub fn validate(topology: &DeploymentTopology) -> Result<(), K8sError> {
             topology.deployment_id
         )));
     }
+    validate_names(topology)
+}
+
+/// The names part of [`validate`]: its objects' names are ones Kubernetes
+/// accepts and krane finds again (what drift checks of a recorded,
+/// redacted topology need).
+pub fn validate_names(topology: &DeploymentTopology) -> Result<(), K8sError> {
     k8s::check_names(
         "deployment",
         &topology.deployment_id,
@@ -301,15 +311,23 @@ fn probe(health: &HealthCheck, port: Option<u16>) -> Probe {
 /// when a value is still sealed (ctrl opens them before streaming; a
 /// sealed one here is refused by [`validate`]).
 pub fn desired_secret(topology: &DeploymentTopology) -> Option<Secret> {
-    if topology.spec.secret_env.is_empty() {
-        return None;
-    }
+    let mut secret = secret_without_data(topology)?;
     let mut data = BTreeMap::new();
     for (name, value) in &topology.spec.secret_env {
         let SecretValue::Plain(text) = value else {
             return None;
         };
         data.insert(name.clone(), ByteString(text.as_bytes().to_vec()));
+    }
+    secret.data = Some(data);
+    Some(secret)
+}
+
+/// [`desired_secret`] without its data (name, labels, type), whatever
+/// the values are: what drift compares besides the data's digest.
+pub fn secret_without_data(topology: &DeploymentTopology) -> Option<Secret> {
+    if topology.spec.secret_env.is_empty() {
+        return None;
     }
     Some(Secret {
         metadata: ObjectMeta {
@@ -319,7 +337,6 @@ pub fn desired_secret(topology: &DeploymentTopology) -> Option<Secret> {
             ..ObjectMeta::default()
         },
         type_: Some("Opaque".to_string()),
-        data: Some(data),
         ..Secret::default()
     })
 }

@@ -10,12 +10,22 @@
 //! servers omit empty ones); resource quantities compare by value (`1Gi`
 //! is `1024Mi`). The comparison is against the snapshot's spec, never a
 //! resourceVersion, so an object krane just applied is in sync.
+//!
+//! The snapshot holds no secret values: a Secret's data matches when the
+//! digest of the live data under the keys krane sets is the recorded one
+//! ([`SecretDigest::of_live`]); the values of a Secret that matches are
+//! krane's own, and [`secret_values`] reads them back for a repair of the
+//! resource's other objects.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 use wire::model::Resource;
+use wire::workload::SecretValue;
 
 use crate::controller::{cilium, deployment, sentinel};
 use crate::k8s::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use crate::state::{Applied, SecretDigest};
 
 /// The kinds of objects krane writes and watches for drift.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -92,20 +102,46 @@ impl Verdict {
     }
 }
 
-/// The objects krane applies for `resource` (none for a stopped one, or
-/// one the controllers would refuse), as the JSON they send.
-pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
+/// One object krane applies for a resource, as drift compares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    /// Which object.
+    pub reference: ObjectRef,
+    /// The object as krane sends it (a Secret without its data).
+    pub object: Value,
+    /// A Secret's data: the keys krane sets and the digest of their values.
+    pub data: Option<SecretData>,
+}
+
+/// The data krane sets in a Secret, as the snapshot knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretData {
+    /// The keys, in order.
+    pub keys: Vec<String>,
+    /// The digest of their values.
+    pub digest: SecretDigest,
+}
+
+/// The objects krane applies for the recorded `applied` (none for a
+/// stopped one, or one the controllers would refuse), as the JSON they
+/// send; a Secret's data as its digest.
+pub fn desired_objects(applied: &Applied) -> Vec<Desired> {
     let object = |kind, namespace: &str, name: &str, value: serde_json::Result<Value>| {
         let reference = ObjectRef {
             kind,
             namespace: namespace.to_string(),
             name: name.to_string(),
         };
-        value.ok().map(|value| (reference, value))
+        value.ok().map(|object| Desired {
+            reference,
+            object,
+            data: None,
+        })
     };
-    let objects = match resource {
+    let objects = match &applied.resource {
         Resource::DeploymentTopology(t) => {
-            if !deployment::wants_objects(t) || deployment::validate(t).is_err() {
+            // Names only: the recorded secret values are placeholders.
+            if !deployment::wants_objects(t) || deployment::validate_names(t).is_err() {
                 return Vec::new();
             }
             let (service, stateful_set) = deployment::desired_objects(t);
@@ -122,8 +158,18 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
             // Without its owner reference, which krane adds when it
             // applies (its uid is the cluster's): a field the cluster
             // holds and the desired object lacks is not drift.
-            if let Some(secret) = deployment::desired_secret(t) {
-                objects.push(object(Kind::Secret, ns, name, serde_json::to_value(secret)));
+            if let (Some(secret), Some(digest)) =
+                (deployment::secret_without_data(t), applied.secret_digest)
+            {
+                objects.push(
+                    object(Kind::Secret, ns, name, serde_json::to_value(secret)).map(|o| Desired {
+                        data: Some(SecretData {
+                            keys: t.spec.secret_env.keys().cloned().collect(),
+                            digest,
+                        }),
+                        ..o
+                    }),
+                );
             }
             objects
         }
@@ -161,26 +207,53 @@ pub fn desired_objects(resource: &Resource) -> Vec<(ObjectRef, Value)> {
 
 /// Compares what krane would apply (`desired`) with the object the
 /// cluster holds (`live`, `None` when it is gone).
-pub fn verdict(desired: &Value, live: Option<&Value>) -> Verdict {
+pub fn verdict(desired: &Desired, live: Option<&Value>) -> Verdict {
     let Some(live) = live else {
         return Verdict::Missing;
     };
     if live["metadata"]["labels"][MANAGED_BY_LABEL] != MANAGED_BY_VALUE {
         return Verdict::Foreign;
     }
+    let want = &desired.object;
     let labels = first_difference(
-        &desired["metadata"]["labels"],
+        &want["metadata"]["labels"],
         &live["metadata"]["labels"],
         "metadata.labels",
     );
-    let spec = || first_difference(&desired["spec"], &live["spec"], "spec");
-    // A Secret's fields are its `data` (the path names a key, never a
-    // value).
-    let data = || first_difference(&desired["data"], &live["data"], "data");
+    let spec = || first_difference(&want["spec"], &live["spec"], "spec");
+    // A Secret's data, by digest (the path never names a value; which key
+    // changed is not known without the values).
+    let data = || {
+        let data = desired.data.as_ref()?;
+        let live_digest =
+            SecretDigest::of_live(data.keys.iter().map(String::as_str), &live["data"]);
+        (live_digest != data.digest).then(|| "data".to_string())
+    };
     match labels.or_else(spec).or_else(data) {
         Some(path) => Verdict::Changed { path },
         None => Verdict::InSync,
     }
+}
+
+/// The values of the Secret `desired` stands for, read from `live` when it
+/// is in sync (its data digests to the recorded one, so they are the
+/// values krane applied): what a repair of the resource's other objects
+/// applies after a restart, when krane holds no values. `None` for
+/// another object, or a Secret that drifted.
+pub fn secret_values(desired: &Desired, live: &Value) -> Option<BTreeMap<String, SecretValue>> {
+    let data = desired.data.as_ref()?;
+    if verdict(desired, Some(live)) != Verdict::InSync {
+        return None;
+    }
+    let bytes: BTreeMap<String, k8s_openapi::ByteString> =
+        serde_json::from_value(live["data"].clone()).ok()?;
+    data.keys
+        .iter()
+        .map(|key| {
+            let value = String::from_utf8(bytes.get(key)?.0.clone()).ok()?;
+            Some((key.clone(), SecretValue::Plain(value)))
+        })
+        .collect()
 }
 
 /// The first path where `live` does not hold what `desired` sets.
@@ -262,18 +335,23 @@ mod tests {
     use serde_json::json;
     use wire::model::DesiredState;
 
-    fn find(objects: &[(ObjectRef, Value)], kind: Kind) -> Value {
+    fn find(objects: &[Desired], kind: Kind) -> Desired {
         objects
             .iter()
-            .find(|(r, _)| r.kind == kind)
-            .map(|(_, v)| v.clone())
+            .find(|d| d.reference.kind == kind)
+            .cloned()
             .unwrap_or_else(|| panic!("no {kind:?}"))
+    }
+
+    /// The objects of `resource` as recorded in the snapshot.
+    fn desired_of(resource: Resource) -> Vec<Desired> {
+        desired_objects(&Applied::of(&resource))
     }
 
     /// What an API server returns for `desired`: defaults, status and
     /// metadata added, empty lists dropped, quantities canonical.
-    fn as_served(desired: &Value) -> Value {
-        let mut live = desired.clone();
+    fn as_served(desired: &Desired) -> Value {
+        let mut live = desired.object.clone();
         live["metadata"]["uid"] = json!("u-1");
         live["metadata"]["resourceVersion"] = json!("42");
         live["metadata"]["generation"] = json!(3);
@@ -290,10 +368,10 @@ mod tests {
 
     #[test]
     fn a_running_deployment_wants_a_service_and_a_stateful_set() {
-        let objects = desired_objects(&Resource::DeploymentTopology(deployment_topology(
+        let objects = desired_of(Resource::DeploymentTopology(deployment_topology(
             "dep_a", 3,
         )));
-        let refs: Vec<_> = objects.iter().map(|(r, _)| r.clone()).collect();
+        let refs: Vec<_> = objects.iter().map(|d| d.reference.clone()).collect();
         assert_eq!(
             refs,
             [
@@ -311,35 +389,72 @@ mod tests {
         );
         let mut stopped = deployment_topology("dep_a", 4);
         stopped.desired_state = DesiredState::Stopped;
-        assert!(desired_objects(&Resource::DeploymentTopology(stopped)).is_empty());
-        let sentinel_objects = desired_objects(&Resource::Sentinel(sentinel("snt_a", 3)));
+        assert!(desired_of(Resource::DeploymentTopology(stopped)).is_empty());
+        let sentinel_objects = desired_of(Resource::Sentinel(sentinel("snt_a", 3)));
         assert_eq!(sentinel_objects.len(), 3);
-        let policy = desired_objects(&Resource::CiliumNetworkPolicy(cilium_policy("cnp_a", 3)));
-        assert_eq!(policy[0].0.kind, Kind::CiliumNetworkPolicy);
+        let policy = desired_of(Resource::CiliumNetworkPolicy(cilium_policy("cnp_a", 3)));
+        assert_eq!(policy[0].reference.kind, Kind::CiliumNetworkPolicy);
     }
 
     #[test]
-    fn a_deployment_with_secrets_wants_its_secret_and_a_changed_value_is_drift() {
+    fn a_deployment_with_secrets_wants_its_secret_and_a_changed_value_is_drift_by_digest() {
         let mut topology = deployment_topology("dep_a", 3);
         topology.spec.secret_env.insert(
             "TOKEN".into(),
             wire::workload::SecretValue::Plain("t0k3n".into()),
         );
-        let objects = desired_objects(&Resource::DeploymentTopology(topology));
+        let full = Resource::DeploymentTopology(topology);
+        let recorded = Applied::of(&full);
+        let objects = desired_objects(&recorded);
         let secret = find(&objects, Kind::Secret);
-        assert_eq!(secret["data"]["TOKEN"], "dDBrM24=");
+        assert_eq!(secret.object["data"], Value::Null, "no value recorded");
+        assert_eq!(
+            secret.data,
+            Some(SecretData {
+                keys: vec!["TOKEN".into()],
+                digest: recorded.secret_digest.unwrap(),
+            })
+        );
+        // The StatefulSet still refers to the key.
+        let sts = find(&objects, Kind::StatefulSet);
+        assert_eq!(
+            sts.object["spec"]["template"]["spec"]["containers"][0]["env"][2]["valueFrom"]["secretKeyRef"]
+                ["key"],
+            "TOKEN"
+        );
+        // What krane applied, as the server serves it.
         let mut live = as_served(&secret);
+        live["data"] = json!({ "TOKEN": "dDBrM24=" });
         live["metadata"]["ownerReferences"] = json!([{"kind": "StatefulSet"}]);
+        assert_eq!(verdict(&secret, Some(&live)), Verdict::InSync);
+        assert_eq!(
+            secret_values(&secret, &live),
+            Some(BTreeMap::from([(
+                "TOKEN".to_string(),
+                wire::workload::SecretValue::Plain("t0k3n".into())
+            )])),
+            "the values of a Secret in sync are krane's"
+        );
+        // A key another manager added is not drift.
+        live["data"]["OTHER"] = json!("eA==");
         assert_eq!(verdict(&secret, Some(&live)), Verdict::InSync);
         live["data"]["TOKEN"] = json!("aGFja2Vk");
         assert_eq!(
             verdict(&secret, Some(&live)),
             Verdict::Changed {
-                path: "data.TOKEN".into()
+                path: "data".into()
             },
-            "the path names the key, never a value"
+            "the path never names a value"
         );
+        assert_eq!(
+            secret_values(&secret, &live),
+            None,
+            "drifted: not krane's values"
+        );
+        live["data"].as_object_mut().unwrap().remove("TOKEN");
+        assert!(verdict(&secret, Some(&live)).needs_repair());
         assert_eq!(verdict(&secret, None), Verdict::Missing);
+        assert_eq!(secret_values(&sts, &as_served(&sts)), None, "not a Secret");
     }
 
     #[test]
@@ -349,12 +464,13 @@ mod tests {
             Resource::Sentinel(sentinel("snt_a", 3)),
             Resource::CiliumNetworkPolicy(cilium_policy("cnp_a", 3)),
         ] {
-            for (reference, desired) in desired_objects(&resource) {
+            for desired in desired_of(resource) {
                 let live = as_served(&desired);
                 assert_eq!(
                     verdict(&desired, Some(&live)),
                     Verdict::InSync,
-                    "{reference:?}"
+                    "{:?}",
+                    desired.reference
                 );
             }
         }
@@ -362,7 +478,7 @@ mod tests {
 
     #[test]
     fn a_deleted_object_is_missing() {
-        let objects = desired_objects(&Resource::DeploymentTopology(deployment_topology(
+        let objects = desired_of(Resource::DeploymentTopology(deployment_topology(
             "dep_a", 3,
         )));
         let sts = find(&objects, Kind::StatefulSet);
@@ -372,7 +488,7 @@ mod tests {
 
     #[test]
     fn scaled_or_reimaged_objects_changed() {
-        let objects = desired_objects(&Resource::Sentinel(sentinel("snt_a", 3)));
+        let objects = desired_of(Resource::Sentinel(sentinel("snt_a", 3)));
         let deployment = find(&objects, Kind::Deployment);
         let mut scaled = as_served(&deployment);
         scaled["spec"]["replicas"] = json!(7);
@@ -405,7 +521,7 @@ mod tests {
 
     #[test]
     fn an_object_without_the_managed_by_label_is_foreign() {
-        let objects = desired_objects(&Resource::DeploymentTopology(deployment_topology(
+        let objects = desired_of(Resource::DeploymentTopology(deployment_topology(
             "dep_a", 3,
         )));
         let sts = find(&objects, Kind::StatefulSet);
@@ -425,10 +541,10 @@ mod tests {
         let mut topology = deployment_topology("dep_a", 3);
         topology.env_vars.clear();
         topology.memory_mib = 1024;
-        let objects = desired_objects(&Resource::DeploymentTopology(topology));
+        let objects = desired_of(Resource::DeploymentTopology(topology));
         let sts = find(&objects, Kind::StatefulSet);
         assert_eq!(
-            sts["spec"]["template"]["spec"]["containers"][0]["env"],
+            sts.object["spec"]["template"]["spec"]["containers"][0]["env"],
             json!([])
         );
         let mut live = as_served(&sts);

@@ -5,7 +5,27 @@
 //! namespace, with kube-rs watchers) and, when one is deleted or changed
 //! by someone else, applies its resource again from the last-applied
 //! snapshot in the local state. It needs nothing from ctrl, so it works
-//! while no ctrl node is reachable.
+//! while no ctrl node is reachable — with one exception, Secrets:
+//!
+//! The snapshot holds a Secret's digest, never its values (the promise
+//! that no secret value is on krane's disk; the cluster's Secret is the
+//! one copy in the region). A resource with secrets is applied again with
+//! the values krane holds in memory — those of the version it applied or
+//! was streamed since it started ([`LocalState::with_secrets`]), so a
+//! running krane repairs a deleted or changed Secret offline. After a
+//! restart it holds none until a stream sends them: then the values of a
+//! Secret still in sync are read back from the cluster (they digest to
+//! the recorded digest, so they are krane's; [`decide::secret_values`]),
+//! which repairs the other objects offline; and a Secret that itself
+//! drifted asks the watch loop for a full sync ([`SyncRequests`]), which
+//! streams every resource with its values (held as they come, even when
+//! equal to the snapshot), and the repair is retried until they are
+//! held. So a repair fetches nothing the watch does not already stream,
+//! and until ctrl is reachable again after a restart such a Secret stays
+//! as it drifted. (Asking ctrl for the one value, or storing it sealed
+//! under a key krane keeps on the same disk, were the alternatives: the
+//! first is a new request and a new path for secret values, the second
+//! no promise at all.)
 //!
 //! - [`decide`]: what krane would apply for a resource, and whether an
 //!   object still matches it (pure).
@@ -46,9 +66,9 @@ use wire::model::ResourceKey;
 use crate::controller::{Reconciler, cilium, gc};
 use crate::k8s::{self, MANAGED_BY_SELECTOR};
 use crate::locks::KeyLocks;
-use crate::state::LocalState;
-use crate::watch::WatchStatus;
-use decide::{Kind, ObjectRef, Verdict, desired_objects};
+use crate::state::{Applied, LocalState};
+use crate::watch::{SyncRequests, WatchStatus};
+use decide::{Desired, Kind, ObjectRef, Verdict, desired_objects};
 use queue::RepairQueue;
 
 /// Most objects of one kind remembered during a re-list (to find the
@@ -86,10 +106,17 @@ pub struct Repairer<R> {
     started: Instant,
     /// Where repairs are counted ([`WatchStatus::drift_repairs`]).
     status: watch::Sender<WatchStatus>,
+    /// Where a full sync is asked for, for secret values not held.
+    sync_requests: SyncRequests,
+    /// Resources waiting for secret values a full sync streams (each
+    /// logged once; at most [`queue::DRIFT_PENDING_MAX`]).
+    awaiting_values: BTreeSet<ResourceKey>,
 }
 
 impl<R: Reconciler> Repairer<R> {
-    /// A repairer reading objects through `client` and the last-applied resources from `state`.
+    /// A repairer reading objects through `client` and the last-applied
+    /// resources from `state`, asking `sync_requests` for a full sync when
+    /// it needs secret values it does not hold.
     pub fn new(
         client: Client,
         state: Arc<LocalState>,
@@ -97,6 +124,7 @@ impl<R: Reconciler> Repairer<R> {
         locks: Arc<KeyLocks>,
         region: &str,
         status: watch::Sender<WatchStatus>,
+        sync_requests: SyncRequests,
     ) -> Self {
         Repairer {
             client,
@@ -109,6 +137,8 @@ impl<R: Reconciler> Repairer<R> {
             failing: BTreeSet::new(),
             started: Instant::now(),
             status,
+            sync_requests,
+            awaiting_values: BTreeSet::new(),
         }
     }
 
@@ -188,7 +218,7 @@ impl<R: Reconciler> Repairer<R> {
     }
 
     /// The snapshot resource `object` belongs to, if krane applied one.
-    fn owner(&self, object: &DynamicObject) -> Option<(ResourceKey, wire::model::Resource)> {
+    fn owner(&self, object: &DynamicObject) -> Option<(ResourceKey, Applied)> {
         if !k8s::is_managed(&object.metadata) {
             return None;
         }
@@ -200,7 +230,7 @@ impl<R: Reconciler> Repairer<R> {
             region: self.region.clone(),
         };
         match self.state.applied_resource(&key) {
-            Ok(found) => found.map(|(_, resource)| (key, resource)),
+            Ok(found) => found.map(|applied| (key, applied)),
             Err(e) => {
                 warn!(?key, "drift: cannot read the snapshot: {e}");
                 None
@@ -210,13 +240,13 @@ impl<R: Reconciler> Repairer<R> {
 
     /// Queues the object's resource if the object drifted.
     fn check(&mut self, kind: Kind, object: &DynamicObject, deleted: bool) {
-        let Some((key, resource)) = self.owner(object) else {
+        let Some((key, applied)) = self.owner(object) else {
             return;
         };
         let reference = object_ref(kind, object);
-        let Some((_, desired)) = desired_objects(&resource)
+        let Some(desired) = desired_objects(&applied)
             .into_iter()
-            .find(|(r, _)| *r == reference)
+            .find(|d| d.reference == reference)
         else {
             return;
         };
@@ -243,7 +273,7 @@ impl<R: Reconciler> Repairer<R> {
     /// After a re-list of `kind`: queues the resources whose objects of
     /// that kind were not listed (deleted while nothing watched).
     fn find_missing(&mut self, kind: Kind, listed: &BTreeSet<ObjectRef>) {
-        let applied = match self.state.applied() {
+        let applied = match self.state.snapshot() {
             Ok(applied) => applied,
             Err(e) => {
                 warn!("drift: cannot read the snapshot: {e}");
@@ -251,10 +281,16 @@ impl<R: Reconciler> Repairer<R> {
             }
         };
         let now_ms = self.now_ms();
-        for (key, _, resource) in applied {
-            let missing = desired_objects(&resource)
+        for entry in applied {
+            let key = entry.key;
+            let recorded = Applied {
+                version: entry.version,
+                resource: entry.resource,
+                secret_digest: entry.secret_digest,
+            };
+            let missing = desired_objects(&recorded)
                 .iter()
-                .any(|(r, _)| r.kind == kind && !listed.contains(r));
+                .any(|d| d.reference.kind == kind && !listed.contains(&d.reference));
             if missing {
                 debug!(
                     ?key,
@@ -271,26 +307,36 @@ impl<R: Reconciler> Repairer<R> {
     async fn repair(&mut self, key: &ResourceKey) {
         let locks = self.locks.clone();
         let _guard = locks.lock(key).await;
-        let resource = match self.state.applied_resource(key) {
-            Ok(Some((_, resource))) => resource,
-            Ok(None) => return,
+        let applied = match self.state.applied_resource(key) {
+            Ok(Some(applied)) => applied,
+            Ok(None) => {
+                self.awaiting_values.remove(key);
+                return;
+            }
             Err(e) => {
                 warn!(?key, "drift: cannot read the snapshot: {e}");
                 return;
             }
         };
+        let desired = desired_objects(&applied);
         let mut drifted: Option<(ObjectRef, Verdict)> = None;
-        for (reference, desired) in desired_objects(&resource) {
-            match self.live(&reference).await {
+        let mut secret: Option<(&Desired, Option<Value>)> = None;
+        for object in &desired {
+            match self.live(&object.reference).await {
                 Ok(live) => {
-                    let verdict = decide::verdict(&desired, live.as_ref());
-                    if verdict.needs_repair() {
-                        drifted = Some((reference, verdict));
-                        break;
+                    let verdict = decide::verdict(object, live.as_ref());
+                    if verdict.needs_repair() && drifted.is_none() {
+                        drifted = Some((object.reference.clone(), verdict));
+                    }
+                    if object.data.is_some() {
+                        secret = Some((object, live));
                     }
                 }
                 Err(e) => {
-                    warn!(?key, "drift: cannot read {reference:?}; retried later: {e}");
+                    warn!(
+                        ?key,
+                        "drift: cannot read {:?}; retried later: {e}", object.reference
+                    );
                     self.retry_later(key);
                     return;
                 }
@@ -298,8 +344,29 @@ impl<R: Reconciler> Repairer<R> {
         }
         let Some((reference, verdict)) = drifted else {
             debug!(?key, "drift: in sync again");
+            self.awaiting_values.remove(key);
             return;
         };
+        let Some(resource) = self.applicable(&applied, secret) else {
+            // The Secret drifted and its values are not held (krane
+            // restarted since it applied them): a full sync streams them.
+            self.sync_requests.request();
+            if self.awaiting_values.len() < queue::DRIFT_PENDING_MAX
+                && self.awaiting_values.insert(key.clone())
+            {
+                info!(
+                    ?key,
+                    kind = reference.kind.as_str(),
+                    name = reference.name,
+                    ?verdict,
+                    "drift: the Secret's values are not on disk; a full sync is asked for and \
+                     the repair waits for it"
+                );
+            }
+            self.retry_later(key);
+            return;
+        };
+        self.awaiting_values.remove(key);
         match self.reconciler.apply(&resource).await {
             Ok(()) => {
                 info!(
@@ -318,6 +385,28 @@ impl<R: Reconciler> Repairer<R> {
                 self.retry_later(key);
             }
         }
+    }
+
+    /// `applied` with its secret values, to apply: as recorded when it has
+    /// none; else the values held in memory; else those of the live
+    /// `secret` if it is in sync (then held, too). `None`: the Secret
+    /// drifted and its values are nowhere but in ctrl.
+    fn applicable(
+        &self,
+        applied: &Applied,
+        secret: Option<(&Desired, Option<Value>)>,
+    ) -> Option<wire::model::Resource> {
+        if let Some(resource) = self.state.with_secrets(applied) {
+            return Some(resource);
+        }
+        let (desired, Some(live)) = secret? else {
+            return None;
+        };
+        let values = decide::secret_values(desired, &live)?;
+        let resource =
+            crate::state::secrets::restore(&applied.resource, applied.secret_digest?, values)?;
+        self.state.hold(&resource);
+        Some(resource)
     }
 
     fn retry_later(&mut self, key: &ResourceKey) {
@@ -354,3 +443,6 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -321,3 +321,100 @@ fn read_only_summary_of_a_missing_file_fails() {
         Err(StateError::Missing { .. })
     ));
 }
+
+/// A topology of `id` at `version` whose Secret holds `TOKEN = value`.
+fn with_secret(id: &str, version: Pk, value: &str) -> Resource {
+    let mut topology = crate::test_support::deployment_topology(id, version);
+    topology.spec.secret_env.insert(
+        "TOKEN".into(),
+        wire::workload::SecretValue::Plain(value.into()),
+    );
+    Resource::DeploymentTopology(topology)
+}
+
+fn file_holds(path: &Path, needle: &str) -> bool {
+    std::fs::read(path)
+        .unwrap()
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn no_secret_value_reaches_the_file_only_its_digest() {
+    const FIRST: &str = "first-s3cr3t-value";
+    const SECOND: &str = "second-s3cr3t-value";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(STATE_FILE);
+    let state = open(&dir);
+    state.record_synced(&with_secret("a", 3, FIRST)).unwrap();
+    state
+        .record_applied(5, &ResourceChange::Apply(with_secret("a", 5, SECOND)))
+        .unwrap();
+    state
+        .record_change(&ResourceChange::Apply(with_secret("b", 6, FIRST)))
+        .unwrap();
+    let applied = state.applied_resource(&topology_key("a")).unwrap().unwrap();
+    assert_eq!(applied.version, 5);
+    assert_eq!(applied, Applied::of(&with_secret("a", 5, SECOND)));
+    let Resource::DeploymentTopology(t) = &applied.resource else {
+        unreachable!()
+    };
+    assert!(
+        t.spec.secret_env.values().all(secrets::is_placeholder),
+        "the names are kept, the values are not"
+    );
+    assert!(applied.matches(&with_secret("a", 5, SECOND)));
+    assert!(
+        !applied.matches(&with_secret("a", 5, FIRST)),
+        "another value is another spec"
+    );
+    drop(state);
+    for value in [FIRST, SECOND] {
+        assert!(!file_holds(&path, value), "the state file holds {value}");
+    }
+    assert!(file_holds(&path, "TOKEN"), "the variable's name is kept");
+    let summary = read_summary_at(&path).unwrap();
+    let json = serde_json::to_string(&summary).unwrap();
+    assert!(
+        json.contains(&format!(
+            "sha256:{}",
+            applied.secret_digest.unwrap().to_hex()
+        )),
+        "{json}"
+    );
+}
+
+#[test]
+fn secret_values_are_held_in_memory_for_the_version_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open(&dir);
+    let v5 = with_secret("a", 5, "t0k3n");
+    state.record_synced(&v5).unwrap();
+    let applied = state.applied_resource(&topology_key("a")).unwrap().unwrap();
+    assert_eq!(state.with_secrets(&applied), Some(v5.clone()));
+    // Without secrets: the record is what is applied.
+    state.record_synced(&topology("p", 2)).unwrap();
+    let plain = state.applied_resource(&topology_key("p")).unwrap().unwrap();
+    assert_eq!(state.with_secrets(&plain), Some(topology("p", 2)));
+
+    // A restart: the values are gone with the process.
+    drop(state);
+    let state = open(&dir);
+    let applied = state.applied_resource(&topology_key("a")).unwrap().unwrap();
+    assert_eq!(state.with_secrets(&applied), None);
+    // Values that are not the recorded ones are never handed out.
+    state.hold(&with_secret("a", 5, "other"));
+    state.hold(&with_secret("a", 4, "t0k3n"));
+    assert_eq!(state.with_secrets(&applied), None);
+    // Streamed again, equal to the record: held.
+    state.hold(&v5);
+    assert_eq!(state.with_secrets(&applied), Some(v5));
+    // Deleted: forgotten.
+    state.record_deleted(&topology_key("a")).unwrap();
+    assert_eq!(
+        state
+            .held
+            .get(&topology_key("a"), 5, applied.secret_digest.unwrap()),
+        None
+    );
+}

@@ -458,6 +458,63 @@ async fn a_full_sync_of_an_unchanged_region_applies_nothing() {
     assert_eq!(state.applied().unwrap().len(), 100);
 }
 
+/// `id` at `version` with the secret variable `TOKEN = value`.
+fn with_secret(id: &str, version: Pk, value: &str) -> Resource {
+    let mut topology = crate::test_support::deployment_topology(id, version);
+    topology.spec.secret_env.insert(
+        "TOKEN".into(),
+        wire::workload::SecretValue::Plain(value.into()),
+    );
+    Resource::DeploymentTopology(topology)
+}
+
+/// The snapshot holds a Secret's digest only: a full sync after a restart
+/// applies nothing for a resource streamed with the same values (and
+/// holds them, for drift repair), and applies one whose value changed
+/// under the same version.
+#[tokio::test]
+async fn a_full_sync_compares_secret_values_by_digest_and_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let state = LocalState::open_in(dir.path()).unwrap();
+        state.record_synced(&with_secret("a", 3, "t0k3n")).unwrap();
+        state.record_synced(&with_secret("b", 4, "t0k3n")).unwrap();
+        state.record_sync_end(4, 0).unwrap();
+    }
+    let state = LocalState::open_in(dir.path()).unwrap();
+    let recorded = |id| state.applied_resource(&topology_key(id)).unwrap().unwrap();
+    assert_eq!(
+        state.with_secrets(&recorded("a")),
+        None,
+        "a restart holds none"
+    );
+    let fake = Fake::default();
+    let mut server = WatchServer::new();
+    let events = vec![
+        server.sync_start(4, 0).unwrap(),
+        server.sync_item(with_secret("a", 3, "t0k3n")).unwrap(),
+        server.sync_item(with_secret("b", 4, "rotated")).unwrap(),
+        server.sync_end().unwrap(),
+    ];
+    let mut handler = new_handler(&state, &fake, 0);
+    feed(&mut handler, events).await;
+    assert_eq!(
+        fake.take(),
+        [apply("b", 4)],
+        "a is unchanged, b's value is not"
+    );
+    assert_eq!(
+        state.with_secrets(&recorded("a")),
+        Some(with_secret("a", 3, "t0k3n")),
+        "streamed equal to the snapshot: its values are held"
+    );
+    assert_eq!(
+        state.with_secrets(&recorded("b")),
+        Some(with_secret("b", 4, "rotated"))
+    );
+    assert!(recorded("b").matches(&with_secret("b", 4, "rotated")));
+}
+
 #[tokio::test]
 async fn an_older_spec_is_never_applied_after_a_newer_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -862,5 +919,65 @@ async fn the_loop_asks_for_a_full_sync_again_after_the_resync_interval() {
     let waited = again_at - first_at;
     assert!(waited >= INTERVAL, "asked again after {waited:?}");
     assert_eq!(state.cursor().unwrap(), 5);
+    task.abort();
+}
+
+/// A full sync asked for (the drift repairer's, for secret values it does
+/// not hold) runs long before the periodic one, but not sooner than
+/// [`REQUESTED_SYNC_INTERVAL_MIN_MS`] after the last full sync began;
+/// requests made meanwhile make one sync.
+#[tokio::test(start_paused = true)]
+async fn a_requested_full_sync_runs_once_and_not_too_often() {
+    const PERIODIC: Duration = Duration::from_secs(3_600);
+    let min = Duration::from_millis(REQUESTED_SYNC_INTERVAL_MIN_MS);
+    let dir = tempfile::tempdir().unwrap();
+    let (config, mut requests) = fake_ctrl(dir.path()).await;
+    let data = tempfile::tempdir().unwrap();
+    let state = Arc::new(LocalState::open_in(data.path()).unwrap());
+    let (status, _) = watch::channel(WatchStatus::default());
+    let sync_requests = SyncRequests::default();
+    let watch_loop = WatchLoop::new(
+        Arc::new(CtrlClient::new(&config).unwrap()),
+        state.clone(),
+        Arc::new(Fake::default()),
+        Arc::new(KeyLocks::default()),
+        8,
+        Backoff::new(10, 100),
+        rand::SeedableRng::seed_from_u64(1),
+        PERIODIC,
+        status,
+    )
+    .with_sync_requests(sync_requests.clone());
+    let task = tokio::spawn(watch_loop.run());
+
+    let (first_at, first) = requests.recv().await.unwrap();
+    assert_eq!(first, 0);
+    // Synced (the fake's sync ends at 5); then asked three times.
+    while state.cursor().unwrap() != 5 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..3 {
+        sync_requests.request();
+    }
+    let (asked_at, asked) = tokio::time::timeout(2 * min, requests.recv())
+        .await
+        .expect("the requested full sync")
+        .unwrap();
+    assert_eq!(asked, 0, "a full sync");
+    let waited = asked_at - first_at;
+    assert!(
+        waited >= min && waited < PERIODIC,
+        "asked after {waited:?} from the first sync"
+    );
+    // Served: no further sync until asked again.
+    let again = tokio::time::timeout(3 * min, requests.recv()).await;
+    assert!(again.is_err(), "three requests made one sync: {again:?}");
+    sync_requests.request();
+    let (_, asked) = tokio::time::timeout(2 * min, requests.recv())
+        .await
+        .expect("asked again")
+        .unwrap();
+    assert_eq!(asked, 0);
+    assert_eq!(state.cursor().unwrap(), 5, "the cursor stays while syncing");
     task.abort();
 }
