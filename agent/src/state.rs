@@ -55,12 +55,18 @@ use wire::agent::{DeploymentReport, ResourceChange};
 use wire::model::{ApplyReport, Resource, ResourceKey, SentinelStatus};
 
 pub mod secrets;
+mod v3;
 
 pub use secrets::SecretDigest;
 
 /// The file name of the local state inside the data directory.
 pub const STATE_FILE: &str = "krane.redb";
-/// Version of the layout below; a file of another version is refused.
+/// Version of the layout below. A file of version 3 is migrated when it
+/// is opened (module `v3`: rewritten, its secret values replaced by digests);
+/// one of another version is refused, naming it ([`StateError::Schema`]):
+/// 1 and 2, whose records carry no checksum (an upgrade from them always
+/// was a full sync: delete the file), and any newer one (a newer krane's;
+/// a downgrade is not supported).
 /// 3: every record ends with its checksum; the rejected versions table;
 /// the apply outbox keyed by resource type and id.
 /// 4: a snapshot row holds its resource redacted and the digest of its
@@ -176,11 +182,13 @@ pub enum StateError {
         /// Where it was looked for.
         path: PathBuf,
     },
-    /// The state file has another schema version.
+    /// The state file has a schema version this krane neither reads nor
+    /// migrates from.
     #[error(
-        "{} has schema version {found}; this krane reads version {SCHEMA_VERSION}: \
-         move the file aside and krane starts with a full sync",
-        path.display()
+        "{} has schema version {found}; this krane reads version {SCHEMA_VERSION} and \
+         migrates version {}: move the file aside and krane starts with a full sync",
+        path.display(),
+        v3::VERSION
     )]
     Schema {
         /// The state file.
@@ -201,6 +209,15 @@ pub enum StateError {
     /// corrupted file).
     #[error("the local state storage failed on a corrupted file: {0}")]
     Panicked(String),
+    /// A schema-3 file could not be migrated (its rewrite could not be
+    /// written, renamed over it, or synced).
+    #[error("cannot migrate {} to schema version {SCHEMA_VERSION}: {source}", path.display())]
+    Migrate {
+        /// The file written or renamed.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
     /// The corrupted file could not be moved aside.
     #[error("cannot move the corrupted {} aside: {source}", path.display())]
     MoveAside {
@@ -343,10 +360,18 @@ impl LocalState {
                 source,
             })?;
         }
-        let db = Database::create(path).map_err(|source| StateError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let create = || {
+            Database::create(path).map_err(|source| StateError::Open {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let mut db = create()?;
+        if stored_schema(&db)? == Some(v3::VERSION) {
+            drop(db);
+            v3::migrate(path)?;
+            db = create()?;
+        }
         let txn = db.begin_write().map_err(storage)?;
         {
             let mut table = txn.open_table(META).map_err(storage)?;
@@ -928,17 +953,27 @@ impl LocalState {
 
 /// Reads the state at `path` without creating it (for `krane state`; the
 /// file must not be open in a running krane). A file left by a crash is
-/// repaired first, as krane itself would on start: a read-only open cannot.
+/// repaired first, and one of schema 3 migrated, as krane itself would on
+/// start: a read-only open cannot.
 pub fn read_summary_at(path: &Path) -> Result<StateSummary, StateError> {
     if !path.exists() {
         return Err(StateError::Missing {
             path: path.to_path_buf(),
         });
     }
-    let db = Database::open(path).map_err(|source| StateError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let open = || {
+        Database::open(path).map_err(|source| StateError::Open {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    let mut db = open()?;
+    if stored_schema(&db)? == Some(v3::VERSION) {
+        // As krane's start would: the values go from the file first.
+        drop(db);
+        v3::migrate(path)?;
+        db = open()?;
+    }
     let txn = db.begin_read().map_err(storage)?;
     let found = read_meta(&txn, meta::SCHEMA_VERSION)?;
     if found != SCHEMA_VERSION {
@@ -948,6 +983,20 @@ pub fn read_summary_at(path: &Path) -> Result<StateSummary, StateError> {
         });
     }
     read_summary(&txn)
+}
+
+/// The schema version `db` holds (`None`: a new file).
+fn stored_schema(db: &Database) -> Result<Option<u64>, StateError> {
+    let txn = db.begin_read().map_err(storage)?;
+    let table = match txn.open_table(META) {
+        Ok(table) => table,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+        Err(e) => return Err(storage(e)),
+    };
+    Ok(table
+        .get(meta::SCHEMA_VERSION)
+        .map_err(storage)?
+        .map(|v| v.value()))
 }
 
 /// The apply outbox's key of a resource: `type/id`.

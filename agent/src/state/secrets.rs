@@ -10,7 +10,7 @@
 //! Secret is judged by the digest of the live Secret's data under the
 //! recorded keys ([`SecretDigest::of_live`]).
 //!
-//! Values are held in memory only ([`Held`]): the last resource applied
+//! Values are held in memory only (`Held`): the last resource applied
 //! or streamed unchanged per key, for the drift repairer. They are never
 //! written to the state file and are gone after a restart.
 
