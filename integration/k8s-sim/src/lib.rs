@@ -181,6 +181,8 @@ pub(crate) struct Shared {
     write_requests: AtomicU64,
     /// The addresses pods' echoes listen on now (loopback network).
     echo_addrs: channel::Sender<BTreeSet<SocketAddr>>,
+    /// Client connections accepted and not yet finished with.
+    connections: channel::Sender<usize>,
 }
 
 impl Shared {
@@ -326,6 +328,7 @@ impl Simulator {
             accesses: Mutex::new(BTreeSet::new()),
             write_requests: AtomicU64::new(0),
             echo_addrs: channel::channel(BTreeSet::new()).0,
+            connections: channel::channel(0).0,
         });
         let tasks = vec![
             tokio::spawn(server::serve(listener, shared.clone())),
@@ -480,6 +483,38 @@ preferences: {{}}
                 });
             }
         }
+    }
+
+    /// Waits until the server has finished with every connection a
+    /// client opened before this call: each accepted, what it sent served
+    /// (or dropped, if the client went away first), and closed. It makes one
+    /// request of its own first: the listener accepts in arrival order, so
+    /// once that request is answered every earlier connection was
+    /// accepted; then it waits (no polling) until no connection is open.
+    /// For a test that killed a client: from then on nothing that client
+    /// sent can still land (a starved server may read a dead client's last
+    /// requests late). `Err` after `timeout`, e.g. while another client
+    /// stays connected.
+    pub async fn settle_connections(&self, timeout: Duration) -> Result<(), WaitTimeout> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let gave_up = || WaitTimeout {
+            resource_version: self.resource_version(),
+            timeout,
+        };
+        match tokio::time::timeout_at(deadline, server::request_once(self.addr)).await {
+            Ok(Ok(())) => {}
+            _ => return Err(gave_up()),
+        }
+        let mut open = self.shared.connections.subscribe();
+        match tokio::time::timeout_at(deadline, open.wait_for(|n| *n == 0)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(gave_up()),
+        }
+    }
+
+    /// Client connections the server has accepted and not finished with.
+    pub fn open_connections(&self) -> usize {
+        *self.shared.connections.borrow()
     }
 
     /// How many requests that may change objects clients made so far.

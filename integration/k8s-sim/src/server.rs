@@ -4,6 +4,7 @@
 //! code of the simulator touching sockets.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -17,7 +18,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::api::{self, Outcome};
@@ -46,7 +48,9 @@ pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
+                    let open = Open::count(&shared);
                     connections.spawn(async move {
+                        let _open = open;
                         let service = service_fn(move |req| respond(shared.clone(), req));
                         // A client closing mid-request is not our error.
                         let _ = http1::Builder::new()
@@ -62,6 +66,39 @@ pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         }
     }
     connections.shutdown().await;
+}
+
+/// One accepted connection, counted in [`Shared::connections`] until
+/// dropped (when the server is done with it, or its task is aborted).
+struct Open(Arc<Shared>);
+
+impl Open {
+    fn count(shared: &Arc<Shared>) -> Open {
+        shared.connections.send_modify(|n| *n += 1);
+        Open(shared.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.connections.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Sends one request to the server at `addr` on a connection of its own
+/// and reads the answer to its end (`Connection: close`).
+pub(super) async fn request_once(addr: SocketAddr) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream
+        .write_all(b"GET /version HTTP/1.1\r\nHost: k8s-sim\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    if answer.starts_with(b"HTTP/1.1 ") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("k8s-sim: not an HTTP answer"))
+    }
 }
 
 fn header(headers: &HeaderMap, name: hyper::header::HeaderName) -> &str {
