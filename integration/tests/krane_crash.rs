@@ -25,6 +25,7 @@ use integration::kit::process::log_count;
 use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::{PODS, STATEFUL_SETS};
 use k8s_sim::{View, pod_ready};
+use serde_json::Value;
 use tokio::time::Instant;
 use wire::agent::DeploymentReport;
 use wire::model::{InstanceStatus, ResourceType};
@@ -88,17 +89,23 @@ fn applied(view: &View<'_>, ids: &[String]) -> usize {
         .count()
 }
 
-/// The resourceVersion of each deployment's StatefulSet in `region`.
-fn resource_versions(region: &integration::fleet::Region, ids: &[String]) -> Vec<Option<String>> {
+/// Each deployment's StatefulSet in `region` as krane wrote it: without
+/// its status and resourceVersion, which the simulator's controller moves
+/// as the pods come up (late, on a loaded machine).
+fn stateful_sets(region: &integration::fleet::Region, ids: &[String]) -> Vec<Option<Value>> {
     region.sim.inspect(|v| {
         ids.iter()
             .map(|id| {
-                v.get(&STATEFUL_SETS, NAMESPACE, &k8s_name(id))
-                    .and_then(|o| {
-                        o["metadata"]["resourceVersion"]
-                            .as_str()
-                            .map(str::to_string)
-                    })
+                v.get(&STATEFUL_SETS, NAMESPACE, &k8s_name(id)).map(|o| {
+                    let mut o = o.clone();
+                    if let Some(o) = o.as_object_mut() {
+                        o.remove("status");
+                    }
+                    if let Some(meta) = o["metadata"].as_object_mut() {
+                        meta.remove("resourceVersion");
+                    }
+                    o
+                })
             })
             .collect()
     })
@@ -160,6 +167,14 @@ async fn scenario(binary: &Path) {
         .await
         .expect("the batch begins");
     krane.kill();
+    // What the killed krane sent may still be read by the simulator (late,
+    // when its threads are starved): it lands before the counts below, or
+    // would count as a write of the restarted krane.
+    region
+        .sim
+        .settle_connections(WAIT)
+        .await
+        .expect("the simulator is done with the killed krane's connections");
     let at_kill = region.sim.inspect(|v| applied(v, &ids));
     eprintln!("killed with {at_kill} of {BATCH} deployments applied");
     assert!(at_kill < BATCH, "killed in the middle of the batch");
@@ -193,7 +208,7 @@ async fn scenario(binary: &Path) {
         })
         .map(|(key, _, _)| key.resource_id.clone())
         .collect();
-    let versions_before = resource_versions(region, &recorded_ids);
+    let recorded_before = stateful_sets(region, &recorded_ids);
 
     // Restarted: converges, each deployment once.
     let krane = Krane::start(binary, &config_path, &log).expect("krane starts");
@@ -207,16 +222,13 @@ async fn scenario(binary: &Path) {
     let max_concurrent = config::agent::DEFAULT_MAX_CONCURRENT_APPLIES;
     // What was recorded is not written again: its StatefulSets are as
     // they were.
-    assert_eq!(resource_versions(region, &recorded_ids), versions_before);
+    assert_eq!(stateful_sets(region, &recorded_ids), recorded_before);
     // The writes of what was not recorded: a topology's Service and
-    // StatefulSet, a sentinel's seven objects;
-    // every policy (a recorded policy was seen written again after the
-    // restart: a known gap, see ARCHITECTURE.md); and the namespaces
-    // krane makes sure of once per start.
-    let _ = recorded_policies;
+    // StatefulSet, a sentinel's seven objects, a policy; and the
+    // namespaces krane makes sure of once per start.
     let unrecorded_writes = TOPOLOGY_WRITES * (BATCH - recorded)
         + SENTINEL_WRITES * (BATCH - recorded_sentinels)
-        + POLICIES_PER_DEPLOY * BATCH
+        + (POLICIES_PER_DEPLOY * BATCH - recorded_policies)
         + NAMESPACE_WRITES_PER_START;
     assert!(
         restart_writes <= unrecorded_writes as u64,
