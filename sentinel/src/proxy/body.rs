@@ -1,43 +1,27 @@
 //! The body of every response the proxy sends: an instance's body
-//! relayed as it comes, or a short text the proxy wrote itself — one
-//! enum, not a boxed trait object, so a response costs no allocation of
-//! its own.
-//!
-//! A relayed body holds the lease of its upstream connection and gives
-//! it back to the pool the moment the body is seen to end (the last data
-//! frame, the end of the stream, or a body that was empty from the
-//! start). A body that fails or is dropped before its end drops its
-//! lease: that connection is never reused.
+//! relayed as it is read (`conn::UpstreamBody`, which gives its
+//! connection back to the pool at its end), or a short text the proxy
+//! wrote itself — one enum, not a boxed trait object, so a response
+//! costs no allocation of its own.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
-use super::pool::Lease;
+use super::conn::{ExchangeError, UpstreamBody};
 
 /// A response body.
 #[derive(Debug)]
 pub(super) enum ResponseBody {
-    /// An instance's response body, with its connection's lease until
-    /// the body ends.
-    Upstream {
-        /// The body.
-        body: Incoming,
-        /// The connection, given back at the body's end.
-        lease: Option<Lease>,
-    },
+    /// An instance's response body.
+    Upstream(UpstreamBody),
     /// A text of the proxy's own, sent whole (`None` once sent).
     Text(Option<Bytes>),
 }
 
 impl ResponseBody {
-    /// An instance's body; `lease` goes back to the pool at its end.
-    pub(super) fn upstream(body: Incoming, lease: Option<Lease>) -> Self {
-        ResponseBody::Upstream { body, lease }
-    }
-
     /// A text body.
     pub(super) fn text(text: Bytes) -> Self {
         ResponseBody::Text(Some(text))
@@ -46,58 +30,30 @@ impl ResponseBody {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ExchangeError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
         match self.get_mut() {
-            ResponseBody::Upstream { body, lease } => {
-                let frame = std::task::ready!(Pin::new(&mut *body).poll_frame(cx));
-                match &frame {
-                    Some(Ok(_)) if !body.is_end_stream() => {}
-                    // The last frame, or the end: the connection is free.
-                    Some(Ok(_)) | None => {
-                        if let Some(lease) = lease.take() {
-                            lease.release();
-                        }
-                    }
-                    // The exchange failed: the connection is not reused.
-                    Some(Err(_)) => *lease = None,
-                }
-                Poll::Ready(frame)
-            }
+            ResponseBody::Upstream(body) => Pin::new(body).poll_frame(cx),
             ResponseBody::Text(text) => Poll::Ready(text.take().map(|t| Ok(Frame::data(t)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ResponseBody::Upstream { body, .. } => body.is_end_stream(),
+            ResponseBody::Upstream(body) => body.is_end_stream(),
             ResponseBody::Text(text) => text.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ResponseBody::Upstream { body, .. } => body.size_hint(),
+            ResponseBody::Upstream(body) => body.size_hint(),
             ResponseBody::Text(text) => {
                 SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
-            }
-        }
-    }
-}
-
-impl Drop for ResponseBody {
-    fn drop(&mut self) {
-        // A body empty from the start (`Content-Length: 0`, a `204`, an
-        // answer to `HEAD`) is dropped unpolled: it ended all the same.
-        if let ResponseBody::Upstream { body, lease } = self {
-            if body.is_end_stream() {
-                if let Some(lease) = lease.take() {
-                    lease.release();
-                }
             }
         }
     }

@@ -13,7 +13,8 @@
 //!
 //! An upgrade (`Connection: upgrade`, WebSocket) answered `101` becomes a
 //! tunnel: both sides' upgraded connections copied into each other, in a
-//! task counted by the drain.
+//! task counted by the drain. `CONNECT` is refused (405): the sentinel
+//! proxies to its environment's instances, not to addresses clients name.
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -22,17 +23,19 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::header::{ALLOW, CONTENT_TYPE, HOST, HeaderValue};
 use hyper::http::uri;
 use hyper::upgrade::OnUpgrade;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
 use super::Proxy;
 use super::body::ResponseBody;
+use super::conn::{ExchangeError, SendError, UpstreamBody};
 use super::headers;
-use super::pool::{ConnectError, IDLE_PER_INSTANCE_MAX, Lease};
+use super::pool::{ConnectError, IDLE_PER_INSTANCE_MAX};
 use crate::metrics::{NO_DEPLOYMENT, UpstreamError};
 use crate::routes::Routed;
 use crate::table::{NotReady, Pick};
@@ -54,7 +57,7 @@ enum Failure {
     /// (Boxed: the rare case keeps the common result small.)
     Connect(ConnectError, Box<Request<Incoming>>),
     /// The exchange failed after the request was handed to a connection.
-    Send(hyper::Error),
+    Send(ExchangeError),
 }
 
 /// `error` and its sources, `: `-separated (hyper's errors say little
@@ -109,6 +112,17 @@ impl Proxy {
         if request.uri().path() == HEALTH_PATH {
             return text(StatusCode::OK, "ok\n");
         }
+        if request.method() == Method::CONNECT {
+            let mut response = text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed: the sentinel does not tunnel CONNECT\n",
+            );
+            response.headers_mut().insert(
+                ALLOW,
+                HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE"),
+            );
+            return response;
+        }
         let started = Instant::now();
         let _in_flight = self.routes.metrics().in_flight();
         let upgrade =
@@ -122,7 +136,6 @@ impl Proxy {
         // instance's address is sent.
         let host_missing = !has_host || (named_removed && !headers.contains_key(HOST));
         headers::add_forwarded(&mut headers, forwarded_for);
-        let connect = parts.method == Method::CONNECT;
         // One request for every attempt: a connection that fails hands
         // it back unsent (the body untouched), nothing is copied.
         let mut outgoing = Request::new(body);
@@ -139,12 +152,6 @@ impl Proxy {
                 Err(why) => return self.unavailable(&why, started),
             };
             let pick = &routed.pick;
-            if connect {
-                // CONNECT names its target: the instance.
-                let mut parts = uri::Parts::default();
-                parts.authority = Some(pick.authority.clone());
-                *outgoing.uri_mut() = Uri::from_parts(parts).unwrap_or_default();
-            }
             if host_missing {
                 if let Ok(host) = HeaderValue::from_str(pick.authority.as_str()) {
                     outgoing.headers_mut().insert(HOST, host);
@@ -163,8 +170,8 @@ impl Proxy {
             )
             .await;
             match sent {
-                Ok(Ok((response, lease))) => {
-                    return self.relay(response, lease, &routed, client_upgrade, started);
+                Ok(Ok(response)) => {
+                    return self.relay(response, &routed, client_upgrade, started);
                 }
                 Ok(Err(Failure::Connect(e, unsent))) => {
                     let metrics = self.routes.metrics();
@@ -211,26 +218,25 @@ impl Proxy {
         &self,
         instance: SocketAddr,
         mut request: Request<Incoming>,
-    ) -> Result<(Response<Incoming>, Lease), Failure> {
+    ) -> Result<Response<UpstreamBody>, Failure> {
         let mut resends = 0;
         loop {
-            let mut lease = match self.pool.checkout(instance) {
+            let lease = match self.pool.checkout(instance) {
                 Ok(lease) => lease,
                 Err(stack) => match self.pool.connect(instance, stack).await {
                     Ok(lease) => lease,
                     Err(e) => return Err(Failure::Connect(e, Box::new(request))),
                 },
             };
-            match lease.sender().try_send_request(request).await {
-                Ok(response) => return Ok((response, lease)),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if lease.reused() && resends < CLOSED_RESENDS_MAX => {
-                        debug!(%instance, "pooled connection closed, request unsent: {}", chain(e.error()));
-                        resends += 1;
-                        request = unsent;
-                    }
-                    _ => return Err(Failure::Send(e.into_error())),
-                },
+            match lease.send(request).await {
+                Ok(response) => return Ok(response),
+                Err(SendError::Closed(e, unsent)) if resends < CLOSED_RESENDS_MAX => {
+                    debug!(%instance, "pooled connection closed, request unsent: {e}");
+                    resends += 1;
+                    request = *unsent;
+                }
+                Err(SendError::Closed(_, _)) => return Err(Failure::Send(ExchangeError::Closed)),
+                Err(SendError::Failed(e)) => return Err(Failure::Send(e)),
             }
         }
     }
@@ -239,8 +245,7 @@ impl Proxy {
     /// the tunnel.
     fn relay(
         &self,
-        mut response: Response<Incoming>,
-        lease: Lease,
+        mut response: Response<UpstreamBody>,
         routed: &Routed,
         client_upgrade: Option<OnUpgrade>,
         started: Instant,
@@ -253,32 +258,45 @@ impl Proxy {
                 let e = std::io::Error::other("switched protocols unasked");
                 return self.bad_gateway(routed, UpstreamError::Send, &e, started);
             };
+            let Some(upstream) = response.body_mut().take_upgraded() else {
+                let e = std::io::Error::other("switched protocols without a connection");
+                return self.bad_gateway(routed, UpstreamError::Send, &e, started);
+            };
             upgraded = true;
-            let upstream_upgrade = hyper::upgrade::on(&mut response);
-            self.tunnel(client_upgrade, upstream_upgrade, pick);
+            self.tunnel(client_upgrade, upstream, pick);
         }
         headers::strip_hop_by_hop(response.headers_mut(), upgraded);
         routed
             .metrics
             .request(status.as_u16(), started.elapsed().as_secs_f64());
-        // An upgraded connection is the tunnel's now, never pooled.
-        let lease = (!upgraded).then_some(lease);
-        response.map(|body| ResponseBody::upstream(body, lease))
+        response.map(ResponseBody::Upstream)
     }
 
-    /// Copies bytes both ways between the client's and the instance's
-    /// upgraded connections until either closes or the drain cuts it.
-    fn tunnel(&self, client: OnUpgrade, upstream: OnUpgrade, pick: &Pick) {
+    /// Copies bytes both ways between the client's upgraded connection
+    /// and the instance's (first what the instance sent past its `101`)
+    /// until either closes or the drain cuts it.
+    fn tunnel(
+        &self,
+        client: OnUpgrade,
+        (mut upstream, early): (tokio::net::TcpStream, bytes::BytesMut),
+        pick: &Pick,
+    ) {
         let guard = self.drain.tunnel();
         let cut = self.drain.cut_signal();
         let instance = pick.instance;
         tokio::spawn(async move {
             let _guard = guard;
             let copy = async {
-                let (client, upstream) = tokio::try_join!(client, upstream)
+                let client = client
+                    .await
                     .map_err(|e| format!("upgrade failed: {}", chain(&e)))?;
                 let mut client = TokioIo::new(client);
-                let mut upstream = TokioIo::new(upstream);
+                if !early.is_empty() {
+                    client
+                        .write_all(&early)
+                        .await
+                        .map_err(|e| format!("tunnel failed: {e}"))?;
+                }
                 tokio::io::copy_bidirectional(&mut client, &mut upstream)
                     .await
                     .map_err(|e| format!("tunnel failed: {e}"))

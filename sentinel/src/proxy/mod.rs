@@ -10,6 +10,8 @@
 //! and whatever runs past the drain grace is cut.
 
 mod body;
+mod codec;
+mod conn;
 mod forward;
 mod headers;
 mod pool;
