@@ -27,7 +27,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::{Request, Response, Version};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use super::codec::{
@@ -84,12 +84,38 @@ impl Conn {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         self.read.reserve(READ_CHUNK_BYTES);
         loop {
-            match self.stream.try_read_buf(&mut self.read) {
+            match self.read_some() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     ready!(self.stream.poll_read_ready(cx))?;
                 }
                 result => return Poll::Ready(result),
             }
+        }
+    }
+
+    /// One read into the free part of the read buffer. A read that did
+    /// not fill it drained the socket: its readiness is cleared then (as
+    /// tokio's own `poll_read` does), so the next read and the idle probe
+    /// of [`Conn::is_closed`] wait for the next event instead of making a
+    /// syscall that finds nothing. The readiness cleared is the one seen
+    /// before the read: an event after it is not lost.
+    fn read_some(&mut self) -> io::Result<usize> {
+        let free = self.read.capacity() - self.read.len();
+        let mut read = None;
+        let stream = &self.stream;
+        let buf = &mut self.read;
+        let result = stream.try_io(Interest::READABLE, || {
+            let n = stream.try_read_buf(buf)?;
+            read = Some(n);
+            if n > 0 && n < free {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n)
+            }
+        });
+        match read {
+            Some(n) => Ok(n),
+            None => result,
         }
     }
 
