@@ -17,6 +17,9 @@ use hyper::{HeaderMap, Method, StatusCode, Uri};
 pub(super) const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Most header fields of a response head.
 pub(super) const HEADERS_MAX: usize = 128;
+/// Header fields a response head usually stays within (parsed at the
+/// first try).
+const HEADERS_USUAL: usize = 24;
 /// Most bytes of a chunk-size line (size, extensions, CRLF).
 pub(super) const CHUNK_LINE_BYTES_MAX: usize = 4096;
 
@@ -183,9 +186,21 @@ pub(super) fn parse_response_head(
     buf: &[u8],
     method: &Method,
 ) -> Result<Option<ResponseHead>, CodecError> {
-    let mut fields = [httparse::EMPTY_HEADER; HEADERS_MAX];
-    let mut response = httparse::Response::new(&mut fields);
-    let length = match response.parse(buf) {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    // Most heads fit the small array (cheap to set up per response); a
+    // longer one is parsed again with room for every field allowed.
+    let mut few = [httparse::EMPTY_HEADER; HEADERS_USUAL];
+    let mut many;
+    let mut response = httparse::Response::new(&mut few);
+    let mut parsed = response.parse(buf);
+    if matches!(parsed, Err(httparse::Error::TooManyHeaders)) {
+        many = [httparse::EMPTY_HEADER; HEADERS_MAX];
+        response = httparse::Response::new(&mut many);
+        parsed = response.parse(buf);
+    }
+    let length = match parsed {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) if buf.len() >= HEAD_BYTES_MAX => {
             return Err(CodecError::HeadTooLong);

@@ -230,3 +230,15 @@ fn a_bad_chunked_body_is_an_error() {
         Err(CodecError::TrailersTooLong)
     ));
 }
+
+#[test]
+fn a_head_with_more_fields_than_usual_is_parsed_whole() {
+    let mut text = String::from("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n");
+    for i in 1..HEADERS_MAX {
+        text.push_str(&format!("x-{i}: {i}\r\n"));
+    }
+    text.push_str("\r\n");
+    let head = parse(&text);
+    assert_eq!(head.headers.len(), HEADERS_MAX);
+    assert_eq!(head.headers["x-127"], "127");
+}
