@@ -541,6 +541,20 @@ fn state_formats_match_their_goldens() {
     // Cases added under the current version go after the command's own.
     let mut every = mutations();
     every.push(Mutation::ReportApply(fixtures::apply_rejected()));
+    every.push(Mutation::PatchSentinel(mutations::PatchSentinel {
+        patch: wire::rules::sentinel::SentinelPatch {
+            workspace_id: "ws_acme".into(),
+            project_id: "proj_shop".into(),
+            app_id: "app_web".into(),
+            environment_id: "env_prod".into(),
+            region: "eu-west".into(),
+            image: Some("registry.local/sentinel:3".into()),
+            replicas: Some(3),
+            cpu_millicores: Some(250),
+            memory_mib: Some(128),
+        },
+        deadline_ms: 600_000,
+    }));
     g.check("command.Mutation", &every);
     g.check("command.Outcome", &outcomes());
     g.check("command.Guard", &[guard()]);

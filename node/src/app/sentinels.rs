@@ -1,28 +1,24 @@
-//! Sentinels: one per environment and region. An apply finds the
-//! environment's sentinel among the region's (on this node's applied
-//! state) and merges the request over it (every option left out keeps its
-//! value, the image included), or creates one over the defaults with the
-//! id derived from environment and region. The merged sentinel is proposed
-//! as a deploy (`Mutation::DeploySentinel`): apply writes nothing when the
-//! spec is unchanged and krane reports it converged (answered `ready`),
-//! else writes it `progressing` with an absolute deadline; the leader's
-//! sentinel workflow and the apply of krane's reports take it to `ready`
-//! or `failed`.
+//! Sentinels: one per environment and region. An apply proposes the
+//! request's options as a patch (`Mutation::PatchSentinel`), and the state
+//! machine merges it, at apply, over the environment's sentinel in the
+//! region as it stands then (every option left out keeps its value, the
+//! image included), or over the defaults with the id derived from
+//! environment and region ([`wire::rules::sentinel::merge`]). Nothing is
+//! merged over this node's own view, which may be behind: concurrent
+//! applies keep each other's fields, and the answer (id, version) is what
+//! apply made, recorded under the request id. Apply writes nothing when
+//! the spec is unchanged and krane reports it converged (answered
+//! `ready`), else writes it `progressing` with an absolute deadline; the
+//! leader's sentinel workflow and the apply of krane's reports take it to
+//! `ready` or `failed`.
 
 use storage::{Mutation, mutations};
 use wire::model::{DesiredState, Sentinel};
 use wire::operator::{ApplySentinel, LIST_PAGE_MAX, SENTINEL_DEADLINE_MS_DEFAULT, SentinelView};
-use wire::rules::deploy::sentinel_id;
 use wire::{ErrorCode, WireError};
 
 use super::{Propose, ReadState, internal, not_found, propose, recorded};
 
-/// Size of a new sentinel when the request leaves it open.
-pub const SENTINEL_REPLICAS_DEFAULT: u32 = 2;
-/// CPU per replica of a new sentinel when the request leaves it open, in millicores.
-pub const SENTINEL_CPU_MILLICORES_DEFAULT: u32 = 500;
-/// Memory per replica of a new sentinel when the request leaves it open, in MiB.
-pub const SENTINEL_MEMORY_MIB_DEFAULT: u32 = 512;
 /// Most policies of one region read to find the one an apply updates
 /// (a sentinel is looked up by its likely id first, see
 /// `storage::ReadView::environment_sentinel`).
@@ -33,75 +29,16 @@ pub const REGION_SCAN_MAX: usize = 100_000;
 pub type Deployed = mutations::SentinelDeployed;
 
 /// Creates the sentinel of (environment, region) or deploys a change of
-/// the one it has. The lookup reads this node's applied state.
-pub async fn apply<S: Propose + ReadState>(
-    state: &S,
-    apply: ApplySentinel,
-) -> Result<Deployed, WireError> {
+/// the one it has: the request checked, then proposed as a patch merged
+/// at apply (a new sentinel without an image is refused there).
+pub async fn apply<S: Propose>(state: &S, apply: ApplySentinel) -> Result<Deployed, WireError> {
     apply.validate()?;
-    let existing = {
-        let view = state.read().map_err(internal)?;
-        let likely_id = sentinel_id(&apply.environment_id, &apply.region);
-        view.environment_sentinel(&apply.environment_id, &apply.region, &likely_id)
-            .map_err(internal)?
-    };
-    if existing.is_none() && apply.image.is_none() {
-        return Err(WireError::new(
-            ErrorCode::BadRequest,
-            "a new sentinel needs an image",
-        ));
-    }
     let deadline_ms = apply.deadline_ms.unwrap_or(SENTINEL_DEADLINE_MS_DEFAULT);
-    let sentinel = merge(existing, apply);
-    let mutation = mutations::DeploySentinel {
-        sentinel,
+    let mutation = mutations::PatchSentinel {
+        patch: apply.into(),
         deadline_ms,
     };
     propose(state, mutation).await
-}
-
-/// The sentinel an apply asks for: the request's fields over `existing`
-/// (or over the defaults, with a fresh id), running. Version and
-/// timestamps are left to apply.
-pub fn merge(existing: Option<Sentinel>, apply: ApplySentinel) -> Sentinel {
-    let base = existing.unwrap_or_else(|| {
-        // The id a deploy gives the environment's sentinel too: an apply
-        // and a deploy's start racing for a new environment write one
-        // sentinel, not two.
-        let id = sentinel_id(&apply.environment_id, &apply.region);
-        Sentinel {
-            k8s_name: wire::k8s_name::sentinel(&id),
-            k8s_namespace: wire::k8s_name::SENTINEL_NAMESPACE.to_string(),
-            id,
-            workspace_id: String::new(),
-            project_id: String::new(),
-            app_id: String::new(),
-            environment_id: String::new(),
-            region: String::new(),
-            image: String::new(),
-            cpu_millicores: SENTINEL_CPU_MILLICORES_DEFAULT,
-            memory_mib: SENTINEL_MEMORY_MIB_DEFAULT,
-            replicas: SENTINEL_REPLICAS_DEFAULT,
-            desired_state: DesiredState::Running,
-            version: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
-            deploy: wire::model::SentinelDeploy::default(),
-        }
-    });
-    Sentinel {
-        workspace_id: apply.workspace_id,
-        project_id: apply.project_id,
-        app_id: apply.app_id,
-        environment_id: apply.environment_id,
-        region: apply.region,
-        image: apply.image.unwrap_or(base.image.clone()),
-        replicas: apply.replicas.unwrap_or(base.replicas),
-        cpu_millicores: apply.cpu_millicores.unwrap_or(base.cpu_millicores),
-        memory_mib: apply.memory_mib.unwrap_or(base.memory_mib),
-        desired_state: DesiredState::Running,
-        ..base
-    }
 }
 
 /// Stops the sentinel `id` (its objects are deleted); stopping a stopped
@@ -199,6 +136,7 @@ fn find(state: &impl ReadState, id: &str) -> Result<Sentinel, WireError> {
 mod tests {
     use wire::ErrorCode;
     use wire::model::{Health, SentinelStatus};
+    use wire::rules::deploy::sentinel_id;
 
     use super::*;
     use crate::app::testing::MemoryNode;
@@ -226,44 +164,78 @@ mod tests {
         get(node, id).unwrap().sentinel
     }
 
-    #[test]
-    fn a_new_sentinel_gets_an_id_a_name_and_defaults() {
-        let s = merge(None, request("env_1", "us-east", None));
-        // The id a deploy would give it: one per environment and region.
-        let id = sentinel_id("env_1", "us-east");
-        assert_eq!(s.id, id);
-        assert_eq!(s.k8s_name, id.replacen('_', "-", 1));
-        assert_eq!(s.k8s_name.len(), "snt-".len() + 26);
-        assert_eq!(s.k8s_namespace, "sentinel");
-        assert_eq!(s.workspace_id, "ws_1");
-        assert_eq!(s.project_id, "proj_1");
-        assert_eq!(s.app_id, "app_1");
-        assert_eq!(s.environment_id, "env_1");
-        assert_eq!(s.region, "us-east");
-        assert_eq!(s.image, "sentinel:2");
-        assert_eq!(s.replicas, SENTINEL_REPLICAS_DEFAULT);
-        assert_eq!(s.cpu_millicores, SENTINEL_CPU_MILLICORES_DEFAULT);
-        assert_eq!(s.memory_mib, 1024);
-        assert_eq!(s.desired_state, DesiredState::Running);
+    /// A node behind the leader: its next read returns a view taken
+    /// before another node's apply (a view is read once per apply).
+    struct Behind<'a> {
+        node: &'a MemoryNode,
+        stale: std::sync::Mutex<Option<storage::ReadView>>,
     }
 
-    #[test]
-    fn an_apply_keeps_the_id_and_the_fields_it_leaves_open() {
-        let mut existing = merge(None, request("env_1", "us-east", Some(3)));
-        existing.id = "snt_old".into();
-        existing.k8s_name = "snt-old".into();
-        existing.cpu_millicores = 300;
-        existing.desired_state = DesiredState::Stopped;
-        existing.version = 9;
-        existing.created_at_ms = 5;
-        let s = merge(Some(existing), request("env_1", "us-east", None));
-        assert_eq!(s.id, "snt_old");
-        assert_eq!(s.k8s_name, "snt-old");
-        assert_eq!(s.replicas, 3);
-        assert_eq!(s.cpu_millicores, 300);
-        assert_eq!(s.memory_mib, 1024);
-        assert_eq!(s.desired_state, DesiredState::Running, "apply restarts");
-        assert_eq!((s.version, s.created_at_ms), (9, 5));
+    impl Propose for Behind<'_> {
+        async fn propose(
+            &self,
+            mutations: Vec<storage::Mutation>,
+        ) -> Result<Vec<storage::MutationResult>, WireError> {
+            self.node.propose(mutations).await
+        }
+    }
+
+    impl ReadState for Behind<'_> {
+        fn read(&self) -> Result<storage::ReadView, storage::StorageError> {
+            let stale = self.stale.lock().expect("not poisoned").take();
+            stale.map_or_else(|| self.node.read(), Ok)
+        }
+
+        fn applied_mark(&self) -> Option<u64> {
+            self.node.applied_mark()
+        }
+
+        async fn applied_past(&self, mark: Option<u64>, wait: std::time::Duration) -> bool {
+            self.node.applied_past(mark, wait).await
+        }
+    }
+
+    /// The pinned regression (issue 32, item 4): an apply received by a
+    /// node that is behind keeps what another apply changed in between.
+    #[tokio::test]
+    async fn an_apply_on_a_node_behind_keeps_the_others_change() {
+        let node = MemoryNode::new();
+        let id = applied(&node, request("env_1", "us-east", Some(2)))
+            .await
+            .unwrap();
+        let behind = Behind {
+            node: &node,
+            stale: std::sync::Mutex::new(Some(node.read().unwrap())),
+        };
+        // Another node's apply changes the image...
+        let mut image = request("env_1", "us-east", None);
+        image.image = Some("sentinel:3".into());
+        applied(&node, image).await.unwrap();
+        // ...and this one, received by the node behind, the replicas only.
+        let mut replicas = request("env_1", "us-east", Some(5));
+        replicas.image = None;
+        let answer = apply(&behind, replicas).await.unwrap();
+        let stored = sentinel(&node, &id);
+        assert_eq!(
+            (stored.image.as_str(), stored.replicas),
+            ("sentinel:3", 5),
+            "both changes kept"
+        );
+        // The answer is what apply wrote.
+        assert_eq!((answer.sentinel_id, answer.version), (id, stored.version));
+    }
+
+    #[tokio::test]
+    async fn a_new_sentinel_without_an_image_is_refused_and_writes_nothing() {
+        let node = MemoryNode::new();
+        let before = node.read().unwrap().state_hash().unwrap();
+        let mut no_image = request("env_1", "us-east", Some(2));
+        no_image.image = None;
+        let e = apply(&node, no_image).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+        assert_eq!(node.read().unwrap().state_hash().unwrap(), before);
+        let id = sentinel_id("env_1", "us-east");
+        assert_eq!(get(&node, &id).unwrap_err().code, ErrorCode::NotFound);
     }
 
     #[tokio::test]

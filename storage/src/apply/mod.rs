@@ -255,6 +255,9 @@ impl Applier<'_> {
                 update,
             }) => self.update_deployment(deployment_id, update),
             Mutation::SetClusterIdentity(identity) => self.set_cluster_identity(identity),
+            Mutation::PatchSentinel(crate::mutations::PatchSentinel { patch, deadline_ms }) => {
+                self.patch_sentinel(patch, *deadline_ms)
+            }
         }
     }
 }

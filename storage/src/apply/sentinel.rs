@@ -3,8 +3,8 @@
 //! first `created_at_ms`; a status report records what krane observed and
 //! writes no change row.
 //!
-//! A sentinel *deploy* (`Mutation::DeploySentinel`, and a rollout's
-//! writes) is tracked on the row (`Sentinel::deploy`): written
+//! A sentinel *deploy* (`Mutation::PatchSentinel`, the older
+//! `Mutation::DeploySentinel`, and a rollout's writes) is tracked on the row (`Sentinel::deploy`): written
 //! `progressing` with an absolute deadline, it becomes `ready` in the
 //! apply of the first status report that shows it converged
 //! ([`wire::model::sentinel_converged`]) before its deadline — the wait
@@ -14,16 +14,26 @@
 //! entry's time is past the deadline. The guard is (deploy status,
 //! version), see [`wire::rules::sentinel`]: a failure decided before a
 //! report made it ready, or before a newer version, changes nothing.
+//!
+//! `ctrl sentinel apply` proposes a patch (`Mutation::PatchSentinel`),
+//! merged here over the environment's sentinel as this apply reads it
+//! ([`wire::rules::sentinel::merge`]): applies that race are merged one
+//! after the other, each over what the previous one wrote, so neither
+//! loses the other's fields. `Mutation::DeploySentinel`, a sentinel
+//! merged by the proposer, is applied as it was, for entries older nodes
+//! wrote.
 
 use wire::model::{
     DesiredState, Pk, ResourceType, Sentinel, SentinelDeploy, SentinelDeployStatus, SentinelStatus,
     sentinel_converged,
 };
-use wire::rules::sentinel::{same_spec, sentinel_guard};
+use wire::rules::deploy::sentinel_id;
+use wire::rules::sentinel::{SentinelPatch, merge, same_spec, sentinel_guard};
 
 use super::{Applier, OP, bad_request, failed_precondition, guard_refusal, not_found};
 use crate::command::{MutationResult, Outcome, SentinelAction, SentinelTransition};
 use crate::error::{RedbContext, Result};
+use crate::read::find_environment_sentinel;
 use crate::tables::{encode, load, name};
 
 impl Applier<'_> {
@@ -132,6 +142,28 @@ impl Applier<'_> {
             version,
             status: SentinelDeployStatus::Progressing,
         }))
+    }
+
+    /// `patch` merged over the environment's sentinel in its region as
+    /// stored now (looked up at the id a deploy gives it first, see
+    /// [`find_environment_sentinel`]), or over the defaults, then deployed
+    /// as [`Applier::deploy_sentinel`] deploys it.
+    pub(super) fn patch_sentinel(
+        &mut self,
+        patch: &SentinelPatch,
+        deadline_ms: u64,
+    ) -> Result<MutationResult> {
+        let likely_id = sentinel_id(&patch.environment_id, &patch.region);
+        let existing = find_environment_sentinel(
+            &self.t.sentinels,
+            &patch.environment_id,
+            &patch.region,
+            &likely_id,
+        )?;
+        match merge(existing, patch) {
+            Ok(sentinel) => self.deploy_sentinel(&sentinel, deadline_ms),
+            Err(refused) => Ok(Err(refused)),
+        }
     }
 
     pub(super) fn sentinel_transition(

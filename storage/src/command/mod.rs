@@ -25,8 +25,9 @@ pub mod mutations;
 
 use mutations::{
     AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
-    DeploySentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery, ReportDeploymentDeleted,
-    ReportInstances, Request, Rollback, SetDesiredState, SetRegionSchedulable, UpdateDeployment,
+    DeploySentinel, PatchSentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery,
+    ReportDeploymentDeleted, ReportInstances, Request, Rollback, SetDesiredState,
+    SetRegionSchedulable, UpdateDeployment,
 };
 pub use wire::rules::rollout::RolloutStep;
 
@@ -173,13 +174,15 @@ pub enum Mutation {
     /// now, its attempts reset. Refused for a pending one, or one whose
     /// endpoint is gone.
     ReplayDelivery(ReplayDelivery),
-    /// Deploys a sentinel change (`ctrl sentinel apply`): the sentinel as
-    /// merged by the leader. If its spec equals the stored one's and krane
-    /// reports it converged, nothing is written and the answer is
-    /// `ready`; if the same spec is already progressing, nothing is
-    /// written and the answer says so; otherwise it is written with a new
-    /// version and a change row, its deploy `progressing` with the
-    /// deadline `now + deadline_ms`. Answered by
+    /// Deploys a sentinel change merged by the node that received it:
+    /// proposed by `ctrl sentinel apply` before
+    /// [`Mutation::PatchSentinel`], and applied now only for entries older
+    /// nodes wrote (nothing proposes it). If its spec equals the stored
+    /// one's and krane reports it converged, nothing is written and the
+    /// answer is `ready`; if the same spec is already progressing,
+    /// nothing is written and the answer says so; otherwise it is written
+    /// with a new version and a change row, its deploy `progressing` with
+    /// the deadline `now + deadline_ms`. Answered by
     /// [`Outcome::SentinelDeployed`].
     DeploySentinel(DeploySentinel),
     /// A guarded step of a sentinel's deploy, decided by the leader's
@@ -212,6 +215,13 @@ pub enum Mutation {
     /// a no-op, answered by [`Outcome::Recorded`]). A restore writes a new
     /// epoch offline, never through this mutation.
     SetClusterIdentity(ClusterIdentity),
+    /// Deploys a sentinel change (`ctrl sentinel apply`): the request's
+    /// options merged over the environment's sentinel in the region as
+    /// apply finds it (or over the defaults), then deployed as
+    /// [`Mutation::DeploySentinel`] deploys a sentinel; concurrent applies
+    /// keep each other's fields. Answered by [`Outcome::SentinelDeployed`].
+    /// Appended: older entries decode as before.
+    PatchSentinel(PatchSentinel),
 }
 
 /// Who the cluster is: a random id made when it first had a leader, kept
@@ -416,8 +426,9 @@ pub enum Outcome {
         /// How many of its pending deliveries became dead.
         deliveries_dead: u64,
     },
-    /// [`Mutation::DeploySentinel`]: the sentinel's version and where its
-    /// deploy is.
+    /// [`Mutation::PatchSentinel`], [`Mutation::DeploySentinel`]: the
+    /// sentinel's id and version as apply wrote (or found) it, and where
+    /// its deploy is.
     SentinelDeployed {
         /// The sentinel's id.
         sentinel_id: String,

@@ -11,6 +11,7 @@ use wire::model::{
     Deployment, DesiredState, Heartbeat, Instance, Pk, Region, Sentinel, SentinelDeployStatus,
     UnixMs,
 };
+use wire::rules::sentinel::SentinelPatch;
 
 #[cfg(doc)]
 use super::{ACTOR_BYTES_MAX, COMPACT_ROWS_MAX, Caller};
@@ -189,13 +190,14 @@ pub struct ReplayDelivery {
     pub delivery_id: u64,
 }
 
-/// Deploys a sentinel change (`ctrl sentinel apply`): the sentinel as
-/// merged by the leader. If its spec equals the stored one's and krane
-/// reports it converged, nothing is written and the answer is
-/// `ready`; if the same spec is already progressing, nothing is
-/// written and the answer says so; otherwise it is written with a new
-/// version and a change row, its deploy `progressing` with the
-/// deadline `now + deadline_ms`. Answered by
+/// Deploys a sentinel change merged by the node that received it:
+/// proposed by `ctrl sentinel apply` before [`PatchSentinel`], and applied
+/// now only for entries older nodes wrote (nothing proposes it). If its
+/// spec equals the stored one's and krane reports it converged, nothing
+/// is written and the answer is `ready`; if the same spec is already
+/// progressing, nothing is written and the answer says so; otherwise it
+/// is written with a new version and a change row, its deploy
+/// `progressing` with the deadline `now + deadline_ms`. Answered by
 /// [`Outcome::SentinelDeployed`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeploySentinel {
@@ -203,6 +205,22 @@ pub struct DeploySentinel {
     /// record are set by apply).
     pub sentinel: Sentinel,
     /// How long it may take to converge, in milliseconds.
+    pub deadline_ms: u64,
+}
+
+/// Deploys a sentinel change (`ctrl sentinel apply`): `patch` merged
+/// ([`wire::rules::sentinel::merge`]) over the environment's sentinel in
+/// the region as apply finds it, or over the defaults when there is none
+/// (a new sentinel without an image is `BadRequest`), then deployed as
+/// [`DeploySentinel`] deploys it. Merged at apply, not by the proposer, so two
+/// concurrent applies each keep the fields the other set. Answered by
+/// [`Outcome::SentinelDeployed`], the merged sentinel's id and version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PatchSentinel {
+    /// The options the operator set.
+    pub patch: SentinelPatch,
+    /// How long it may take to converge, in milliseconds (the proposer
+    /// fills in the default).
     pub deadline_ms: u64,
 }
 
@@ -219,7 +237,8 @@ pub struct UpdateDeployment {
     pub update: wire::operator::DeploymentUpdate,
 }
 
-/// A sentinel change as deployed: what [`DeploySentinel`] answers.
+/// A sentinel change as deployed: what [`PatchSentinel`] (and
+/// [`DeploySentinel`]) answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SentinelDeployed {
     /// The sentinel's id.
@@ -295,4 +314,13 @@ wire::calls! {
         }
     };
     UpdateDeployment(UpdateDeployment) => Deployment(Deployment);
+    PatchSentinel(PatchSentinel) -> SentinelDeployed {
+        Outcome::SentinelDeployed { sentinel_id, version, status } =>
+            SentinelDeployed { sentinel_id, version, status },
+        |d| Outcome::SentinelDeployed {
+            sentinel_id: d.sentinel_id,
+            version: d.version,
+            status: d.status,
+        }
+    };
 }

@@ -23,8 +23,9 @@
 //!   fresh workflow record of a deploy, the deployment namespace, and the
 //!   records its start writes (the environment's sentinel, with its
 //!   derived [`deploy::sentinel_id`], and the deployment's policies).
-//! - [`sentinel`]: the tracked deploy of a sentinel change — its guard and
-//!   what counts as the same spec.
+//! - [`sentinel`]: the tracked deploy of a sentinel change — its guard,
+//!   what counts as the same spec, and an apply's patch with its merge
+//!   over the stored sentinel ([`sentinel::merge`], made at apply time).
 //! - [`rollout`]: fleet rollouts — the guard, the frozen plan, the new
 //!   record, the steps of a transition ([`rollout::RolloutStep`],
 //!   [`rollout::advance`]), operators' commands, and the notification each
@@ -33,11 +34,11 @@
 //!
 //! # Serialized formats
 //!
-//! [`Guard`] and [`rollout::RolloutStep`] are parts of the replicated
-//! command (`storage::Command`), encoded with postcard and pinned by the
-//! golden bytes of `storage/tests/golden.rs` under storage's schema
-//! version: variants are append-only, and any other change of their
-//! encoding needs a bump of that version.
+//! [`Guard`], [`rollout::RolloutStep`] and [`sentinel::SentinelPatch`]
+//! are parts of the replicated command (`storage::Command`), encoded with
+//! postcard and pinned by the golden bytes of `storage/tests/golden.rs`
+//! under storage's schema version: variants are append-only, and any
+//! other change of their encoding needs a bump of that version.
 
 pub mod deploy;
 pub mod notify;

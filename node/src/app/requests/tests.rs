@@ -91,6 +91,42 @@ async fn a_create_repeated_with_its_id_answers_the_first_deployment() {
     assert_eq!(deployments(&node), 2);
 }
 
+/// A sentinel apply retried under its id after another apply changed the
+/// sentinel answers the version its first apply made, and proposes a
+/// mutation that writes nothing.
+#[tokio::test]
+async fn a_retried_sentinel_apply_answers_what_its_first_apply_made() {
+    let node = MemoryNode::new();
+    let apply = |image: Option<&str>, replicas: Option<u32>| {
+        OperatorRequest::ApplySentinel(ApplySentinel {
+            workspace_id: "ws_1".into(),
+            project_id: "proj_1".into(),
+            app_id: "app_1".into(),
+            environment_id: "env_1".into(),
+            region: "us-east".into(),
+            image: image.map(Into::into),
+            replicas,
+            cpu_millicores: None,
+            memory_mib: None,
+            deadline_ms: None,
+        })
+    };
+    let first = once(&node, "s1", apply(Some("sentinel:1"), Some(2)))
+        .await
+        .unwrap();
+    let OperatorResponse::SentinelDeployed { version, .. } = &first else {
+        panic!("{first:?}");
+    };
+    let later = once(&node, "s2", apply(None, Some(4))).await.unwrap();
+    assert_ne!(later, first);
+    let before = hash(&node);
+    let again = once(&node, "s1", apply(Some("sentinel:1"), Some(2)))
+        .await
+        .unwrap();
+    assert_eq!(again, first, "the first answer, version {version}");
+    assert_eq!(hash(&node), before, "nothing written");
+}
+
 #[tokio::test]
 async fn the_same_id_for_another_request_is_a_conflict() {
     let node = MemoryNode::new();

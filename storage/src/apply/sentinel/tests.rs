@@ -201,3 +201,255 @@ mod deploy {
         assert_eq!(store.read().unwrap().state_hash().unwrap(), hash);
     }
 }
+
+/// `ctrl sentinel apply` as a patch, merged at apply over the stored
+/// sentinel.
+mod patch {
+    use wire::ErrorCode;
+    use wire::model::{DesiredState, SentinelDeployStatus};
+    use wire::rules::deploy::sentinel_id;
+    use wire::rules::sentinel::{SENTINEL_REPLICAS_DEFAULT, SentinelPatch};
+
+    use crate::test_support::*;
+    use crate::{Mutation, MutationResult, Outcome, Store, mutations};
+
+    const DEADLINE_MS: u64 = 600_000;
+
+    /// A patch of `env`'s sentinel in `eu` that sets nothing.
+    fn nothing() -> SentinelPatch {
+        SentinelPatch {
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            app_id: "app".into(),
+            environment_id: "env".into(),
+            region: "eu".into(),
+            image: None,
+            replicas: None,
+            cpu_millicores: None,
+            memory_mib: None,
+        }
+    }
+
+    /// What a node proposes for `patch`, having read `_base` (the
+    /// sentinel as it saw it): the patch alone, nothing of `_base`.
+    fn proposal(_base: &wire::model::Sentinel, patch: SentinelPatch) -> Mutation {
+        Mutation::PatchSentinel(mutations::PatchSentinel {
+            patch,
+            deadline_ms: DEADLINE_MS,
+        })
+    }
+
+    fn apply(store: &Store, now: u64, mutation: Mutation) -> MutationResult {
+        apply_one(store, now, vec![mutation]).remove(0)
+    }
+
+    fn row(store: &Store) -> wire::model::Sentinel {
+        store
+            .read()
+            .unwrap()
+            .sentinel(&sentinel_id("env", "eu"), "eu")
+            .unwrap()
+            .unwrap()
+    }
+
+    fn create(store: &Store) -> wire::model::Sentinel {
+        let first = SentinelPatch {
+            image: Some("img:1".into()),
+            replicas: Some(2),
+            ..nothing()
+        };
+        let created = apply(
+            store,
+            100,
+            Mutation::PatchSentinel(mutations::PatchSentinel {
+                patch: first,
+                deadline_ms: DEADLINE_MS,
+            }),
+        );
+        assert!(
+            matches!(
+                created,
+                Ok(Outcome::SentinelDeployed {
+                    status: SentinelDeployStatus::Progressing,
+                    ..
+                })
+            ),
+            "{created:?}"
+        );
+        row(store)
+    }
+
+    /// The pinned regression (issue 32, item 4): two applies made against
+    /// the same version, each setting another field, both land.
+    #[test]
+    fn two_patches_made_against_the_same_record_keep_both_fields() {
+        let store = store();
+        let base = create(&store);
+        // Both made while the stored sentinel was `base`...
+        let image = proposal(
+            &base,
+            SentinelPatch {
+                image: Some("img:2".into()),
+                ..nothing()
+            },
+        );
+        let replicas = proposal(
+            &base,
+            SentinelPatch {
+                replicas: Some(5),
+                ..nothing()
+            },
+        );
+        // ...and applied one after the other.
+        assert!(apply(&store, 101, image).is_ok());
+        assert!(apply(&store, 102, replicas).is_ok());
+        let stored = row(&store);
+        assert_eq!(
+            (stored.image.as_str(), stored.replicas),
+            ("img:2", 5),
+            "both changes kept"
+        );
+        assert_eq!(stored.version, base.version + 2, "one version each");
+        assert_eq!(stored.deploy.status, SentinelDeployStatus::Progressing);
+    }
+
+    #[test]
+    fn a_new_sentinel_takes_the_defaults_and_needs_an_image() {
+        let store = store();
+        let before = store.read().unwrap().state_hash().unwrap();
+        let no_image = apply(
+            &store,
+            100,
+            Mutation::PatchSentinel(mutations::PatchSentinel {
+                patch: nothing(),
+                deadline_ms: DEADLINE_MS,
+            }),
+        )
+        .unwrap_err();
+        assert_eq!(no_image.code, ErrorCode::BadRequest, "{no_image}");
+        assert_eq!(store.read().unwrap().state_hash().unwrap(), before);
+        let created = apply(
+            &store,
+            101,
+            Mutation::PatchSentinel(mutations::PatchSentinel {
+                patch: SentinelPatch {
+                    image: Some("img:1".into()),
+                    ..nothing()
+                },
+                deadline_ms: DEADLINE_MS,
+            }),
+        );
+        assert_eq!(
+            created,
+            Ok(Outcome::SentinelDeployed {
+                sentinel_id: sentinel_id("env", "eu"),
+                version: 1,
+                status: SentinelDeployStatus::Progressing,
+            })
+        );
+        let s = row(&store);
+        assert_eq!(s.replicas, SENTINEL_REPLICAS_DEFAULT);
+        assert_eq!(
+            (s.deploy.started_at_ms, s.deploy.deadline_at_ms),
+            (101, 101 + DEADLINE_MS)
+        );
+    }
+
+    /// A sentinel of another id (an older apply's) is the environment's
+    /// all the same: merged over, not doubled; a stopped one runs again.
+    #[test]
+    fn the_environments_sentinel_of_another_id_is_patched() {
+        let store = store();
+        let mut old = sentinel("snt_old", "eu");
+        old.desired_state = DesiredState::Stopped;
+        assert_eq!(
+            apply(&store, 100, Mutation::UpsertSentinel(old)),
+            Ok(Outcome::Recorded)
+        );
+        let patched = apply(
+            &store,
+            101,
+            Mutation::PatchSentinel(mutations::PatchSentinel {
+                patch: SentinelPatch {
+                    replicas: Some(4),
+                    ..nothing()
+                },
+                deadline_ms: DEADLINE_MS,
+            }),
+        );
+        assert!(
+            matches!(&patched, Ok(Outcome::SentinelDeployed { sentinel_id, version: 2, .. })
+                if sentinel_id == "snt_old"),
+            "{patched:?}"
+        );
+        let view = store.read().unwrap();
+        let region = view.region_sentinels("eu", 10).unwrap();
+        assert_eq!(region.len(), 1, "{region:?}");
+        assert_eq!(region[0].replicas, 4);
+        assert_eq!(region[0].image, "registry.local/sentinel:1", "kept");
+        assert_eq!(region[0].desired_state, DesiredState::Running);
+    }
+
+    /// Under a request id the answer is recorded as apply made it: a retry
+    /// after another change answers the first version, writing nothing.
+    #[test]
+    fn a_retried_request_answers_what_its_first_apply_made() {
+        let store = store();
+        create(&store);
+        let request = |id: &str, fingerprint: u8, patch: SentinelPatch| {
+            Mutation::Request(mutations::Request {
+                request_id: id.into(),
+                fingerprint: [fingerprint; 32],
+                actor: "operator".into(),
+                mutation: Box::new(Mutation::PatchSentinel(mutations::PatchSentinel {
+                    patch,
+                    deadline_ms: DEADLINE_MS,
+                })),
+            })
+        };
+        let replicas = SentinelPatch {
+            replicas: Some(5),
+            ..nothing()
+        };
+        let first = apply(&store, 101, request("r1", 1, replicas.clone())).unwrap();
+        let image = SentinelPatch {
+            image: Some("img:2".into()),
+            ..nothing()
+        };
+        apply(&store, 102, request("r2", 2, image)).unwrap();
+        let before = store.read().unwrap().state_hash().unwrap();
+        let again = apply(&store, 103, request("r1", 1, replicas)).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(store.read().unwrap().state_hash().unwrap(), before);
+    }
+
+    /// An entry of the older mutation, a sentinel merged by its proposer,
+    /// still applies as it did: written whole.
+    #[test]
+    fn an_older_nodes_merged_deploy_applies_as_it_did() {
+        let store = store();
+        let base = create(&store);
+        let merged = wire::rules::sentinel::merge(
+            Some(base.clone()),
+            &SentinelPatch {
+                memory_mib: Some(256),
+                ..nothing()
+            },
+        )
+        .unwrap();
+        let out = apply(
+            &store,
+            101,
+            Mutation::DeploySentinel(mutations::DeploySentinel {
+                sentinel: merged,
+                deadline_ms: DEADLINE_MS,
+            }),
+        );
+        assert!(
+            matches!(out, Ok(Outcome::SentinelDeployed { version: 2, .. })),
+            "{out:?}"
+        );
+        let stored = row(&store);
+        assert_eq!((stored.memory_mib, stored.replicas), (256, base.replicas));
+    }
+}
