@@ -1,7 +1,8 @@
 //! Three in-process ctrl nodes replicating over QUIC: a write through any
 //! endpoint reaches every node, every node serves the same change log, a
-//! follower forwards writes to the leader, and a write through a follower
-//! survives the leader going away (it waits for the election).
+//! follower forwards writes to the leader, a write through a follower
+//! survives the leader going away (it waits for the election), and
+//! sentinel applies racing through two nodes keep each other's fields.
 
 use std::time::Duration;
 
@@ -196,6 +197,61 @@ async fn a_stopped_node_starts_again_at_once_on_its_data() {
         };
         let view = restarted.call(get).await.unwrap();
         assert_eq!(view.deployment.id, deployment_id);
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+/// Rounds of two sentinel applies at once (each round would lose a field
+/// to a merge over the receiving node's view).
+const SENTINEL_RACE_ROUNDS: u32 = 5;
+
+/// Two `sentinel apply` at once, each through a follower of its own and
+/// each setting another field, both land: the state machine merges each
+/// over the sentinel as it stands at its apply, not over the view of the
+/// node that received it (issue 32, item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sentinel_applies_keep_each_others_fields() {
+    bounded(TEST_TIMEOUT, async {
+        let cluster = TestCluster::start(3, |_| {}).await.unwrap();
+        let leader = cluster.wait_for_leader(TEST_TIMEOUT).await.unwrap();
+        let mut followers = (1..=3).filter(|id| *id != leader);
+        let a = cluster.client_of(followers.next().unwrap()).unwrap();
+        let b = cluster.client_of(followers.next().unwrap()).unwrap();
+        let apply = || integration::requests::sentinel("env_race", "us-east");
+        let created = a
+            .call(apply().image("sentinel:0").replicas(1).build())
+            .await
+            .unwrap();
+        let operator = cluster.operator().unwrap();
+        for round in 1..=SENTINEL_RACE_ROUNDS {
+            let image = format!("sentinel:{round}");
+            let replicas = round + 1;
+            let (by_a, by_b) = tokio::join!(
+                a.call(apply().image(&image).build()),
+                b.call(apply().replicas(replicas).build())
+            );
+            let (by_a, by_b) = (by_a.unwrap(), by_b.unwrap());
+            assert_eq!(by_a.sentinel_id, created.sentinel_id);
+            assert_eq!(by_b.sentinel_id, created.sentinel_id);
+            // Once the node read has applied both...
+            let both = by_a.version.max(by_b.version);
+            let view = operator
+                .wait_sentinel(
+                    &created.sentinel_id,
+                    tokio::time::Instant::now() + TEST_TIMEOUT,
+                    "both applies",
+                    |view| view.sentinel.version >= both,
+                )
+                .await
+                .unwrap();
+            // ...it has both changes.
+            assert_eq!(
+                (view.sentinel.image.as_str(), view.sentinel.replicas),
+                (image.as_str(), replicas),
+                "round {round}: the image through one node, the replicas through the other"
+            );
+        }
         cluster.shutdown().await;
     })
     .await;
