@@ -51,7 +51,11 @@ fn allowed() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
             "node",
             BTreeSet::from(["wire", "storage", "config", "transport", "testkit"]),
         ),
-        ("agent", BTreeSet::from(["wire", "config", "transport"])),
+        // Its drift-repair tests run the simulator.
+        (
+            "agent",
+            BTreeSet::from(["wire", "config", "transport", "k8s-sim"]),
+        ),
         // The sentinel reads the routes document and nothing else of the
         // product; its ConfigMap test runs the simulator.
         ("sentinel", BTreeSet::from(["wire", "k8s-sim"])),

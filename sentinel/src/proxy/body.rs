@@ -10,7 +10,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::conn::{ExchangeError, UpstreamBody};
+use super::conn::ExchangeError;
+use super::exchange::UpstreamBody;
 
 /// A response body.
 #[derive(Debug)]

@@ -33,7 +33,8 @@ use tracing::{debug, warn};
 
 use super::Proxy;
 use super::body::ResponseBody;
-use super::conn::{ExchangeError, SendError, UpstreamBody};
+use super::conn::ExchangeError;
+use super::exchange::{SendError, UpstreamBody};
 use super::headers;
 use super::pool::{ConnectError, IDLE_PER_INSTANCE_MAX};
 use crate::metrics::{NO_DEPLOYMENT, UpstreamError};

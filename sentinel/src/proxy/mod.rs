@@ -12,6 +12,7 @@
 mod body;
 mod codec;
 mod conn;
+mod exchange;
 mod forward;
 mod headers;
 mod pool;

@@ -1,3 +1,6 @@
+//! The wire format without sockets: request heads, response heads and
+//! their framing, the chunked decoder fed in every split.
+
 use super::*;
 
 fn head(method: Method, uri: &str, headers: &[(&str, &str)], framing: RequestFraming) -> String {

@@ -1,3 +1,7 @@
+//! Exchanges against a scripted instance on loopback: every framing,
+//! interim responses, upgrades, request bodies, and which closed
+//! connections hand a request back.
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::proxy::codec::CodecError;
 use crate::proxy::pool::Pool;
 
 /// What the scripted instance does with one request on a connection.
