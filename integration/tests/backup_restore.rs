@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use config::{AgentConfig, ConfigFile, PeerConfig, TlsFiles};
 use integration::cluster::TestCluster;
 use integration::fleet::Timings;
+use integration::kit::binaries;
 use integration::kit::krane::{self, Krane};
 use integration::kit::wait::{bounded, wait_until};
 use k8s_sim::resources::STATEFUL_SETS;
@@ -23,6 +24,7 @@ use k8s_sim::{SimConfig, Simulator};
 use node::client::Client;
 use wire::operator::request::StateHash;
 
+/// Bound on the scenario (building ctrl and krane comes before it).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Writes made before the backup, at least.
@@ -93,6 +95,11 @@ async fn state_hash(client: &Client) -> anyhow::Result<wire::operator::StateHash
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
+    // Building the binaries (on a fresh checkout, nearly all of this
+    // test's time) comes before the scenario's bound, bounded by
+    // `binaries::BUILD_TIMEOUT`.
+    let krane_bin = binaries::krane().await.expect("the krane binary");
+    binaries::ctrl().await.expect("the ctrl binary");
     bounded(TEST_TIMEOUT, async {
         let mut source = TestCluster::start(3, |_| {}).await.unwrap();
         let dir = source.dir.path().to_path_buf();
@@ -104,7 +111,6 @@ async fn a_backup_under_load_restores_onto_new_hosts_and_damage_is_named() {
 
         // A krane process watches the source; a deployment it applied is
         // in the backup.
-        let krane_bin = integration::kit::binaries::krane().await.unwrap();
         let sim = Simulator::start(SimConfig::default()).await.unwrap();
         let source_addrs: Vec<SocketAddr> = source.configs.iter().map(|c| c.listen_addr).collect();
         let krane_metrics = write_agent_config(&dir, &sim, &source_addrs);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use integration::kit::binaries;
 use integration::kit::wait::bounded;
 
-/// Bound on the whole test (every run, one after another).
+/// Bound on every run, one after another (the binaries are built before).
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Seconds of operations and faults per run.
 const SECONDS: u64 = 12;
@@ -94,6 +94,9 @@ async fn a_fixed_seed_a_random_one_and_the_regressions_find_no_violation() {
         .build_hasher()
         .finish();
     eprintln!("chaos: random seed {random} (replay: chaos --seed {random} --seconds {SECONDS})");
+    // Building the binaries comes before the bound (`binaries::BUILD_TIMEOUT`).
+    binaries::ctrl().await.expect("the ctrl binary");
+    binaries::krane().await.expect("the krane binary");
     bounded(TEST_TIMEOUT, async {
         for (seed, seconds) in [(FIXED_SEED, SECONDS), (random, SECONDS)]
             .into_iter()
