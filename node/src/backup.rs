@@ -411,7 +411,9 @@ pub fn verify(bytes: &[u8]) -> Result<Verified, BackupError> {
     let file = decode(bytes)?;
     let summary = inspect_snapshot(&file.body).map_err(BackupError::Body)?;
     let h = &file.header;
-    if h.schema_version != storage::SCHEMA_VERSION {
+    if h.schema_version != storage::SCHEMA_VERSION
+        && !storage::tables::SCHEMA_VERSIONS_MIGRATED_FROM.contains(&h.schema_version)
+    {
         return Err(BackupError::Mismatch(format!(
             "schema version {} in the header, this build reads {}",
             h.schema_version,

@@ -18,6 +18,8 @@
 //! - [`snapshot`]: [`Store::export_snapshot`] / [`Store::import_snapshot`],
 //!   [`snapshot::inspect_snapshot`] (check without importing) and
 //!   [`Store::restore_snapshot`] (a backup under a new epoch).
+//! - [`touched`]: what apply wrote that a workflow decision reads, since
+//!   the leader's driver last took it ([`Store::take_touched`]).
 //! - [`error`]: [`StorageError`], redb errors with the operation that failed.
 //!
 //! # Invariants
@@ -64,6 +66,7 @@ pub mod error;
 pub mod read;
 pub mod snapshot;
 pub mod tables;
+pub mod touched;
 
 #[cfg(test)]
 mod test_support;
@@ -82,6 +85,7 @@ pub use counts::Counts;
 pub use error::{Result, StorageError};
 pub use read::ReadView;
 pub use tables::{ChangeRow, DELIVERIES_MAX, RequestRecord, SCHEMA_VERSION};
+pub use touched::TouchedSet;
 
 use crate::error::RedbContext;
 use crate::tables::{meta, name};
@@ -97,6 +101,8 @@ pub struct Store {
     /// Counts by status, in step with every commit; `None` until first
     /// asked for (and after a snapshot import).
     counts: Mutex<Option<Counts>>,
+    /// What apply wrote since the workflow driver last took it.
+    touched: touched::TouchedLog,
 }
 
 // The store is used behind `Arc` from a dedicated thread and by readers.
@@ -142,6 +148,7 @@ impl Store {
     fn init(db: Database, location: String) -> Result<Store> {
         const OP: &str = "open: initialize schema";
         let txn = db.begin_write().ctx(OP)?;
+        let mut migrate = false;
         {
             let mut metadata = txn
                 .open_table(tables::METADATA)
@@ -153,8 +160,11 @@ impl Store {
                 None => None,
             };
             match found {
-                Some(tables::SCHEMA_VERSION_MIGRATED_FROM) => {
+                Some(found) if tables::SCHEMA_VERSIONS_MIGRATED_FROM.contains(&found) => {
                     // 4 → 5: the routes table, created below, starts empty.
+                    // 5 → 6: the sentinels' index by environment, built
+                    // below once every table exists.
+                    migrate = true;
                     let version = SCHEMA_VERSION.to_le_bytes();
                     metadata
                         .insert(meta::SCHEMA_VERSION, &version[..])
@@ -182,12 +192,17 @@ impl Store {
             }
         }
         create_tables(&txn, OP)?;
+        if migrate {
+            index_environment_sentinels(&txn, OP)?;
+            index_open_deployments_by_environment(&txn, OP)?;
+        }
         txn.commit().ctx(OP)?;
         Ok(Store {
             db,
             requests_max: REQUESTS_MAX,
             deliveries_max: DELIVERIES_MAX,
             counts: Mutex::new(None),
+            touched: touched::TouchedLog::default(),
         })
     }
 
@@ -245,12 +260,68 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// What apply wrote that a workflow decision reads since the last
+    /// take (see [`touched`]); "everything" at first, after a snapshot
+    /// import and past the log's bound.
+    pub fn take_touched(&self) -> TouchedSet {
+        self.touched.take()
+    }
+
     /// Opens one read transaction: every call on the view sees the same
     /// consistent cut, and writers are not blocked by it.
     pub fn read(&self) -> Result<ReadView> {
         let txn = self.db.begin_read().ctx("read: begin transaction")?;
         ReadView::new(txn)
     }
+}
+
+/// Writes the [`tables::ENVIRONMENT_SENTINELS`] row of every stored
+/// sentinel (the migration from a schema without the index).
+fn index_environment_sentinels(txn: &WriteTransaction, op: &'static str) -> Result<()> {
+    let sentinels = txn
+        .open_table(tables::SENTINELS)
+        .ctx_table(op, name::SENTINELS)?;
+    let mut index = txn
+        .open_table(tables::ENVIRONMENT_SENTINELS)
+        .ctx_table(op, name::ENVIRONMENT_SENTINELS)?;
+    for entry in redb::ReadableTable::iter(&sentinels).ctx_table(op, name::SENTINELS)? {
+        let (key, value) = entry.ctx_table(op, name::SENTINELS)?;
+        let sentinel: wire::model::Sentinel =
+            tables::decode(name::SENTINELS, &key.value(), value.value())?;
+        read::index_environment_sentinel(&mut index, &sentinel, op)?;
+    }
+    Ok(())
+}
+
+/// Writes the [`tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT`] row of every
+/// open deployment (the migration from a schema without the index).
+fn index_open_deployments_by_environment(txn: &WriteTransaction, op: &'static str) -> Result<()> {
+    let open = txn
+        .open_table(tables::OPEN_DEPLOYMENTS)
+        .ctx_table(op, name::OPEN_DEPLOYMENTS)?;
+    let deployments = txn
+        .open_table(tables::DEPLOYMENTS)
+        .ctx_table(op, name::DEPLOYMENTS)?;
+    let mut index = txn
+        .open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+        .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
+    for entry in redb::ReadableTable::iter(&open).ctx_table(op, name::OPEN_DEPLOYMENTS)? {
+        let (id, _) = entry.ctx_table(op, name::OPEN_DEPLOYMENTS)?;
+        let id = id.value();
+        let Some(deployment) =
+            tables::load::<&str, wire::model::Deployment>(&deployments, name::DEPLOYMENTS, id)?
+        else {
+            return Err(StorageError::corrupt(
+                name::OPEN_DEPLOYMENTS,
+                &id,
+                "names no deployment",
+            ));
+        };
+        index
+            .insert((deployment.environment_id.as_str(), id), ())
+            .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
+    }
+    Ok(())
 }
 
 /// Opens (and so creates) every table but metadata.
@@ -262,6 +333,10 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::DEPLOYMENT_TOPOLOGY)?;
     txn.open_table(tables::SENTINELS)
         .ctx_table(op, name::SENTINELS)?;
+    txn.open_table(tables::ENVIRONMENT_SENTINELS)
+        .ctx_table(op, name::ENVIRONMENT_SENTINELS)?;
+    txn.open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+        .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
     txn.open_table(tables::SENTINEL_STATUS)
         .ctx_table(op, name::SENTINEL_STATUS)?;
     txn.open_table(tables::POLICY_APPLIED)

@@ -215,6 +215,8 @@ impl Store {
         txn.commit().ctx("import snapshot: commit")?;
         // Counted again when next asked.
         *counts = None;
+        // Any record may have changed, without an apply.
+        self.touched.everything();
         Ok(())
     }
 }
@@ -334,10 +336,10 @@ fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
     // Both slices have the length of their array (HEADER_BYTES layout).
     let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
     let checksum = u64::from_le_bytes(header[12..20].try_into().expect("8 bytes"));
-    if version != SCHEMA_VERSION && version != tables::SCHEMA_VERSION_MIGRATED_FROM {
+    if version != SCHEMA_VERSION && !tables::SCHEMA_VERSIONS_MIGRATED_FROM.contains(&version) {
         return Err(StorageError::invalid_snapshot(format!(
-            "schema version {version}, but this build reads only versions {} and {SCHEMA_VERSION}",
-            tables::SCHEMA_VERSION_MIGRATED_FROM
+            "schema version {version}, but this build reads only versions {:?} and {SCHEMA_VERSION}",
+            tables::SCHEMA_VERSIONS_MIGRATED_FROM
         )));
     }
     let mut actual = Fnv1a::new();
@@ -348,9 +350,10 @@ fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
         ));
     }
     // A schema-4 body is a schema-5 body without its last field, the
-    // routes: an empty list (postcard's length 0) completes it.
+    // routes: an empty list (postcard's length 0) completes it. A schema-5
+    // body is a schema-6 one (6 added a derived index only).
     let migrated;
-    let body = if version == tables::SCHEMA_VERSION_MIGRATED_FROM {
+    let body = if version < tables::SCHEMA_VERSION_ROUTES {
         migrated = [body, &[0u8][..]].concat();
         &migrated[..]
     } else {
@@ -642,6 +645,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::DEPLOYMENT_TOPOLOGY)?;
     txn.delete_table(tables::SENTINELS)
         .ctx_table(OP, name::SENTINELS)?;
+    txn.delete_table(tables::ENVIRONMENT_SENTINELS)
+        .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?;
     txn.delete_table(tables::SENTINEL_STATUS)
         .ctx_table(OP, name::SENTINEL_STATUS)?;
     txn.delete_table(tables::POLICY_APPLIED)
@@ -660,6 +665,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::JOURNAL)?;
     txn.delete_table(tables::OPEN_DEPLOYMENTS)
         .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+    txn.delete_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+        .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
     txn.delete_table(tables::REGIONS)
         .ctx_table(OP, name::REGIONS)?;
     txn.delete_table(tables::METADATA)
@@ -692,6 +699,9 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
             t.open_deployments
                 .insert(d.id.as_str(), ())
                 .ctx_table(OP_IMPORT, name::OPEN_DEPLOYMENTS)?;
+            t.open_deployments_by_environment
+                .insert((d.environment_id.as_str(), d.id.as_str()), ())
+                .ctx_table(OP_IMPORT, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
         }
     }
     for e in &body.environments {
@@ -720,6 +730,8 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.sentinels
             .insert((s.region.as_str(), s.id.as_str()), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::SENTINELS)?;
+        // The index is derived, not carried.
+        crate::read::index_environment_sentinel(&mut t.environment_sentinels, s, OP_IMPORT)?;
     }
     for s in &body.sentinel_status {
         let bytes = encode("a sentinel status", s)?;

@@ -24,12 +24,20 @@ use crate::command::ClusterIdentity;
 use crate::error::{RedbContext, Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
-/// The schema a store is migrated from in place when opened: 5 adds the
-/// `routes` table (empty after the migration: an environment's route is
-/// written at its next deploy, rollback or stop of its live deployment).
-pub const SCHEMA_VERSION_MIGRATED_FROM: u32 = 4;
+/// The schemas a store is migrated from in place when opened, oldest
+/// first: 5 added the `routes` table (empty after the migration: an
+/// environment's route is written at its next deploy, rollback or stop of
+/// its live deployment); 6 adds the [`ENVIRONMENT_SENTINELS`] index,
+/// built from the sentinels at the migration, and the
+/// [`OPEN_DEPLOYMENTS_BY_ENVIRONMENT`] index. A snapshot of schema 5 has
+/// the body of schema 6 (the index is derived, never carried).
+pub const SCHEMA_VERSIONS_MIGRATED_FROM: [u32; 2] = [4, 5];
+
+/// The schema that added the routes table: a snapshot of an older one
+/// lacks its last field.
+pub const SCHEMA_VERSION_ROUTES: u32 = 5;
 
 /// A postcard-encoded value.
 pub type Bytes = &'static [u8];
@@ -37,6 +45,8 @@ pub type Bytes = &'static [u8];
 pub type RegionKey = (&'static str, &'static str);
 /// `(deployment_id, region, pod_name)`.
 pub type InstanceKey = (&'static str, &'static str, &'static str);
+/// `(environment_id, id)`: one record of one environment.
+pub type EnvironmentKey = (&'static str, &'static str);
 /// `(region, pk)`: the per-region index of the change log.
 pub type RegionChangeKey = (&'static str, u64);
 /// `(created_at_ms, request_id)`: the request records by age.
@@ -52,6 +62,8 @@ pub mod name {
     pub const DEPLOYMENT_TOPOLOGY: &str = "deployment_topology";
     /// Sentinels by (region, id).
     pub const SENTINELS: &str = "sentinels";
+    /// Sentinel ids by (region, environment id).
+    pub const ENVIRONMENT_SENTINELS: &str = "environment_sentinels";
     /// Reported sentinel statuses by (region, sentinel id).
     pub const SENTINEL_STATUS: &str = "sentinel_status";
     /// Cilium policies by (region, id).
@@ -70,6 +82,8 @@ pub mod name {
     pub const JOURNAL: &str = "journal";
     /// Ids of the deployments the deploy workflow still acts on.
     pub const OPEN_DEPLOYMENTS: &str = "open_deployments";
+    /// The same ids by (environment id, deployment id).
+    pub const OPEN_DEPLOYMENTS_BY_ENVIRONMENT: &str = "open_deployments_by_environment";
     /// Regions by name.
     pub const REGIONS: &str = "regions";
     /// Operator request records by request id.
@@ -97,6 +111,13 @@ pub const DEPLOYMENT_TOPOLOGY: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::DEPLOYMENT_TOPOLOGY);
 /// `(region, id)` → [`wire::model::Sentinel`].
 pub const SENTINELS: TableDefinition<RegionKey, Bytes> = TableDefinition::new(name::SENTINELS);
+/// `(region, environment_id)` → sentinel id: the environment's sentinel
+/// in the region (the lowest id, should several name it), so a deploy or a
+/// sentinel apply finds it by key, never by a scan of the region's
+/// sentinels. Derived from [`SENTINELS`] by apply, rebuilt by snapshot
+/// import and by the migration from schema 5.
+pub const ENVIRONMENT_SENTINELS: TableDefinition<RegionKey, &str> =
+    TableDefinition::new(name::ENVIRONMENT_SENTINELS);
 /// `(region, sentinel_id)` → [`wire::model::SentinelStatus`].
 pub const SENTINEL_STATUS: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::SENTINEL_STATUS);
@@ -121,6 +142,12 @@ pub const JOURNAL: TableDefinition<u64, Bytes> = TableDefinition::new(name::JOUR
 /// Derived from [`DEPLOYMENTS`] by apply, rebuilt by snapshot import.
 pub const OPEN_DEPLOYMENTS: TableDefinition<&str, ()> =
     TableDefinition::new(name::OPEN_DEPLOYMENTS);
+/// `(environment_id, deployment_id)` → `()`: [`OPEN_DEPLOYMENTS`] by
+/// environment, so a change of an environment, or of its sentinel or
+/// policies, finds the open deployments it concerns by key. Derived like
+/// it, and built by the migration from schema 5.
+pub const OPEN_DEPLOYMENTS_BY_ENVIRONMENT: TableDefinition<EnvironmentKey, ()> =
+    TableDefinition::new(name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT);
 /// `name` → [`wire::model::Region`].
 pub const REGIONS: TableDefinition<&str, Bytes> = TableDefinition::new(name::REGIONS);
 /// Metadata key (see [`meta`]) → bytes.
@@ -238,6 +265,18 @@ pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<
     postcard::to_allocvec(value).map_err(|source| StorageError::Encode { what, source })
 }
 
+thread_local! {
+    /// Rows [`decode`]d on this thread.
+    static ROWS_DECODED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many rows this thread has decoded so far (every row value read
+/// goes through [`decode`]): what tests count to show that an apply or a
+/// workflow round reads in proportion to its change, not to the state.
+pub fn rows_decoded() -> u64 {
+    ROWS_DECODED.with(std::cell::Cell::get)
+}
+
 /// Decodes a row value; a row that does not decode (or has trailing bytes)
 /// is [`StorageError::Corrupt`].
 pub(crate) fn decode<T: DeserializeOwned>(
@@ -245,6 +284,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
     key: &dyn Debug,
     bytes: &[u8],
 ) -> Result<T> {
+    ROWS_DECODED.with(|n| n.set(n.get() + 1));
     match postcard::take_from_bytes::<T>(bytes) {
         Ok((value, [])) => Ok(value),
         Ok((_, rest)) => Err(StorageError::corrupt(

@@ -524,6 +524,9 @@ fn state_formats_match_their_goldens() {
             name::DELIVERIES,
             name::PENDING_DELIVERIES,
             name::ROLLOUTS,
+            name::ROUTES,
+            name::ENVIRONMENT_SENTINELS,
+            name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

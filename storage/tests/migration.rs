@@ -1,5 +1,7 @@
-//! Schema 4 → 5 (the routes table): a state file and a snapshot written
-//! by the previous format are read by this build, with no routes.
+//! Schema 4 → 5 (the routes table) and 5 → 6 (the sentinels' index by
+//! environment): state files and snapshots written by the previous
+//! formats are read by this build, with no routes and with every sentinel
+//! found by its environment.
 
 use storage::Store;
 use storage::tables::{self, meta};
@@ -13,24 +15,24 @@ fn hex(text: &str) -> Vec<u8> {
 }
 
 /// The schema-4 snapshot of the golden test's populated store (kept as
-/// it was when schema 5 came) imports, and exports as the schema-5 golden
+/// it was when schema 5 came) imports, and exports as the current golden
 /// of the same store: nothing lost, no routes.
 #[test]
 fn a_schema_4_snapshot_imports_as_the_same_state() {
     let v4 = hex(include_str!("migration/snapshot.schema4.hex"));
     let golden = include_str!("golden/snapshot.hex");
-    let v5 = golden
+    let v6 = golden
         .lines()
         .find_map(|l| l.strip_prefix("case snapshot "))
         .map(hex)
         .expect("the golden snapshot");
-    assert!(golden.contains("version SCHEMA_VERSION 5"));
+    assert!(golden.contains("version SCHEMA_VERSION 6"));
     let store = Store::in_memory().expect("store");
     store
         .import_snapshot(&v4)
         .expect("a schema-4 snapshot imports");
     let (exported, _) = store.export_snapshot().expect("export");
-    assert_eq!(exported, v5, "the imported state is the populated store's");
+    assert_eq!(exported, v6, "the imported state is the populated store's");
 }
 
 /// A state file of schema 4 opens: migrated in place to 5, the routes
@@ -69,4 +71,90 @@ fn a_schema_4_state_file_is_migrated_in_place() {
     }
     let err = Store::open(&path).err().expect("schema 3 is refused");
     assert!(err.to_string().contains('3'), "{err}");
+}
+
+/// The environment, region and id of the populated store's one sentinel:
+/// an id other than the one a deploy would give it, so only the index
+/// finds it by its environment.
+const SENTINEL: (&str, &str, &str) = ("env_prod", "eu-west", "snt_01hx");
+
+/// Whether `store` finds the populated store's sentinel by its
+/// environment.
+fn finds_the_sentinel(store: &Store) -> bool {
+    let (environment, region, id) = SENTINEL;
+    let likely = wire::rules::deploy::sentinel_id(environment, region);
+    assert_ne!(likely, id, "the fixture's id is not the likely one");
+    let view = store.read().expect("read");
+    view.environment_sentinel(environment, region, &likely)
+        .expect("read")
+        .is_some_and(|s| s.id == id)
+}
+
+/// The schema-5 snapshot of the populated store (kept as it was when
+/// schema 6 came) imports as the same state, and its sentinel is found by
+/// its environment: the index is derived at import.
+#[test]
+fn a_schema_5_snapshot_imports_with_its_sentinels_indexed() {
+    let v5 = hex(include_str!("migration/snapshot.schema5.hex"));
+    let v6 = include_str!("golden/snapshot.hex")
+        .lines()
+        .find_map(|l| l.strip_prefix("case snapshot "))
+        .map(hex)
+        .expect("the golden snapshot");
+    let store = Store::in_memory().expect("store");
+    store
+        .import_snapshot(&v5)
+        .expect("a schema-5 snapshot imports");
+    assert_eq!(store.export_snapshot().expect("export").0, v6);
+    assert!(finds_the_sentinel(&store));
+}
+
+/// A state file of schema 5 opens: migrated in place to 6, the indexes
+/// built from the sentinels and the open deployments it holds.
+#[test]
+fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("state.redb");
+    {
+        let store = Store::open(&path).expect("create");
+        let v5 = hex(include_str!("migration/snapshot.schema5.hex"));
+        store.import_snapshot(&v5).expect("import");
+    }
+    // As schema 5 left it: no index table.
+    {
+        let db = redb::Database::open(&path).expect("redb");
+        let txn = db.begin_write().expect("write");
+        assert!(
+            txn.delete_table(tables::ENVIRONMENT_SENTINELS)
+                .expect("drop the index")
+        );
+        assert!(
+            txn.delete_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+                .expect("drop the index")
+        );
+        txn.open_table(tables::METADATA)
+            .expect("metadata")
+            .insert(meta::SCHEMA_VERSION, &5u32.to_le_bytes()[..])
+            .expect("schema 5");
+        txn.commit().expect("commit");
+    }
+    let store = Store::open(&path).expect("a schema-5 file opens");
+    assert_eq!(
+        store.read().expect("read").schema_version(),
+        storage::SCHEMA_VERSION
+    );
+    assert!(finds_the_sentinel(&store), "the migration built the index");
+    let view = store.read().expect("read");
+    let open = view.open_deployments(100).expect("read");
+    assert!(!open.is_empty(), "the populated store has open deployments");
+    for deployment in open {
+        let of_environment = view
+            .open_environment_deployments(&deployment.environment_id, 100)
+            .expect("read");
+        assert!(
+            of_environment.iter().any(|d| d.id == deployment.id),
+            "{} is found by its environment",
+            deployment.id
+        );
+    }
 }

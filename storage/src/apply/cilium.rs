@@ -10,9 +10,9 @@ use wire::model::{
 };
 
 use super::{Applier, OP, bad_request, conflict, not_found};
-use crate::command::{MutationResult, Outcome};
+use crate::command::{MutationResult, Outcome, Touched};
 use crate::error::{RedbContext, Result};
-use crate::tables::{encode, load, name};
+use crate::tables::{decode, encode, load, name};
 
 impl Applier<'_> {
     /// An operator's policy (`ctrl policy apply`): refused when another
@@ -69,6 +69,7 @@ impl Applier<'_> {
             .policies
             .insert(key, bytes.as_slice())
             .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
+        self.touch(Touched::Environment(row.environment_id.clone()));
         Ok(Ok(Outcome::Recorded))
     }
 
@@ -78,13 +79,21 @@ impl Applier<'_> {
             .policies
             .remove((region, id))
             .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?
-            .is_some();
-        if !removed {
+            .map(|old| {
+                decode::<CiliumNetworkPolicy>(
+                    name::CILIUM_NETWORK_POLICIES,
+                    &(region, id),
+                    old.value(),
+                )
+            })
+            .transpose()?;
+        let Some(removed) = removed else {
             // Nothing was written: the remove found no row.
             return Ok(not_found(format!(
                 "no cilium network policy {id:?} in region {region:?}"
             )));
-        }
+        };
+        self.touch(Touched::Environment(removed.environment_id));
         self.t
             .policy_applied
             .remove((region, id))
@@ -169,6 +178,7 @@ impl Applier<'_> {
             .policy_applied
             .insert(row, bytes.as_slice())
             .ctx_table(OP, name::POLICY_APPLIED)?;
+        self.touch(touched_by_report(key));
         if key.resource_type == ResourceType::Sentinel
             && let Some(reason) = result.outcome.rejection()
         {
@@ -180,3 +190,13 @@ impl Applier<'_> {
 
 #[cfg(test)]
 mod tests;
+
+/// The record krane's report on `key` concerns.
+fn touched_by_report(key: &wire::model::ResourceKey) -> Touched {
+    let (region, id) = (key.region.clone(), key.resource_id.clone());
+    match key.resource_type {
+        ResourceType::DeploymentTopology => Touched::Deployment(id),
+        ResourceType::Sentinel => Touched::Sentinel { region, id },
+        _ => Touched::Policy { region, id },
+    }
+}

@@ -13,7 +13,7 @@ use wire::model::{
 use wire::operator::DeploymentUpdate;
 
 use super::{Applier, OP, bad_request, failed_precondition, not_found};
-use crate::command::{MutationResult, Outcome};
+use crate::command::{MutationResult, Outcome, Touched};
 use crate::error::{RedbContext, Result};
 use crate::tables::{decode, encode, load, name};
 
@@ -29,6 +29,7 @@ impl Applier<'_> {
             .map(|old| decode::<DeploymentTopology>(name::DEPLOYMENT_TOPOLOGY, &key, old.value()))
             .transpose()?;
         self.counts.topology(old.as_ref(), topology);
+        self.touch(Touched::Deployment(topology.deployment_id.clone()));
         Ok(())
     }
 
@@ -174,6 +175,7 @@ impl Applier<'_> {
             if let Some(sentinel) = sentinels.iter().find(|s| &s.region == region)
                 && crate::read::find_environment_sentinel(
                     &self.t.sentinels,
+                    &self.t.environment_sentinels,
                     &deployment.environment_id,
                     region,
                     &sentinel.id,

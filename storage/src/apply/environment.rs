@@ -9,7 +9,7 @@ use wire::model::{
 };
 
 use super::{Applier, OP, failed_precondition, not_found};
-use crate::command::{MutationResult, Outcome};
+use crate::command::{MutationResult, Outcome, Touched};
 use crate::error::{RedbContext, Result};
 use crate::tables::{encode, load, name};
 
@@ -25,6 +25,7 @@ impl Applier<'_> {
             .environments
             .insert(environment.id.as_str(), bytes.as_slice())
             .ctx_table(OP, name::ENVIRONMENTS)?;
+        self.touch(Touched::Environment(environment.id.clone()));
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use wire::model::{Deployment, Instance, InstanceStatus};
 use wire::{ErrorCode, WireError};
 
 use super::{Applier, OP, bad_request};
-use crate::command::{MutationResult, Outcome, REPORT_INSTANCES_MAX};
+use crate::command::{MutationResult, Outcome, REPORT_INSTANCES_MAX, Touched};
 use crate::error::{RedbContext, Result};
 use crate::tables::{self, encode, name};
 
@@ -46,6 +46,9 @@ impl Applier<'_> {
 
     pub(super) fn remove_instances(&mut self, deployment_id: &str, region: &str) -> Result<()> {
         let (pods, _) = self.instances_of(deployment_id, region)?;
+        if !pods.is_empty() {
+            self.touch(Touched::Deployment(deployment_id.to_string()));
+        }
         for pod in &pods {
             let key = (deployment_id, region, pod.as_str());
             let old = self
@@ -120,6 +123,7 @@ impl Applier<'_> {
         }
 
         self.remove_instances(deployment_id, region)?;
+        self.touch(Touched::Deployment(deployment_id.to_string()));
         for instance in instances {
             let bytes = encode("an instance", instance)?;
             let key = (deployment_id, region, instance.pod_name.as_str());

@@ -35,6 +35,7 @@ impl<'t> Applier<'t> {
             requests_max,
             deliveries_max: DELIVERIES_MAX,
             counts: crate::counts::CountDelta::default(),
+            touched: std::collections::BTreeSet::new(),
         })
     }
 

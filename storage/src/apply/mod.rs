@@ -69,6 +69,8 @@ mod write_tables;
 
 #[cfg(test)]
 mod tests;
+use std::collections::BTreeSet;
+
 use redb::Durability;
 use wire::model::{Pk, UnixMs};
 use wire::{ErrorCode, WireError};
@@ -76,6 +78,7 @@ use wire::{ErrorCode, WireError};
 use crate::Store;
 use crate::command::{
     ApplyEntry, ApplyResult, Caller, Command, Guard, Mutation, MutationResult, Outcome, RaftMeta,
+    Touched,
 };
 use crate::error::{RedbContext, Result};
 
@@ -109,7 +112,7 @@ impl Store {
         };
         txn.set_durability(durability)
             .ctx("apply: set durability")?;
-        let (outcomes, last_pk, stamp_ms, delta) = {
+        let (outcomes, last_pk, stamp_ms, delta, touched) = {
             let mut applier = Applier::new(WriteTables::open(&txn, OP)?, self.requests_max)?;
             applier.deliveries_max = self.deliveries_max;
             let mut outcomes = Vec::with_capacity(entries.len());
@@ -120,12 +123,19 @@ impl Store {
                 });
             }
             applier.finish(raft)?;
-            (outcomes, applier.last_pk, applier.stamp_ms, applier.counts)
+            (
+                outcomes,
+                applier.last_pk,
+                applier.stamp_ms,
+                applier.counts,
+                applier.touched,
+            )
         };
         txn.commit().ctx("apply: commit")?;
         if let Some(counts) = counts.as_mut() {
             counts.add(&delta);
         }
+        self.touched.add(touched);
         Ok(ApplyResult {
             outcomes,
             last_pk,
@@ -158,6 +168,8 @@ struct Applier<'t> {
     deliveries_max: u64,
     /// What the batch changed in the store's [`crate::Counts`].
     counts: crate::counts::CountDelta,
+    /// The records the batch wrote that a workflow decision reads.
+    touched: BTreeSet<Touched>,
 }
 
 impl Applier<'_> {
@@ -259,6 +271,13 @@ impl Applier<'_> {
                 self.patch_sentinel(patch, *deadline_ms)
             }
         }
+    }
+}
+
+impl Applier<'_> {
+    /// Notes that the batch wrote `record` (see [`ApplyResult::touched`]).
+    fn touch(&mut self, record: Touched) {
+        self.touched.insert(record);
     }
 }
 

@@ -22,7 +22,9 @@ use wire::rollout::{
 use wire::rules::rollout::{advance, control, new_rollout, notice, plan, rollout_guard};
 
 use super::{Applier, OP, bad_request, failed_precondition, guard_refusal, not_found};
-use crate::command::{MutationResult, Outcome, ROLLOUTS_KEPT_MAX, RolloutStep, RolloutTransition};
+use crate::command::{
+    MutationResult, Outcome, ROLLOUTS_KEPT_MAX, RolloutStep, RolloutTransition, Touched,
+};
 use crate::error::{RedbContext, Result};
 use crate::tables::{decode, encode, name};
 
@@ -74,6 +76,7 @@ impl Applier<'_> {
             .rollouts
             .insert(rollout.seq, bytes.as_slice())
             .ctx_table(OP, name::ROLLOUTS)?;
+        self.touch(Touched::Rollout);
         Ok(())
     }
 

@@ -129,9 +129,14 @@ impl Applier<'_> {
         // sentinel applied by an operator may have another id), else the
         // one a deploy would create.
         let likely = sentinel_id(environment_id, region);
-        let sentinel_name =
-            find_environment_sentinel(&self.t.sentinels, environment_id, region, &likely)?
-                .map_or_else(|| sentinel_k8s_name(&likely), |s| s.k8s_name);
+        let sentinel_name = find_environment_sentinel(
+            &self.t.sentinels,
+            &self.t.environment_sentinels,
+            environment_id,
+            region,
+            &likely,
+        )?
+        .map_or_else(|| sentinel_k8s_name(&likely), |s| s.k8s_name);
         let backends_changed = existing.as_ref().is_none_or(|r| r.backends != backends);
         let mut route = existing.unwrap_or_else(|| Route {
             id: id.clone(),

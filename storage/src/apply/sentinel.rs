@@ -31,10 +31,11 @@ use wire::rules::deploy::sentinel_id;
 use wire::rules::sentinel::{SentinelPatch, merge, same_spec, sentinel_guard};
 
 use super::{Applier, OP, bad_request, failed_precondition, guard_refusal, not_found};
-use crate::command::{MutationResult, Outcome, SentinelAction, SentinelTransition};
+use crate::command::{MutationResult, Outcome, SentinelAction, SentinelTransition, Touched};
 use crate::error::{RedbContext, Result};
-use crate::read::find_environment_sentinel;
-use crate::tables::{encode, load, name};
+use crate::read::{find_environment_sentinel, index_environment_sentinel};
+use crate::tables::{decode, encode, load, name};
+use redb::ReadableTable;
 
 impl Applier<'_> {
     pub(super) fn upsert_sentinel(&mut self, sentinel: &Sentinel) -> Result<MutationResult> {
@@ -66,13 +67,74 @@ impl Applier<'_> {
         Ok(row.version)
     }
 
-    /// Writes a sentinel row as it is (no new version, no change row).
+    /// Writes a sentinel row as it is (no new version, no change row), and
+    /// its environment's index row. A sentinel that stops naming an
+    /// environment (an upsert of its id for another one: not something a
+    /// deploy or an apply does) takes that environment's row back, and the
+    /// region is scanned for the environment's next sentinel: the one
+    /// write here whose cost grows with the region.
     fn put_sentinel(&mut self, row: &Sentinel) -> Result<()> {
+        let key = (row.region.as_str(), row.id.as_str());
+        let moved = load::<_, Sentinel>(&self.t.sentinels, name::SENTINELS, key)?
+            .filter(|was| was.environment_id != row.environment_id);
         let bytes = encode("a sentinel", row)?;
         self.t
             .sentinels
-            .insert((row.region.as_str(), row.id.as_str()), bytes.as_slice())
+            .insert(key, bytes.as_slice())
             .ctx_table(OP, name::SENTINELS)?;
+        index_environment_sentinel(&mut self.t.environment_sentinels, row, OP)?;
+        self.touch(Touched::Sentinel {
+            region: row.region.clone(),
+            id: row.id.clone(),
+        });
+        if let Some(was) = moved {
+            self.reindex_environment_sentinels(&was.region, &was.environment_id, &was.id)?;
+        }
+        Ok(())
+    }
+
+    /// Points the index row of `environment_id` in `region`, if it names
+    /// `left_id` (a sentinel that no longer names the environment), at the
+    /// environment's sentinel with the lowest id, or removes it.
+    fn reindex_environment_sentinels(
+        &mut self,
+        region: &str,
+        environment_id: &str,
+        left_id: &str,
+    ) -> Result<()> {
+        let named = self
+            .t
+            .environment_sentinels
+            .get((region, environment_id))
+            .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?
+            .map(|id| id.value() == left_id);
+        if named != Some(true) {
+            return Ok(());
+        }
+        self.t
+            .environment_sentinels
+            .remove((region, environment_id))
+            .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?;
+        let mut next = None;
+        for entry in self
+            .t
+            .sentinels
+            .range::<(&str, &str)>((region, "")..)
+            .ctx_table(OP, name::SENTINELS)?
+        {
+            let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
+            if key.value().0 != region {
+                break;
+            }
+            let sentinel: Sentinel = decode(name::SENTINELS, &key.value(), value.value())?;
+            if sentinel.environment_id == environment_id {
+                next = Some(sentinel);
+                break;
+            }
+        }
+        if let Some(sentinel) = next {
+            index_environment_sentinel(&mut self.t.environment_sentinels, &sentinel, OP)?;
+        }
         Ok(())
     }
 
@@ -145,7 +207,7 @@ impl Applier<'_> {
     }
 
     /// `patch` merged over the environment's sentinel in its region as
-    /// stored now (looked up at the id a deploy gives it first, see
+    /// stored now (found by key, see
     /// [`find_environment_sentinel`]), or over the defaults, then deployed
     /// as [`Applier::deploy_sentinel`] deploys it.
     pub(super) fn patch_sentinel(
@@ -156,6 +218,7 @@ impl Applier<'_> {
         let likely_id = sentinel_id(&patch.environment_id, &patch.region);
         let existing = find_environment_sentinel(
             &self.t.sentinels,
+            &self.t.environment_sentinels,
             &patch.environment_id,
             &patch.region,
             &likely_id,
@@ -257,6 +320,10 @@ impl Applier<'_> {
             .sentinel_status
             .insert(key, bytes.as_slice())
             .ctx_table(OP, name::SENTINEL_STATUS)?;
+        self.touch(Touched::Sentinel {
+            region: status.region.clone(),
+            id: status.sentinel_id.clone(),
+        });
         // The wait of a deploy in flight, re-checked with every report:
         // converged before the deadline is ready, in this same apply.
         if sentinel.deploy.status == SentinelDeployStatus::Progressing

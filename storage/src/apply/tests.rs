@@ -461,3 +461,71 @@ mod model {
         }
     }
 }
+
+/// Every write a workflow decision reads names its record in the touched
+/// log, and only those: a heartbeat or a region touches nothing.
+#[test]
+fn apply_names_the_records_it_wrote_in_the_touched_log() {
+    use crate::command::Touched;
+    let store = store();
+    let deployment = |id: &str| Touched::Deployment(id.to_string());
+    let sentinel = |id: &str| Touched::Sentinel {
+        region: "eu".into(),
+        id: id.to_string(),
+    };
+    let environment = Touched::Environment("env".into());
+    // A new store says "everything" first.
+    assert!(store.take_touched().everything);
+
+    apply_one(&store, 5, vec![submit("d1", &["eu"], 1)]);
+    let taken = store.take_touched();
+    assert!(!taken.everything);
+    assert!(taken.keys.contains(&deployment("d1")), "{taken:?}");
+
+    apply_one(&store, 6, vec![start("d1")]);
+    assert!(store.take_touched().keys.contains(&deployment("d1")));
+
+    apply_one(
+        &store,
+        7,
+        vec![Mutation::ReportInstances(
+            crate::mutations::ReportInstances {
+                deployment_id: "d1".into(),
+                region: "eu".into(),
+                instances: running("d1", "eu", 1),
+            },
+        )],
+    );
+    assert_eq!(store.take_touched().keys, [deployment("d1")].into());
+
+    apply_one(
+        &store,
+        8,
+        vec![Mutation::UpsertSentinel(sentinel_row("s1"))],
+    );
+    apply_one(
+        &store,
+        9,
+        vec![Mutation::ReportSentinelStatus(sentinel_status("s1", "eu"))],
+    );
+    assert_eq!(store.take_touched().keys, [sentinel("s1")].into());
+
+    apply_one(
+        &store,
+        10,
+        vec![Mutation::UpsertCiliumNetworkPolicy(policy("p1", "eu"))],
+    );
+    assert_eq!(store.take_touched().keys, [environment].into());
+
+    apply_one(&store, 11, vec![add_region("ap-south")]);
+    assert_eq!(store.take_touched(), crate::TouchedSet::default());
+
+    // A snapshot import may change anything.
+    let (snapshot, _) = store.export_snapshot().unwrap();
+    store.import_snapshot(&snapshot).unwrap();
+    assert!(store.take_touched().everything);
+}
+
+fn sentinel_row(id: &str) -> wire::model::Sentinel {
+    sentinel(id, "eu")
+}

@@ -20,7 +20,7 @@ use wire::notify::NotifyEvent;
 use wire::rules::deploy::{deploy_guard, workflow_open};
 
 use super::{Applier, OP, failed_precondition, guard_refusal, not_found};
-use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome};
+use crate::command::{DeployAction, DeployTransition, MutationResult, Outcome, Touched};
 use crate::error::{RedbContext, Result};
 use crate::tables::{decode, encode, name};
 
@@ -38,16 +38,26 @@ impl Applier<'_> {
             .map(|old| decode::<Deployment>(name::DEPLOYMENTS, &id, old.value()))
             .transpose()?;
         self.counts.deployment(old.as_ref(), deployment);
+        self.touch(Touched::Deployment(deployment.id.clone()));
+        let by_environment = (deployment.environment_id.as_str(), id);
         if workflow_open(deployment) {
             self.t
                 .open_deployments
                 .insert(id, ())
                 .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+            self.t
+                .open_deployments_by_environment
+                .insert(by_environment, ())
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
         } else {
             self.t
                 .open_deployments
                 .remove(id)
                 .ctx_table(OP, name::OPEN_DEPLOYMENTS)?;
+            self.t
+                .open_deployments_by_environment
+                .remove(by_environment)
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
         }
         Ok(())
     }

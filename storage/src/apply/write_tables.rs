@@ -6,7 +6,8 @@ use redb::{Table, WriteTransaction};
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result};
 use crate::tables::{
-    self, Bytes, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, meta, name,
+    self, Bytes, DueKey, EnvironmentKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
+    meta, name,
 };
 
 /// Every table, opened for writing in one transaction.
@@ -14,6 +15,8 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) deployments: Table<'t, &'static str, Bytes>,
     pub(crate) topology: Table<'t, RegionKey, Bytes>,
     pub(crate) sentinels: Table<'t, RegionKey, Bytes>,
+    pub(crate) environment_sentinels: Table<'t, RegionKey, &'static str>,
+    pub(crate) open_deployments_by_environment: Table<'t, EnvironmentKey, ()>,
     pub(crate) sentinel_status: Table<'t, RegionKey, Bytes>,
     pub(crate) policy_applied: Table<'t, RegionKey, Bytes>,
     pub(crate) policies: Table<'t, RegionKey, Bytes>,
@@ -100,6 +103,12 @@ impl<'t> WriteTables<'t> {
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(op, name::ROLLOUTS)?,
             routes: txn.open_table(tables::ROUTES).ctx_table(op, name::ROUTES)?,
+            environment_sentinels: txn
+                .open_table(tables::ENVIRONMENT_SENTINELS)
+                .ctx_table(op, name::ENVIRONMENT_SENTINELS)?,
+            open_deployments_by_environment: txn
+                .open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+                .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?,
             op,
         })
     }

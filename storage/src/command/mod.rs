@@ -475,3 +475,33 @@ pub struct ApplyResult {
     /// earlier batch's).
     pub stamp_ms: UnixMs,
 }
+
+/// A record apply wrote that some workflow decision reads (an index of
+/// what changed, not the change: the reader reads the state again); see
+/// [`crate::touched`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Touched {
+    /// A deployment, its topology in a region, its instances, or krane's
+    /// report on its topology.
+    Deployment(String),
+    /// An environment, or a policy of it (its latest attempt, its live
+    /// deployment, the policies its deployments wait for).
+    Environment(String),
+    /// A sentinel of a region, its reported status, or krane's report on
+    /// it.
+    Sentinel {
+        /// Its region.
+        region: String,
+        /// Its id.
+        id: String,
+    },
+    /// krane's report on a policy of a region.
+    Policy {
+        /// Its region.
+        region: String,
+        /// Its id.
+        id: String,
+    },
+    /// A fleet rollout.
+    Rollout,
+}

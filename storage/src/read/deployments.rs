@@ -87,6 +87,36 @@ impl ReadView {
         Ok(out)
     }
 
+    /// The open deployments of `environment_id`, by id, at most `limit`:
+    /// read by key, whatever other environments hold.
+    pub fn open_environment_deployments(
+        &self,
+        environment_id: &str,
+        limit: usize,
+    ) -> Result<Vec<Deployment>> {
+        let mut out = Vec::new();
+        let range = self
+            .open_deployments_by_environment
+            .range::<(&str, &str)>((environment_id, "")..)
+            .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
+        for entry in range.take(limit) {
+            let (key, _) = entry.ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
+            let (environment, id) = key.value();
+            if environment != environment_id {
+                break;
+            }
+            let deployment = self.deployment(id)?.ok_or_else(|| {
+                StorageError::corrupt(
+                    name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT,
+                    &(environment, id),
+                    "an open deployment that does not exist",
+                )
+            })?;
+            out.push(deployment);
+        }
+        Ok(out)
+    }
+
     /// Journal entries after sequence number `after`, oldest first, that
     /// `keep` accepts, at most `limit`; scans at most `scan_max` entries
     /// (a filter that matches little cannot make one read unbounded).

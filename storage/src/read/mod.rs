@@ -40,11 +40,11 @@ use wire::model::{Pk, UnixMs};
 use crate::command::{ClusterIdentity, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, DueKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey, decode,
-    decode_identity, load_raw, meta, name,
+    self, Bytes, DueKey, EnvironmentKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
+    decode, decode_identity, load_raw, meta, name,
 };
 
-pub(crate) use sentinels::find_environment_sentinel;
+pub(crate) use sentinels::{find_environment_sentinel, index_environment_sentinel};
 
 const OP: &str = "read";
 
@@ -56,6 +56,7 @@ pub struct ReadView {
     pub(crate) deployments: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) topology: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) sentinels: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) environment_sentinels: ReadOnlyTable<RegionKey, &'static str>,
     pub(crate) sentinel_status: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) policy_applied: ReadOnlyTable<RegionKey, Bytes>,
     pub(crate) policies: ReadOnlyTable<RegionKey, Bytes>,
@@ -65,6 +66,7 @@ pub struct ReadView {
     pub(crate) environments: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) journal: ReadOnlyTable<u64, Bytes>,
     pub(crate) open_deployments: ReadOnlyTable<&'static str, ()>,
+    pub(crate) open_deployments_by_environment: ReadOnlyTable<EnvironmentKey, ()>,
     pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests_by_age: ReadOnlyTable<RequestAgeKey, ()>,
@@ -157,6 +159,9 @@ impl ReadView {
             sentinels: txn
                 .open_table(tables::SENTINELS)
                 .ctx_table(OP, name::SENTINELS)?,
+            environment_sentinels: txn
+                .open_table(tables::ENVIRONMENT_SENTINELS)
+                .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?,
             sentinel_status: txn
                 .open_table(tables::SENTINEL_STATUS)
                 .ctx_table(OP, name::SENTINEL_STATUS)?,
@@ -184,6 +189,9 @@ impl ReadView {
             open_deployments: txn
                 .open_table(tables::OPEN_DEPLOYMENTS)
                 .ctx_table(OP, name::OPEN_DEPLOYMENTS)?,
+            open_deployments_by_environment: txn
+                .open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+                .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?,
             regions: txn
                 .open_table(tables::REGIONS)
                 .ctx_table(OP, name::REGIONS)?,
@@ -260,6 +268,11 @@ impl ReadView {
         hash_table(&mut hash, name::DEPLOYMENTS, &self.deployments)?;
         hash_table(&mut hash, name::DEPLOYMENT_TOPOLOGY, &self.topology)?;
         hash_table(&mut hash, name::SENTINELS, &self.sentinels)?;
+        hash_table(
+            &mut hash,
+            name::ENVIRONMENT_SENTINELS,
+            &self.environment_sentinels,
+        )?;
         hash_table(&mut hash, name::SENTINEL_STATUS, &self.sentinel_status)?;
         hash_table(&mut hash, name::POLICY_APPLIED, &self.policy_applied)?;
         hash_table(&mut hash, name::CILIUM_NETWORK_POLICIES, &self.policies)?;
@@ -269,6 +282,11 @@ impl ReadView {
         hash_table(&mut hash, name::ENVIRONMENTS, &self.environments)?;
         hash_table(&mut hash, name::JOURNAL, &self.journal)?;
         hash_table(&mut hash, name::OPEN_DEPLOYMENTS, &self.open_deployments)?;
+        hash_table(
+            &mut hash,
+            name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT,
+            &self.open_deployments_by_environment,
+        )?;
         hash_table(&mut hash, name::REGIONS, &self.regions)?;
         hash_table(&mut hash, name::REQUESTS, &self.requests)?;
         hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;

@@ -7,7 +7,7 @@ use redb::ReadableTable;
 use wire::model::{Sentinel, SentinelStatus};
 
 use super::{OP, ReadView, scan_region};
-use crate::error::{RedbContext, Result};
+use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{Bytes, RegionKey, decode, load, name};
 
 impl ReadView {
@@ -41,17 +41,21 @@ impl ReadView {
     }
 
     /// The sentinel of `environment_id` in `region`, if it has one (one
-    /// per environment per region). `likely_id` is the id it most likely
-    /// has (the one deploys and applies give it): looked up first, so
-    /// finding it costs one read whatever the region holds; only when it
-    /// is not there are the region's sentinels scanned.
+    /// per environment per region): found by key, whatever the region
+    /// holds ([`find_environment_sentinel`]).
     pub fn environment_sentinel(
         &self,
         environment_id: &str,
         region: &str,
         likely_id: &str,
     ) -> Result<Option<Sentinel>> {
-        find_environment_sentinel(&self.sentinels, environment_id, region, likely_id)
+        find_environment_sentinel(
+            &self.sentinels,
+            &self.environment_sentinels,
+            environment_id,
+            region,
+            likely_id,
+        )
     }
 
     /// The sentinel with this id in any region. Rows are keyed by region
@@ -87,33 +91,59 @@ impl ReadView {
     }
 }
 
-/// The sentinel of `environment_id` in `region` in `table`: the one at
-/// `likely_id` if it is the environment's, else the first of the region's
-/// that is (see [`ReadView::environment_sentinel`]).
+/// The sentinel of `environment_id` in `region`: the one with `likely_id`
+/// (the id deploys and applies give it) if it names the environment, else
+/// the one the [`crate::tables::ENVIRONMENT_SENTINELS`] index names. Two reads
+/// at most, whatever the region holds.
 pub(crate) fn find_environment_sentinel(
-    table: &impl ReadableTable<RegionKey, Bytes>,
+    sentinels: &impl ReadableTable<RegionKey, Bytes>,
+    index: &impl ReadableTable<RegionKey, &'static str>,
     environment_id: &str,
     region: &str,
     likely_id: &str,
 ) -> Result<Option<Sentinel>> {
     if let Some(sentinel) =
-        load::<RegionKey, Sentinel>(table, name::SENTINELS, (region, likely_id))?
+        load::<RegionKey, Sentinel>(sentinels, name::SENTINELS, (region, likely_id))?
         && sentinel.environment_id == environment_id
     {
         return Ok(Some(sentinel));
     }
-    let range = table
-        .range::<(&str, &str)>((region, "")..)
-        .ctx_table(OP, name::SENTINELS)?;
-    for entry in range {
-        let (key, value) = entry.ctx_table(OP, name::SENTINELS)?;
-        if key.value().0 != region {
-            break;
-        }
-        let sentinel: Sentinel = decode(name::SENTINELS, &key.value(), value.value())?;
-        if sentinel.environment_id == environment_id {
-            return Ok(Some(sentinel));
-        }
+    let Some(id) = index
+        .get((region, environment_id))
+        .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?
+    else {
+        return Ok(None);
+    };
+    let id = id.value().to_string();
+    let sentinel: Option<Sentinel> = load(sentinels, name::SENTINELS, (region, id.as_str()))?;
+    match sentinel {
+        Some(sentinel) if sentinel.environment_id == environment_id => Ok(Some(sentinel)),
+        _ => Err(StorageError::corrupt(
+            name::ENVIRONMENT_SENTINELS,
+            &(region, environment_id),
+            format!("names sentinel {id}, which is not the environment's"),
+        )),
     }
-    Ok(None)
+}
+
+/// Keeps the [`crate::tables::ENVIRONMENT_SENTINELS`] row of `sentinel`'s
+/// environment and region naming the lowest id of the sentinels that name
+/// them, as `sentinel` is written (apply takes back the row of an
+/// environment a sentinel stops naming: `Applier::put_sentinel`).
+pub(crate) fn index_environment_sentinel(
+    index: &mut redb::Table<'_, RegionKey, &'static str>,
+    sentinel: &Sentinel,
+    op: &'static str,
+) -> Result<()> {
+    let key = (sentinel.region.as_str(), sentinel.environment_id.as_str());
+    let keep = index
+        .get(key)
+        .ctx_table(op, name::ENVIRONMENT_SENTINELS)?
+        .is_some_and(|id| id.value() <= sentinel.id.as_str());
+    if !keep {
+        index
+            .insert(key, sentinel.id.as_str())
+            .ctx_table(op, name::ENVIRONMENT_SENTINELS)?;
+    }
+    Ok(())
 }

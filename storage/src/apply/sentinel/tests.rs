@@ -453,3 +453,60 @@ mod patch {
         assert_eq!((stored.memory_mib, stored.replicas), (256, base.replicas));
     }
 }
+
+/// The sentinels' index by environment: found by key whatever the id,
+/// the lowest id when several name one environment, and kept right when a
+/// sentinel stops naming one.
+mod by_environment {
+    use crate::test_support::*;
+    use crate::{Mutation, Store};
+
+    fn upsert(store: &Store, id: &str, environment: &str) {
+        let mut s = sentinel(id, "eu");
+        s.environment_id = environment.into();
+        apply_one(store, 5, vec![Mutation::UpsertSentinel(s)]);
+    }
+
+    /// The id of `environment`'s sentinel in `eu`, looked up with a likely
+    /// id no sentinel has.
+    fn found(store: &Store, environment: &str) -> Option<String> {
+        let view = store.read().unwrap();
+        view.environment_sentinel(environment, "eu", "snt_unlikely")
+            .unwrap()
+            .map(|s| s.id)
+    }
+
+    #[test]
+    fn a_sentinel_is_found_by_its_environment_whatever_its_id() {
+        let store = store();
+        upsert(&store, "s9", "env-a");
+        upsert(&store, "s5", "env-b");
+        assert_eq!(found(&store, "env-a").as_deref(), Some("s9"));
+        assert_eq!(found(&store, "env-b").as_deref(), Some("s5"));
+        assert_eq!(found(&store, "env-c"), None);
+        // A second sentinel of one environment: the lowest id, as a scan
+        // in id order found it.
+        upsert(&store, "s1", "env-a");
+        upsert(&store, "s10", "env-a");
+        assert_eq!(found(&store, "env-a").as_deref(), Some("s1"));
+    }
+
+    #[test]
+    fn a_sentinel_that_moves_to_another_environment_leaves_the_index_right() {
+        let store = store();
+        upsert(&store, "s1", "env-a");
+        upsert(&store, "s2", "env-a");
+        upsert(&store, "s1", "env-b");
+        assert_eq!(found(&store, "env-a").as_deref(), Some("s2"));
+        assert_eq!(found(&store, "env-b").as_deref(), Some("s1"));
+        upsert(&store, "s2", "env-b");
+        assert_eq!(found(&store, "env-a"), None);
+        assert_eq!(found(&store, "env-b").as_deref(), Some("s1"));
+        // Rebuilt the same way by a snapshot's import.
+        let (snapshot, _) = store.export_snapshot().unwrap();
+        let copy = Store::in_memory().unwrap();
+        copy.import_snapshot(&snapshot).unwrap();
+        assert_eq!(found(&copy, "env-a"), None);
+        assert_eq!(found(&copy, "env-b").as_deref(), Some("s1"));
+    }
+}
