@@ -98,6 +98,13 @@ pub trait ReadState: Sync {
     /// when it did not (the time ran out, or the node is stopping).
     fn applied_past(&self, mark: Option<u64>, wait: Duration) -> impl Future<Output = bool> + Send;
 
+    /// What apply wrote since the last take, for the workflow driver
+    /// ([`storage::Store::take_touched`]). By default "everything": every
+    /// round then decides every open record.
+    fn take_touched(&self) -> storage::TouchedSet {
+        storage::TouchedSet::everything()
+    }
+
     /// The keys that seal and open secret values, if this node has any
     /// (`secrets_key`): a deployment's secrets are sealed before they are
     /// proposed and opened only for the agent of a target region.

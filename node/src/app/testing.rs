@@ -173,6 +173,10 @@ impl ReadState for MemoryNode {
         Some(*self.applied.borrow())
     }
 
+    fn take_touched(&self) -> storage::TouchedSet {
+        self.store.take_touched()
+    }
+
     fn keyring(&self) -> Option<&transport::sealing::Keyring> {
         Some(&self.keyring)
     }

@@ -181,6 +181,10 @@ impl ReadState for NodeState {
         self.applied_index()
     }
 
+    fn take_touched(&self) -> storage::TouchedSet {
+        self.store.take_touched()
+    }
+
     fn keyring(&self) -> Option<&transport::sealing::Keyring> {
         self.keyring.as_deref()
     }

@@ -30,7 +30,7 @@
 use std::collections::BTreeMap;
 
 use config::DeploySettings;
-use storage::command::{DeployAction, DeployTransition};
+use storage::command::{DeployAction, DeployTransition, Touched};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{
     Deployment, DeploymentStatus, Environment, Health, Instance, InstanceStatus, Pk, ResourceType,
@@ -38,9 +38,10 @@ use wire::model::{
 };
 use wire::rules::deploy::{
     DEPLOYMENT_NAMESPACE, deploy_guard, new_sentinel, policies, policy_ids, sentinel_id,
+    workflow_open,
 };
 
-use super::{Decision, Workflow};
+use super::{Decision, WorkKey, Workflow};
 
 /// Most open deployments one round decides on.
 pub const OPEN_DEPLOYMENTS_MAX: usize = 100_000;
@@ -177,6 +178,48 @@ impl Workflow for DeployWorkflow {
 
     fn open(&self, view: &ReadView) -> Result<Vec<Deployment>, StorageError> {
         view.open_deployments(OPEN_DEPLOYMENTS_MAX)
+    }
+
+    /// A deployment's own writes concern it; a write of its environment,
+    /// of the environment's sentinel in a region or of one of its policies
+    /// concerns every open deployment of the environment (found by key).
+    fn concerned(
+        &self,
+        view: &ReadView,
+        touched: &Touched,
+    ) -> Result<Vec<Deployment>, StorageError> {
+        let environment = match touched {
+            Touched::Deployment(id) => {
+                return Ok(view
+                    .deployment(id)?
+                    .filter(workflow_open)
+                    .into_iter()
+                    .collect());
+            }
+            Touched::Environment(id) => Some(id.clone()),
+            Touched::Sentinel { region, id } => {
+                view.sentinel(id, region)?.map(|s| s.environment_id)
+            }
+            Touched::Policy { region, id } => view.policy(id, region)?.map(|p| p.environment_id),
+            Touched::Rollout => None,
+        };
+        match environment {
+            Some(environment) => {
+                view.open_environment_deployments(&environment, OPEN_DEPLOYMENTS_MAX)
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Deployment>, StorageError> {
+        match key {
+            WorkKey::Deployment(id) => Ok(view.deployment(id)?.filter(workflow_open)),
+            _ => Ok(None),
+        }
+    }
+
+    fn key(&self, deployment: &Deployment) -> WorkKey {
+        WorkKey::Deployment(deployment.id.clone())
     }
 
     fn decide(

@@ -1,21 +1,33 @@
-//! The leader's workflow driver: level-triggered, stateless between
-//! rounds. A round reads one consistent view, asks every workflow to
-//! decide on each of its open records at the current time, and proposes
-//! what they decided as one command. Then it waits for the next apply (a
-//! report, a control write, its own proposal) or the earliest wake time
-//! the decisions named, whichever comes first, and starts over. Since a
-//! round reads everything again, a new leader resumes every open record in
-//! its first round, and nothing is lost between deciding and waiting.
+//! The leader's workflow driver: level-triggered, its work in proportion
+//! to the change. A round reads one consistent view, asks the workflows
+//! to decide on records at the current time, and proposes what they
+//! decided as one command. Then it waits for the next apply (a report, a
+//! control write, its own proposal) or the earliest wake time the
+//! decisions named, whichever comes first, and starts over.
 //!
-//! The applied mark is taken before the view is read, so an apply that
-//! lands while a round decides wakes the next wait at once: no wake-up is
-//! lost between reading and waiting. A round whose proposals changed
-//! nothing (their guards failed because a record moved on, or they were
-//! not committed) looks again after [`ROUND_WAIT_MIN_MS`], so it retries
-//! soon without spinning; a wake time already past with nothing to
-//! propose also waits at least that long; with nothing to wait for it
-//! still looks again after [`IDLE_WAIT_MS`].
+//! Which records a round decides:
+//!
+//! - the first round of a leader decides every open record (a new leader
+//!   resumes them all), and so does a round every
+//!   [`FULL_ROUND_EVERY_MS`] (a safety net: nothing the driver keeps can
+//!   drift from the state for longer), and one after a snapshot install
+//!   or a burst the touched log gave up on ([`storage::touched`]);
+//! - any other round decides the records the applies since the last
+//!   round concern ([`super::Workflow::concerned`]), those whose wake time
+//!   has come, and those whose proposals changed nothing last round.
+//!
+//! The wake times are the one thing kept between rounds, in memory, and
+//! rebuilt by every full round. The touched log and the applied mark are
+//! taken before the view is read, so an apply that lands while a round
+//! decides wakes the next wait at once and its records are decided then:
+//! no wake-up is lost between reading and waiting. A round whose
+//! proposals changed nothing (their guards failed because a record moved
+//! on, or they were not committed) looks again after
+//! [`ROUND_WAIT_MIN_MS`], so it retries soon without spinning; a wake time
+//! already past with nothing to propose also waits at least that long;
+//! with nothing to wait for it still looks again after [`IDLE_WAIT_MS`].
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use storage::ReadView;
@@ -24,13 +36,17 @@ use storage::{Mutation, Outcome};
 use tracing::{debug, info, info_span, warn};
 use wire::model::{DeploymentStatus, UnixMs};
 
-use super::{Decision, Round};
+use super::{Decision, Decisions, Round, WorkKey};
 use crate::app::{Propose, ReadState};
 use crate::clock::Clock;
+use storage::TouchedSet;
 
 /// Longest wait between two rounds when nothing is applied and no wake
 /// time is due: a safety net, not a poll (rounds are woken by applies).
 pub const IDLE_WAIT_MS: u64 = 60_000;
+/// How often a round decides every open record even though the applies
+/// since the last one concern few (the wake times rebuilt from the state).
+pub const FULL_ROUND_EVERY_MS: u64 = 60_000;
 /// Shortest wait after a round that proposed nothing that changed the
 /// state, so a wake time in the past cannot make the driver spin.
 pub const ROUND_WAIT_MIN_MS: u64 = 10;
@@ -53,6 +69,132 @@ pub enum RoundResult {
     Wait(Duration),
 }
 
+/// What the driver keeps between rounds: when each record wants to be
+/// decided again, and which records to decide again whatever happens.
+#[derive(Debug, Default)]
+pub struct Driver {
+    /// Each waiting record's wake time.
+    wake_of: BTreeMap<WorkKey, UnixMs>,
+    /// The same, by time.
+    wakes: BTreeSet<(UnixMs, WorkKey)>,
+    /// Records whose proposals went out last round.
+    again: BTreeSet<WorkKey>,
+    /// When the last full round ran; `None` before the first.
+    full_at_ms: Option<UnixMs>,
+    /// How many records the last round decided.
+    decided: usize,
+}
+
+impl Driver {
+    /// A driver whose first round decides every open record.
+    pub fn new() -> Driver {
+        Driver::default()
+    }
+
+    /// The records waiting for a wake time (tests, metrics).
+    pub fn waiting(&self) -> usize {
+        self.wake_of.len()
+    }
+
+    /// How many records the last round decided.
+    pub fn decided(&self) -> usize {
+        self.decided
+    }
+
+    /// One round: read, decide (every open record, or what `touched`
+    /// concerns and what is due), propose.
+    pub async fn round<N: Propose + ReadState>(
+        &mut self,
+        workflows: &[Box<dyn Round>],
+        node: &N,
+        clock: &dyn Clock,
+        touched: TouchedSet,
+    ) -> RoundResult {
+        let now_ms = clock.now_ms();
+        let full = touched.everything
+            || self
+                .full_at_ms
+                .is_none_or(|at_ms| now_ms.saturating_sub(at_ms) >= FULL_ROUND_EVERY_MS);
+        let decisions = if full {
+            decide_all(workflows, node, now_ms)
+        } else {
+            let mut keys = std::mem::take(&mut self.again);
+            keys.extend(self.due(now_ms));
+            decide_some(workflows, node, &touched, &keys, now_ms)
+        };
+        let decisions = match decisions {
+            Ok(decisions) => decisions,
+            Err(e) => {
+                warn!("workflow driver cannot read the state: {e}");
+                // Decide everything again once the state reads.
+                self.full_at_ms = None;
+                return RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS));
+            }
+        };
+        self.decided = decisions.len();
+        if full {
+            self.wake_of.clear();
+            self.wakes.clear();
+            self.again.clear();
+            self.full_at_ms = Some(now_ms);
+        }
+        let mut proposals = Vec::new();
+        for (key, decision) in decisions {
+            self.set_wake(&key, decision.wake_at_ms);
+            if !decision.proposals.is_empty() {
+                proposals.extend(decision.proposals);
+                self.again.insert(key);
+            }
+        }
+        if !proposals.is_empty() {
+            return if propose(node, proposals, now_ms).await {
+                RoundResult::Progressed
+            } else {
+                RoundResult::Retry
+            };
+        }
+        let wait_ms = match self.wakes.first() {
+            Some((at_ms, _)) => at_ms
+                .saturating_sub(now_ms)
+                .clamp(ROUND_WAIT_MIN_MS, IDLE_WAIT_MS),
+            None => IDLE_WAIT_MS,
+        };
+        // The safety net's full round comes at its time too.
+        let full_in_ms = self.full_at_ms.map_or(0, |at_ms| {
+            at_ms
+                .saturating_add(FULL_ROUND_EVERY_MS)
+                .saturating_sub(now_ms)
+        });
+        let wait_ms = wait_ms.min(full_in_ms.max(ROUND_WAIT_MIN_MS));
+        RoundResult::Wait(Duration::from_millis(wait_ms))
+    }
+
+    /// Takes the records whose wake time is `now_ms` or earlier.
+    fn due(&mut self, now_ms: UnixMs) -> Vec<WorkKey> {
+        let mut due = Vec::new();
+        while let Some((at_ms, _)) = self.wakes.first()
+            && *at_ms <= now_ms
+        {
+            if let Some((_, key)) = self.wakes.pop_first() {
+                self.wake_of.remove(&key);
+                due.push(key);
+            }
+        }
+        due
+    }
+
+    /// Records `key`'s wake time (`None`: it waits for an apply only).
+    fn set_wake(&mut self, key: &WorkKey, at_ms: Option<UnixMs>) {
+        if let Some(was) = self.wake_of.remove(key) {
+            self.wakes.remove(&(was, key.clone()));
+        }
+        if let Some(at_ms) = at_ms {
+            self.wake_of.insert(key.clone(), at_ms);
+            self.wakes.insert((at_ms, key.clone()));
+        }
+    }
+}
+
 /// Runs `workflows` on `node` until the future is dropped (the node stops
 /// leading or shuts down).
 pub async fn drive<N: Propose + ReadState>(
@@ -60,11 +202,13 @@ pub async fn drive<N: Propose + ReadState>(
     node: &N,
     clock: &dyn Clock,
 ) {
+    let mut driver = Driver::new();
     loop {
         // Taken before the round reads its view: an apply the view missed
-        // ends the wait at once.
+        // ends the wait at once, and its records are in the next take.
         let mark = node.applied_mark();
-        match round(workflows, node, clock).await {
+        let touched = node.take_touched();
+        match driver.round(workflows, node, clock, touched).await {
             RoundResult::Progressed => {}
             RoundResult::Retry => {
                 tokio::time::sleep(Duration::from_millis(ROUND_WAIT_MIN_MS)).await;
@@ -76,47 +220,61 @@ pub async fn drive<N: Propose + ReadState>(
     }
 }
 
-/// One round: read, decide, propose.
+/// One full round of a new driver: every open record decided, what they
+/// decided proposed.
 pub async fn round<N: Propose + ReadState>(
     workflows: &[Box<dyn Round>],
     node: &N,
     clock: &dyn Clock,
 ) -> RoundResult {
-    let now_ms = clock.now_ms();
-    let decision = match decide(workflows, node, now_ms) {
-        Ok(decision) => decision,
-        Err(e) => {
-            warn!("workflow driver cannot read the state: {e}");
-            return RoundResult::Wait(Duration::from_millis(IDLE_WAIT_MS));
-        }
-    };
-    if !decision.proposals.is_empty() {
-        return if propose(node, decision.proposals, now_ms).await {
-            RoundResult::Progressed
-        } else {
-            RoundResult::Retry
-        };
-    }
-    let wait_ms = match decision.wake_at_ms {
-        Some(at_ms) => at_ms
-            .saturating_sub(now_ms)
-            .clamp(ROUND_WAIT_MIN_MS, IDLE_WAIT_MS),
-        None => IDLE_WAIT_MS,
-    };
-    RoundResult::Wait(Duration::from_millis(wait_ms))
+    Driver::new()
+        .round(workflows, node, clock, TouchedSet::everything())
+        .await
 }
 
-fn decide(
+fn decide_all(
     workflows: &[Box<dyn Round>],
     node: &impl ReadState,
     now_ms: u64,
-) -> Result<Decision, storage::StorageError> {
+) -> Result<Decisions, storage::StorageError> {
     let view = node.read()?;
-    let mut decision = Decision::idle();
+    let mut decisions = Decisions::new();
     for workflow in workflows {
-        decision.merge(workflow.decide_all(&view, now_ms)?);
+        merge(&mut decisions, workflow.decide_all(&view, now_ms)?);
     }
-    Ok(decision)
+    Ok(decisions)
+}
+
+fn decide_some(
+    workflows: &[Box<dyn Round>],
+    node: &impl ReadState,
+    touched: &TouchedSet,
+    keys: &BTreeSet<WorkKey>,
+    now_ms: u64,
+) -> Result<Decisions, storage::StorageError> {
+    if touched.keys.is_empty() && keys.is_empty() {
+        return Ok(Decisions::new());
+    }
+    let view = node.read()?;
+    let mut decisions = Decisions::new();
+    for workflow in workflows {
+        merge(
+            &mut decisions,
+            workflow.decide_some(&view, &touched.keys, keys, now_ms)?,
+        );
+    }
+    Ok(decisions)
+}
+
+/// Adds `more` to `decisions` (two workflows never share a key; should
+/// they, both decisions are kept, merged).
+fn merge(decisions: &mut Decisions, more: Decisions) {
+    for (key, decision) in more {
+        decisions
+            .entry(key)
+            .or_insert_with(Decision::idle)
+            .merge(decision);
+    }
 }
 
 /// Proposes `mutations`, in commands of at most [`PROPOSAL_BYTES_MAX`]

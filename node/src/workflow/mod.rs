@@ -12,8 +12,13 @@
 //! - [`driver`] runs the workflows on the leader: it reads every open
 //!   record when it starts (a new leader resumes them all), proposes what
 //!   they decide, and sleeps until the next apply or the earliest wake
-//!   time, whichever comes first. It keeps no state of its own between
-//!   rounds: everything it knows is read again from the replicated state.
+//!   time, whichever comes first. After that first round it decides only
+//!   the records the applies since its last round concern
+//!   ([`Workflow::concerned`], from [`storage::Store::take_touched`]) and those whose
+//!   wake time has come: work in proportion to the change, not to the
+//!   open records. What it keeps between rounds (the wake times) it can
+//!   always rebuild from the replicated state, and does, in a full round
+//!   every [`driver::FULL_ROUND_EVERY_MS`].
 //!
 //! The invariants the workflows keep (ARCHITECTURE.md lists them too):
 //! every step's effect is one Raft write; time enters apply only through
@@ -27,8 +32,27 @@ pub mod driver;
 pub mod rollout;
 pub mod sentinel;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use storage::command::Touched;
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::UnixMs;
+
+/// One workflow record, as the driver keeps its wake time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkKey {
+    /// A deployment's deploy workflow.
+    Deployment(String),
+    /// A sentinel's deploy.
+    Sentinel {
+        /// Its region.
+        region: String,
+        /// Its id.
+        id: String,
+    },
+    /// A fleet rollout, by sequence number.
+    Rollout(u64),
+}
 
 /// What a workflow decided for one record at one time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,6 +98,26 @@ pub trait Workflow: Send + Sync {
     /// The records that are not finished, from `view`.
     fn open(&self, view: &ReadView) -> Result<Vec<Self::Record>, StorageError>;
 
+    /// The open records a write of `touched` may concern, read by key:
+    /// what a round decides besides the records whose wake time came.
+    /// By default every open record (correct, not proportional).
+    fn concerned(
+        &self,
+        view: &ReadView,
+        _touched: &Touched,
+    ) -> Result<Vec<Self::Record>, StorageError> {
+        self.open(view)
+    }
+
+    /// The record of `key`, if it is this workflow's and still open. By
+    /// default found among every open record.
+    fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Self::Record>, StorageError> {
+        Ok(self.open(view)?.into_iter().find(|r| self.key(r) == *key))
+    }
+
+    /// The key of `record`.
+    fn key(&self, record: &Self::Record) -> WorkKey;
+
     /// What to do with `record` at `now_ms` (pure).
     fn decide(
         &self,
@@ -83,14 +127,27 @@ pub trait Workflow: Send + Sync {
     ) -> Result<Decision, StorageError>;
 }
 
+/// Each record decided in a round, by key.
+pub type Decisions = BTreeMap<WorkKey, Decision>;
+
 /// A workflow whose record type is hidden, so the driver can hold several.
 pub trait Round: Send + Sync {
     /// The workflow's name, for logs.
     fn name(&self) -> &'static str;
 
-    /// Decides every open record of `view` at `now_ms`, merged into one
-    /// decision: every proposal, and the earliest wake time.
-    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decision, StorageError>;
+    /// Decides every open record of `view` at `now_ms`.
+    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decisions, StorageError>;
+
+    /// Decides the open records `touched` concerns and those of `keys`
+    /// (their wake time came, or their proposals were refused) at
+    /// `now_ms`; a key whose record is closed is not in the answer.
+    fn decide_some(
+        &self,
+        view: &ReadView,
+        touched: &BTreeSet<Touched>,
+        keys: &BTreeSet<WorkKey>,
+        now_ms: UnixMs,
+    ) -> Result<Decisions, StorageError>;
 }
 
 impl<W: Workflow> Round for W {
@@ -98,12 +155,40 @@ impl<W: Workflow> Round for W {
         Workflow::name(self)
     }
 
-    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decision, StorageError> {
-        let mut merged = Decision::idle();
+    fn decide_all(&self, view: &ReadView, now_ms: UnixMs) -> Result<Decisions, StorageError> {
+        let mut decisions = Decisions::new();
         for record in self.open(view)? {
-            merged.merge(self.decide(&record, view, now_ms)?);
+            decisions.insert(self.key(&record), self.decide(&record, view, now_ms)?);
         }
-        Ok(merged)
+        Ok(decisions)
+    }
+
+    fn decide_some(
+        &self,
+        view: &ReadView,
+        touched: &BTreeSet<Touched>,
+        keys: &BTreeSet<WorkKey>,
+        now_ms: UnixMs,
+    ) -> Result<Decisions, StorageError> {
+        let mut decisions = Decisions::new();
+        let mut decide = |record: W::Record| -> Result<(), StorageError> {
+            let key = self.key(&record);
+            if let std::collections::btree_map::Entry::Vacant(entry) = decisions.entry(key) {
+                entry.insert(self.decide(&record, view, now_ms)?);
+            }
+            Ok(())
+        };
+        for key in keys {
+            if let Some(record) = self.record(view, key)? {
+                decide(record)?;
+            }
+        }
+        for touched in touched {
+            for record in self.concerned(view, touched)? {
+                decide(record)?;
+            }
+        }
+        Ok(decisions)
     }
 }
 

@@ -29,14 +29,14 @@
 
 use std::collections::BTreeMap;
 
-use storage::command::{RolloutStep, RolloutTransition};
+use storage::command::{RolloutStep, RolloutTransition, Touched};
 use storage::{Mutation, ReadView, StorageError};
 use tracing::warn;
 use wire::model::{Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs, sentinel_converged};
 use wire::rollout::{MemberState, Rollout, RolloutState};
 use wire::rules::rollout::{advance, last_wave_to_revert, rollout_guard, took_image};
 
-use super::{Decision, Workflow};
+use super::{Decision, WorkKey, Workflow};
 
 /// What a decision reads of each member it looks at: its sentinel (if it
 /// still exists) and krane's last report.
@@ -78,6 +78,29 @@ impl Workflow for RolloutWorkflow {
 
     fn open(&self, view: &ReadView) -> Result<Vec<Rollout>, StorageError> {
         Ok(view.latest_rollout()?.into_iter().filter(open).collect())
+    }
+
+    /// A rollout's own writes concern it, and so does any sentinel's
+    /// while it is open (its members are sentinels; which ones is in the
+    /// record, so the open rollout is read and decided again).
+    fn concerned(&self, view: &ReadView, touched: &Touched) -> Result<Vec<Rollout>, StorageError> {
+        match touched {
+            Touched::Rollout | Touched::Sentinel { .. } => self.open(view),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Rollout>, StorageError> {
+        match key {
+            WorkKey::Rollout(seq) => {
+                Ok(view.latest_rollout()?.filter(|r| r.seq == *seq && open(r)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn key(&self, rollout: &Rollout) -> WorkKey {
+        WorkKey::Rollout(rollout.seq)
     }
 
     fn decide(

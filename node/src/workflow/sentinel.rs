@@ -14,12 +14,12 @@
 //!   made it ready changes nothing; apply checks the deadline again
 //!   against the entry's time.
 
-use storage::command::{SentinelAction, SentinelTransition};
+use storage::command::{SentinelAction, SentinelTransition, Touched};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs, sentinel_converged};
 use wire::rules::sentinel::sentinel_guard;
 
-use super::{Decision, Workflow};
+use super::{Decision, WorkKey, Workflow};
 
 /// Most sentinels one round reads to find the deploys in progress.
 pub const SENTINELS_SCANNED_MAX: usize = 200_000;
@@ -60,6 +60,35 @@ impl Workflow for SentinelDeployWorkflow {
         Ok(open)
     }
 
+    /// A sentinel's own writes (its row, its status, krane's report on
+    /// it) concern it, while its deploy progresses.
+    fn concerned(
+        &self,
+        view: &ReadView,
+        touched: &Touched,
+    ) -> Result<Vec<Self::Record>, StorageError> {
+        match touched {
+            Touched::Sentinel { region, id } => {
+                Ok(progressing(view, id, region)?.into_iter().collect())
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Self::Record>, StorageError> {
+        match key {
+            WorkKey::Sentinel { region, id } => progressing(view, id, region),
+            _ => Ok(None),
+        }
+    }
+
+    fn key(&self, (sentinel, _): &Self::Record) -> WorkKey {
+        WorkKey::Sentinel {
+            region: sentinel.region.clone(),
+            id: sentinel.id.clone(),
+        }
+    }
+
     fn decide(
         &self,
         (sentinel, status): &Self::Record,
@@ -76,6 +105,21 @@ impl Workflow for SentinelDeployWorkflow {
             fires_at_ms,
             now_ms,
         ))
+    }
+}
+
+/// The sentinel `id` of `region` and its status, if its deploy progresses.
+fn progressing(
+    view: &ReadView,
+    id: &str,
+    region: &str,
+) -> Result<Option<(Sentinel, Option<SentinelStatus>)>, StorageError> {
+    match view.sentinel(id, region)? {
+        Some(sentinel) if sentinel.deploy.status == SentinelDeployStatus::Progressing => {
+            let status = view.sentinel_status(id, region)?;
+            Ok(Some((sentinel, status)))
+        }
+        _ => Ok(None),
     }
 }
 

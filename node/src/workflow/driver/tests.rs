@@ -48,6 +48,10 @@ impl Workflow for StopAfter {
             .collect())
     }
 
+    fn key(&self, deployment: &Deployment) -> WorkKey {
+        WorkKey::Deployment(deployment.id.clone())
+    }
+
     fn decide(
         &self,
         deployment: &Deployment,
@@ -162,6 +166,9 @@ async fn a_wake_time_in_the_past_with_nothing_to_do_does_not_spin() {
         fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
             Ok(vec![()])
         }
+        fn key(&self, (): &()) -> WorkKey {
+            WorkKey::Rollout(0)
+        }
         fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
             Ok(Decision::wake_at(0))
         }
@@ -188,6 +195,9 @@ async fn proposals_that_change_nothing_are_retried_soon() {
         }
         fn open(&self, _: &ReadView) -> Result<Vec<()>, StorageError> {
             Ok(vec![()])
+        }
+        fn key(&self, (): &()) -> WorkKey {
+            WorkKey::Rollout(0)
         }
         fn decide(&self, _: &(), _: &ReadView, _: UnixMs) -> Result<Decision, StorageError> {
             Ok(Decision::propose(vec![Mutation::SetDesiredState(
@@ -243,4 +253,166 @@ async fn the_driver_acts_when_the_deadline_comes_and_when_an_apply_wakes_it() {
         () = tokio::time::sleep(Duration::from_millis(600)) => {}
     }
     assert!(!running(&node), "not stopped after its deadline");
+}
+
+/// Work in proportion to the change (issue 31): with `n` deployments
+/// deploying, one per environment, started and waiting for their agents.
+mod proportional {
+    use std::collections::BTreeMap;
+
+    use storage::mutations::{CreateDeployment, ReportInstances};
+    use wire::model::{DeploymentStatus, Instance, InstanceStatus};
+
+    use super::*;
+    use crate::workflow::deploy::DeployWorkflow;
+    use crate::workflow::rollout::RolloutWorkflow;
+    use crate::workflow::sentinel::SentinelDeployWorkflow;
+
+    const REGION: &str = "us-east";
+
+    /// The leader's workflows, as the leader job builds them.
+    fn leader_workflows() -> Vec<Box<dyn Round>> {
+        vec![
+            Box::new(DeployWorkflow::new(config::DeploySettings::default(), 0)),
+            Box::new(SentinelDeployWorkflow::new(0, 0)),
+            Box::new(RolloutWorkflow),
+        ]
+    }
+
+    fn deployment(i: usize, now_ms: UnixMs) -> Deployment {
+        Deployment {
+            id: format!("dep_{i:06}"),
+            workspace_id: "ws".into(),
+            project_id: "proj".into(),
+            environment_id: format!("env_{i:06}"),
+            image: "nginx:1.27".into(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            replicas: 1,
+            regions: vec![REGION.into()],
+            env_vars: BTreeMap::new(),
+            desired_state: DesiredState::Running,
+            status: DeploymentStatus::Pending,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            workflow: wire::rules::deploy::new_workflow(600_000, 60_000, 1, true),
+            spec: Default::default(),
+        }
+    }
+
+    /// Rounds until the driver waits (bounded).
+    async fn settle(
+        driver: &mut Driver,
+        flows: &[Box<dyn Round>],
+        node: &MemoryNode,
+        clock: &HandClock,
+    ) {
+        for _ in 0..10_000 {
+            let touched = node.take_touched();
+            if let RoundResult::Wait(_) = driver.round(flows, node, clock, touched).await {
+                return;
+            }
+        }
+        panic!("the driver never settled");
+    }
+
+    /// A node with `n` deploying deployments and a driver that has
+    /// started them all and waits.
+    async fn deploying(n: usize) -> (MemoryNode, HandClock, Driver) {
+        let node = MemoryNode::new();
+        let clock = HandClock::default();
+        clock.0.store(node.now_ms(), Ordering::Relaxed);
+        let ids: Vec<usize> = (0..n).collect();
+        for chunk in ids.chunks(PROPOSAL_MUTATIONS_MAX) {
+            let creates = chunk
+                .iter()
+                .map(|i| {
+                    Mutation::CreateDeployment(CreateDeployment {
+                        deployment: deployment(*i, node.now_ms()),
+                    })
+                })
+                .collect();
+            node.propose(creates).await.expect("create");
+        }
+        let flows = leader_workflows();
+        let mut driver = Driver::new();
+        settle(&mut driver, &flows, &node, &clock).await;
+        let view = node.read().unwrap();
+        assert_eq!(view.open_deployments(n + 1).unwrap().len(), n);
+        assert!(
+            view.open_deployments(n)
+                .unwrap()
+                .iter()
+                .all(|d| d.status == DeploymentStatus::Deploying)
+        );
+        assert_eq!(driver.waiting(), n, "each waits for its deadline");
+        (node, clock, driver)
+    }
+
+    /// Rows decoded and records decided by: krane's report of one
+    /// deployment's pod (pending), and the driver's next round.
+    async fn one_report(n: usize) -> (u64, usize) {
+        let (node, clock, mut driver) = deploying(n).await;
+        let flows = leader_workflows();
+        let id = "dep_000000";
+        let pod = Instance {
+            deployment_id: id.into(),
+            region: REGION.into(),
+            pod_name: "pod-1".into(),
+            address: String::new(),
+            cpu_millicores: 100,
+            memory_mib: 128,
+            status: InstanceStatus::Pending,
+            reason: None,
+            updated_at_ms: node.now_ms(),
+            updated: true,
+        };
+        let before = storage::tables::rows_decoded();
+        node.propose(vec![Mutation::ReportInstances(ReportInstances {
+            deployment_id: id.into(),
+            region: REGION.into(),
+            instances: vec![pod],
+        })])
+        .await
+        .expect("report");
+        let touched = node.take_touched();
+        let result = driver.round(&flows, &node, &clock, touched).await;
+        assert!(matches!(result, RoundResult::Wait(_)), "{result:?}");
+        (storage::tables::rows_decoded() - before, driver.decided())
+    }
+
+    /// Rows decoded by a deploy to a new environment: its create, and the
+    /// driver's rounds that start it.
+    async fn one_new_environment(n: usize) -> u64 {
+        let (node, clock, mut driver) = deploying(n).await;
+        let flows = leader_workflows();
+        let before = storage::tables::rows_decoded();
+        node.propose(vec![Mutation::CreateDeployment(CreateDeployment {
+            deployment: deployment(n, node.now_ms()),
+        })])
+        .await
+        .expect("create");
+        settle(&mut driver, &flows, &node, &clock).await;
+        let decoded = storage::tables::rows_decoded() - before;
+        let view = node.read().unwrap();
+        let started = view.deployment(&format!("dep_{n:06}")).unwrap().unwrap();
+        assert_eq!(started.status, DeploymentStatus::Deploying);
+        decoded
+    }
+
+    #[tokio::test]
+    async fn a_report_costs_the_same_at_100_and_at_10_000_open_deploys() {
+        let (small, decided) = one_report(100).await;
+        assert_eq!(decided, 1, "the round decided only the reported one");
+        let (large, decided) = one_report(10_000).await;
+        assert_eq!(decided, 1, "the round decided only the reported one");
+        assert_eq!(small, large, "rows decoded at 100 and at 10,000");
+    }
+
+    #[tokio::test]
+    async fn a_new_environment_costs_the_same_at_100_and_at_10_000_sentinels() {
+        let small = one_new_environment(100).await;
+        let large = one_new_environment(10_000).await;
+        assert_eq!(small, large, "rows decoded at 100 and at 10,000");
+    }
 }

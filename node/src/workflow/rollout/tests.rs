@@ -124,7 +124,9 @@ impl Site {
         let view = self.store.read().unwrap();
         let mut decision = Decision::idle();
         for flow in &flows {
-            decision.merge(flow.decide_all(&view, self.now).unwrap());
+            for (_, one) in flow.decide_all(&view, self.now).unwrap() {
+                decision.merge(one);
+            }
         }
         decision
     }
