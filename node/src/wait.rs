@@ -8,7 +8,8 @@
 //! `OperatorRequest::WaitDeployment` call is answered by the node as soon
 //! as the view differs from the one drawn (or after a bounded wait). A
 //! node of an older release, which does not know that call, is read every
-//! [`POLL_INTERVAL_MS`] instead.
+//! [`POLL_INTERVAL_MS`] instead. [`Follow`] does the same for the other
+//! long polls (a sentinel's deploy, the latest rollout).
 
 use std::time::Duration;
 
@@ -137,6 +138,51 @@ pub async fn changed(
         wait_ms,
     };
     Ok(client.call(request).await?)
+}
+
+/// A long poll followed call after call: each [`Follow::next`] sends the
+/// long-poll call (`WaitSentinel`, `WaitRollout`) built from the digest of
+/// what the caller has; once a node answers `bad_frame` (an older release
+/// that does not know the call) it reads with the plain call every
+/// `poll_ms` instead.
+#[derive(Debug)]
+pub struct Follow {
+    long_poll: bool,
+    poll_ms: u64,
+}
+
+impl Follow {
+    /// Long polls first; plain reads every `poll_ms` on an older node.
+    pub fn new(poll_ms: u64) -> Follow {
+        Follow {
+            long_poll: true,
+            poll_ms,
+        }
+    }
+
+    /// The next answer: `long(wait_ms)`'s, or after `poll_ms`, `read`'s.
+    pub async fn next<T, L, R>(
+        &mut self,
+        client: &Client,
+        long: impl FnOnce(u64) -> L,
+        read: R,
+    ) -> Result<T, ClientError>
+    where
+        L: wire::operator::Operation<Answer = T>,
+        R: wire::operator::Operation<Answer = T>,
+    {
+        if self.long_poll {
+            let wait_ms = long_poll_ms(Duration::MAX, client.request_timeout_ms());
+            match client.call(long(wait_ms)).await {
+                Err(ClientError::Server(e)) if e.code == ErrorCode::BadFrame => {
+                    self.long_poll = false;
+                }
+                answer => return answer,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(self.poll_ms)).await;
+        client.call(read).await
+    }
 }
 
 async fn read(client: &Client, id: &str) -> Result<DeploymentView, WaitError> {

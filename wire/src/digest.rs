@@ -34,6 +34,19 @@ impl Fnv1a {
     }
 }
 
+/// A stable hash of `value`'s encoding: equal values have equal digests on
+/// every node and release (what a long poll compares to tell a change).
+/// A value that does not encode digests to 0 (every such value looks the
+/// same; the types this is used for always encode).
+pub fn of<T: serde::Serialize>(value: &T) -> u64 {
+    let mut hash = Fnv1a::new();
+    match postcard::to_allocvec(value) {
+        Ok(bytes) => hash.write(&bytes),
+        Err(_) => return 0,
+    }
+    hash.finish()
+}
+
 impl Default for Fnv1a {
     fn default() -> Self {
         Fnv1a::new()

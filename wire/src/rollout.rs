@@ -42,6 +42,12 @@ pub enum WavesError {
     NotAll(u32),
 }
 
+/// A stable hash of the latest rollout as a node answers it (`None`: no
+/// rollout yet): what `WaitRollout` compares to tell a change.
+pub fn digest(rollout: Option<&Rollout>) -> u64 {
+    crate::digest::of(&rollout)
+}
+
 /// Checks cumulative wave percentages: 1 to [`WAVES_MAX`] of them, each in
 /// 1..=100, never decreasing, the last 100.
 pub fn check_wave_percents(percents: &[u32]) -> Result<(), WavesError> {

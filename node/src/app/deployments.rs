@@ -3,20 +3,16 @@
 //! instances), list them in pages, stop or start one, and wait for its
 //! view to change (`WaitDeployment`, a long poll woken by applies).
 
-use std::time::Duration;
-
 use config::DeploySettings;
 
 use storage::mutations;
-use tokio::time::Instant;
 use wire::model::{Deployment, DeploymentStatus, DesiredState, Environment, JournalEntry};
 use wire::operator::{
-    CreateDeployment, DEPLOYMENT_WAIT_MS_MAX, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX,
-    SCHEDULE_AFTER_MS_MAX,
+    CreateDeployment, DeploymentUpdate, DeploymentView, LIST_PAGE_MAX, SCHEDULE_AFTER_MS_MAX,
 };
 use wire::{ErrorCode, WireError};
 
-use super::{Propose, ReadState, check_wait, internal, propose};
+use super::{Propose, ReadState, internal, long_poll, propose};
 use crate::clock::{Clock, deployment_id};
 
 /// Creates a deployment, running and deploying, stamped with the clock's
@@ -106,22 +102,14 @@ pub async fn wait(
     seen: u64,
     wait_ms: u64,
 ) -> Result<DeploymentView, WireError> {
-    check_wait(wait_ms, DEPLOYMENT_WAIT_MS_MAX)?;
-    let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    loop {
-        // Taken before the read: an apply after it moves the mark past
-        // this, so no change is missed between the read and the wait.
-        let mark = state.applied_mark();
-        let view = view(state, id)?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if view.digest() != seen || remaining.is_zero() {
-            return Ok(view);
-        }
-        if !state.applied_past(mark, remaining).await {
-            // The wait is over (or the node is stopping): answer as it is.
-            return Ok(view);
-        }
-    }
+    long_poll(
+        state,
+        seen,
+        wait_ms,
+        || view(state, id),
+        DeploymentView::digest,
+    )
+    .await
 }
 
 /// One page of deployments in id order, after `after`, and where the next

@@ -118,6 +118,34 @@ pub fn internal(e: StorageError) -> WireError {
     WireError::new(ErrorCode::Internal, e.to_string())
 }
 
+/// A long poll: `read()` once its digest differs from `seen`, or as it is
+/// when `wait_ms` (1 to [`wire::operator::DEPLOYMENT_WAIT_MS_MAX`]) has
+/// passed or the node is stopping. Woken by applies, never by a timer;
+/// each apply costs one `read()`.
+pub async fn long_poll<T>(
+    state: &impl ReadState,
+    seen: u64,
+    wait_ms: u64,
+    read: impl Fn() -> Result<T, WireError>,
+    digest: impl Fn(&T) -> u64,
+) -> Result<T, WireError> {
+    check_wait(wait_ms, wire::operator::DEPLOYMENT_WAIT_MS_MAX)?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        // Taken before the read: an apply after it moves the mark past
+        // this, so no change is missed between the read and the wait.
+        let mark = state.applied_mark();
+        let value = read()?;
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if digest(&value) != seen || remaining.is_zero() {
+            return Ok(value);
+        }
+        if !state.applied_past(mark, remaining).await {
+            return Ok(value);
+        }
+    }
+}
+
 /// Refuses a `wait_ms` outside `1..=max_ms`.
 pub fn check_wait(wait_ms: u64, max_ms: u64) -> Result<(), WireError> {
     if wait_ms == 0 || wait_ms > max_ms {

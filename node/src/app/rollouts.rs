@@ -97,6 +97,23 @@ pub fn status(state: &impl ReadState) -> Result<Option<Rollout>, WireError> {
     view.latest_rollout().map_err(internal)
 }
 
+/// The long poll of `WaitRollout`: the latest rollout once its digest
+/// ([`wire::rollout::digest`]) differs from `seen`, or after `wait_ms`.
+pub async fn wait(
+    state: &impl ReadState,
+    seen: u64,
+    wait_ms: u64,
+) -> Result<Option<Rollout>, WireError> {
+    super::long_poll(
+        state,
+        seen,
+        wait_ms,
+        || status(state),
+        |rollout| wire::rollout::digest(rollout.as_ref()),
+    )
+    .await
+}
+
 /// Past rollouts, newest first, at most `limit`.
 pub fn history(state: &impl ReadState, limit: u32) -> Result<Vec<RolloutSummary>, WireError> {
     if limit == 0 || limit > LIST_PAGE_MAX {
@@ -109,4 +126,75 @@ pub fn history(state: &impl ReadState, limit: u32) -> Result<Vec<RolloutSummary>
         .rollouts(usize::try_from(limit).unwrap_or(usize::MAX))
         .map_err(internal)?;
     Ok(rollouts.iter().map(Rollout::summary).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use storage::Mutation;
+    use tokio::time::Instant;
+    use wire::rollout::{RolloutOptions, digest};
+
+    use super::*;
+    use crate::app::testing::MemoryNode;
+
+    fn start_mutation() -> Mutation {
+        Mutation::StartRollout(RolloutOptions {
+            image: "sentinel:2".into(),
+            wave_percents: vec![100],
+            bake_ms: 0,
+            max_failures: 0,
+            concurrency: 0,
+            deadline_ms: 60_000,
+            notify: None,
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_answers_when_the_latest_rollout_changes_or_at_its_end() {
+        let node = MemoryNode::new();
+        crate::app::sentinels::apply(
+            &node,
+            wire::operator::ApplySentinel {
+                workspace_id: "ws".into(),
+                project_id: "proj".into(),
+                app_id: "app".into(),
+                environment_id: "env".into(),
+                region: "us-east".into(),
+                image: Some("sentinel:1".into()),
+                replicas: None,
+                cpu_millicores: None,
+                memory_mib: None,
+                deadline_ms: None,
+            },
+        )
+        .await
+        .unwrap();
+        let start = Instant::now();
+        // No rollout yet, and none comes: answered at the end.
+        let none = digest(None);
+        assert_eq!(wait(&node, none, 1_000).await.unwrap(), None);
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_000));
+        // One starts while it waits: answered at once.
+        let mut waiting = Box::pin(wait(&node, none, 10_000));
+        assert!(
+            tokio::time::timeout(Duration::ZERO, &mut waiting)
+                .await
+                .is_err()
+        );
+        let out = node.propose(vec![start_mutation()]).await.unwrap();
+        assert!(out.iter().all(Result::is_ok), "{out:?}");
+        let started = waiting.await.unwrap().expect("the rollout started");
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_000));
+        // Out of date: at once; the same rollout seen: it waits.
+        assert_eq!(
+            wait(&node, none, 10_000).await.unwrap().as_ref(),
+            Some(&started)
+        );
+        let seen = digest(Some(&started));
+        let answer = wait(&node, seen, 500).await.unwrap();
+        assert_eq!(answer.as_ref(), Some(&started));
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_500));
+    }
 }

@@ -70,6 +70,41 @@ pub fn get(state: &impl ReadState, id: &str) -> Result<SentinelView, WireError> 
     })
 }
 
+/// The sentinel `id` of `region` as [`get`] answers it, read by key.
+pub fn get_in(state: &impl ReadState, id: &str, region: &str) -> Result<SentinelView, WireError> {
+    let view = state.read().map_err(internal)?;
+    let sentinel = view
+        .sentinel(id, region)
+        .map_err(internal)?
+        .ok_or_else(|| not_found("sentinel", id))?;
+    let status = view.sentinel_status(id, region).map_err(internal)?;
+    let rejected = rejection(&view, &sentinel)?;
+    Ok(SentinelView {
+        sentinel,
+        status,
+        rejected,
+    })
+}
+
+/// The long poll of `WaitSentinel`: the sentinel `id` of `region` once
+/// its view's digest differs from `seen`, or after `wait_ms`.
+pub async fn wait(
+    state: &impl ReadState,
+    id: &str,
+    region: &str,
+    seen: u64,
+    wait_ms: u64,
+) -> Result<SentinelView, WireError> {
+    super::long_poll(
+        state,
+        seen,
+        wait_ms,
+        || get_in(state, id, region),
+        SentinelView::digest,
+    )
+    .await
+}
+
 /// Kubernetes' rejection of `sentinel`'s current version, if krane
 /// reported one.
 fn rejection(
@@ -334,5 +369,69 @@ mod tests {
             stop(&node, "snt_x").await.unwrap_err().code,
             ErrorCode::NotFound
         );
+    }
+
+    /// Polls `waiting` once more: whether it is still pending.
+    async fn still_waiting<F: std::future::Future + Unpin>(waiting: &mut F) -> bool {
+        tokio::time::timeout(std::time::Duration::ZERO, waiting)
+            .await
+            .is_err()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_answers_at_the_sentinels_change_or_at_its_end() {
+        let node = MemoryNode::new();
+        let id = applied(&node, request("env_1", "us-east", None))
+            .await
+            .unwrap();
+        let other = applied(&node, request("env_2", "us-east", None))
+            .await
+            .unwrap();
+        let seen = get(&node, &id).unwrap().digest();
+        let start = tokio::time::Instant::now();
+        // Out of date: at once.
+        let answer = wait(&node, &id, "us-east", seen ^ 1, 10_000).await.unwrap();
+        assert_eq!(answer.digest(), seen);
+        let mut waiting = Box::pin(wait(&node, &id, "us-east", seen, 10_000));
+        assert!(still_waiting(&mut waiting).await, "nothing changed yet");
+        // Another sentinel's report wakes it, and it waits on.
+        let report = |sentinel_id: &str| SentinelStatus {
+            sentinel_id: sentinel_id.into(),
+            region: "us-east".into(),
+            available_replicas: 1,
+            updated_replicas: 1,
+            ready_replicas: 1,
+            observed_generation: 1,
+            running_image: "sentinel:2".into(),
+            health: Health::Healthy,
+            updated_at_ms: 9,
+            applied_version: 0,
+        };
+        node.propose(vec![Mutation::ReportSentinelStatus(report(&other))])
+            .await
+            .unwrap();
+        assert!(
+            still_waiting(&mut waiting).await,
+            "another sentinel changed"
+        );
+        node.propose(vec![Mutation::ReportSentinelStatus(report(&id))])
+            .await
+            .unwrap();
+        let answer = waiting.await.unwrap();
+        assert_eq!(answer.status, Some(report(&id)));
+        assert_eq!(tokio::time::Instant::now(), start, "answered at the change");
+        // Nothing changes: answered as it is at the end.
+        let seen = answer.digest();
+        let answer = wait(&node, &id, "us-east", seen, 1_500).await.unwrap();
+        assert_eq!(answer.digest(), seen);
+        assert_eq!(
+            tokio::time::Instant::now() - start,
+            std::time::Duration::from_millis(1_500)
+        );
+        // A sentinel not in that region is not found; a bad wait refused.
+        let e = wait(&node, &id, "eu-west", 0, 10).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        let e = wait(&node, &id, "us-east", 0, 0).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest);
     }
 }

@@ -7,9 +7,12 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
+use node::wait::Follow;
 use serde::Serialize;
 use wire::model::UnixMs;
-use wire::operator::request::{ControlRollout, PlanRollout, RolloutHistory, RolloutStatus};
+use wire::operator::request::{
+    ControlRollout, PlanRollout, RolloutHistory, RolloutStatus, WaitRollout,
+};
 use wire::operator::{RolloutCommand as Command, SENTINEL_DEADLINE_MS_DEFAULT, StartRollout};
 use wire::rollout::{
     DEFAULT_WAVE_PERCENTS, MemberState, Rollout, RolloutEvent, RolloutOptions, RolloutState,
@@ -18,7 +21,8 @@ use wire::rollout::{
 
 use super::{Output, RequestIdArg};
 
-/// How often `ctrl rollout status --watch` reads the rollout again.
+/// How often `ctrl rollout status --watch` reads the rollout again from a
+/// node that has no long poll for it.
 const WATCH_POLL_MS: u64 = 1_000;
 /// Rollouts `ctrl rollout history` shows when not told.
 const HISTORY_DEFAULT: u32 = 20;
@@ -164,8 +168,11 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
         }
         RolloutCommand::Status { watch, output } => {
             let mut last = None;
+            let mut follow = Follow::new(WATCH_POLL_MS);
+            let mut latest = client.call(RolloutStatus).await?;
             loop {
-                let Some(rollout) = client.call(RolloutStatus).await? else {
+                let seen = wire::rollout::digest(latest.as_ref());
+                let Some(rollout) = latest else {
                     println!("no rollout yet (state idle)");
                     return Ok(());
                 };
@@ -184,7 +191,13 @@ pub(super) async fn run(config: &OperatorConfig, command: RolloutCommand) -> Res
                 {
                     return Ok(());
                 }
-                tokio::time::sleep(Duration::from_millis(WATCH_POLL_MS)).await;
+                latest = follow
+                    .next(
+                        &client,
+                        |wait_ms| WaitRollout { seen, wait_ms },
+                        RolloutStatus,
+                    )
+                    .await?;
             }
         }
         RolloutCommand::Resume { request_id } => {

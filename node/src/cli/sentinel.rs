@@ -7,16 +7,18 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use config::OperatorConfig;
 use node::client::Client;
+use node::wait::Follow;
 use serde::Serialize;
 use wire::model::{
     ApplyReport, DesiredState, Health, Pk, Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs,
 };
-use wire::operator::request::{GetSentinel, ListSentinels, StopSentinel};
+use wire::operator::request::{GetSentinel, ListSentinels, StopSentinel, WaitSentinel};
 use wire::operator::{ApplySentinel, SentinelDeployed, SentinelView};
 
 use super::{Exit, Output, RequestIdArg};
 
-/// How often `ctrl sentinel apply --wait` reads the sentinel again.
+/// How often `ctrl sentinel apply --wait` reads the sentinel again from a
+/// node that has no long poll for it.
 pub(crate) const WAIT_POLL_MS: u64 = 500;
 /// Sentinels per `ListSentinels` call of `ctrl list sentinels`.
 const LIST_PAGE: u32 = 500;
@@ -79,6 +81,7 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
     match command {
         SentinelCommand::Apply(args) => {
             let request_id = args.request_id.or_new();
+            let region = args.region.clone();
             let request = ApplySentinel {
                 workspace_id: args.workspace,
                 project_id: args.project,
@@ -100,7 +103,7 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
             } = client.call_with_id(request, Some(request_id)).await?;
             println!("{sentinel_id} version {version} {}", status.as_str());
             if args.wait && status == SentinelDeployStatus::Progressing {
-                wait(&client, &sentinel_id, version).await?;
+                wait(&client, &sentinel_id, &region, version).await?;
             }
         }
         SentinelCommand::Stop { id, request_id } => {
@@ -114,12 +117,15 @@ pub(super) async fn run(config: &OperatorConfig, command: SentinelCommand) -> Re
     Ok(())
 }
 
-/// Follows the deploy of `version` until it is ready or failed.
-async fn wait(client: &Client, id: &str, version: Pk) -> Result<()> {
+/// Follows the deploy of `version` until it is ready or failed: a long
+/// poll woken by each change of the sentinel (a read every
+/// [`WAIT_POLL_MS`] on a node that does not know it).
+async fn wait(client: &Client, id: &str, region: &str, version: Pk) -> Result<()> {
     let started = Instant::now();
     let mut last = None;
+    let mut follow = Follow::new(WAIT_POLL_MS);
+    let mut view = client.call(GetSentinel { id: id.to_string() }).await?;
     loop {
-        let view = client.call(GetSentinel { id: id.to_string() }).await?;
         let s = &view.sentinel;
         if s.version != version {
             bail!("sentinel {id} was changed again (version {})", s.version);
@@ -143,7 +149,19 @@ async fn wait(client: &Client, id: &str, version: Pk) -> Result<()> {
             }
             SentinelDeployStatus::Progressing | SentinelDeployStatus::Idle => {}
         }
-        tokio::time::sleep(Duration::from_millis(WAIT_POLL_MS)).await;
+        let seen = view.digest();
+        view = follow
+            .next(
+                client,
+                |wait_ms| WaitSentinel {
+                    id: id.to_string(),
+                    region: region.to_string(),
+                    seen,
+                    wait_ms,
+                },
+                GetSentinel { id: id.to_string() },
+            )
+            .await?;
     }
 }
 

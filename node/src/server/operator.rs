@@ -19,7 +19,7 @@ use wire::operator::request::{
     InitCluster, ListDeliveries, ListDeployments, ListEnvironments, ListNotifyEndpoints,
     ListPolicies, ListRegions, ListSentinels, LogStatus, NodeDiagnostics, NodeStatus, NodeVersion,
     PlanRollout, RemoveNode, RolloutHistory, RolloutStatus, SetRegionSchedulable, StateHash,
-    WaitDeployment,
+    WaitDeployment, WaitRollout, WaitSentinel,
 };
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, Page};
 use wire::{ErrorCode, WireError};
@@ -214,6 +214,15 @@ async fn reads_and_cluster_calls(
         .on_sync(|s, LogStatus| Ok(cluster::log_status(s)))
         .on(|s, r: StateHash| state_hash::state_hash(s, r.min_applied_index, r.wait_ms))
         .on_sync(|s, GetSentinel { id }| sentinels::get(s, &id))
+        .on(
+            |s,
+             WaitSentinel {
+                 id,
+                 region,
+                 seen,
+                 wait_ms,
+             }| async move { sentinels::wait(s, &id, &region, seen, wait_ms).await },
+        )
         .on_sync(|s, DescribeEnvironment { id }| environments::describe(s, &id))
         .on_sync(|s, ListEnvironments { after, limit }| {
             environments::list(s, after, limit)
@@ -236,6 +245,9 @@ async fn reads_and_cluster_calls(
              }| { rollouts::plan(s, &image, &wave_percents) },
         )
         .on_sync(|s, RolloutStatus| rollouts::status(s))
+        .on(|s, WaitRollout { seen, wait_ms }| async move {
+            rollouts::wait(s, seen, wait_ms).await
+        })
         .on_sync(|s, RolloutHistory { limit }| rollouts::history(s, limit))
         .on_sync(|s, NodeDiagnostics| {
             Ok(wire::operator::NodeDiagnostics {

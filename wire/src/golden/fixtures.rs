@@ -914,6 +914,16 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             after: Some("env_dev".into()),
             limit: 100,
         }),
+        OperatorRequest::WaitSentinel(crate::operator::request::WaitSentinel {
+            id: "snt_01hx".into(),
+            region: "eu-west".into(),
+            seen: 0x1234_5678_9abc_def0,
+            wait_ms: 30_000,
+        }),
+        OperatorRequest::WaitRollout(crate::operator::request::WaitRollout {
+            seen: 0x0fed_cba9_8765_4321,
+            wait_ms: 30_000,
+        }),
     ]
 }
 

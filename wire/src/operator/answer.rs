@@ -131,14 +131,15 @@ impl DeploymentView {
     /// A stable hash of the whole view (FNV-1a of its encoding): equal
     /// views have equal digests on every node and release.
     pub fn digest(&self) -> u64 {
-        let mut hash = crate::digest::Fnv1a::new();
-        // Encoding a view cannot fail (no maps with non-string keys, no
-        // unsupported types); were it to, every view would look changed.
-        match postcard::to_allocvec(self) {
-            Ok(bytes) => hash.write(&bytes),
-            Err(_) => return 0,
-        }
-        hash.finish()
+        crate::digest::of(self)
+    }
+}
+
+impl SentinelView {
+    /// A stable hash of the whole view (FNV-1a of its encoding), as
+    /// [`DeploymentView::digest`].
+    pub fn digest(&self) -> u64 {
+        crate::digest::of(self)
     }
 }
 

@@ -109,4 +109,6 @@ crate::calls! {
         OperatorResponse::Environments { items, next_after } => Page { items, next_after },
         |page| OperatorResponse::Environments { items: page.items, next_after: page.next_after }
     };
+    WaitSentinel(WaitSentinel) => Sentinel(SentinelView);
+    WaitRollout(WaitRollout) => Rollout(Option<Rollout>);
 }

@@ -240,6 +240,10 @@ pub enum OperatorRequest {
     DescribeEnvironment(request::DescribeEnvironment),
     /// [`request::ListEnvironments`].
     ListEnvironments(request::ListEnvironments),
+    /// [`request::WaitSentinel`].
+    WaitSentinel(request::WaitSentinel),
+    /// [`request::WaitRollout`].
+    WaitRollout(request::WaitRollout),
 }
 
 impl OperatorRequest {
@@ -287,6 +291,8 @@ impl OperatorRequest {
             OperatorRequest::NodeVersion(_) => "node_version",
             OperatorRequest::DescribeEnvironment(_) => "describe_environment",
             OperatorRequest::ListEnvironments(_) => "list_environments",
+            OperatorRequest::WaitSentinel(_) => "wait_sentinel",
+            OperatorRequest::WaitRollout(_) => "wait_rollout",
         }
     }
 
@@ -296,6 +302,8 @@ impl OperatorRequest {
         matches!(
             self,
             OperatorRequest::WaitDeployment(_)
+                | OperatorRequest::WaitSentinel(_)
+                | OperatorRequest::WaitRollout(_)
                 | OperatorRequest::StateHash(_)
                 | OperatorRequest::AddNode(_)
                 | OperatorRequest::RemoveNode(_)
@@ -348,7 +356,9 @@ impl OperatorRequest {
             | OperatorRequest::Backup(_)
             | OperatorRequest::NodeVersion(_)
             | OperatorRequest::DescribeEnvironment(_)
-            | OperatorRequest::ListEnvironments(_) => false,
+            | OperatorRequest::ListEnvironments(_)
+            | OperatorRequest::WaitSentinel(_)
+            | OperatorRequest::WaitRollout(_) => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion(_) | OperatorRequest::SetRegionSchedulable(_) => false,

@@ -250,6 +250,34 @@ pub struct DescribeEnvironment {
     pub id: String,
 }
 
+/// The sentinel once its view (row, krane's status, a refusal) differs
+/// from the one whose digest is `seen` ([`super::SentinelView::digest`]),
+/// or as it is after `wait_ms` (1 to [`super::DEPLOYMENT_WAIT_MS_MAX`]):
+/// the long poll of `ctrl sentinel apply --wait`. Answered by `Sentinel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitSentinel {
+    /// The sentinel's id.
+    pub id: String,
+    /// Its region (found by key, not by a search of every region).
+    pub region: String,
+    /// Digest of the view the caller already has (0 for none).
+    pub seen: u64,
+    /// Longest wait for a change, in milliseconds.
+    pub wait_ms: u64,
+}
+
+/// The latest rollout once it differs from the one whose digest is
+/// `seen` ([`crate::rollout::digest`]), or as it is after `wait_ms` (1 to
+/// [`super::DEPLOYMENT_WAIT_MS_MAX`]): the long poll of `ctrl rollout
+/// status --watch`. Answered by `Rollout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitRollout {
+    /// Digest of the rollout the caller already has.
+    pub seen: u64,
+    /// Longest wait for a change, in milliseconds.
+    pub wait_ms: u64,
+}
+
 /// Environments with their routes, ordered by id, after `after`; answered
 /// by `Environments`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

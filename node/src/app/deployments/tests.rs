@@ -1,8 +1,12 @@
 //! Tests of `node/src/app/deployments`.
 
+use std::time::Duration;
+
 use storage::Mutation;
 use storage::mutations;
+use tokio::time::Instant;
 use wire::model::{Instance, InstanceStatus};
+use wire::operator::DEPLOYMENT_WAIT_MS_MAX;
 
 use super::*;
 use crate::app::testing::{MemoryNode, create_request};
