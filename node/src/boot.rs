@@ -311,6 +311,7 @@ pub async fn start_with_clock(
         state_machine.stats(),
     ));
     let applied_pk = state_machine.applied_pk();
+    let wake = state_machine.wake();
     // Stamped time never goes backwards, nor below the last applied time.
     let clock: Arc<dyn Clock> = Arc::new(crate::clock::StampClock::new(
         clock,
@@ -435,6 +436,7 @@ pub async fn start_with_clock(
         network,
         store,
         applied_pk,
+        wake,
         watch_permits: Arc::new(tokio::sync::Semaphore::new(limits.watch_streams_max)),
         limits,
         deploy: config.deploy.clone(),

@@ -27,7 +27,8 @@
 //!   backoff) and the HTTP client the leader's delivery job uses.
 //! - [`raft`]: type configuration, log store, state machine, network;
 //!   [`runtime`]: the thread openraft runs on; [`clock`]: time and ids,
-//!   passed in.
+//!   passed in; [`wake`]: the long polls' wake-ups by record, which the
+//!   state machine feeds.
 //!
 //! [`metrics`]: the gauges, counters and readiness served on
 //! `metrics_addr` (beside `server`, read by `boot`).
@@ -50,4 +51,5 @@ pub mod replica;
 pub mod runtime;
 pub mod server;
 pub mod wait;
+pub mod wake;
 pub mod workflow;

@@ -104,6 +104,7 @@ pub async fn wait(
 ) -> Result<DeploymentView, WireError> {
     long_poll(
         state,
+        &storage::command::Touched::Deployment(id.to_string()),
         seen,
         wait_ms,
         || view(state, id),

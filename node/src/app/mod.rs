@@ -105,6 +105,16 @@ pub trait ReadState: Sync {
         storage::TouchedSet::everything()
     }
 
+    /// A receiver that changes once `key` is written after this call (see
+    /// [`crate::wake`]); `None` if this state has none, and then long polls
+    /// wake at every apply ([`ReadState::applied_past`]).
+    fn subscribe_touched(
+        &self,
+        _key: &storage::command::Touched,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// The keys that seal and open secret values, if this node has any
     /// (`secrets_key`): a deployment's secrets are sealed before they are
     /// proposed and opened only for the agent of a target region.
@@ -120,10 +130,12 @@ pub fn internal(e: StorageError) -> WireError {
 
 /// A long poll: `read()` once its digest differs from `seen`, or as it is
 /// when `wait_ms` (1 to [`wire::operator::DEPLOYMENT_WAIT_MS_MAX`]) has
-/// passed or the node is stopping. Woken by applies, never by a timer;
-/// each apply costs one `read()`.
+/// passed or the node is stopping. Woken by the writes of `key` (the
+/// record `read` reads), never by a timer; on a state without keyed
+/// wake-ups, by every apply.
 pub async fn long_poll<T>(
     state: &impl ReadState,
+    key: &storage::command::Touched,
     seen: u64,
     wait_ms: u64,
     read: impl Fn() -> Result<T, WireError>,
@@ -131,16 +143,29 @@ pub async fn long_poll<T>(
 ) -> Result<T, WireError> {
     check_wait(wait_ms, wire::operator::DEPLOYMENT_WAIT_MS_MAX)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+    let mut writes = state.subscribe_touched(key);
     loop {
-        // Taken before the read: an apply after it moves the mark past
-        // this, so no change is missed between the read and the wait.
+        // Taken before the read: a write after it changes the receiver
+        // (or moves the mark), so no change is missed between the read
+        // and the wait.
         let mark = state.applied_mark();
+        if let Some(writes) = writes.as_mut() {
+            writes.borrow_and_update();
+        }
         let value = read()?;
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         if digest(&value) != seen || remaining.is_zero() {
             return Ok(value);
         }
-        if !state.applied_past(mark, remaining).await {
+        let woken = match writes.as_mut() {
+            Some(writes) => matches!(
+                tokio::time::timeout(remaining, writes.changed()).await,
+                Ok(Ok(()))
+            ),
+            None => state.applied_past(mark, remaining).await,
+        };
+        if !woken {
+            // The wait is over (or the node is stopping): as it is.
             return Ok(value);
         }
     }

@@ -106,6 +106,7 @@ pub async fn wait(
 ) -> Result<Option<Rollout>, WireError> {
     super::long_poll(
         state,
+        &storage::command::Touched::Rollout,
         seen,
         wait_ms,
         || status(state),

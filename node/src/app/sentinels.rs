@@ -97,6 +97,10 @@ pub async fn wait(
 ) -> Result<SentinelView, WireError> {
     super::long_poll(
         state,
+        &storage::command::Touched::Sentinel {
+            region: region.to_string(),
+            id: id.to_string(),
+        },
         seen,
         wait_ms,
         || get_in(state, id, region),

@@ -70,6 +70,8 @@ pub(crate) struct MemoryNode {
     keyring: transport::sealing::Keyring,
     /// Added to [`NOW_MS`] in the commands proposed ([`MemoryNode::advance_ms`]).
     offset_ms: AtomicU64,
+    /// Long polls' wake-ups by record, as a node's state machine feeds them.
+    wake: crate::wake::KeyedWake,
 }
 
 /// The secrets key of [`MemoryNode`] (a test key, never a real one).
@@ -112,6 +114,7 @@ impl MemoryNode {
         );
         MemoryNode {
             store,
+            wake: crate::wake::KeyedWake::default(),
             clock: CountingClock::default(),
             applied: watch::Sender::new(0),
             proposals: AtomicUsize::new(0),
@@ -159,6 +162,7 @@ impl Propose for MemoryNode {
             .store
             .apply(&[Some(&command)], &meta, false)
             .map_err(internal)?;
+        self.wake.wake(&applied.touched);
         self.applied.send_replace(index);
         Ok(applied.outcomes.into_iter().next().unwrap_or_default())
     }
@@ -175,6 +179,10 @@ impl ReadState for MemoryNode {
 
     fn take_touched(&self) -> storage::TouchedSet {
         self.store.take_touched()
+    }
+
+    fn subscribe_touched(&self, key: &storage::command::Touched) -> Option<watch::Receiver<u64>> {
+        Some(self.wake.subscribe(key))
     }
 
     fn keyring(&self) -> Option<&transport::sealing::Keyring> {

@@ -41,6 +41,7 @@ use wire::Pk;
 use super::purge_bound::PurgeBound;
 use super::stats::ApplyStats;
 use super::{CommandResponse, NodeId, TypeConfig};
+use crate::wake::KeyedWake;
 use prometheus_client::metrics::histogram::Histogram;
 use transport::closing::Tracked;
 
@@ -89,6 +90,8 @@ pub struct StateMachine {
     /// The greatest time apply has used (`ReadView::stamp_ms`), which the
     /// node's stamp clock never goes below.
     applied_stamp_ms: Arc<AtomicU64>,
+    /// Wakes the long polls of the records each apply wrote.
+    wake: Arc<KeyedWake>,
     last_applied: Applied,
     membership: Membership,
     snapshot_dir: PathBuf,
@@ -123,6 +126,7 @@ impl StateMachine {
             store,
             applied_pk,
             applied_stamp_ms,
+            wake: Arc::default(),
             last_applied,
             membership,
             snapshot_dir: snapshot_dir.to_path_buf(),
@@ -141,6 +145,11 @@ impl StateMachine {
     /// and snapshot install (for [`crate::clock::StampClock`]).
     pub fn applied_stamp_ms(&self) -> Arc<AtomicU64> {
         self.applied_stamp_ms.clone()
+    }
+
+    /// The long polls' wake-ups by record, fed by every apply.
+    pub fn wake(&self) -> Arc<KeyedWake> {
+        self.wake.clone()
     }
 
     /// Subscribes to the last applied change pk.
@@ -345,6 +354,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         self.last_applied = last_applied;
         self.membership = membership;
+        self.wake.wake(&applied.touched);
         self.applied_pk.send_replace(applied.last_pk);
         self.applied_stamp_ms
             .fetch_max(applied.stamp_ms, Ordering::AcqRel);
@@ -397,6 +407,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = membership;
         put_in_place(&self.snapshot_dir, &installing)?;
         self.purge_bound.raise(applied);
+        self.wake.wake_all();
         self.applied_pk.send_replace(view.last_pk());
         self.applied_stamp_ms
             .fetch_max(view.stamp_ms(), Ordering::AcqRel);

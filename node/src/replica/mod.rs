@@ -65,6 +65,8 @@ pub struct NodeState {
     pub store: SharedStore,
     /// The last change pk applied on this node.
     pub applied_pk: watch::Receiver<Pk>,
+    /// Wakes long polls by the record they watch (fed by apply).
+    pub wake: Arc<crate::wake::KeyedWake>,
     /// Limits and intervals from the config.
     pub limits: Limits,
     /// The deploy workflow's settings from the config.
@@ -183,6 +185,10 @@ impl ReadState for NodeState {
 
     fn take_touched(&self) -> storage::TouchedSet {
         self.store.take_touched()
+    }
+
+    fn subscribe_touched(&self, key: &storage::command::Touched) -> Option<watch::Receiver<u64>> {
+        Some(self.wake.subscribe(key))
     }
 
     fn keyring(&self) -> Option<&transport::sealing::Keyring> {

@@ -135,11 +135,12 @@ impl Store {
         if let Some(counts) = counts.as_mut() {
             counts.add(&delta);
         }
-        self.touched.add(touched);
+        self.touched.add(touched.clone());
         Ok(ApplyResult {
             outcomes,
             last_pk,
             stamp_ms,
+            touched,
         })
     }
 }

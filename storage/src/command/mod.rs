@@ -5,7 +5,7 @@
 //! and every id into it, so apply never reads a clock or a random source and
 //! every replica computes the same state, the same pks and the same outcomes.
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use wire::WireError;
 use wire::notify::NotifyEndpoint;
 
@@ -474,6 +474,9 @@ pub struct ApplyResult {
     /// The time the batch's last command applied at (never less than an
     /// earlier batch's).
     pub stamp_ms: UnixMs,
+    /// The records the batch wrote that a workflow decision or a long poll
+    /// reads (also added to [`crate::Store::take_touched`]'s log).
+    pub touched: BTreeSet<Touched>,
 }
 
 /// A record apply wrote that some workflow decision reads (an index of

@@ -223,6 +223,31 @@ async fn a_wait_is_refused_outside_its_bounds_or_for_an_unknown_deployment() {
     assert_eq!(e.code, ErrorCode::NotFound);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_write_of_another_deployment_does_not_wake_a_wait() {
+    let node = MemoryNode::new();
+    let id = created(&node, &["us-east"]).await;
+    let other = created(&node, &["us-east"]).await;
+    let seen = view(&node, &id).unwrap().digest();
+    let mut waiting = Box::pin(wait(&node, &id, seen, 10_000));
+    assert!(still_waiting(&mut waiting).await);
+    node.propose(vec![running(&other, "us-east", "other-0")])
+        .await
+        .unwrap();
+    // Everything runs on this thread: what the wait decodes is counted.
+    let before = storage::tables::rows_decoded();
+    assert!(still_waiting(&mut waiting).await);
+    assert_eq!(
+        storage::tables::rows_decoded(),
+        before,
+        "the wait read nothing again"
+    );
+    node.propose(vec![running(&id, "us-east", "web-0")])
+        .await
+        .unwrap();
+    assert_eq!(waiting.await.unwrap().instances.len(), 1);
+}
+
 /// Polls `waiting` once more: whether it is still pending.
 async fn still_waiting<F: Future + Unpin>(waiting: &mut F) -> bool {
     tokio::time::timeout(Duration::ZERO, waiting).await.is_err()
