@@ -429,7 +429,7 @@ async fn scale_and_update_roll_through_the_stateful_set() {
         assert_eq!(view.deployment.cpu_millicores, 300);
         assert_eq!(view.deployment.status, DeploymentStatus::Ready);
         let text = ctrl.ok(&["get", "deployment", &id]).await.unwrap();
-        assert!(text.contains("3/3 running, 3/3 updated"), "{text}");
+        assert!(text.contains("started, 3/3 running, 3/3 updated"), "{text}");
         assert!(text.contains("health:      http /ready"), "{text}");
 
         // An update the spec does not allow is refused, naming the field.

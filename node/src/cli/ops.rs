@@ -539,8 +539,10 @@ fn print_view(view: &DeploymentView) {
             .filter(|i| i.status == wire::model::InstanceStatus::Running)
             .count();
         let updated = here().filter(|i| i.updated).count();
+        let status = wire::rules::deploy::topology_status(d, region, &view.instances);
         println!(
-            "  {region}: {running}/{} running, {updated}/{} updated (rollout)",
+            "  {region}: {}, {running}/{} running, {updated}/{} updated (rollout)",
+            status.as_str(),
             d.replicas,
             here().count()
         );

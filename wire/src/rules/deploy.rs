@@ -15,8 +15,8 @@ use crate::k8s_name::{
     DEPLOYMENT_ID_LABEL, ENVIRONMENT_ID_LABEL, POD_NAMESPACE_LABEL, SENTINEL_NAMESPACE, label_value,
 };
 use crate::model::{
-    CiliumNetworkPolicy, DeployWorkflow, Deployment, DeploymentStatus, DesiredState, Sentinel,
-    SentinelDeploy,
+    CiliumNetworkPolicy, DeployWorkflow, Deployment, DeploymentStatus, DesiredState, Instance,
+    InstanceStatus, Sentinel, SentinelDeploy,
 };
 use crate::rules::Guard;
 
@@ -189,10 +189,103 @@ pub fn policies(deployment: &Deployment, region: &str) -> [CiliumNetworkPolicy; 
     ]
 }
 
+/// Where a deployment's topology in one region stands, as the source
+/// documents name it: derived from the deployment and the instances krane
+/// reports, never stored (so it cannot disagree with them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyStatus {
+    /// The deployment should run here and fewer than its replicas run.
+    Starting,
+    /// Every replica runs here.
+    Started,
+    /// The deployment should not run (stopped, in standby, archived, or
+    /// its deploy ended unsuccessfully) and pods are still reported.
+    Stopping,
+    /// Nothing should run here and nothing does.
+    Stopped,
+}
+
+impl TopologyStatus {
+    /// The lowercase name shown to operators (`starting`, `started`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyStatus::Starting => "starting",
+            TopologyStatus::Started => "started",
+            TopologyStatus::Stopping => "stopping",
+            TopologyStatus::Stopped => "stopped",
+        }
+    }
+}
+
+/// The status of `deployment`'s topology in `region`, from the instances
+/// krane reported (of every region; those of `region` are counted).
+pub fn topology_status(
+    deployment: &Deployment,
+    region: &str,
+    instances: &[Instance],
+) -> TopologyStatus {
+    let here = instances.iter().filter(|i| i.region == region);
+    let wants_pods = deployment.desired_state.runs()
+        && !deployment.status.unsuccessful()
+        && deployment.status != DeploymentStatus::Stopped;
+    if wants_pods {
+        let running = here.filter(|i| i.status == InstanceStatus::Running).count();
+        if running >= deployment.replicas as usize {
+            TopologyStatus::Started
+        } else {
+            TopologyStatus::Starting
+        }
+    } else if here.count() == 0 {
+        TopologyStatus::Stopped
+    } else {
+        TopologyStatus::Stopping
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::golden::fixtures;
+
+    #[test]
+    fn a_topology_starts_runs_stops_and_is_stopped_by_what_krane_reports() {
+        let d = Deployment {
+            replicas: 2,
+            regions: vec!["eu".into(), "us".into()],
+            desired_state: DesiredState::Running,
+            status: DeploymentStatus::Deploying,
+            ..deployment()
+        };
+        let pod = |region: &str, status| Instance {
+            region: region.into(),
+            status,
+            ..fixtures::instance()
+        };
+        let running = InstanceStatus::Running;
+        let mut pods = vec![pod("eu", running), pod("us", InstanceStatus::Pending)];
+        assert_eq!(topology_status(&d, "eu", &pods), TopologyStatus::Starting);
+        pods.push(pod("eu", running));
+        assert_eq!(topology_status(&d, "eu", &pods), TopologyStatus::Started);
+        assert_eq!(topology_status(&d, "us", &pods), TopologyStatus::Starting);
+        for (desired_state, status) in [
+            (DesiredState::Stopped, DeploymentStatus::Ready),
+            (DesiredState::Standby, DeploymentStatus::Ready),
+            (DesiredState::Running, DeploymentStatus::Failed),
+            (DesiredState::Running, DeploymentStatus::Superseded),
+        ] {
+            let gone = Deployment {
+                desired_state,
+                status,
+                ..d.clone()
+            };
+            assert_eq!(
+                topology_status(&gone, "eu", &pods),
+                TopologyStatus::Stopping
+            );
+            assert_eq!(topology_status(&gone, "eu", &[]), TopologyStatus::Stopped);
+        }
+        assert_eq!(TopologyStatus::Stopping.as_str(), "stopping");
+    }
 
     fn deployment() -> Deployment {
         Deployment {
