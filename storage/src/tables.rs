@@ -271,7 +271,7 @@ thread_local! {
 }
 
 /// How many rows this thread has decoded so far (every row value read
-/// goes through [`decode`]): what tests count to show that an apply or a
+/// goes through one decoder): what tests count to show that an apply or a
 /// workflow round reads in proportion to its change, not to the state.
 pub fn rows_decoded() -> u64 {
     ROWS_DECODED.with(std::cell::Cell::get)

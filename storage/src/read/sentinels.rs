@@ -42,7 +42,7 @@ impl ReadView {
 
     /// The sentinel of `environment_id` in `region`, if it has one (one
     /// per environment per region): found by key, whatever the region
-    /// holds ([`find_environment_sentinel`]).
+    /// holds (the index by environment, or the likely id).
     pub fn environment_sentinel(
         &self,
         environment_id: &str,
