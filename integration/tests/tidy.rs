@@ -223,7 +223,8 @@ const NODE_LAYERS: &[&[&str]] = &[
     // metrics: read by boot and server, and replica counts into it;
     // backup: used by server, jobs and the client.
     &["app", "notify", "metrics", "backup"],
-    &["raft", "runtime", "clock"],
+    // wake: fed by raft's state machine, read by replica and app.
+    &["raft", "runtime", "clock", "wake"],
 ];
 
 #[path = "tidy/scan.rs"]
