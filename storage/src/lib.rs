@@ -195,6 +195,7 @@ impl Store {
         if migrate {
             index_environment_sentinels(&txn, OP)?;
             index_open_deployments_by_environment(&txn, OP)?;
+            index_policies_by_name(&txn, OP)?;
         }
         txn.commit().ctx(OP)?;
         Ok(Store {
@@ -324,6 +325,28 @@ fn index_open_deployments_by_environment(txn: &WriteTransaction, op: &'static st
     Ok(())
 }
 
+/// Writes the [`tables::POLICIES_BY_NAME`] row of every policy (the
+/// migration from a schema without the index).
+fn index_policies_by_name(txn: &WriteTransaction, op: &'static str) -> Result<()> {
+    let policies = txn
+        .open_table(tables::CILIUM_NETWORK_POLICIES)
+        .ctx_table(op, name::CILIUM_NETWORK_POLICIES)?;
+    let mut index = txn
+        .open_table(tables::POLICIES_BY_NAME)
+        .ctx_table(op, name::POLICIES_BY_NAME)?;
+    for entry in
+        redb::ReadableTable::iter(&policies).ctx_table(op, name::CILIUM_NETWORK_POLICIES)?
+    {
+        let (key, value) = entry.ctx_table(op, name::CILIUM_NETWORK_POLICIES)?;
+        let policy: wire::model::CiliumNetworkPolicy =
+            tables::decode(name::CILIUM_NETWORK_POLICIES, &key.value(), value.value())?;
+        index
+            .insert(apply::policy_name_key(&policy), ())
+            .ctx_table(op, name::POLICIES_BY_NAME)?;
+    }
+    Ok(())
+}
+
 /// Opens (and so creates) every table but metadata.
 fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
     txn.open_table(tables::DEPLOYMENTS)
@@ -337,6 +360,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
         .ctx_table(op, name::ENVIRONMENT_SENTINELS)?;
     txn.open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
         .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?;
+    txn.open_table(tables::POLICIES_BY_NAME)
+        .ctx_table(op, name::POLICIES_BY_NAME)?;
     txn.open_table(tables::SENTINEL_STATUS)
         .ctx_table(op, name::SENTINEL_STATUS)?;
     txn.open_table(tables::POLICY_APPLIED)

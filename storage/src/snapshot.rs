@@ -647,6 +647,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::SENTINELS)?;
     txn.delete_table(tables::ENVIRONMENT_SENTINELS)
         .ctx_table(OP, name::ENVIRONMENT_SENTINELS)?;
+    txn.delete_table(tables::POLICIES_BY_NAME)
+        .ctx_table(OP, name::POLICIES_BY_NAME)?;
     txn.delete_table(tables::SENTINEL_STATUS)
         .ctx_table(OP, name::SENTINEL_STATUS)?;
     txn.delete_table(tables::POLICY_APPLIED)
@@ -756,6 +758,10 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.policies
             .insert((p.region.as_str(), p.id.as_str()), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::CILIUM_NETWORK_POLICIES)?;
+        // The index is derived, not carried.
+        t.policies_by_name
+            .insert(crate::apply::policy_name_key(p), ())
+            .ctx_table(OP_IMPORT, name::POLICIES_BY_NAME)?;
     }
     for i in &body.instances {
         let bytes = encode("an instance", i)?;

@@ -31,7 +31,7 @@ pub const SCHEMA_VERSION: u32 = 6;
 /// environment's route is written at its next deploy, rollback or stop of
 /// its live deployment); 6 adds the [`ENVIRONMENT_SENTINELS`] index,
 /// built from the sentinels at the migration, and the
-/// [`OPEN_DEPLOYMENTS_BY_ENVIRONMENT`] index. A snapshot of schema 5 has
+/// [`OPEN_DEPLOYMENTS_BY_ENVIRONMENT`] and [`POLICIES_BY_NAME`] indexes. A snapshot of schema 5 has
 /// the body of schema 6 (the index is derived, never carried).
 pub const SCHEMA_VERSIONS_MIGRATED_FROM: [u32; 2] = [4, 5];
 
@@ -45,6 +45,8 @@ pub type Bytes = &'static [u8];
 pub type RegionKey = (&'static str, &'static str);
 /// `(deployment_id, region, pod_name)`.
 pub type InstanceKey = (&'static str, &'static str, &'static str);
+/// `(region, k8s namespace, k8s name, policy id)`.
+pub type PolicyNameKey = (&'static str, &'static str, &'static str, &'static str);
 /// `(environment_id, id)`: one record of one environment.
 pub type EnvironmentKey = (&'static str, &'static str);
 /// `(region, pk)`: the per-region index of the change log.
@@ -64,6 +66,8 @@ pub mod name {
     pub const SENTINELS: &str = "sentinels";
     /// Sentinel ids by (region, environment id).
     pub const ENVIRONMENT_SENTINELS: &str = "environment_sentinels";
+    /// Cilium policies by (region, namespace, name, id).
+    pub const POLICIES_BY_NAME: &str = "policies_by_name";
     /// Reported sentinel statuses by (region, sentinel id).
     pub const SENTINEL_STATUS: &str = "sentinel_status";
     /// Cilium policies by (region, id).
@@ -118,6 +122,13 @@ pub const SENTINELS: TableDefinition<RegionKey, Bytes> = TableDefinition::new(na
 /// import and by the migration from schema 5.
 pub const ENVIRONMENT_SENTINELS: TableDefinition<RegionKey, &str> =
     TableDefinition::new(name::ENVIRONMENT_SENTINELS);
+/// `(region, k8s namespace, k8s name, policy id)` → `()`: the policies
+/// that write one Kubernetes object, so `policy apply` finds another
+/// environment's holder of a name by key, not by a scan of the region's
+/// policies. Derived from [`CILIUM_NETWORK_POLICIES`] by apply, rebuilt by
+/// snapshot import and by the migration from schema 5.
+pub const POLICIES_BY_NAME: TableDefinition<PolicyNameKey, ()> =
+    TableDefinition::new(name::POLICIES_BY_NAME);
 /// `(region, sentinel_id)` → [`wire::model::SentinelStatus`].
 pub const SENTINEL_STATUS: TableDefinition<RegionKey, Bytes> =
     TableDefinition::new(name::SENTINEL_STATUS);

@@ -527,6 +527,7 @@ fn state_formats_match_their_goldens() {
             name::ROUTES,
             name::ENVIRONMENT_SENTINELS,
             name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT,
+            name::POLICIES_BY_NAME,
         ]
         .iter()
         .map(|n| (n.to_string(), n.as_bytes().to_vec()))

@@ -110,7 +110,7 @@ fn a_schema_5_snapshot_imports_with_its_sentinels_indexed() {
 }
 
 /// A state file of schema 5 opens: migrated in place to 6, the indexes
-/// built from the sentinels and the open deployments it holds.
+/// built from the sentinels, open deployments and policies it holds.
 #[test]
 fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -130,6 +130,10 @@ fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
         );
         assert!(
             txn.delete_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
+                .expect("drop the index")
+        );
+        assert!(
+            txn.delete_table(tables::POLICIES_BY_NAME)
                 .expect("drop the index")
         );
         txn.open_table(tables::METADATA)
@@ -157,4 +161,21 @@ fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
             deployment.id
         );
     }
+    drop(view);
+    // The populated store's policy holds its name against another
+    // environment: found through the rebuilt index.
+    let mut other = wire::golden::fixtures::policy();
+    other.id = "cnp_other".into();
+    other.environment_id = "env_other".into();
+    let command = storage::Command {
+        now_ms: 1,
+        mutations: vec![storage::Mutation::UpsertCiliumNetworkPolicy(other)],
+    };
+    let meta = storage::RaftMeta {
+        last_applied: Vec::new(),
+        membership: Vec::new(),
+    };
+    let applied = store.apply(&[Some(&command)], &meta, true).expect("apply");
+    let refused = applied.outcomes[0][0].clone().unwrap_err();
+    assert_eq!(refused.code, wire::ErrorCode::Conflict, "{refused}");
 }

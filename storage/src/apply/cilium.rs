@@ -13,29 +13,45 @@ use super::{Applier, OP, bad_request, conflict, not_found};
 use crate::command::{MutationResult, Outcome, Touched};
 use crate::error::{RedbContext, Result};
 use crate::tables::{decode, encode, load, name};
+use redb::ReadableTable;
 
 impl Applier<'_> {
     /// An operator's policy (`ctrl policy apply`): refused when another
     /// policy of the region (another environment's) holds its namespace
     /// and name, since one Kubernetes object has one owner; else upserted.
-    /// A scan of the region's policies (no index by name yet). A deploy's
-    /// own policies skip it: their names carry the fresh deployment id.
+    /// Found by key ([`crate::tables::POLICIES_BY_NAME`]). A deploy's own
+    /// policies skip the check: their names carry the fresh deployment id.
     pub(super) fn upsert_operator_policy(
         &mut self,
         policy: &CiliumNetworkPolicy,
     ) -> Result<MutationResult> {
-        let region_policies: Vec<CiliumNetworkPolicy> = crate::read::scan_region(
-            &self.t.policies,
-            name::CILIUM_NETWORK_POLICIES,
-            &policy.region,
-            std::ops::Bound::Unbounded,
-            usize::MAX,
-        )?;
-        if let Some(holder) = region_policies.iter().find(|p| {
-            p.id != policy.id
-                && p.k8s_namespace == policy.k8s_namespace
-                && p.k8s_name == policy.k8s_name
-        }) {
+        let mut holder = None;
+        let wanted = (
+            policy.region.as_str(),
+            policy.k8s_namespace.as_str(),
+            policy.k8s_name.as_str(),
+        );
+        for entry in self
+            .t
+            .policies_by_name
+            .range::<(&str, &str, &str, &str)>((wanted.0, wanted.1, wanted.2, "")..)
+            .ctx_table(OP, name::POLICIES_BY_NAME)?
+        {
+            let (key, _) = entry.ctx_table(OP, name::POLICIES_BY_NAME)?;
+            let (region, namespace, k8s_name, id) = key.value();
+            if (region, namespace, k8s_name) != wanted {
+                break;
+            }
+            if id != policy.id {
+                holder = load::<_, CiliumNetworkPolicy>(
+                    &self.t.policies,
+                    name::CILIUM_NETWORK_POLICIES,
+                    (region, id),
+                )?;
+                break;
+            }
+        }
+        if let Some(holder) = holder {
             return Ok(conflict(format!(
                 "network policy {}/{} in region {} is already environment {}'s (policy {}): \
                  one Kubernetes object has one owner; give this one another name",
@@ -62,6 +78,12 @@ impl Applier<'_> {
             &policy.id,
             &policy.region,
         )?;
+        if let Some(was) = &existing {
+            self.t
+                .policies_by_name
+                .remove(policy_name_key(was))
+                .ctx_table(OP, name::POLICIES_BY_NAME)?;
+        }
         row.created_at_ms = existing.map_or(self.now_ms, |e| e.created_at_ms);
         row.updated_at_ms = self.now_ms;
         let bytes = encode("a cilium network policy", &row)?;
@@ -69,6 +91,10 @@ impl Applier<'_> {
             .policies
             .insert(key, bytes.as_slice())
             .ctx_table(OP, name::CILIUM_NETWORK_POLICIES)?;
+        self.t
+            .policies_by_name
+            .insert(policy_name_key(&row), ())
+            .ctx_table(OP, name::POLICIES_BY_NAME)?;
         self.touch(Touched::Environment(row.environment_id.clone()));
         Ok(Ok(Outcome::Recorded))
     }
@@ -93,6 +119,10 @@ impl Applier<'_> {
                 "no cilium network policy {id:?} in region {region:?}"
             )));
         };
+        self.t
+            .policies_by_name
+            .remove(policy_name_key(&removed))
+            .ctx_table(OP, name::POLICIES_BY_NAME)?;
         self.touch(Touched::Environment(removed.environment_id));
         self.t
             .policy_applied
@@ -199,4 +229,14 @@ fn touched_by_report(key: &wire::model::ResourceKey) -> Touched {
         ResourceType::Sentinel => Touched::Sentinel { region, id },
         _ => Touched::Policy { region, id },
     }
+}
+
+/// `policy`'s row of [`crate::tables::POLICIES_BY_NAME`].
+pub(crate) fn policy_name_key(policy: &CiliumNetworkPolicy) -> (&str, &str, &str, &str) {
+    (
+        policy.region.as_str(),
+        policy.k8s_namespace.as_str(),
+        policy.k8s_name.as_str(),
+        policy.id.as_str(),
+    )
 }

@@ -82,6 +82,7 @@ use crate::command::{
 };
 use crate::error::{RedbContext, Result};
 
+pub(crate) use cilium::policy_name_key;
 pub(crate) use write_tables::WriteTables;
 
 /// The operation named in the errors of apply.

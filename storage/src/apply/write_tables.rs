@@ -6,8 +6,8 @@ use redb::{Table, WriteTransaction};
 use crate::command::RaftMeta;
 use crate::error::{RedbContext, Result};
 use crate::tables::{
-    self, Bytes, DueKey, EnvironmentKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
-    meta, name,
+    self, Bytes, DueKey, EnvironmentKey, InstanceKey, PolicyNameKey, RegionChangeKey, RegionKey,
+    RequestAgeKey, meta, name,
 };
 
 /// Every table, opened for writing in one transaction.
@@ -17,6 +17,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) sentinels: Table<'t, RegionKey, Bytes>,
     pub(crate) environment_sentinels: Table<'t, RegionKey, &'static str>,
     pub(crate) open_deployments_by_environment: Table<'t, EnvironmentKey, ()>,
+    pub(crate) policies_by_name: Table<'t, PolicyNameKey, ()>,
     pub(crate) sentinel_status: Table<'t, RegionKey, Bytes>,
     pub(crate) policy_applied: Table<'t, RegionKey, Bytes>,
     pub(crate) policies: Table<'t, RegionKey, Bytes>,
@@ -109,6 +110,9 @@ impl<'t> WriteTables<'t> {
             open_deployments_by_environment: txn
                 .open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
                 .ctx_table(op, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?,
+            policies_by_name: txn
+                .open_table(tables::POLICIES_BY_NAME)
+                .ctx_table(op, name::POLICIES_BY_NAME)?,
             op,
         })
     }

@@ -40,8 +40,8 @@ use wire::model::{Pk, UnixMs};
 use crate::command::{ClusterIdentity, RaftMeta};
 use crate::error::{RedbContext, Result, StorageError};
 use crate::tables::{
-    self, Bytes, DueKey, EnvironmentKey, InstanceKey, RegionChangeKey, RegionKey, RequestAgeKey,
-    decode, decode_identity, load_raw, meta, name,
+    self, Bytes, DueKey, EnvironmentKey, InstanceKey, PolicyNameKey, RegionChangeKey, RegionKey,
+    RequestAgeKey, decode, decode_identity, load_raw, meta, name,
 };
 
 pub(crate) use sentinels::{find_environment_sentinel, index_environment_sentinel};
@@ -67,6 +67,7 @@ pub struct ReadView {
     pub(crate) journal: ReadOnlyTable<u64, Bytes>,
     pub(crate) open_deployments: ReadOnlyTable<&'static str, ()>,
     pub(crate) open_deployments_by_environment: ReadOnlyTable<EnvironmentKey, ()>,
+    pub(crate) policies_by_name: ReadOnlyTable<PolicyNameKey, ()>,
     pub(crate) regions: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests: ReadOnlyTable<&'static str, Bytes>,
     pub(crate) requests_by_age: ReadOnlyTable<RequestAgeKey, ()>,
@@ -192,6 +193,9 @@ impl ReadView {
             open_deployments_by_environment: txn
                 .open_table(tables::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)
                 .ctx_table(OP, name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT)?,
+            policies_by_name: txn
+                .open_table(tables::POLICIES_BY_NAME)
+                .ctx_table(OP, name::POLICIES_BY_NAME)?,
             regions: txn
                 .open_table(tables::REGIONS)
                 .ctx_table(OP, name::REGIONS)?,
@@ -287,6 +291,7 @@ impl ReadView {
             name::OPEN_DEPLOYMENTS_BY_ENVIRONMENT,
             &self.open_deployments_by_environment,
         )?;
+        hash_table(&mut hash, name::POLICIES_BY_NAME, &self.policies_by_name)?;
         hash_table(&mut hash, name::REGIONS, &self.regions)?;
         hash_table(&mut hash, name::REQUESTS, &self.requests)?;
         hash_table(&mut hash, name::REQUESTS_BY_AGE, &self.requests_by_age)?;

@@ -263,3 +263,42 @@ fn a_rejected_sentinel_version_fails_its_deploy() {
         Some("Kubernetes refused it (422): spec.x: Invalid value")
     );
 }
+
+/// The policies' index by name: another environment's policy of a taken
+/// name is refused by key; a delete frees the name; an import rebuilds it.
+#[test]
+fn a_name_held_by_another_environment_is_found_by_key_and_freed_by_a_delete() {
+    let store = store();
+    let upsert = |store: &crate::Store, id: &str, environment: &str| {
+        let mut p = policy(id, "eu");
+        p.environment_id = environment.into();
+        p.k8s_name = "cnp-web".into();
+        apply_one(store, 5, vec![Mutation::UpsertCiliumNetworkPolicy(p)])
+            .pop()
+            .unwrap()
+    };
+    assert!(upsert(&store, "p1", "env-a").is_ok());
+    // The holder itself may replace its document.
+    assert!(upsert(&store, "p1", "env-a").is_ok());
+    let refused = upsert(&store, "p2", "env-b").unwrap_err();
+    assert_eq!(refused.code, wire::ErrorCode::Conflict, "{refused}");
+    assert!(refused.message.contains("env-a"), "{refused}");
+    // An import keeps the name taken.
+    let (snapshot, _) = store.export_snapshot().unwrap();
+    let copy = crate::Store::in_memory().unwrap();
+    copy.import_snapshot(&snapshot).unwrap();
+    assert!(upsert(&copy, "p2", "env-b").is_err());
+    // A delete frees it.
+    let out = apply_one(
+        &store,
+        6,
+        vec![Mutation::DeleteCiliumNetworkPolicy(
+            crate::mutations::DeleteCiliumNetworkPolicy {
+                id: "p1".into(),
+                region: "eu".into(),
+            },
+        )],
+    );
+    assert!(out[0].is_ok(), "{out:?}");
+    assert!(upsert(&store, "p2", "env-b").is_ok());
+}
