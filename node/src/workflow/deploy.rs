@@ -27,7 +27,7 @@
 //! - Out of flight: a scheduled desired-state change when it is due; a
 //!   deployment that should not run and has no instance left is `stopped`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use config::DeploySettings;
 use storage::command::{DeployAction, DeployTransition, Touched};
@@ -183,32 +183,45 @@ impl Workflow for DeployWorkflow {
     /// A deployment's own writes concern it; a write of its environment,
     /// of the environment's sentinel in a region or of one of its policies
     /// concerns every open deployment of the environment (found by key).
+    /// Each environment and deployment is read once, however many of the
+    /// round's writes name it.
     fn concerned(
         &self,
         view: &ReadView,
-        touched: &Touched,
+        touched: &BTreeSet<Touched>,
     ) -> Result<Vec<Deployment>, StorageError> {
-        let environment = match touched {
-            Touched::Deployment(id) => {
-                return Ok(view
-                    .deployment(id)?
-                    .filter(workflow_open)
-                    .into_iter()
-                    .collect());
+        let mut ids = BTreeSet::new();
+        let mut environments = BTreeSet::new();
+        for touched in touched {
+            match touched {
+                Touched::Deployment(id) => {
+                    ids.insert(id.clone());
+                }
+                Touched::Environment(id) => {
+                    environments.insert(id.clone());
+                }
+                Touched::Sentinel { region, id } => {
+                    environments.extend(view.sentinel(id, region)?.map(|s| s.environment_id));
+                }
+                Touched::Policy { region, id } => {
+                    environments.extend(view.policy(id, region)?.map(|p| p.environment_id));
+                }
+                Touched::Rollout => {}
             }
-            Touched::Environment(id) => Some(id.clone()),
-            Touched::Sentinel { region, id } => {
-                view.sentinel(id, region)?.map(|s| s.environment_id)
-            }
-            Touched::Policy { region, id } => view.policy(id, region)?.map(|p| p.environment_id),
-            Touched::Rollout => None,
-        };
-        match environment {
-            Some(environment) => {
-                view.open_environment_deployments(&environment, OPEN_DEPLOYMENTS_MAX)
-            }
-            None => Ok(Vec::new()),
         }
+        let mut concerned = Vec::new();
+        for environment in &environments {
+            for deployment in
+                view.open_environment_deployments(environment, OPEN_DEPLOYMENTS_MAX)?
+            {
+                ids.remove(&deployment.id);
+                concerned.push(deployment);
+            }
+        }
+        for id in &ids {
+            concerned.extend(view.deployment(id)?.filter(workflow_open));
+        }
+        Ok(concerned)
     }
 
     fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Deployment>, StorageError> {

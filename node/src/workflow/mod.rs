@@ -98,14 +98,18 @@ pub trait Workflow: Send + Sync {
     /// The records that are not finished, from `view`.
     fn open(&self, view: &ReadView) -> Result<Vec<Self::Record>, StorageError>;
 
-    /// The open records a write of `touched` may concern, read by key:
-    /// what a round decides besides the records whose wake time came.
-    /// By default every open record (correct, not proportional).
+    /// The open records the writes `touched` (every write since the last
+    /// round) may concern, read by key, each once: what a round decides
+    /// besides the records whose wake time came. By default every open
+    /// record (correct, not proportional).
     fn concerned(
         &self,
         view: &ReadView,
-        _touched: &Touched,
+        touched: &BTreeSet<Touched>,
     ) -> Result<Vec<Self::Record>, StorageError> {
+        if touched.is_empty() {
+            return Ok(Vec::new());
+        }
         self.open(view)
     }
 
@@ -183,10 +187,8 @@ impl<W: Workflow> Round for W {
                 decide(record)?;
             }
         }
-        for touched in touched {
-            for record in self.concerned(view, touched)? {
-                decide(record)?;
-            }
+        for record in self.concerned(view, touched)? {
+            decide(record)?;
         }
         Ok(decisions)
     }

@@ -27,7 +27,7 @@
 //! transition decided before them finds its guard gone and changes
 //! nothing — a cancel takes effect at once, also in the middle of a wave.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use storage::command::{RolloutStep, RolloutTransition, Touched};
 use storage::{Mutation, ReadView, StorageError};
@@ -83,10 +83,19 @@ impl Workflow for RolloutWorkflow {
     /// A rollout's own writes concern it, and so does any sentinel's
     /// while it is open (its members are sentinels; which ones is in the
     /// record, so the open rollout is read and decided again).
-    fn concerned(&self, view: &ReadView, touched: &Touched) -> Result<Vec<Rollout>, StorageError> {
-        match touched {
-            Touched::Rollout | Touched::Sentinel { .. } => self.open(view),
-            _ => Ok(Vec::new()),
+    fn concerned(
+        &self,
+        view: &ReadView,
+        touched: &BTreeSet<Touched>,
+    ) -> Result<Vec<Rollout>, StorageError> {
+        let concerns = touched
+            .iter()
+            .any(|t| matches!(t, Touched::Rollout | Touched::Sentinel { .. }));
+        if concerns {
+            // Read once per round, however many sentinels were written.
+            self.open(view)
+        } else {
+            Ok(Vec::new())
         }
     }
 

@@ -14,6 +14,8 @@
 //!   made it ready changes nothing; apply checks the deadline again
 //!   against the entry's time.
 
+use std::collections::BTreeSet;
+
 use storage::command::{SentinelAction, SentinelTransition, Touched};
 use storage::{Mutation, ReadView, StorageError};
 use wire::model::{Sentinel, SentinelDeployStatus, SentinelStatus, UnixMs, sentinel_converged};
@@ -65,14 +67,15 @@ impl Workflow for SentinelDeployWorkflow {
     fn concerned(
         &self,
         view: &ReadView,
-        touched: &Touched,
+        touched: &BTreeSet<Touched>,
     ) -> Result<Vec<Self::Record>, StorageError> {
-        match touched {
-            Touched::Sentinel { region, id } => {
-                Ok(progressing(view, id, region)?.into_iter().collect())
+        let mut concerned = Vec::new();
+        for touched in touched {
+            if let Touched::Sentinel { region, id } = touched {
+                concerned.extend(progressing(view, id, region)?);
             }
-            _ => Ok(Vec::new()),
         }
+        Ok(concerned)
     }
 
     fn record(&self, view: &ReadView, key: &WorkKey) -> Result<Option<Self::Record>, StorageError> {
