@@ -87,6 +87,9 @@ pub struct Settings {
     /// Names of objects whose deletes an admission webhook denies (403),
     /// whatever their kind and namespace.
     pub refused_deletes: Vec<String>,
+    /// Images an admission webhook denies (403): a create, update or
+    /// patch whose body names one is refused, whatever its kind.
+    pub denied_images: Vec<String>,
 }
 
 impl Settings {

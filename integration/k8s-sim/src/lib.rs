@@ -323,6 +323,7 @@ impl Simulator {
                 refusing_images: config.refusing_images,
                 image_faults: Vec::new(),
                 refused_deletes: Vec::new(),
+                denied_images: Vec::new(),
             }),
             kick: Notify::new(),
             accesses: Mutex::new(BTreeSet::new()),
@@ -594,6 +595,19 @@ preferences: {{}}
             s.refused_deletes.retain(|n| n != name);
             if refused {
                 s.refused_deletes.push(name.to_string());
+            }
+        });
+    }
+
+    /// Makes an admission webhook deny every write (create, update or
+    /// patch) of an object whose body names `image` (true; a 403 naming
+    /// the webhook and the image, as a site's image policy or quota
+    /// webhook answers) or let them through again (false).
+    pub fn set_denied_image(&self, image: &str, denied: bool) {
+        self.shared.update_settings(|s| {
+            s.denied_images.retain(|i| i != image);
+            if denied {
+                s.denied_images.push(image.to_string());
             }
         });
     }

@@ -101,6 +101,18 @@ pub(super) async fn request_once(addr: SocketAddr) -> std::io::Result<()> {
     }
 }
 
+/// The first of `denied` that `body` names as a JSON string (the image
+/// in quotes, as any encoding of a container carries it).
+fn denied_image(denied: &[String], body: &[u8]) -> Option<String> {
+    denied
+        .iter()
+        .find(|image| {
+            let quoted = format!("\"{image}\"");
+            body.windows(quoted.len()).any(|w| w == quoted.as_bytes())
+        })
+        .cloned()
+}
+
 fn header(headers: &HeaderMap, name: hyper::header::HeaderName) -> &str {
     headers
         .get(name)
@@ -159,6 +171,19 @@ async fn respond(
         };
         return Ok(json(e.code, &e.to_status()));
     }
+    if matches!(request.method, "POST" | "PUT" | "PATCH")
+        && let Some(image) = denied_image(&shared.settings().denied_images, &body)
+    {
+        let e = ApiError {
+            code: 403,
+            reason: "Forbidden",
+            message: format!(
+                "admission webhook \"images.k8s-sim.test\" denied the request: image {image} is not allowed in this cluster"
+            ),
+            details: None,
+        };
+        return Ok(json(e.code, &e.to_status()));
+    }
     let now = rfc3339(SystemTime::now());
     let outcome = shared.write(|store| api::handle(store, &request, &now));
     tracing::debug!(method = request.method, path, query, "k8s-sim request");
@@ -193,4 +218,24 @@ fn json(code: u16, value: &Value) -> Response<Body> {
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::denied_image;
+
+    #[test]
+    fn a_body_naming_a_denied_image_as_a_string_is_denied_and_no_other() {
+        let denied = vec!["chaos/denied:1".to_string()];
+        let body = br#"{"spec":{"containers":[{"name":"app","image":"chaos/denied:1"}]}}"#;
+        assert_eq!(
+            denied_image(&denied, body).as_deref(),
+            Some("chaos/denied:1")
+        );
+        // A longer image that starts with it, or the name outside a
+        // string, is not it.
+        let other = br#"{"image":"chaos/denied:10","note":"chaos/denied:1 is denied"}"#;
+        assert_eq!(denied_image(&denied, other), None);
+        assert_eq!(denied_image(&[], body), None);
+    }
 }

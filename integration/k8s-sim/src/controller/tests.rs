@@ -45,6 +45,7 @@ fn statefulset_pods_start_after_the_delay_and_follow_scale() {
         refusing_images: vec![],
         image_faults: vec![],
         refused_deletes: vec![],
+        denied_images: vec![],
     };
     let t0 = Instant::now();
     store
@@ -196,6 +197,7 @@ fn a_compacted_history_falls_back_to_a_full_pass() {
         refusing_images: vec![],
         image_faults: vec![],
         refused_deletes: vec![],
+        denied_images: vec![],
     };
     let t0 = Instant::now();
     let opts = WriteOpts::default();
@@ -261,6 +263,7 @@ fn failing_images_stay_pending() {
         refusing_images: vec![],
         image_faults: vec![],
         refused_deletes: vec![],
+        denied_images: vec![],
     };
     let t0 = Instant::now();
     store
@@ -295,6 +298,7 @@ fn a_failing_readiness_probe_keeps_a_running_pod_unready() {
         refusing_images: vec![],
         image_faults: vec![],
         refused_deletes: vec![],
+        denied_images: vec![],
     };
     let t0 = Instant::now();
     let mut probed = sts(1, "app:1");

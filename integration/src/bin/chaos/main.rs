@@ -23,6 +23,12 @@
 //!   (built from a full-sync watch as krane builds them), with their
 //!   labels and spec, and nothing else labelled as krane's; every krane
 //!   caught up;
+//! - every refusal the clusters make on purpose ([`refusals`]: a denied
+//!   image, a name someone else's object holds, an invalid name ctrl
+//!   refuses first) was reported, and no krane's cursor stayed behind it;
+//!   the foreign objects are untouched;
+//! - the latest fleet rollout's members run the images its end state
+//!   says, in ctrl and in their clusters ([`rollouts`]);
 //! - no krane's cursor went backwards (its metric, sampled);
 //! - the replicas are identical (`ctrl cluster check`);
 //! - no workflow is open past its deadline and a grace;
@@ -41,7 +47,9 @@ mod check;
 mod faults;
 mod monitor;
 mod ops;
+mod refusals;
 mod rng;
+mod rollouts;
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -171,6 +179,14 @@ async fn run(seed: u64, seconds: u64, logs: Option<&Path>) -> Result<Report> {
         .context("starting the site")?;
     for sim in &site.sims {
         sim.add_failing_image(ops::BROKEN_IMAGE);
+        sim.set_denied_image(refusals::DENIED_IMAGE, true);
+    }
+    for agent in &site.agents {
+        if agent.region == refusals::HELD_REGION
+            && let Some(kubeconfig) = &agent.kubeconfig
+        {
+            refusals::place_foreign(kubeconfig).await?;
+        }
     }
     let operator_path = site.dir.path().join("operator.toml");
     std::fs::write(&operator_path, site.operator.to_toml_string())?;
@@ -291,7 +307,12 @@ async fn regions_counted(site: &ProcessSite) -> Result<(Vec<String>, usize)> {
         let version = desired.version;
         objects += desired.objects.len();
         out.extend(desired.collisions.iter().cloned());
-        for diff in check::cluster_diff(sim, &desired.objects) {
+        let expected: BTreeMap<_, _> = desired
+            .objects
+            .into_iter()
+            .filter(|(key, object)| refusals::expected_in_cluster(&agent.region, key, object))
+            .collect();
+        for diff in check::cluster_diff(sim, &expected) {
             out.push(format!("{}: {diff}", agent.region));
         }
         let cursor = match site.krane_metrics_addr(index) {
@@ -324,14 +345,42 @@ async fn final_checks(
     out.extend(check::overdue(&state, now_ms));
     let (diffs, objects) = regions_counted(site).await?;
     out.extend(diffs);
+    let (refused, refusals_checked) = refusals::reported(ops, &state);
+    out.extend(refused);
+    for (agent, sim) in site.agents.iter().zip(&site.sims) {
+        if agent.region == refusals::HELD_REGION {
+            out.extend(refusals::foreign_untouched(sim));
+        }
+    }
+    let sims: Vec<(&str, &k8s_sim::Simulator)> = site
+        .agents
+        .iter()
+        .zip(&site.sims)
+        .map(|(a, s)| (a.region.as_str(), s))
+        .collect();
+    let (rollout_end, members) = rollouts::end_state(ops, &state, &sims);
+    out.extend(rollout_end);
     out.extend(check::replicas(operator_path).await?);
     out.extend(crashes(site.dir.path())?);
+    let history = client
+        .call(wire::operator::request::RolloutHistory {
+            limit: wire::operator::LIST_PAGE_MAX,
+        })
+        .await
+        .context("the rollout history")?;
+    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &history {
+        *ends.entry(r.state.as_str()).or_default() += 1;
+    }
     let checked = format!(
-        "{} deployments, {} journal entries, {} sentinels, {} policies, {objects} cluster objects",
+        "{} deployments, {} journal entries, {} sentinels, {} policies, {objects} cluster objects, \
+         {refusals_checked} refusals reported, the latest rollout's {members} members' images; \
+         rollouts (the latest {}) by end state: {ends:?}",
         state.deployments.len(),
         state.journal.len(),
         state.sentinels.len(),
-        state.policies.len()
+        state.policies.len(),
+        history.len()
     );
     Ok((out, checked))
 }

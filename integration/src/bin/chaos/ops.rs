@@ -12,10 +12,15 @@ use node::client::{Client, ClientError};
 use tokio::time::Instant;
 use wire::ErrorCode;
 use wire::model::DesiredState;
-use wire::operator::request::{DeletePolicy, Rollback, SetDesiredState};
-use wire::operator::{ApplyPolicy, OperatorRequest, OperatorResponse, RequestId, StartRollout};
-use wire::rollout::RolloutOptions;
+use wire::operator::request::{
+    ControlRollout, DeletePolicy, Rollback, RolloutStatus, SetDesiredState,
+};
+use wire::operator::{
+    ApplyPolicy, OperatorRequest, OperatorResponse, RequestId, RolloutCommand, StartRollout,
+};
+use wire::rollout::{Rollout, RolloutOptions, RolloutState};
 
+use crate::refusals::{DENIED_IMAGE, HELD_POLICY, INVALID_ENV_NAME};
 use crate::rng::Rng;
 
 /// The regions deployed to, each with a simulated cluster and a krane.
@@ -32,8 +37,9 @@ pub(crate) const APP: &str = "app";
 pub(crate) const IMAGES: [&str; 2] = ["nginx:1.27", "nginx:1.28"];
 /// The image whose pods never start (the simulators are told so).
 pub(crate) const BROKEN_IMAGE: &str = "chaos/broken:1";
-/// Names of the policies applied and deleted.
-pub(crate) const POLICY_NAMES: [&str; 2] = ["chaos-allow-a", "chaos-allow-b"];
+/// Names of the policies applied and deleted (someone else holds the
+/// last one in one region: [`crate::refusals`]).
+pub(crate) const POLICY_NAMES: [&str; 3] = ["chaos-allow-a", "chaos-allow-b", HELD_POLICY];
 /// The environment variable marking a create with its operation number.
 pub(crate) const OP_MARKER: &str = "CHAOS_OP";
 /// A deploy's progress deadline, in milliseconds (a broken image fails
@@ -43,6 +49,16 @@ pub(crate) const PROGRESS_DEADLINE_MS: u64 = 8_000;
 pub(crate) const SENTINEL_DEADLINE_MS: u64 = 60_000;
 /// A rollout wave's bake, in milliseconds.
 pub(crate) const ROLLOUT_BAKE_MS: u64 = 500;
+/// A rollout's sentinel deadline, in milliseconds: a wave of the broken
+/// image pauses the rollout after it.
+pub(crate) const ROLLOUT_DEADLINE_MS: u64 = 15_000;
+/// Percent of deploys of the broken image, of the denied image, and with
+/// an invalid variable name.
+const DEPLOY_BROKEN_PERCENT: u64 = 15;
+const DEPLOY_DENIED_PERCENT: u64 = 10;
+const DEPLOY_INVALID_PERCENT: u64 = 5;
+/// Percent of rollouts started with the broken image.
+const ROLLOUT_BROKEN_PERCENT: u64 = 35;
 /// Bound on one operation, its retries included.
 pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on one try (the client's own tries, one per node, included).
@@ -55,8 +71,11 @@ pub(crate) const OP_GAP_MS_MAX: u64 = 300;
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Kind {
-    /// A new deployment (sometimes of the broken image).
+    /// A new deployment (sometimes of the broken or the denied image).
     Deploy,
+    /// A new deployment with a variable name Kubernetes refuses: ctrl
+    /// must refuse it.
+    DeployInvalid,
     /// A deployment put in standby.
     Stop,
     /// A deployment set running.
@@ -69,34 +88,47 @@ pub(crate) enum Kind {
     PolicyApply,
     /// A policy deleted.
     PolicyDelete,
-    /// A fleet rollout of a sentinel image.
-    Rollout,
+    /// A fleet rollout of a sentinel image (sometimes the broken one),
+    /// started when none is in progress.
+    RolloutStart,
+    /// The paused rollout resumed.
+    RolloutResume,
+    /// The rollout in progress or paused cancelled.
+    RolloutCancel,
+    /// The paused or cancelled rollout rolled back.
+    RolloutRollbackAll,
 }
 
 impl Kind {
     /// The operations and how often each is picked.
+    /// Every rollout kind is picked as `RolloutStart`, and becomes what
+    /// the latest rollout's state allows ([`rollout_request`]).
     const MIX: [(Kind, u64); 8] = [
         (Kind::Deploy, 30),
         (Kind::Stop, 10),
         (Kind::Start, 10),
         (Kind::Rollback, 8),
-        (Kind::SentinelApply, 14),
+        (Kind::SentinelApply, 12),
         (Kind::PolicyApply, 12),
         (Kind::PolicyDelete, 8),
-        (Kind::Rollout, 8),
+        (Kind::RolloutStart, 14),
     ];
 
     /// Its name in the figures.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Deploy => "deploy",
+            Kind::DeployInvalid => "deploy_invalid",
             Kind::Stop => "stop",
             Kind::Start => "start",
             Kind::Rollback => "rollback",
             Kind::SentinelApply => "sentinel_apply",
             Kind::PolicyApply => "policy_apply",
             Kind::PolicyDelete => "policy_delete",
-            Kind::Rollout => "rollout",
+            Kind::RolloutStart => "rollout_start",
+            Kind::RolloutResume => "rollout_resume",
+            Kind::RolloutCancel => "rollout_cancel",
+            Kind::RolloutRollbackAll => "rollout_rollback_all",
         }
     }
 }
@@ -146,7 +178,19 @@ pub(crate) async fn drive(client: &Client, rng: &mut Rng, until: Instant) -> Vec
         let n = u64::try_from(ops.len())
             .unwrap_or(u64::MAX)
             .saturating_add(1);
-        let Some((kind, request)) = next(rng, &ops, n) else {
+        let Some(kind) = rng.weighted(&Kind::MIX) else {
+            continue;
+        };
+        let latest = if kind == Kind::RolloutStart {
+            match latest_rollout(client).await {
+                Some(latest) => latest,
+                None => continue,
+            }
+        } else {
+            None
+        };
+        let Some((kind, request)) = next(rng, &ops, n, kind, latest.as_ref()) else {
+            tokio::time::sleep(rng.between_ms(0, OP_GAP_MS_MAX)).await;
             continue;
         };
         let request_id = node::client::new_request_id();
@@ -162,6 +206,15 @@ pub(crate) async fn drive(client: &Client, rng: &mut Rng, until: Instant) -> Vec
         tokio::time::sleep(rng.between_ms(0, OP_GAP_MS_MAX)).await;
     }
     ops
+}
+
+/// The latest rollout as a node answers now (`Some(None)`: none ever);
+/// `None` when no node answered in time (the pick is skipped).
+async fn latest_rollout(client: &Client) -> Option<Option<Rollout>> {
+    tokio::time::timeout(TRY_TIMEOUT, client.call(RolloutStatus))
+        .await
+        .ok()?
+        .ok()
 }
 
 /// Sends `request` under `request_id` until it is answered or refused, or
@@ -236,8 +289,14 @@ fn policies(ops: &[Op]) -> Vec<String> {
 
 /// The next operation, chosen by `rng` (`None`: the kind chosen has
 /// nothing to act on yet).
-fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
-    let kind = rng.weighted(&Kind::MIX)?;
+fn next(
+    rng: &mut Rng,
+    ops: &[Op],
+    n: u64,
+    kind: Kind,
+    latest: Option<&Rollout>,
+) -> Option<(Kind, OperatorRequest)> {
+    let mut chosen = kind;
     let environment = (*rng.pick(&ENVIRONMENTS)?).to_string();
     let region = (*rng.pick(&REGIONS)?).to_string();
     let request: OperatorRequest = match kind {
@@ -247,20 +306,29 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
                 1 => vec![REGIONS[1]],
                 _ => REGIONS.to_vec(),
             };
-            let image = if rng.chance(20) {
+            let roll = rng.below(100);
+            let image = if roll < DEPLOY_BROKEN_PERCENT {
                 BROKEN_IMAGE
+            } else if roll < DEPLOY_BROKEN_PERCENT + DEPLOY_DENIED_PERCENT {
+                DENIED_IMAGE
             } else {
                 rng.pick(&IMAGES)?
             };
+            let invalid = roll >= 100 - DEPLOY_INVALID_PERCENT;
             let replicas = u32::try_from(1 + rng.below(2)).unwrap_or(1);
-            integration::requests::deployment(regions)
+            let mut request = integration::requests::deployment(regions)
                 .owner(WORKSPACE, PROJECT, &environment)
                 .image(image)
                 .replicas(replicas)
                 .progress_deadline_ms(PROGRESS_DEADLINE_MS)
-                .env_var(OP_MARKER, n.to_string())
-                .request()
+                .env_var(OP_MARKER, n.to_string());
+            if invalid {
+                chosen = Kind::DeployInvalid;
+                request = request.env_var(INVALID_ENV_NAME, "x");
+            }
+            request.request()
         }
+        Kind::DeployInvalid => return None,
         Kind::Stop | Kind::Start => {
             let deployments = created(ops);
             let (id, _) = rng.pick(&deployments)?;
@@ -309,18 +377,70 @@ fn next(rng: &mut Rng, ops: &[Op], n: u64) -> Option<(Kind, OperatorRequest)> {
             }
             .into()
         }
-        Kind::Rollout => StartRollout {
-            options: RolloutOptions {
-                image: (*rng.pick(&IMAGES)?).to_string(),
-                wave_percents: vec![50, 100],
-                bake_ms: ROLLOUT_BAKE_MS,
-                max_failures: 0,
-                concurrency: 0,
-                deadline_ms: SENTINEL_DEADLINE_MS,
-                notify: None,
-            },
+        Kind::RolloutStart
+        | Kind::RolloutResume
+        | Kind::RolloutCancel
+        | Kind::RolloutRollbackAll => {
+            let (picked, request) = rollout_request(rng, latest)?;
+            chosen = picked;
+            request
         }
-        .into(),
     };
-    Some((kind, request))
+    Some((chosen, request))
+}
+
+/// What to do to the fleet rollout, given the latest one: start one
+/// when none is in progress (a third of them of the broken image, which
+/// pauses it), or resume, cancel or roll back the one there is, as its
+/// state allows (`None`: nothing to do now).
+fn rollout_request(rng: &mut Rng, latest: Option<&Rollout>) -> Option<(Kind, OperatorRequest)> {
+    let control = |command| {
+        let kind = match command {
+            RolloutCommand::Resume => Kind::RolloutResume,
+            RolloutCommand::Cancel => Kind::RolloutCancel,
+            RolloutCommand::RollbackAll => Kind::RolloutRollbackAll,
+        };
+        Some((kind, ControlRollout { command }.into()))
+    };
+    match latest.map(|r| (r.state, r)) {
+        Some((RolloutState::Paused, _)) => match rng.below(100) {
+            0..40 => control(RolloutCommand::Resume),
+            40..65 => control(RolloutCommand::Cancel),
+            _ => control(RolloutCommand::RollbackAll),
+        },
+        Some((RolloutState::InProgress, _)) => {
+            if rng.chance(20) {
+                control(RolloutCommand::Cancel)
+            } else {
+                None
+            }
+        }
+        Some((RolloutState::RollingBack, _)) => None,
+        Some((RolloutState::Cancelled, r))
+            if r.reverted == 0
+                && r.members.iter().any(wire::rules::rollout::took_image)
+                && rng.chance(40) =>
+        {
+            control(RolloutCommand::RollbackAll)
+        }
+        _ => {
+            let image = if rng.chance(ROLLOUT_BROKEN_PERCENT) {
+                BROKEN_IMAGE
+            } else {
+                *rng.pick(&IMAGES)?
+            };
+            let request = StartRollout {
+                options: RolloutOptions {
+                    image: image.to_string(),
+                    wave_percents: vec![50, 100],
+                    bake_ms: ROLLOUT_BAKE_MS,
+                    max_failures: 0,
+                    concurrency: 0,
+                    deadline_ms: ROLLOUT_DEADLINE_MS,
+                    notify: None,
+                },
+            };
+            Some((Kind::RolloutStart, request.into()))
+        }
+    }
 }
