@@ -3,6 +3,8 @@
 //!
 //! - [`model`]: the resources of the desired state (deployments, topologies,
 //!   sentinels, cilium network policies, instances).
+//! - [`access`]: who may call what — operator roles, environment scopes,
+//!   the access each operator request needs, the one check.
 //! - [`agent`] and [`operator`]: the two client protocols, one enum of
 //!   requests and one of responses each; [`call`]: the typed layer over
 //!   such enums (each request type names its answer type).
@@ -46,6 +48,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod agent;
 pub mod call;
 pub mod clock;
