@@ -182,7 +182,7 @@ async fn certificates_renewed_under_a_running_cluster() {
         certs::issue_with_validity(
             &certs_dir,
             &expired,
-            &Identity::Operator,
+            &Identity::unnamed_operator(),
             now - 10 * SECS_PER_DAY,
             now - SECS_PER_DAY,
         )

@@ -230,7 +230,7 @@ pub fn init_dir(
             now_secs,
         )?;
     }
-    issuer.issue(&operator, &Identity::Operator, &[], now_secs)?;
+    issuer.issue(&operator, &Identity::unnamed_operator(), &[], now_secs)?;
     for (region, bundle) in &agents {
         let identity = Identity::Agent {
             region: region.clone(),
@@ -280,7 +280,34 @@ pub fn issue_node(
 pub fn issue_operator(dir: &Path) -> Result<CertBundle, CertError> {
     let bundle = operator_bundle(dir);
     refuse_existing(&bundle)?;
-    LoadedCa::load(dir)?.issue(&bundle, &Identity::Operator, &[], now_unix_secs()?)?;
+    LoadedCa::load(dir)?.issue(
+        &bundle,
+        &Identity::unnamed_operator(),
+        &[],
+        now_unix_secs()?,
+    )?;
+    Ok(bundle)
+}
+
+/// The files of the named operator `name` in `dir`.
+pub fn named_operator_bundle(dir: &Path, name: &str) -> CertBundle {
+    CertBundle::in_dir(dir, &format!("operator-{name}"))
+}
+
+/// Issues `operator-<name>.pem/.key` with the CA in `dir`: a certificate
+/// naming the operator, its role and its environment scope
+/// ([`wire::access::Grant`]). The grant is checked as a node reads it
+/// back (name, role, patterns) before anything is written.
+pub fn issue_named_operator(
+    dir: &Path,
+    grant: &wire::access::Grant,
+) -> Result<CertBundle, CertError> {
+    let identity = Identity::Operator(grant.clone());
+    // What a node will parse: refused here, with the same words.
+    Identity::from_uri(&identity.to_uri()).map_err(|e| CertError::InvalidInput(e.to_string()))?;
+    let bundle = named_operator_bundle(dir, &grant.name);
+    refuse_existing(&bundle)?;
+    LoadedCa::load(dir)?.issue(&bundle, &identity, &[], now_unix_secs()?)?;
     Ok(bundle)
 }
 
@@ -436,7 +463,7 @@ pub fn issue_with_validity(
     refuse_existing(bundle)?;
     let sans = match identity {
         Identity::Node { .. } => server_sans(&[])?,
-        Identity::Operator | Identity::Agent { .. } => Vec::new(),
+        Identity::Operator(_) | Identity::Agent { .. } => Vec::new(),
     };
     let leaf = LoadedCa::load(dir)?.sign(identity, &sans, not_before_secs, not_after_secs)?;
     write_new(&bundle.key, leaf.key_pem.as_bytes(), true)?;

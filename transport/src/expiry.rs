@@ -126,7 +126,7 @@ pub fn inspect_pem(path: &Path, text: &str) -> Result<Vec<CertInfo>, CertError> 
         let kind = match &identity {
             _ if x509.is_ca() => CertKind::Ca,
             Some(Identity::Node { .. }) => CertKind::Node,
-            Some(Identity::Operator) => CertKind::Operator,
+            Some(Identity::Operator(_)) => CertKind::Operator,
             Some(Identity::Agent { .. }) => CertKind::Agent,
             None => CertKind::Other,
         };

@@ -1,12 +1,16 @@
 //! Who a peer is. Every certificate of the cluster carries exactly one
-//! identity as a SAN URI: `ctrl://node/<id>`, `ctrl://operator` or
-//! `ctrl://agent/<region>`. The TLS layer has already checked the chain
-//! against the cluster CA when these functions read it, so the identity is
-//! as trustworthy as the CA.
+//! identity as a SAN URI: `ctrl://node/<id>`, `ctrl://agent/<region>`, or
+//! an operator's: `ctrl://operator/<name>/<role>[/<patterns>]` (a named
+//! operator, its role and its environment scope, the patterns joined by
+//! commas; [`wire::access`]) or `ctrl://operator` (a certificate issued
+//! before names: an admin named `operator`). The TLS layer has already
+//! checked the chain against the cluster CA when these functions read
+//! it, so the identity is as trustworthy as the CA.
 
 use std::fmt;
 
 use rustls::pki_types::CertificateDer;
+use wire::access::{Grant, Role, SCOPE_PATTERNS_MAX, UNNAMED_OPERATOR};
 use x509_parser::extensions::GeneralName;
 
 use crate::error::{CertError, TransportError};
@@ -14,9 +18,9 @@ use crate::error::{CertError, TransportError};
 /// Scheme and authority prefix of every identity URI.
 pub const URI_PREFIX: &str = "ctrl://";
 
-/// Longest identity URI accepted (prefix, kind and a region of at most 63
-/// bytes fit easily).
-pub const URI_BYTES_MAX: usize = 128;
+/// Longest identity URI accepted: an operator's name, role and a full
+/// scope ([`SCOPE_PATTERNS_MAX`] patterns of at most 63 bytes) fit.
+pub const URI_BYTES_MAX: usize = 1_280;
 
 /// The identity a certificate names.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -26,8 +30,8 @@ pub enum Identity {
         /// The node's Raft id.
         node_id: u64,
     },
-    /// An operator (the `ctrl` CLI).
-    Operator,
+    /// An operator (the `ctrl` CLI): who, in which role, where.
+    Operator(Grant),
     /// A krane agent; it may watch and report for its region alone.
     Agent {
         /// The region it serves.
@@ -40,9 +44,43 @@ impl Identity {
     pub fn to_uri(&self) -> String {
         match self {
             Identity::Node { node_id } => format!("{URI_PREFIX}node/{node_id}"),
-            Identity::Operator => format!("{URI_PREFIX}operator"),
+            Identity::Operator(grant) => {
+                let mut uri = Identity::operator_actor(grant);
+                if !grant.environments.is_empty() {
+                    uri.push('/');
+                    uri.push_str(&grant.environments.join(","));
+                }
+                uri
+            }
             Identity::Agent { region } => format!("{URI_PREFIX}agent/{region}"),
         }
+    }
+
+    /// Who a journal entry names for a request of this identity: the URI,
+    /// without an operator's scope (`ctrl://operator/alice/deployer`).
+    pub fn actor(&self) -> String {
+        match self {
+            Identity::Operator(grant) => Identity::operator_actor(grant),
+            other => other.to_uri(),
+        }
+    }
+
+    fn operator_actor(grant: &Grant) -> String {
+        if *grant == Grant::unnamed() {
+            format!("{URI_PREFIX}operator")
+        } else {
+            format!(
+                "{URI_PREFIX}operator/{}/{}",
+                grant.name,
+                grant.role.as_str()
+            )
+        }
+    }
+
+    /// The operator of a legacy certificate (`ctrl://operator`): an admin
+    /// named `operator`.
+    pub fn unnamed_operator() -> Identity {
+        Identity::Operator(Grant::unnamed())
     }
 
     /// Parses an identity URI. Only the canonical form is accepted (node
@@ -60,7 +98,12 @@ impl Identity {
             return Err(bad(&format!("does not start with {URI_PREFIX}")));
         };
         if rest == "operator" {
-            return Ok(Identity::Operator);
+            return Ok(Identity::unnamed_operator());
+        }
+        if let Some(grant) = rest.strip_prefix("operator/") {
+            return operator_grant(grant)
+                .map(Identity::Operator)
+                .map_err(|e| bad(&e));
         }
         if let Some(id) = rest.strip_prefix("node/") {
             let node_id: u64 = id
@@ -77,7 +120,9 @@ impl Identity {
                 region: region.to_string(),
             });
         }
-        Err(bad("expected node/<id>, operator or agent/<region>"))
+        Err(bad(
+            "expected node/<id>, operator, operator/<name>/<role>[/<patterns>] or agent/<region>",
+        ))
     }
 
     /// Reads the identity from a DER certificate: the one SAN URI starting
@@ -115,6 +160,45 @@ impl Identity {
     }
 }
 
+/// An operator's grant from `<name>/<role>[/<patterns>]`, in its one
+/// canonical form: a valid name (not the legacy `operator`), a known
+/// role, and when present 1..=[`SCOPE_PATTERNS_MAX`] valid patterns,
+/// each once.
+fn operator_grant(text: &str) -> Result<Grant, String> {
+    let mut parts = text.split('/');
+    let name = parts.next().unwrap_or_default();
+    wire::access::validate_name(name)?;
+    if name == UNNAMED_OPERATOR {
+        return Err(format!(
+            "the name {UNNAMED_OPERATOR} is the legacy certificates' (ctrl://operator)"
+        ));
+    }
+    let role = Role::parse(parts.next().unwrap_or_default())?;
+    let environments: Vec<String> = match parts.next() {
+        None => Vec::new(),
+        Some(list) => list.split(',').map(str::to_string).collect(),
+    };
+    if parts.next().is_some() {
+        return Err("expected operator/<name>/<role>[/<patterns>]".to_string());
+    }
+    if environments.len() > SCOPE_PATTERNS_MAX {
+        return Err(format!(
+            "an environment scope holds at most {SCOPE_PATTERNS_MAX} patterns"
+        ));
+    }
+    for (i, pattern) in environments.iter().enumerate() {
+        wire::access::validate_pattern(pattern)?;
+        if environments[..i].contains(pattern) {
+            return Err(format!("environment pattern {pattern:?} given twice"));
+        }
+    }
+    Ok(Grant {
+        name: name.to_string(),
+        role,
+        environments,
+    })
+}
+
 /// The DER of the leaf certificate the peer of an established connection
 /// presented (to tell which of its certificates a peer used).
 pub fn peer_leaf_der(connection: &quinn::Connection) -> Result<Vec<u8>, TransportError> {
@@ -130,15 +214,21 @@ impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Identity::Node { node_id } => write!(f, "node {node_id}"),
-            Identity::Operator => write!(f, "operator"),
+            Identity::Operator(grant) if *grant == Grant::unnamed() => write!(f, "operator"),
+            Identity::Operator(grant) => {
+                write!(f, "operator {} ({})", grant.name, grant.role.as_str())
+            }
             Identity::Agent { region } => write!(f, "agent of region {region}"),
         }
     }
 }
 
+/// Most characters of a refused URI an error shows.
+const URI_SHOWN_CHARS_MAX: usize = 160;
+
 /// Keeps error messages bounded when a peer sends a huge URI.
 fn truncated(uri: &str) -> String {
-    uri.chars().take(URI_BYTES_MAX).collect()
+    uri.chars().take(URI_SHOWN_CHARS_MAX).collect()
 }
 
 #[cfg(test)]
@@ -150,7 +240,17 @@ mod tests {
         for identity in [
             Identity::Node { node_id: 0 },
             Identity::Node { node_id: u64::MAX },
-            Identity::Operator,
+            Identity::unnamed_operator(),
+            Identity::Operator(Grant {
+                name: "alice".into(),
+                role: Role::Deployer,
+                environments: vec!["staging-*".into(), "prod".into()],
+            }),
+            Identity::Operator(Grant {
+                name: "bob".into(),
+                role: Role::Viewer,
+                environments: Vec::new(),
+            }),
             Identity::Agent {
                 region: "eu-west-1".into(),
             },
@@ -158,7 +258,11 @@ mod tests {
             assert_eq!(Identity::from_uri(&identity.to_uri()).unwrap(), identity);
         }
         assert_eq!(Identity::Node { node_id: 7 }.to_uri(), "ctrl://node/7");
-        assert_eq!(Identity::Operator.to_uri(), "ctrl://operator");
+        assert_eq!(Identity::unnamed_operator().to_uri(), "ctrl://operator");
+        let alice = Identity::from_uri("ctrl://operator/alice/deployer/staging-*,prod").unwrap();
+        assert_eq!(alice.actor(), "ctrl://operator/alice/deployer");
+        assert_eq!(alice.to_string(), "operator alice (deployer)");
+        assert_eq!(Identity::unnamed_operator().actor(), "ctrl://operator");
         assert_eq!(
             Identity::Agent {
                 region: "us-east".into()
@@ -182,6 +286,15 @@ mod tests {
             "ctrl://node/1/x",
             "ctrl://operator/",
             "ctrl://Operator",
+            "ctrl://operator/alice",
+            "ctrl://operator/alice/",
+            "ctrl://operator/alice/root",
+            "ctrl://operator/Alice/admin",
+            "ctrl://operator/operator/admin",
+            "ctrl://operator/alice/admin/",
+            "ctrl://operator/alice/admin/prod,prod",
+            "ctrl://operator/alice/admin/Prod",
+            "ctrl://operator/alice/admin/prod/x",
             "ctrl://agent/",
             "ctrl://agent/US-EAST",
             "ctrl://agent/us east",

@@ -252,7 +252,7 @@ async fn node_and_operator_identities_reach_the_server() {
         let (addr, mut events) = spawn_echo_server(&node);
         for (paths, expected) in [
             (node.clone(), Identity::Node { node_id: 1 }),
-            (certs.tls_paths(&certs.operator), Identity::Operator),
+            (certs.tls_paths(&certs.operator), Identity::unnamed_operator()),
         ] {
             // The server name may also be an IP the node certificate carries.
             let answer = echo_call(&paths, addr, "127.0.0.1", "x").await.unwrap();
@@ -539,7 +539,7 @@ fn certificates_carry_their_identities() {
     );
     assert_eq!(
         identity_of(&certs.operator.cert).unwrap(),
-        Identity::Operator
+        Identity::unnamed_operator()
     );
     assert_eq!(
         identity_of(&certs.agent("us-east").unwrap().cert).unwrap(),
