@@ -1,7 +1,8 @@
 //! Region authorization by certificate: an agent watches and reports for
 //! its own region only; an operator certificate cannot act as an agent;
 //! an agent certificate cannot call operator commands. A refusal is a
-//! permission error and carries no data.
+//! permission error and carries no data. Named operators act within their
+//! role and environment scope, and the journal names them.
 
 use std::time::Duration;
 
@@ -149,4 +150,113 @@ async fn scenario() {
         other => panic!("expected a permission error, got {other:?}"),
     }
     node.node.shutdown().await;
+}
+
+/// An operator client of `node` presenting the named operator
+/// certificate issued for `grant` from the node's CA.
+fn named(node: &TestNode, grant: &wire::access::Grant) -> Client {
+    let certs = node.dir.path().join("certs");
+    transport::certs::issue_named_operator(&certs, grant).expect("issued");
+    let config = config::OperatorConfig {
+        tls: TlsFiles::in_dir(&certs, &format!("operator-{}", grant.name)),
+        ..node.operator.clone()
+    };
+    Client::new(&config).expect("client")
+}
+
+/// The permission error of `result`, and nothing else.
+fn denied<T: std::fmt::Debug>(result: Result<T, ClientError>) -> WireError {
+    match result {
+        Err(ClientError::Server(e)) if e.code == ErrorCode::PermissionDenied => e,
+        other => panic!("expected a permission error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_operators_act_within_their_role_and_scope_and_are_journaled_by_name() {
+    use wire::access::{Grant, Role};
+    use wire::operator::request::{AddRegion, CancelDeployment, History, ListDeployments};
+    bounded(TEST_TIMEOUT, async {
+        let node = TestNode::start().await.unwrap();
+        let alice = named(
+            &node,
+            &Grant {
+                name: "alice".into(),
+                role: Role::Deployer,
+                environments: vec!["staging-*".into()],
+            },
+        );
+        let vera = named(
+            &node,
+            &Grant {
+                name: "vera".into(),
+                role: Role::Viewer,
+                environments: Vec::new(),
+            },
+        );
+        let in_scope = integration::requests::deployment(["us-east"])
+            .owner("ws", "proj", "staging-eu")
+            .build();
+        let made = alice.call(in_scope).await.expect("a deploy in scope");
+        let out_of_scope = integration::requests::deployment(["us-east"])
+            .owner("ws", "proj", "prod")
+            .build();
+        let e = denied(alice.call(out_of_scope).await);
+        assert_eq!(
+            e.message,
+            "operator alice (deployer) may not create_deployment in environment prod: outside its scope staging-*"
+        );
+        let e = denied(
+            alice
+                .call(AddRegion {
+                    name: "ap-south".into(),
+                })
+                .await,
+        );
+        assert!(e.message.contains("needs the admin role"), "{e}");
+        // A viewer reads everything and changes nothing.
+        let page = vera
+            .call(ListDeployments {
+                after: None,
+                limit: 10,
+            })
+            .await
+            .expect("a viewer lists");
+        assert_eq!(page.items.len(), 1, "nothing was written by the refusals");
+        let e = denied(
+            vera.call(CancelDeployment {
+                id: made.clone(),
+            })
+            .await,
+        );
+        assert_eq!(
+            e.message,
+            "operator vera (viewer) may not cancel_deployment in environment staging-eu: a viewer only reads"
+        );
+        // The journal names who created it.
+        let history = vera
+            .call(History {
+                environment_id: None,
+                deployment_id: Some(made.clone()),
+                after: 0,
+                limit: 10,
+            })
+            .await
+            .unwrap();
+        let created = history.items.first().expect("a creation entry");
+        assert_eq!(
+            created.actor,
+            wire::model::Actor::Operator("ctrl://operator/alice/deployer".into())
+        );
+        // The unnamed certificate is an admin.
+        node.client()
+            .unwrap()
+            .call(AddRegion {
+                name: "ap-south".into(),
+            })
+            .await
+            .expect("the unnamed operator is an admin");
+        node.node.shutdown().await;
+    })
+    .await;
 }

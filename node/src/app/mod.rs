@@ -31,6 +31,8 @@
 //!   deployment names only schedulable regions.
 //! - [`notify`]: webhook endpoints (add, remove, list without secrets),
 //!   the deliveries and their replay.
+//! - [`access`]: the one authorization of every operator request (the
+//!   caller's role and environment scope against what the request needs).
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
 //!   status reports and heartbeats.
 //! - [`dispatch`]: the table from a request's type to its rule, each
@@ -39,6 +41,7 @@
 //!   idempotence by request id (one proposal per id, wrapped in
 //!   `storage::Mutation::Request`).
 
+pub mod access;
 pub mod agent;
 pub mod deployments;
 pub mod dispatch;

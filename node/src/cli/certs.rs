@@ -58,6 +58,26 @@ pub(crate) enum CertsCommand {
         #[arg(long)]
         region: String,
     },
+    /// Issue a certificate for a named operator (`operator-NAME.pem/.key`)
+    /// with a role and an environment scope, with an existing CA. The
+    /// role: `viewer` (every read), `deployer` (reads, and deploy, stop,
+    /// start, archive, cancel, rollback and update inside its scope) or
+    /// `admin` (everything). The certificate `operator.pem` of `init`
+    /// (`ctrl://operator`) is an admin named `operator`.
+    AddOperator {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Who it is for (lowercase letters, digits, `-`, `_`, `.`).
+        #[arg(long)]
+        name: String,
+        /// viewer, deployer or admin.
+        #[arg(long)]
+        role: String,
+        /// Environment patterns a deployer may act in, comma-separated
+        /// (`*` is any run of characters); every environment if omitted.
+        #[arg(long, value_delimiter = ',', value_name = "PATTERN,...")]
+        environments: Vec<String>,
+    },
     /// List every certificate in a directory (CA, nodes, operator, agents)
     /// with its expiry; exits non-zero when one has expired or a file does
     /// not read.
@@ -142,6 +162,32 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
             println!(
                 "agent certificate for {region} written to {}",
                 dir.display()
+            );
+        }
+        CertsCommand::AddOperator {
+            dir,
+            name,
+            role,
+            environments,
+        } => {
+            let role = wire::access::Role::parse(&role).map_err(anyhow::Error::msg)?;
+            let grant = wire::access::Grant {
+                name,
+                role,
+                environments,
+            };
+            let bundle = transport::certs::issue_named_operator(&dir, &grant)?;
+            let scope = if grant.environments.is_empty() {
+                "every environment".to_string()
+            } else {
+                grant.environments.join(",")
+            };
+            println!(
+                "operator certificate for {} ({}, {scope}) written to {} and {}",
+                grant.name,
+                role.as_str(),
+                bundle.cert.display(),
+                bundle.key.display()
             );
         }
         CertsCommand::Check { dir, output } => check(&dir, output)?,

@@ -70,9 +70,34 @@ pub(super) async fn run(config: &OperatorConfig, output: Output) -> Result<()> {
     let status = collect(config).await?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&status)?),
-        Output::Text => print!("{}", text(&status)),
+        Output::Text => {
+            print!("{}", text(&status));
+            if let Some(warning) = unnamed_certificate(&config.tls.cert) {
+                println!("\n{warning}");
+            }
+        }
     }
     Ok(())
+}
+
+/// A warning when the operator's own certificate is the unnamed
+/// `ctrl://operator` one: every holder is one admin, and the journal
+/// cannot tell them apart.
+fn unnamed_certificate(cert: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(cert).ok()?;
+    let infos = transport::expiry::inspect_pem(cert, &text).ok()?;
+    let unnamed = transport::identity::Identity::unnamed_operator().to_uri();
+    infos
+        .first()
+        .filter(|info| info.identity.as_deref() == Some(unnamed.as_str()))
+        .map(|_| {
+            format!(
+                "warning: {} is the unnamed operator certificate ({unnamed}): it acts as an \
+                 admin named operator, and the journal cannot tell its holders apart. Issue \
+                 each person their own with `ctrl certs add-operator --name NAME --role ROLE`.",
+                cert.display()
+            )
+        })
 }
 
 /// Reads the site's status from the nodes of `config`.

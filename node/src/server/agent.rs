@@ -187,7 +187,7 @@ mod tests {
         Agent::authorize(&us, &heartbeat("us-east")).unwrap();
         for (identity, request) in [
             (&us, heartbeat("eu-west")),
-            (&Identity::Operator, heartbeat("us-east")),
+            (&Identity::unnamed_operator(), heartbeat("us-east")),
             (&Identity::Node { node_id: 1 }, heartbeat("us-east")),
         ] {
             let e = Agent::authorize(identity, &request).unwrap_err();

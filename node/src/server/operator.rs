@@ -1,4 +1,6 @@
-//! The operator protocol handler: only operator certificates may call it.
+//! The operator protocol handler: only operator certificates may call it,
+//! and each request only as far as its certificate's role and scope allow
+//! ([`crate::app::access`], checked once here before anything else).
 //! Each request goes to its rule through a table from its type to its
 //! handler ([`crate::app::dispatch`]) — deployments, regions, sentinels and policies in
 //! [`crate::app`]; cluster initialisation, status, membership changes and
@@ -41,8 +43,10 @@ impl Protocol for Operator {
     type Request = OperatorCall;
     type Refusal = OperatorResponse;
 
+    /// Operator certificates only; what the operator's grant allows is
+    /// checked with the state at hand ([`crate::app::access`]).
     fn authorize(identity: &Identity, _: &OperatorCall) -> Result<(), WireError> {
-        if matches!(identity, Identity::Operator) {
+        if matches!(identity, Identity::Operator(_)) {
             Ok(())
         } else {
             Err(WireError::new(
@@ -72,6 +76,21 @@ pub async fn serve_stream(
     let Some(request) = call.request().await? else {
         return Ok(());
     };
+    if let Identity::Operator(grant) = identity
+        && let Err(refused) = crate::app::access::check(state, grant, &request.request)
+    {
+        warn!(
+            operator = %grant.name,
+            role = grant.role.as_str(),
+            request = request.request.name(),
+            request_id = request.request_id.as_ref().map(|id| id.as_str()),
+            "operator request refused: {}",
+            refused.message
+        );
+        call.answer(&OperatorResponse::Error(refused)).await?;
+        call.finish().await;
+        return Ok(());
+    }
     if matches!(request.request, OperatorRequest::Backup(_)) {
         return stream_backup(state, call).await;
     }
@@ -152,7 +171,7 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
         let settings = &state.deploy;
         match &request_id {
             Some(request_id) => {
-                let actor = identity.to_uri();
+                let actor = identity.actor();
                 requests::apply_once(state, clock, settings, request_id, &actor, request).await
             }
             None => requests::apply(state, clock, settings, request).await,
