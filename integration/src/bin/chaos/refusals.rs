@@ -139,6 +139,10 @@ pub(crate) fn reported(ops: &[Op], state: &State) -> (Vec<String>, usize) {
         let reason = d.workflow.reason.clone().unwrap_or_default();
         match d.status {
             DeploymentStatus::Failed if reason.contains(DENIED_WORDS) => {}
+            DeploymentStatus::Failed => out.push(format!(
+                "deployment {} of the denied image failed saying {reason:?}, not the webhook's refusal",
+                d.id
+            )),
             DeploymentStatus::Ready => {
                 out.push(format!("deployment {} of the denied image is ready", d.id))
             }
