@@ -569,7 +569,13 @@ fn validate(body: &SnapshotBody) -> Result<()> {
             s.region, s.sentinel_id
         )));
     }
+    // A rejection of a resource that is gone is a delete Kubernetes
+    // refused, which apply keeps (`apply::cilium::report_apply`): only an
+    // apply needs its resource.
     if let Some(a) = body.policy_applied.iter().find(|a| {
+        if !a.outcome.is_applied() {
+            return false;
+        }
         let wanted = (&a.key.region, &a.key.resource_id);
         match a.key.resource_type {
             wire::model::ResourceType::CiliumNetworkPolicy => body

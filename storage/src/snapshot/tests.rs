@@ -260,6 +260,8 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
             last_heartbeat: None,
         })
         .to_vec();
+    let mut applied_orphan = empty(0, 0);
+    applied_orphan.policy_applied = vec![report("p-gone", "eu", true)];
     let mut future_version = empty(0, 0);
     future_version.policies = vec![policy("p", "eu")];
     future_version.policies[0].version = 1;
@@ -273,6 +275,7 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
         ("duplicate", duplicate),
         ("regions out of order", regions_unordered),
         ("future version", future_version),
+        ("an apply of a policy that does not exist", applied_orphan),
     ] {
         let err = store.import_snapshot(&seal(&body).unwrap()).unwrap_err();
         assert!(
@@ -280,6 +283,63 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
             "{what}: {err}"
         );
     }
+}
+
+/// krane's report on version 1 of policy `id` in `region`: applied, or
+/// refused (a 403 of an admission webhook).
+fn report(id: &str, region: &str, applied: bool) -> wire::model::ApplyReport {
+    wire::model::ApplyReport {
+        key: wire::model::ResourceKey {
+            resource_type: wire::model::ResourceType::CiliumNetworkPolicy,
+            resource_id: id.into(),
+            region: region.into(),
+        },
+        version: 1,
+        outcome: if applied {
+            wire::model::ApplyOutcome::Applied
+        } else {
+            wire::model::ApplyOutcome::Rejected {
+                reason: "admission webhook denied the request".into(),
+                code: 403,
+                field: None,
+            }
+        },
+        at_ms: 5,
+    }
+}
+
+/// Found by the fault checker: a delete Kubernetes refused is kept as a
+/// rejection of a policy that is gone, and a snapshot holding it must
+/// install (it stopped every node that received one).
+#[test]
+fn a_refused_delete_of_a_policy_that_is_gone_survives_a_snapshot() {
+    let source = populated();
+    // p1 was deleted in `populated`; krane reports its delete refused.
+    let out = apply_one(
+        &source,
+        40,
+        vec![Mutation::ReportApply(report("p1", "ap", false))],
+    );
+    assert_eq!(out[0], Ok(crate::Outcome::Recorded));
+    let (bytes, _) = source.export_snapshot().unwrap();
+    let target = store();
+    target
+        .import_snapshot(&bytes)
+        .expect("the snapshot installs");
+    let key = wire::model::ResourceKey {
+        resource_type: wire::model::ResourceType::CiliumNetworkPolicy,
+        resource_id: "p1".into(),
+        region: "ap".into(),
+    };
+    assert_eq!(
+        target.read().unwrap().apply_report(&key).unwrap(),
+        Some(report("p1", "ap", false)),
+        "the refusal is kept"
+    );
+    assert_eq!(
+        target.read().unwrap().state_hash().unwrap(),
+        source.read().unwrap().state_hash().unwrap()
+    );
 }
 
 proptest! {
