@@ -345,7 +345,7 @@ async fn final_checks(
     out.extend(check::overdue(&state, now_ms));
     let (diffs, objects) = regions_counted(site).await?;
     out.extend(diffs);
-    let (refused, refusals_checked) = refusals::reported(ops, &state);
+    let (refused, refusals_checked) = refusals::reported(client, ops, &state).await?;
     out.extend(refused);
     for (agent, sim) in site.agents.iter().zip(&site.sims) {
         if agent.region == refusals::HELD_REGION {

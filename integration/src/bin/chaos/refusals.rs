@@ -12,10 +12,12 @@
 
 use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use node::client::Client;
 use serde_json::Value;
 use wire::ErrorCode;
 use wire::model::DeploymentStatus;
 use wire::operator::OperatorRequest;
+use wire::operator::request::GetDeployment;
 
 use crate::check::{ObjectKey, State};
 use crate::ops::{ENVIRONMENTS, Kind, Op, Outcome};
@@ -122,40 +124,48 @@ pub(crate) fn foreign_untouched(sim: &k8s_sim::Simulator) -> Vec<String> {
     out
 }
 
-/// Every refusal reported: each deploy of the denied image ended failed
-/// with the webhook's words in its error (or never ran: stopped before
-/// its objects were written); each held policy's current version carries
+/// Every refusal reported: each deploy of the denied image that failed
+/// says the webhook's words, in its error or in the refusals its view
+/// shows (under faults its progress deadline may come first; a deploy
+/// superseded or stopped before its objects were written may have none
+/// to show); none is ready. Each held policy's current version carries
 /// krane's rejection naming the object in the way; each deploy with an
 /// invalid name was refused as a bad request, and created nothing.
 /// Returns the violations and how many refusals were checked.
-pub(crate) fn reported(ops: &[Op], state: &State) -> (Vec<String>, usize) {
+pub(crate) async fn reported(
+    client: &Client,
+    ops: &[Op],
+    state: &State,
+) -> Result<(Vec<String>, usize)> {
     let mut out = Vec::new();
     let mut checked = 0;
     for d in &state.deployments {
-        if d.image != DENIED_IMAGE {
+        if d.image != DENIED_IMAGE || d.status.in_flight() {
             continue;
         }
         checked += 1;
         let reason = d.workflow.reason.clone().unwrap_or_default();
-        match d.status {
-            DeploymentStatus::Failed if reason.contains(DENIED_WORDS) => {}
-            DeploymentStatus::Failed => out.push(format!(
-                "deployment {} of the denied image failed saying {reason:?}, not the webhook's refusal",
+        if d.status == DeploymentStatus::Ready {
+            out.push(format!("deployment {} of the denied image is ready", d.id));
+            continue;
+        }
+        if d.status != DeploymentStatus::Failed || reason.contains(DENIED_WORDS) {
+            continue;
+        }
+        let view = client
+            .call(GetDeployment { id: d.id.clone() })
+            .await
+            .with_context(|| format!("reading deployment {}", d.id))?;
+        let shown = view
+            .rejected
+            .iter()
+            .filter_map(|r| r.outcome.rejection())
+            .any(|why| why.contains(DENIED_WORDS));
+        if !shown {
+            out.push(format!(
+                "deployment {} of the denied image failed saying {reason:?}, and its view shows no refusal",
                 d.id
-            )),
-            DeploymentStatus::Ready => {
-                out.push(format!("deployment {} of the denied image is ready", d.id))
-            }
-            status if status.in_flight() => {}
-            status => {
-                if !reason.is_empty() && !reason.contains(DENIED_WORDS) {
-                    out.push(format!(
-                        "deployment {} of the denied image ended {} saying {reason:?}, not the webhook's refusal",
-                        d.id,
-                        status.as_str()
-                    ));
-                }
-            }
+            ));
         }
     }
     for p in &state.policies {
@@ -196,5 +206,5 @@ pub(crate) fn reported(ops: &[Op], state: &State) -> (Vec<String>, usize) {
             ));
         }
     }
-    (out, checked)
+    Ok((out, checked))
 }
