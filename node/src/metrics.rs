@@ -44,6 +44,8 @@ pub const READY_APPLY_LAG_ENTRIES_MAX: u64 = 1_000;
 
 /// One label with a fixed value set (a status).
 type StatusLabel = [(&'static str, &'static str); 1];
+/// A refused operator request's labels: the caller's role, the request.
+type RefusalLabel = [(&'static str, &'static str); 2];
 /// One label with a value from the state (a region).
 type RegionLabel = [(&'static str, String); 1];
 
@@ -82,6 +84,7 @@ pub struct Metrics {
     leader_changes: Counter,
     transitions: Family<StatusLabel, Counter>,
     notify_attempts: Family<StatusLabel, Counter>,
+    operator_refusals: Family<RefusalLabel, Counter>,
     watch_streams: Family<RegionLabel, Gauge>,
     /// When this node last wrote and verified a scheduled backup, in ms
     /// since the Unix epoch (0: never).
@@ -251,6 +254,13 @@ impl Metrics {
              (delivered, failed, dead)",
             notify_attempts.clone(),
         );
+        let operator_refusals = Family::<RefusalLabel, Counter>::default();
+        registry.register(
+            "ctrl_operator_requests_refused",
+            "Operator requests this node refused because the caller's role or \
+             environment scope does not allow them, by role and request",
+            operator_refusals.clone(),
+        );
         let watch_streams = Family::<RegionLabel, Gauge>::default();
         registry.register(
             "ctrl_watch_streams_open",
@@ -325,6 +335,7 @@ impl Metrics {
             leader_changes,
             transitions,
             notify_attempts,
+            operator_refusals,
             watch_streams,
             watch_events,
             watch_full_syncs,
@@ -362,6 +373,14 @@ impl Metrics {
     pub fn notify_attempted(&self, result: &'static str) {
         self.notify_attempts
             .get_or_create(&[("result", result)])
+            .inc();
+    }
+
+    /// An operator request `request` (its name) was refused to a caller
+    /// of `role`.
+    pub fn operator_refused(&self, role: &'static str, request: &'static str) {
+        self.operator_refusals
+            .get_or_create(&[("role", role), ("request", request)])
             .inc();
     }
 
@@ -677,6 +696,7 @@ mod tests {
         metrics.transitioned(DeploymentStatus::Ready, 2_500);
         metrics.instances_started(2, 1_000);
         metrics.notify_attempted("failed");
+        metrics.operator_refused("viewer", "create_deployment");
         let watch = metrics.watch_opened("us-east");
         watch.full_sync();
         watch.event_sent();
@@ -690,6 +710,7 @@ mod tests {
             "ctrl_raft_applied_index 10",
             "deployment_workflow_transitions_total{to=\"ready\"} 1",
             "ctrl_notify_attempts_total{result=\"failed\"} 1",
+            "ctrl_operator_requests_refused_total{role=\"viewer\",request=\"create_deployment\"} 1",
             "ctrl_watch_streams_open{region=\"us-east\"} 1",
             "ctrl_watch_full_syncs_total{region=\"us-east\"} 1",
             "ctrl_watch_events_sent_total{region=\"us-east\"} 1",

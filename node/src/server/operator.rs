@@ -87,6 +87,11 @@ pub async fn serve_stream(
             "operator request refused: {}",
             refused.message
         );
+        if refused.code == ErrorCode::PermissionDenied {
+            state
+                .metrics
+                .operator_refused(grant.role.as_str(), request.request.name());
+        }
         call.answer(&OperatorResponse::Error(refused)).await?;
         call.finish().await;
         return Ok(());
