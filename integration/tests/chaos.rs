@@ -54,6 +54,11 @@ const FIXED_SEED: u64 = 1;
 ///   were never answered; a batch now frees its slot once this node stops
 ///   leading its term, `replica::write::batch`).
 /// - 7 (6 min): met both openraft panics in every run before their fixes.
+/// - 20261128, 7001, 314159 (30 min each, with the held policies): a
+///   snapshot holding krane's refusal of a policy already deleted (its
+///   delete met someone else's object) stopped every node it was sent to
+///   on a fatal error (fixed: import keeps a rejection of a resource that
+///   is gone, as apply does; `storage::snapshot` tests).
 const REGRESSIONS: &[(u64, u64)] = &[(12_738_713_515_701_106_041, SECONDS)];
 
 /// Runs `chaos --seed SEED --seconds SECONDS`; its output, or a panic
