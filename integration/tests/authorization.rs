@@ -233,6 +233,16 @@ async fn named_operators_act_within_their_role_and_scope_and_are_journaled_by_na
             e.message,
             "operator vera (viewer) may not cancel_deployment in environment staging-eu: a viewer only reads"
         );
+        // A viewer's debug bundle carries no node configuration.
+        let diagnostics = vera
+            .call(wire::operator::request::NodeDiagnostics)
+            .await
+            .expect("a viewer reads diagnostics");
+        assert_eq!(
+            diagnostics.config_toml,
+            node::server::operator::CONFIG_WITHHELD
+        );
+        assert!(!diagnostics.metrics.is_empty());
         // The journal names who created it.
         let history = vera
             .call(History {

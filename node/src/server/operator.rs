@@ -15,6 +15,7 @@ use std::time::Instant;
 use quinn::{RecvStream, SendStream};
 use tracing::{Instrument, info_span, warn};
 use transport::identity::Identity;
+use wire::access::Role;
 use wire::hello::Protocol as Hello;
 use wire::operator::request::{
     AddNode, AddRegion, DescribeEnvironment, GetDeployment, GetEnvironment, GetSentinel, History,
@@ -140,6 +141,10 @@ async fn stream_backup(
     Ok(())
 }
 
+/// What a node's diagnostics carry instead of its configuration for an
+/// operator who is not an admin.
+pub const CONFIG_WITHHELD: &str = "# withheld: a node's configuration is shown to admins only\n";
+
 /// Operator requests that take longer than this (and do not wait by
 /// design, see [`OperatorRequest::waits`]) are logged as slow, in their
 /// span.
@@ -185,6 +190,13 @@ async fn answer(state: &NodeState, identity: &Identity, call: OperatorCall) -> O
         reads_and_cluster_calls(state, request).await
     };
     match result {
+        // A node's configuration (addresses, file paths, settings) is for
+        // admins: the others get its metrics alone.
+        Ok(OperatorResponse::NodeDiagnostics(mut diagnostics)) if !matches!(identity, Identity::Operator(g) if g.role == Role::Admin) =>
+        {
+            diagnostics.config_toml = CONFIG_WITHHELD.to_string();
+            OperatorResponse::NodeDiagnostics(diagnostics)
+        }
         // A deployment answered to an operator shows its secrets by name.
         Ok(OperatorResponse::Updated(mut deployment)) => {
             crate::app::secrets::names_only(&mut deployment.spec);
