@@ -20,7 +20,6 @@ use wire::operator::{
 };
 use wire::rollout::{Rollout, RolloutOptions, RolloutState};
 
-use crate::refusals::{DENIED_IMAGE, HELD_POLICY, INVALID_ENV_NAME};
 use crate::rng::Rng;
 
 /// The regions deployed to, each with a simulated cluster and a krane.
@@ -37,8 +36,16 @@ pub(crate) const APP: &str = "app";
 pub(crate) const IMAGES: [&str; 2] = ["nginx:1.27", "nginx:1.28"];
 /// The image whose pods never start (the simulators are told so).
 pub(crate) const BROKEN_IMAGE: &str = "chaos/broken:1";
+/// The image every simulated cluster's admission webhook denies
+/// ([`crate::refusals`]).
+pub(crate) const DENIED_IMAGE: &str = "chaos/denied:1";
+/// The policy name someone else's object holds in one region, in every
+/// environment's namespace ([`crate::refusals`]).
+pub(crate) const HELD_POLICY: &str = "chaos-held";
+/// An environment variable name Kubernetes (and so ctrl) refuses.
+pub(crate) const INVALID_ENV_NAME: &str = "1CHAOS-INVALID";
 /// Names of the policies applied and deleted (someone else holds the
-/// last one in one region: [`crate::refusals`]).
+/// last one in one region).
 pub(crate) const POLICY_NAMES: [&str; 3] = ["chaos-allow-a", "chaos-allow-b", HELD_POLICY];
 /// The environment variable marking a create with its operation number.
 pub(crate) const OP_MARKER: &str = "CHAOS_OP";

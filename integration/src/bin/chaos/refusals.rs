@@ -20,23 +20,17 @@ use wire::operator::OperatorRequest;
 use wire::operator::request::GetDeployment;
 
 use crate::check::{ObjectKey, State};
+pub(crate) use crate::ops::{DENIED_IMAGE, HELD_POLICY};
 use crate::ops::{ENVIRONMENTS, Kind, Op, Outcome};
 
-/// The image every simulated cluster's admission webhook denies.
-pub(crate) const DENIED_IMAGE: &str = "chaos/denied:1";
 /// The words of the webhook's refusal an operator must see.
 pub(crate) const DENIED_WORDS: &str = "denied the request";
-/// The policy name someone else's object holds in [`HELD_REGION`], in
-/// every environment's namespace.
-pub(crate) const HELD_POLICY: &str = "chaos-held";
 /// The region where [`HELD_POLICY`] is held.
 pub(crate) const HELD_REGION: &str = "us-east";
 /// The label the foreign objects carry (and must still carry at the end).
 const FOREIGN_LABEL: (&str, &str) = ("team", "someone-else");
 /// The words of krane's report of an object it does not manage.
 const FOREIGN_WORDS: &str = "krane does not manage it";
-/// An environment variable name Kubernetes (and so ctrl) refuses.
-pub(crate) const INVALID_ENV_NAME: &str = "1CHAOS-INVALID";
 
 /// Places someone else's `CiliumNetworkPolicy` named [`HELD_POLICY`] in
 /// every environment's namespace of the cluster at `kubeconfig`.
