@@ -252,7 +252,10 @@ async fn node_and_operator_identities_reach_the_server() {
         let (addr, mut events) = spawn_echo_server(&node);
         for (paths, expected) in [
             (node.clone(), Identity::Node { node_id: 1 }),
-            (certs.tls_paths(&certs.operator), Identity::unnamed_operator()),
+            (
+                certs.tls_paths(&certs.operator),
+                Identity::unnamed_operator(),
+            ),
         ] {
             // The server name may also be an IP the node certificate carries.
             let answer = echo_call(&paths, addr, "127.0.0.1", "x").await.unwrap();
