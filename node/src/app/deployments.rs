@@ -84,7 +84,16 @@ pub fn view(state: &impl ReadState, id: &str) -> Result<DeploymentView, WireErro
             resource_id: id.to_string(),
             region: region.clone(),
         };
-        rejected.extend(view.rejected(&key, topology.version).map_err(internal)?);
+        // A deploy that failed stopped its topologies: the refusal of the
+        // version it ran with is why, and stays shown.
+        let refusal = if deployment.status == DeploymentStatus::Failed {
+            view.apply_report(&key)
+                .map_err(internal)?
+                .filter(|r| !r.outcome.is_applied())
+        } else {
+            view.rejected(&key, topology.version).map_err(internal)?
+        };
+        rejected.extend(refusal);
     }
     Ok(DeploymentView {
         deployment,

@@ -252,3 +252,78 @@ async fn a_write_of_another_deployment_does_not_wake_a_wait() {
 async fn still_waiting<F: Future + Unpin>(waiting: &mut F) -> bool {
     tokio::time::timeout(Duration::ZERO, waiting).await.is_err()
 }
+
+/// krane's refusal of `id`'s topology in `region` at `version`.
+fn refusal(id: &str, region: &str, version: u64) -> Mutation {
+    Mutation::ReportApply(wire::model::ApplyReport {
+        key: wire::model::ResourceKey {
+            resource_type: wire::model::ResourceType::DeploymentTopology,
+            resource_id: id.into(),
+            region: region.into(),
+        },
+        version,
+        outcome: wire::model::ApplyOutcome::Rejected {
+            reason: "admission webhook \"images\" denied the request".into(),
+            code: 403,
+            field: None,
+        },
+        at_ms: 5,
+    })
+}
+
+/// Found by the fault checker: under faults krane's refusal can reach
+/// ctrl after the progress deadline failed the deploy, whose end stopped
+/// its topologies (a newer version, nothing to refuse): the view of the
+/// failed deploy still shows the refusal of the version it ran with.
+#[tokio::test]
+async fn a_failed_deploy_shows_the_refusal_of_the_version_it_ran_with() {
+    let node = MemoryNode::with_regions(&["eu-west"]);
+    let id = testing::failed_deploy(&node).await;
+    let view_of = || view(&node, &id).expect("the view");
+    assert!(view_of().rejected.is_empty(), "nothing refused yet");
+    let stopped = node
+        .read()
+        .unwrap()
+        .topology(&id, "eu-west")
+        .unwrap()
+        .expect("the topology");
+    // The refusal of the version before the stop, reported late.
+    let out = node
+        .propose(vec![refusal(&id, "eu-west", stopped.version - 1)])
+        .await
+        .unwrap();
+    assert_eq!(out, vec![Ok(storage::Outcome::Recorded)]);
+    let shown = view_of().rejected;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0]
+            .outcome
+            .rejection()
+            .is_some_and(|why| why.contains("denied the request")),
+        "{shown:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_deploy_in_flight_shows_only_a_refusal_of_its_current_version() {
+    let node = MemoryNode::with_regions(&["eu-west"]);
+    let id = testing::deployed(&node, &["eu-west"]).await;
+    let current = node
+        .read()
+        .unwrap()
+        .topology(&id, "eu-west")
+        .unwrap()
+        .expect("the topology")
+        .version;
+    node.propose(vec![refusal(&id, "eu-west", current - 1)])
+        .await
+        .unwrap();
+    assert!(
+        view(&node, &id).unwrap().rejected.is_empty(),
+        "an older version's refusal is not the current one's"
+    );
+    node.propose(vec![refusal(&id, "eu-west", current)])
+        .await
+        .unwrap();
+    assert_eq!(view(&node, &id).unwrap().rejected.len(), 1);
+}
