@@ -4,7 +4,7 @@
 //! `CiliumNetworkPolicy` already holds in one region (placed before the
 //! operations start, never krane's), and deploys whose environment
 //! variable ctrl refuses before anything is written. After the run
-//! ([`check`]): every refusal was reported where an operator looks —
+//! ([`reported`]): every refusal was reported where an operator looks —
 //! the deploy's error, the policy's rejection — the foreign objects are
 //! as they were placed, and no region's cursor stayed behind a refused
 //! object (the quiescence check reads the cursors; [`expected_in_cluster`]
