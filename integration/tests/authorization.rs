@@ -270,3 +270,38 @@ async fn named_operators_act_within_their_role_and_scope_and_are_journaled_by_na
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_naming_an_unknown_role_or_a_bad_scope_is_refused_naming_the_field() {
+    bounded(TEST_TIMEOUT, async {
+        let node = TestNode::start().await.unwrap();
+        let certs = node.dir.path().join("certs");
+        for (stem, uri, field) in [
+            ("operator-eve", "ctrl://operator/eve/superuser", "superuser"),
+            ("operator-mal", "ctrl://operator/mal/deployer/PROD", "PROD"),
+        ] {
+            transport::certs::issue_unchecked_uri(
+                &certs,
+                &transport::certs::CertBundle::in_dir(&certs, stem),
+                uri,
+            )
+            .expect("issued");
+            let config = config::OperatorConfig {
+                tls: TlsFiles::in_dir(&certs, stem),
+                ..node.operator.clone()
+            };
+            let client = Client::new(&config).expect("client");
+            let error = client
+                .call(wire::operator::request::ListRegions)
+                .await
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                error.contains("this certificate is refused") && error.contains(field),
+                "{uri}: {error}"
+            );
+        }
+        node.node.shutdown().await;
+    })
+    .await;
+}

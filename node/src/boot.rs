@@ -178,6 +178,9 @@ pub enum StartError {
     /// The secrets key file could not be loaded.
     #[error("cannot load the secrets key file (secrets_key): {0}")]
     SecretsKey(#[source] transport::sealing::SealError),
+    /// The revoked certificates could not be read from the state file.
+    #[error("cannot read the revoked certificates from the state: {0}")]
+    Revocations(String),
     /// The QUIC endpoint could not be opened on the listen address.
     #[error("cannot listen on {addr} (listen_addr): {source}")]
     Listen {
@@ -444,11 +447,21 @@ pub async fn start_with_clock(
         raft_runtime,
         metrics: metrics.clone(),
         keyring,
+        revocations: Arc::new(crate::app::revocations::RevocationList::default()),
         // Paths only: a node config names its certificate and key files,
         // never their contents.
         config_toml: toml::to_string(config).unwrap_or_else(|e| format!("# not encodable: {e}\n")),
     });
     tokio::spawn(metrics::follow_leader(state.raft.server_metrics(), metrics));
+    // Loaded before the server accepts a connection, then kept in step.
+    state
+        .revocations
+        .reload(&*state)
+        .map_err(|e| StartError::Revocations(e.message))?;
+    tokio::spawn(crate::app::revocations::follow(
+        Arc::downgrade(&state),
+        state.revocations.clone(),
+    ));
     // Ends once the node is gone (it holds `tls` weakly).
     tokio::spawn(ReloadingTls::watch(
         Arc::downgrade(&tls),

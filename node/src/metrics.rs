@@ -85,6 +85,8 @@ pub struct Metrics {
     transitions: Family<StatusLabel, Counter>,
     notify_attempts: Family<StatusLabel, Counter>,
     operator_refusals: Family<RefusalLabel, Counter>,
+    /// Connections closed because their certificate is revoked.
+    revoked_refusals: Counter,
     watch_streams: Family<RegionLabel, Gauge>,
     /// When this node last wrote and verified a scheduled backup, in ms
     /// since the Unix epoch (0: never).
@@ -261,6 +263,13 @@ impl Metrics {
              environment scope does not allow them, by role and request",
             operator_refusals.clone(),
         );
+        let revoked_refusals = Counter::default();
+        registry.register(
+            "ctrl_revoked_certificates_refused",
+            "Connections this node closed because the certificate they \
+             presented is revoked",
+            revoked_refusals.clone(),
+        );
         let watch_streams = Family::<RegionLabel, Gauge>::default();
         registry.register(
             "ctrl_watch_streams_open",
@@ -336,6 +345,7 @@ impl Metrics {
             transitions,
             notify_attempts,
             operator_refusals,
+            revoked_refusals,
             watch_streams,
             watch_events,
             watch_full_syncs,
@@ -382,6 +392,11 @@ impl Metrics {
         self.operator_refusals
             .get_or_create(&[("role", role), ("request", request)])
             .inc();
+    }
+
+    /// A connection was closed because its certificate is revoked.
+    pub fn count_revoked_refusal(&self) {
+        self.revoked_refusals.inc();
     }
 
     /// A scheduled backup written at `created_at_ms` was verified.

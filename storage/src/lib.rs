@@ -164,6 +164,8 @@ impl Store {
                     // 4 → 5: the routes table, created below, starts empty.
                     // 5 → 6: the sentinels' index by environment, built
                     // below once every table exists.
+                    // 6 → 7: the revocations table, created below, starts
+                    // empty.
                     migrate = true;
                     let version = SCHEMA_VERSION.to_le_bytes();
                     metadata
@@ -352,6 +354,8 @@ fn create_tables(txn: &WriteTransaction, op: &'static str) -> Result<()> {
     txn.open_table(tables::DEPLOYMENTS)
         .ctx_table(op, name::DEPLOYMENTS)?;
     txn.open_table(tables::ROUTES).ctx_table(op, name::ROUTES)?;
+    txn.open_table(tables::REVOCATIONS)
+        .ctx_table(op, name::REVOCATIONS)?;
     txn.open_table(tables::DEPLOYMENT_TOPOLOGY)
         .ctx_table(op, name::DEPLOYMENT_TOPOLOGY)?;
     txn.open_table(tables::SENTINELS)

@@ -30,6 +30,7 @@ use crate::tables::{
 };
 use wire::digest::Fnv1a;
 use wire::operator::validate_request_id;
+use wire::revocation::{REVOCATIONS_MAX, Revocation};
 use wire::rollout::Rollout;
 
 /// First bytes of every snapshot.
@@ -74,6 +75,9 @@ struct SnapshotBody {
     /// Routes by region and id (schema 5 on; last, so that a schema-4 body
     /// reads as one with no routes: see [`parse`]).
     routes: Vec<Route>,
+    /// Revocations by key (schema 7 on; last, so that an older body reads
+    /// as one with none: see [`parse`]).
+    revocations: Vec<Revocation>,
 }
 
 /// What a snapshot holds, read without importing it: its counters, the
@@ -158,6 +162,7 @@ impl Store {
             routes: rows(&view.routes, name::ROUTES, |r: &Route| {
                 (r.region.as_str(), r.id.as_str())
             })?,
+            revocations: revocation_rows(&view)?,
         };
         Ok((seal(&body)?, body.raft_meta))
     }
@@ -242,6 +247,7 @@ pub fn inspect_snapshot(bytes: &[u8]) -> Result<SnapshotSummary> {
             (name::REGIONS, len(body.regions.len())),
             (name::ROLLOUTS, len(body.rollouts.len())),
             (name::ROUTES, len(body.routes.len())),
+            (name::REVOCATIONS, len(body.revocations.len())),
             (name::NOTIFY_ENDPOINTS, len(body.notify_endpoints.len())),
             (name::DELIVERIES, len(body.deliveries.len())),
             (name::JOURNAL, len(body.journal.len())),
@@ -351,10 +357,18 @@ fn parse(bytes: &[u8]) -> Result<SnapshotBody> {
     }
     // A schema-4 body is a schema-5 body without its last field, the
     // routes: an empty list (postcard's length 0) completes it. A schema-5
-    // body is a schema-6 one (6 added a derived index only).
+    // body is a schema-6 one (6 added a derived index only). A schema-6
+    // body lacks the revocations, the last field of 7: another empty list.
+    let mut missing = 0;
+    if version < tables::SCHEMA_VERSION_ROUTES {
+        missing += 1;
+    }
+    if version < tables::SCHEMA_VERSION_REVOCATIONS {
+        missing += 1;
+    }
     let migrated;
-    let body = if version < tables::SCHEMA_VERSION_ROUTES {
-        migrated = [body, &[0u8][..]].concat();
+    let body = if missing > 0 {
+        migrated = [body, &vec![0u8; missing][..]].concat();
         &migrated[..]
     } else {
         body
@@ -419,6 +433,21 @@ fn validate(body: &SnapshotBody) -> Result<()> {
     )?;
     strictly_ascending(name::ROLLOUTS, body.rollouts.iter().map(|r| r.seq))?;
     strictly_ascending(name::ROUTES, body.routes.iter().map(|r| (&r.region, &r.id)))?;
+    strictly_ascending(
+        name::REVOCATIONS,
+        body.revocations.iter().map(|r| r.target.key()),
+    )?;
+    for r in &body.revocations {
+        r.target
+            .validate()
+            .map_err(|e| invalid(format!("revocation of {}: {}", r.target, e.message)))?;
+    }
+    if body.revocations.len() > REVOCATIONS_MAX {
+        return Err(invalid(format!(
+            "{} revocations, more than the {REVOCATIONS_MAX} a cluster keeps",
+            body.revocations.len()
+        )));
+    }
     strictly_ascending(
         name::SENTINELS,
         body.sentinels.iter().map(|s| (&s.region, &s.id)),
@@ -606,6 +635,29 @@ fn validate(body: &SnapshotBody) -> Result<()> {
     Ok(())
 }
 
+/// Every revocation, checking that each row sits under its target's key
+/// (import derives it the same way).
+fn revocation_rows(view: &ReadView) -> Result<Vec<Revocation>> {
+    let mut out = Vec::new();
+    for entry in view
+        .revocations
+        .iter()
+        .ctx_table(OP_EXPORT, name::REVOCATIONS)?
+    {
+        let (key, value) = entry.ctx_table(OP_EXPORT, name::REVOCATIONS)?;
+        let row: Revocation = decode(name::REVOCATIONS, &key.value(), value.value())?;
+        if row.target.key() != key.value() {
+            return Err(StorageError::corrupt(
+                name::REVOCATIONS,
+                &key.value(),
+                format!("the row's own key is {:?}", row.target.key()),
+            ));
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
 /// Every request record by id, checking that the age index holds exactly
 /// one row per record (import derives it).
 fn request_rows(view: &ReadView) -> Result<Vec<(String, RequestRecord)>> {
@@ -693,6 +745,8 @@ fn clear(txn: &WriteTransaction) -> Result<()> {
         .ctx_table(OP, name::ROLLOUTS)?;
     txn.delete_table(tables::ROUTES)
         .ctx_table(OP, name::ROUTES)?;
+    txn.delete_table(tables::REVOCATIONS)
+        .ctx_table(OP, name::REVOCATIONS)?;
     Ok(())
 }
 
@@ -840,6 +894,12 @@ fn write_body(t: &mut WriteTables<'_>, body: &SnapshotBody) -> Result<()> {
         t.routes
             .insert((r.region.as_str(), r.id.as_str()), bytes.as_slice())
             .ctx_table(OP_IMPORT, name::ROUTES)?;
+    }
+    for r in &body.revocations {
+        let bytes = encode("a revocation", r)?;
+        t.revocations
+            .insert(r.target.key().as_str(), bytes.as_slice())
+            .ctx_table(OP_IMPORT, name::REVOCATIONS)?;
     }
     t.metadata
         .insert(meta::SCHEMA_VERSION, &SCHEMA_VERSION.to_le_bytes()[..])

@@ -24,7 +24,7 @@ use crate::command::ClusterIdentity;
 use crate::error::{RedbContext, Result, StorageError};
 
 /// Version of this schema, stored under [`meta::SCHEMA_VERSION`].
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The schemas a store is migrated from in place when opened, oldest
 /// first: 5 added the `routes` table (empty after the migration: an
@@ -32,8 +32,13 @@ pub const SCHEMA_VERSION: u32 = 6;
 /// its live deployment); 6 adds the [`ENVIRONMENT_SENTINELS`] index,
 /// built from the sentinels at the migration, and the
 /// [`OPEN_DEPLOYMENTS_BY_ENVIRONMENT`] and [`POLICIES_BY_NAME`] indexes. A snapshot of schema 5 has
-/// the body of schema 6 (the index is derived, never carried).
-pub const SCHEMA_VERSIONS_MIGRATED_FROM: [u32; 2] = [4, 5];
+/// the body of schema 6 (the index is derived, never carried); 7 adds the
+/// [`REVOCATIONS`] table (empty after the migration).
+pub const SCHEMA_VERSIONS_MIGRATED_FROM: [u32; 3] = [4, 5, 6];
+
+/// The schema that added the revocations table: a snapshot of an older
+/// one lacks its last field.
+pub const SCHEMA_VERSION_REVOCATIONS: u32 = 7;
 
 /// The schema that added the routes table: a snapshot of an older one
 /// lacks its last field.
@@ -106,6 +111,8 @@ pub mod name {
     pub const ROLLOUTS: &str = "rollouts";
     /// Routes by region and id.
     pub const ROUTES: &str = "routes";
+    /// Revoked certificates by target.
+    pub const REVOCATIONS: &str = "revocations";
 }
 
 /// `id` → [`wire::model::Deployment`].
@@ -198,6 +205,11 @@ pub const PENDING_DELIVERIES: TableDefinition<DueKey, ()> =
 /// `seq` → [`wire::rollout::Rollout`]: the fleet rollouts, the newest
 /// last (at most [`crate::command::ROLLOUTS_KEPT_MAX`]).
 pub const ROLLOUTS: TableDefinition<u64, Bytes> = TableDefinition::new(name::ROLLOUTS);
+
+/// [`wire::revocation::RevokedTarget::key`] →
+/// [`wire::revocation::Revocation`]: the revoked certificates, at most
+/// [`wire::revocation::REVOCATIONS_MAX`].
+pub const REVOCATIONS: TableDefinition<&str, Bytes> = TableDefinition::new(name::REVOCATIONS);
 
 /// Keys of the [`METADATA`] table.
 pub mod meta {

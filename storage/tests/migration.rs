@@ -1,7 +1,8 @@
-//! Schema 4 → 5 (the routes table) and 5 → 6 (the sentinels' index by
-//! environment): state files and snapshots written by the previous
-//! formats are read by this build, with no routes and with every sentinel
-//! found by its environment.
+//! Schema 4 → 5 (the routes table), 5 → 6 (the sentinels' index by
+//! environment) and 6 → 7 (the revocations table): state files and
+//! snapshots written by the previous formats are read by this build, with
+//! no routes, every sentinel found by its environment, and no
+//! revocations.
 
 use storage::Store;
 use storage::tables::{self, meta};
@@ -26,7 +27,7 @@ fn a_schema_4_snapshot_imports_as_the_same_state() {
         .find_map(|l| l.strip_prefix("case snapshot "))
         .map(hex)
         .expect("the golden snapshot");
-    assert!(golden.contains("version SCHEMA_VERSION 6"));
+    assert!(golden.contains("version SCHEMA_VERSION 7"));
     let store = Store::in_memory().expect("store");
     store
         .import_snapshot(&v4)
@@ -46,6 +47,8 @@ fn a_schema_4_state_file_is_migrated_in_place() {
         let db = redb::Database::open(&path).expect("redb");
         let txn = db.begin_write().expect("write");
         txn.delete_table(tables::ROUTES).expect("drop routes");
+        txn.delete_table(tables::REVOCATIONS)
+            .expect("drop revocations");
         txn.open_table(tables::METADATA)
             .expect("metadata")
             .insert(meta::SCHEMA_VERSION, &4u32.to_le_bytes()[..])
@@ -136,6 +139,10 @@ fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
             txn.delete_table(tables::POLICIES_BY_NAME)
                 .expect("drop the index")
         );
+        assert!(
+            txn.delete_table(tables::REVOCATIONS)
+                .expect("drop the revocations")
+        );
         txn.open_table(tables::METADATA)
             .expect("metadata")
             .insert(meta::SCHEMA_VERSION, &5u32.to_le_bytes()[..])
@@ -178,4 +185,71 @@ fn a_schema_5_state_file_is_migrated_in_place_with_its_index() {
     let applied = store.apply(&[Some(&command)], &meta, true).expect("apply");
     let refused = applied.outcomes[0][0].clone().unwrap_err();
     assert_eq!(refused.code, wire::ErrorCode::Conflict, "{refused}");
+}
+
+/// The golden snapshot of the current schema.
+fn golden_snapshot() -> Vec<u8> {
+    include_str!("golden/snapshot.hex")
+        .lines()
+        .find_map(|l| l.strip_prefix("case snapshot "))
+        .map(hex)
+        .expect("the golden snapshot")
+}
+
+/// The schema-6 snapshot of the populated store (kept as it was when
+/// schema 7 came) imports as the same state, with no revocations.
+#[test]
+fn a_schema_6_snapshot_imports_with_no_revocations() {
+    let v6 = hex(include_str!("migration/snapshot.schema6.hex"));
+    let store = Store::in_memory().expect("store");
+    store
+        .import_snapshot(&v6)
+        .expect("a schema-6 snapshot imports");
+    assert_eq!(
+        store.export_snapshot().expect("export").0,
+        golden_snapshot()
+    );
+    assert!(
+        store
+            .read()
+            .expect("read")
+            .revocations()
+            .expect("read")
+            .is_empty()
+    );
+}
+
+/// A state file of schema 6 opens: migrated in place to 7, the
+/// revocations table created empty, every other row kept.
+#[test]
+fn a_schema_6_state_file_is_migrated_in_place() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("state.redb");
+    {
+        let store = Store::open(&path).expect("create");
+        let v6 = hex(include_str!("migration/snapshot.schema6.hex"));
+        store.import_snapshot(&v6).expect("import");
+    }
+    {
+        let db = redb::Database::open(&path).expect("redb");
+        let txn = db.begin_write().expect("write");
+        assert!(
+            txn.delete_table(tables::REVOCATIONS)
+                .expect("drop the revocations")
+        );
+        txn.open_table(tables::METADATA)
+            .expect("metadata")
+            .insert(meta::SCHEMA_VERSION, &6u32.to_le_bytes()[..])
+            .expect("schema 6");
+        txn.commit().expect("commit");
+    }
+    let store = Store::open(&path).expect("a schema-6 file opens");
+    let view = store.read().expect("read");
+    assert_eq!(view.schema_version(), storage::SCHEMA_VERSION);
+    assert!(view.revocations().expect("read").is_empty());
+    drop(view);
+    assert_eq!(
+        store.export_snapshot().expect("export").0,
+        golden_snapshot()
+    );
 }

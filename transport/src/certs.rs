@@ -410,7 +410,23 @@ impl LoadedCa {
         not_before_secs: u64,
         not_after_secs: u64,
     ) -> Result<SignedLeaf, CertError> {
-        let uri = identity.to_uri();
+        self.sign_uri(
+            &identity.to_uri(),
+            server_sans,
+            not_before_secs,
+            not_after_secs,
+        )
+    }
+
+    /// [`LoadedCa::sign`] for an identity URI as given.
+    fn sign_uri(
+        &self,
+        uri: &str,
+        server_sans: &[SanType],
+        not_before_secs: u64,
+        not_after_secs: u64,
+    ) -> Result<SignedLeaf, CertError> {
+        let uri = uri.to_string();
         let mut params = CertificateParams::default();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, &uri);
@@ -440,6 +456,19 @@ impl LoadedCa {
 pub(crate) struct SignedLeaf {
     pub(crate) cert_pem: String,
     pub(crate) key_pem: String,
+}
+
+/// Issues `bundle` (files that must not exist yet) naming the identity
+/// URI `uri` exactly as given, unchecked, valid for a day, with the CA in
+/// `dir`: for tests and drills of how a node refuses a certificate of
+/// its CA whose identity it cannot read (an unknown role, a malformed
+/// scope).
+pub fn issue_unchecked_uri(dir: &Path, bundle: &CertBundle, uri: &str) -> Result<(), CertError> {
+    refuse_existing(bundle)?;
+    let now = now_unix_secs()?;
+    let leaf = LoadedCa::load(dir)?.sign_uri(uri, &[], now, now + 86_400)?;
+    write_new(&bundle.key, leaf.key_pem.as_bytes(), true)?;
+    write_new(&bundle.cert, leaf.cert_pem.as_bytes(), false)
 }
 
 /// Issues `bundle` (files that must not exist yet) for `identity` with

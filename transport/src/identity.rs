@@ -160,6 +160,65 @@ impl Identity {
     }
 }
 
+/// A peer's certificate as a revocation check reads it: who holds it,
+/// its serial number and the start of its validity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCertificate {
+    /// The identity it names.
+    pub identity: Identity,
+    /// Its serial number, normalized
+    /// ([`wire::revocation::normalize_serial`]).
+    pub serial: String,
+    /// The start of its validity (`notBefore`), in ms since the epoch (0
+    /// for a time before it).
+    pub not_before_ms: u64,
+}
+
+impl PeerCertificate {
+    /// Reads a DER certificate (see [`Identity::from_cert_der`]).
+    pub fn from_cert_der(der: &[u8]) -> Result<PeerCertificate, CertError> {
+        let identity = Identity::from_cert_der(der)?;
+        let (_, cert) = x509_parser::parse_x509_certificate(der)
+            .map_err(|e| CertError::Parse(e.to_string()))?;
+        let hex: String = cert
+            .raw_serial()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let serial = wire::revocation::normalize_serial(&hex)
+            .map_err(|e| CertError::Parse(format!("serial number: {}", e.message)))?;
+        let not_before_s = u64::try_from(cert.validity().not_before.timestamp()).unwrap_or(0);
+        Ok(PeerCertificate {
+            identity,
+            serial,
+            not_before_ms: not_before_s.saturating_mul(1_000),
+        })
+    }
+
+    /// The certificate the peer of an established connection presented.
+    pub fn from_connection(
+        connection: &quinn::Connection,
+    ) -> Result<PeerCertificate, TransportError> {
+        let leaf = peer_leaf_der(connection)?;
+        PeerCertificate::from_cert_der(&leaf).map_err(TransportError::PeerIdentity)
+    }
+
+    /// The facts a revocation is checked against.
+    pub fn presented(&self) -> wire::revocation::Presented<'_> {
+        use wire::revocation::Holder;
+        let holder = match &self.identity {
+            Identity::Node { .. } => Holder::Node,
+            Identity::Operator(grant) => Holder::Operator(&grant.name),
+            Identity::Agent { region } => Holder::Agent(region),
+        };
+        wire::revocation::Presented {
+            holder,
+            serial: &self.serial,
+            not_before_ms: self.not_before_ms,
+        }
+    }
+}
+
 /// An operator's grant from `<name>/<role>[/<patterns>]`, in its one
 /// canonical form: a valid name (not the legacy `operator`), a known
 /// role, and when present 1..=[`SCOPE_PATTERNS_MAX`] valid patterns,
@@ -310,6 +369,43 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_certificate_reads_its_holder_serial_and_start() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::certs::init_dir(dir.path(), &[1], &["eu-west".to_string()], &[]).unwrap();
+        let grant = Grant {
+            name: "alice".into(),
+            role: Role::Deployer,
+            environments: Vec::new(),
+        };
+        crate::certs::issue_named_operator(dir.path(), &grant).unwrap();
+        for (file, holder) in [
+            (
+                "operator-alice.pem",
+                wire::revocation::Holder::Operator("alice"),
+            ),
+            (
+                "agent-eu-west.pem",
+                wire::revocation::Holder::Agent("eu-west"),
+            ),
+            ("node-1.pem", wire::revocation::Holder::Node),
+        ] {
+            let path = dir.path().join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let info = crate::expiry::inspect_pem(&path, &text).unwrap().remove(0);
+            let der = crate::tls::parse_certs(&path, &text).unwrap().remove(0);
+            let peer = PeerCertificate::from_cert_der(&der).unwrap();
+            assert_eq!(peer.presented().holder, holder, "{file}");
+            // The serial `ctrl certs check` shows, in the normalized form.
+            assert_eq!(
+                peer.serial,
+                wire::revocation::normalize_serial(&info.serial).unwrap(),
+                "{file}"
+            );
+            assert_eq!(peer.not_before_ms, info.not_before_secs * 1_000, "{file}");
+        }
+    }
+
+    #[test]
     fn garbage_der_is_an_error_not_a_panic() {
         for der in [
             &[][..],
@@ -318,6 +414,7 @@ mod tests {
             &[0u8; 64][..],
         ] {
             assert!(Identity::from_cert_der(der).is_err());
+            assert!(PeerCertificate::from_cert_der(der).is_err());
         }
     }
 }

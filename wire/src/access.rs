@@ -25,8 +25,7 @@ use crate::operator::OperatorRequest;
 pub const SCOPE_PATTERNS_MAX: usize = 16;
 /// Longest pattern, in bytes (an environment id's bound).
 pub const SCOPE_PATTERN_BYTES_MAX: usize = 63;
-/// Longest operator name, in bytes.
-pub const OPERATOR_NAME_BYTES_MAX: usize = 63;
+pub use crate::operator_name::{OPERATOR_NAME_BYTES_MAX, validate_name};
 /// The name of an operator certificate issued before names existed
 /// (`ctrl://operator`): an admin.
 pub const UNNAMED_OPERATOR: &str = "operator";
@@ -114,7 +113,8 @@ impl OperatorRequest {
             | R::DescribeEnvironment(_)
             | R::ListEnvironments(_)
             | R::WaitSentinel(_)
-            | R::WaitRollout(_) => Access::Read,
+            | R::WaitRollout(_)
+            | R::ListRevocations(_) => Access::Read,
             R::InitCluster(_)
             | R::AddNode(_)
             | R::RemoveNode(_)
@@ -130,7 +130,8 @@ impl OperatorRequest {
             | R::StartRollout(_)
             | R::ControlRollout(_)
             // A backup holds every secret, sealed, and the whole state.
-            | R::Backup(_) => Access::Admin,
+            | R::Backup(_)
+            | R::RevokeCertificate(_) => Access::Admin,
         }
     }
 }
@@ -176,25 +177,6 @@ pub fn validate_pattern(pattern: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Checks an operator's name: 1..=[`OPERATOR_NAME_BYTES_MAX`] bytes of
-/// lowercase letters, digits, `-`, `_` and `.`, starting with a letter or
-/// digit.
-pub fn validate_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= OPERATOR_NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "operator name {name:?} must be 1 to {OPERATOR_NAME_BYTES_MAX} bytes of lowercase letters, digits, '-', '_' and '.', starting with a letter or digit"
-        ))
-    }
 }
 
 /// What an operator certificate grants: who, in which role, where.

@@ -64,6 +64,8 @@ pub mod k8s_name;
 pub mod model;
 pub mod notify;
 pub mod operator;
+pub mod operator_name;
+pub mod revocation;
 pub mod rollout;
 pub mod routes;
 pub mod rules;

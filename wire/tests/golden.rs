@@ -121,6 +121,10 @@ fn wire_formats_match_their_goldens() {
     g.check("notify.DeliveryState", &delivery_states());
     g.check("notify.Delivery", &[delivery()]);
 
+    // revocations
+    g.check("revocation.RevokedTarget", &revoked_targets());
+    g.check("revocation.Revocation", &[revocation()]);
+
     // The framing: a length prefix, then the payload.
     let framed = frame::encode(&hello(), FRAME_BYTES_MAX).expect("a hello fits a frame");
     g.check_bytes(

@@ -31,6 +31,8 @@
 //!   deployment names only schedulable regions.
 //! - [`notify`]: webhook endpoints (add, remove, list without secrets),
 //!   the deliveries and their replay.
+//! - [`revocations`]: revoke a certificate, list the revocations, and
+//!   the node's copy of them that every connection is checked against.
 //! - [`access`]: the one authorization of every operator request (the
 //!   caller's role and environment scope against what the request needs).
 //! - [`agent`]: the agent protocol's unary calls: desired-state lookups,
@@ -50,6 +52,7 @@ pub mod notify;
 pub mod policies;
 pub mod regions;
 pub mod requests;
+pub mod revocations;
 pub mod rollouts;
 pub mod secrets;
 pub mod sentinels;

@@ -20,8 +20,8 @@ use storage::{Fingerprint, Mutation, MutationResult, Outcome, ReadView, StorageE
 use wire::notify::AddEndpoint;
 use wire::operator::request::{
     ApplyPolicy, ApplySentinel, CancelDeployment, ControlRollout, CreateDeployment, DeletePolicy,
-    RemoveNotifyEndpoint, ReplayDelivery, Rollback, SetDesiredState, StartRollout, StopSentinel,
-    UpdateDeployment,
+    RemoveNotifyEndpoint, ReplayDelivery, RevokeCertificate, Rollback, SetDesiredState,
+    StartRollout, StopSentinel, UpdateDeployment,
 };
 use wire::operator::{
     EndpointRemoved, OperatorRequest, OperatorResponse, RequestId, SentinelDeployed,
@@ -29,7 +29,9 @@ use wire::operator::{
 use wire::{ErrorCode, WireError};
 
 use super::dispatch::Dispatch;
-use super::{Propose, ReadState, deployments, internal, notify, policies, rollouts, sentinels};
+use super::{
+    Propose, ReadState, deployments, internal, notify, policies, revocations, rollouts, sentinels,
+};
 use crate::clock::Clock;
 use config::DeploySettings;
 
@@ -114,6 +116,7 @@ pub async fn apply<S: Propose + ReadState>(
             })
         })
         .on(|s, ReplayDelivery { id }| notify::replay(s, id))
+        .on(|s, revoke: RevokeCertificate| revocations::revoke(s, revoke))
         .finish()
         .await
 }

@@ -9,9 +9,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::Subcommand;
+use config::OperatorConfig;
+use node::client::Client;
 use serde::Serialize;
 use transport::expiry::{self, CertInfo, CertKind, ExpiryStatus};
 use transport::renew::{self, RenewSelection};
+use wire::operator::request::{ListRevocations, RevokeCertificate};
+use wire::revocation::{Revocation, RevokedTarget, normalize_serial};
 
 use super::Output;
 
@@ -120,6 +124,35 @@ pub(crate) enum CertsCommand {
     DropOldCa {
         #[arg(long)]
         dir: PathBuf,
+    },
+    /// Revoke, in the running cluster, one certificate (`--serial`, as
+    /// `certs check -o json` shows it) or every certificate of an
+    /// operator or of a region's agent issued up to now (a replacement
+    /// issued afterwards is accepted). Every node refuses it from its next
+    /// request and closes its open connections. Node certificates are
+    /// withdrawn by a CA rotation instead. Needs an admin's certificate.
+    Revoke {
+        /// The serial number (hex; `:` separators and a `0x` prefix are
+        /// accepted).
+        #[arg(long, group = "target", required = true)]
+        serial: Option<String>,
+        /// An operator's name (`operator` for the unnamed certificates of
+        /// `init`).
+        #[arg(long, group = "target", value_name = "NAME")]
+        operator: Option<String>,
+        /// A region, for its agent's certificates.
+        #[arg(long, group = "target", value_name = "REGION")]
+        agent: Option<String>,
+        /// Why (kept with the revocation and told to the refused peer).
+        #[arg(long)]
+        reason: String,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// List the revocations of the running cluster.
+    Revoked {
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
     },
     /// Put a new key on top of the nodes' secrets key file (`secrets_key`):
     /// it seals new secret values once the nodes restart with the file;
@@ -247,8 +280,80 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
                 file.display()
             );
         }
+        CertsCommand::Revoke { .. } | CertsCommand::Revoked { .. } => {
+            bail!("ctrl certs revoke and revoked talk to the cluster (run_remote)")
+        }
     }
     Ok(())
+}
+
+impl CertsCommand {
+    /// Whether the command talks to the running cluster (the others work
+    /// on files only).
+    pub(super) fn needs_cluster(&self) -> bool {
+        matches!(
+            self,
+            CertsCommand::Revoke { .. } | CertsCommand::Revoked { .. }
+        )
+    }
+}
+
+/// `ctrl certs revoke` and `ctrl certs revoked`.
+pub(super) async fn run_remote(config: &OperatorConfig, command: CertsCommand) -> Result<()> {
+    let client = Client::new(config)?;
+    match command {
+        CertsCommand::Revoke {
+            serial,
+            operator,
+            agent,
+            reason,
+            output,
+        } => {
+            let target = match (serial, operator, agent) {
+                (Some(serial), None, None) => RevokedTarget::Serial(normalize_serial(&serial)?),
+                (None, Some(name), None) => RevokedTarget::Operator(name),
+                (None, None, Some(region)) => RevokedTarget::Agent(region),
+                _ => bail!("name exactly one of --serial, --operator and --agent"),
+            };
+            let revocation = client.call(RevokeCertificate { target, reason }).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&revocation)?),
+                Output::Text => {
+                    println!(
+                        "revoked {} at {} by {}: {}",
+                        revocation.target,
+                        rfc3339(revocation.revoked_at_ms / 1_000),
+                        revocation.revoked_by,
+                        revocation.reason
+                    );
+                }
+            }
+        }
+        CertsCommand::Revoked { output } => {
+            let revocations = client.call(ListRevocations).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&revocations)?),
+                Output::Text => print!("{}", revoked_table(&revocations)),
+            }
+        }
+        other => bail!("{other:?} works on files, not on the cluster"),
+    }
+    Ok(())
+}
+
+/// The text table of `ctrl certs revoked`.
+fn revoked_table(revocations: &[Revocation]) -> String {
+    let mut out = format!("{:<48} {:<20} {:<24} {}\n", "REVOKED", "AT", "BY", "REASON");
+    for r in revocations {
+        out.push_str(&format!(
+            "{:<48} {:<20} {:<24} {}\n",
+            r.target.key(),
+            rfc3339(r.revoked_at_ms / 1_000),
+            r.revoked_by,
+            r.reason
+        ));
+    }
+    out
 }
 
 /// One certificate as `ctrl certs check -o json` prints it.

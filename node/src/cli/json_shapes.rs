@@ -165,6 +165,7 @@ fn the_read_commands_json_shapes_match_their_goldens() {
         check("rollout_history", &vec![fixtures::rollout_summary()]),
         check("cluster_status", &vec![row(), unreachable_row()]),
         check("certs_check", &certs_check()),
+        check("certs_revoked", &vec![fixtures::revocation()]),
         check(
             "status",
             &SiteStatus {

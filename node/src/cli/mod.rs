@@ -210,6 +210,9 @@ pub(crate) fn log_format(cli: &Cli) -> LogFormat {
 pub(crate) async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(cli.config, args).await,
+        Command::Certs(command) if command.needs_cluster() => {
+            certs::run_remote(&operator_config(&cli.config)?, command).await
+        }
         Command::Certs(command) => certs::run(command),
         Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, *args).await,
         Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,

@@ -86,6 +86,9 @@ pub struct NodeState {
     pub config_toml: String,
     /// The secrets keys of `secrets_key`, if configured.
     pub keyring: Option<Arc<transport::sealing::Keyring>>,
+    /// Every revoked certificate, as the server checks peers against it
+    /// (kept equal to the replicated state by `app::revocations::follow`).
+    pub revocations: Arc<crate::app::revocations::RevocationList>,
 }
 
 impl NodeState {

@@ -14,7 +14,7 @@ pub mod watch;
 use std::sync::Arc;
 
 use tracing::{debug, info, warn};
-use transport::identity::Identity;
+use transport::identity::PeerCertificate;
 use wire::{ErrorCode, WireError};
 
 use crate::replica::NodeState;
@@ -99,13 +99,78 @@ fn is_member_address(state: &NodeState, addr: std::net::SocketAddr) -> bool {
         .any(|(_, node)| node.addr == addr)
 }
 
+/// The QUIC application error code of a connection closed because its
+/// certificate is revoked (the reason text names the revocation).
+pub const REVOKED_CLOSE_CODE: u32 = 0x5245_564b;
+/// The QUIC application error code of a connection closed because its
+/// certificate names no identity this node can read (the reason text
+/// names the field: an unknown role, a malformed scope).
+pub const BAD_IDENTITY_CLOSE_CODE: u32 = 0x4944_4e54;
+/// Longest close reason sent: it must fit one packet.
+const CLOSE_REASON_BYTES_MAX: usize = 900;
+
+/// Closes `connection` with `code`, telling the peer `reason` (cut to
+/// [`CLOSE_REASON_BYTES_MAX`] bytes).
+fn close_with(connection: &quinn::Connection, code: u32, reason: &str) {
+    let mut end = reason.len().min(CLOSE_REASON_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    connection.close(code.into(), &reason.as_bytes()[..end]);
+}
+
+/// Closes `connection` if its certificate is revoked, telling the peer
+/// which revocation refused it; whether it did.
+fn close_if_revoked(
+    connection: &quinn::Connection,
+    state: &NodeState,
+    peer: &PeerCertificate,
+) -> bool {
+    let Some(revocation) = state.revocations.refusal(&peer.presented()) else {
+        return false;
+    };
+    warn!(
+        identity = %peer.identity,
+        serial = %peer.serial,
+        revoked = %revocation.target,
+        "a revoked certificate is refused; its connection is closed"
+    );
+    state.metrics.count_revoked_refusal();
+    close_with(
+        connection,
+        REVOKED_CLOSE_CODE,
+        &wire::revocation::refusal_message(&revocation),
+    );
+    true
+}
+
 async fn serve_connection(
     connection: quinn::Connection,
     state: Arc<NodeState>,
 ) -> Result<(), transport::TransportError> {
-    let identity = Identity::from_connection(&connection)?;
+    let peer = match PeerCertificate::from_connection(&connection) {
+        Ok(peer) => peer,
+        Err(e) => {
+            // Chained to the cluster CA, but naming no identity this node
+            // reads: the peer is told which field is wrong.
+            warn!(remote = %connection.remote_address(), "a certificate is refused: {e}");
+            close_with(
+                &connection,
+                BAD_IDENTITY_CLOSE_CODE,
+                &format!("this certificate is refused: {e}"),
+            );
+            return Err(e);
+        }
+    };
+    let identity = peer.identity.clone();
     let alpn = transport::tls::negotiated_alpn(&connection);
     debug!(remote = %connection.remote_address(), ?identity, "connection accepted");
+    // Subscribed before the first check: a revocation applied after it
+    // is seen below.
+    let mut revocations_changed = state.revocations.changed();
+    if close_if_revoked(&connection, &state, &peer) {
+        return Ok(());
+    }
     // Raft RPCs are served on openraft's own thread, next to the core
     // they are handed to.
     let runtime = match alpn.as_deref() {
@@ -113,10 +178,24 @@ async fn serve_connection(
         _ => tokio::runtime::Handle::current(),
     };
     loop {
-        let (send, recv) = match connection.accept_bi().await {
+        let accepted = tokio::select! {
+            accepted = connection.accept_bi() => accepted,
+            changed = revocations_changed.changed() => {
+                // A new revocation may cover this certificate: its open
+                // streams (a watch) end with the connection.
+                if changed.is_ok() && close_if_revoked(&connection, &state, &peer) {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let (send, recv) = match accepted {
             Ok(streams) => streams,
             Err(_) => return Ok(()),
         };
+        if close_if_revoked(&connection, &state, &peer) {
+            return Ok(());
+        }
         let state = state.clone();
         let identity = identity.clone();
         let alpn = alpn.clone();

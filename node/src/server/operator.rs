@@ -20,9 +20,9 @@ use wire::hello::Protocol as Hello;
 use wire::operator::request::{
     AddNode, AddRegion, DescribeEnvironment, GetDeployment, GetEnvironment, GetSentinel, History,
     InitCluster, ListDeliveries, ListDeployments, ListEnvironments, ListNotifyEndpoints,
-    ListPolicies, ListRegions, ListSentinels, LogStatus, NodeDiagnostics, NodeStatus, NodeVersion,
-    PlanRollout, RemoveNode, RolloutHistory, RolloutStatus, SetRegionSchedulable, StateHash,
-    WaitDeployment, WaitRollout, WaitSentinel,
+    ListPolicies, ListRegions, ListRevocations, ListSentinels, LogStatus, NodeDiagnostics,
+    NodeStatus, NodeVersion, PlanRollout, RemoveNode, RolloutHistory, RolloutStatus,
+    SetRegionSchedulable, StateHash, WaitDeployment, WaitRollout, WaitSentinel,
 };
 use wire::operator::{OperatorCall, OperatorRequest, OperatorResponse, Page};
 use wire::{ErrorCode, WireError};
@@ -31,7 +31,8 @@ use super::ServeError;
 use super::call::{self, Protocol};
 use crate::app::dispatch::Dispatch;
 use crate::app::{
-    deployments, environments, notify, policies, regions, requests, rollouts, sentinels,
+    deployments, environments, notify, policies, regions, requests, revocations, rollouts,
+    sentinels,
 };
 use crate::raft::network::MembershipChange;
 use crate::replica::{NodeState, cluster, membership, state_hash};
@@ -300,6 +301,7 @@ async fn reads_and_cluster_calls(
             })
         })
         .on_sync(|s, ListNotifyEndpoints| notify::list(s))
+        .on_sync(|s, ListRevocations| revocations::list(s))
         .on_sync(|s, ListDeliveries { after, limit }| notify::deliveries(s, after, limit))
         .finish()
         .await

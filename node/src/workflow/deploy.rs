@@ -206,7 +206,7 @@ impl Workflow for DeployWorkflow {
                 Touched::Policy { region, id } => {
                     environments.extend(view.policy(id, region)?.map(|p| p.environment_id));
                 }
-                Touched::Rollout => {}
+                Touched::Rollout | Touched::Revocations => {}
             }
         }
         let mut concerned = Vec::new();

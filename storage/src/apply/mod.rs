@@ -32,6 +32,7 @@
 //! - `route`: an environment's route per region, rewritten with every
 //!   change of its live deployment and flipped by the instance report that
 //!   shows the wanted deployment running.
+//! - `revocation`: revoked certificate targets.
 //! - `change_log`: pk assignment, change and index rows, compaction.
 //! - `requests`: operator requests made with an id — the record of each
 //!   id's answer, replays, conflicts, eviction and retention.
@@ -61,6 +62,7 @@ mod meta;
 mod notify;
 mod region;
 mod requests;
+mod revocation;
 mod rollout;
 mod route;
 mod sentinel;
@@ -271,6 +273,9 @@ impl Applier<'_> {
             Mutation::SetClusterIdentity(identity) => self.set_cluster_identity(identity),
             Mutation::PatchSentinel(crate::mutations::PatchSentinel { patch, deadline_ms }) => {
                 self.patch_sentinel(patch, *deadline_ms)
+            }
+            Mutation::Revoke(crate::mutations::Revoke { target, reason }) => {
+                self.revoke(target, reason)
             }
         }
     }

@@ -36,6 +36,7 @@ pub(crate) struct WriteTables<'t> {
     pub(crate) pending_deliveries: Table<'t, DueKey, ()>,
     pub(crate) rollouts: Table<'t, u64, Bytes>,
     pub(crate) routes: Table<'t, RegionKey, Bytes>,
+    pub(crate) revocations: Table<'t, &'static str, Bytes>,
     /// The operation the tables were opened for, for error context.
     op: &'static str,
 }
@@ -104,6 +105,9 @@ impl<'t> WriteTables<'t> {
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(op, name::ROLLOUTS)?,
             routes: txn.open_table(tables::ROUTES).ctx_table(op, name::ROUTES)?,
+            revocations: txn
+                .open_table(tables::REVOCATIONS)
+                .ctx_table(op, name::REVOCATIONS)?,
             environment_sentinels: txn
                 .open_table(tables::ENVIRONMENT_SENTINELS)
                 .ctx_table(op, name::ENVIRONMENT_SENTINELS)?,

@@ -26,7 +26,7 @@ pub mod mutations;
 use mutations::{
     AddRegion, CancelDeployment, Compact, CreateDeployment, DeleteCiliumNetworkPolicy,
     DeploySentinel, PatchSentinel, RecordHeartbeat, RemoveNotifyEndpoint, ReplayDelivery,
-    ReportDeploymentDeleted, ReportInstances, Request, Rollback, SetDesiredState,
+    ReportDeploymentDeleted, ReportInstances, Request, Revoke, Rollback, SetDesiredState,
     SetRegionSchedulable, UpdateDeployment,
 };
 pub use wire::rules::rollout::RolloutStep;
@@ -222,6 +222,12 @@ pub enum Mutation {
     /// keep each other's fields. Answered by [`Outcome::SentinelDeployed`].
     /// Appended: older entries decode as before.
     PatchSentinel(PatchSentinel),
+    /// Revokes a certificate target (an operator's): recorded with the
+    /// command's time and the caller as its author; a target already
+    /// revoked keeps its first revocation, which is the answer. More than
+    /// [`wire::revocation::REVOCATIONS_MAX`] is `BadRequest`. Answered by
+    /// [`Outcome::Revoked`]. No change row (agents do not watch it).
+    Revoke(Revoke),
 }
 
 /// Who the cluster is: a random id made when it first had a leader, kept
@@ -445,6 +451,8 @@ pub enum Outcome {
         /// Its state now.
         state: RolloutState,
     },
+    /// [`Mutation::Revoke`]: the revocation as stored.
+    Revoked(wire::revocation::Revocation),
 }
 
 /// The outcome of one mutation: a deterministic domain result.
@@ -507,4 +515,6 @@ pub enum Touched {
     },
     /// A fleet rollout.
     Rollout,
+    /// The revocations (one record: every node reloads them all).
+    Revocations,
 }

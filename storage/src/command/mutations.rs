@@ -138,6 +138,15 @@ pub struct SetRegionSchedulable {
     pub schedulable: bool,
 }
 
+/// Revokes `target` for `reason`; see [`Mutation::Revoke`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoke {
+    /// What to revoke.
+    pub target: wire::revocation::RevokedTarget,
+    /// Why.
+    pub reason: String,
+}
+
 /// Records an agent's heartbeat as its region's last, with `at_ms`
 /// set to the command's `now_ms`; the first one registers the region
 /// (schedulable, registered by heartbeat). No change row.
@@ -290,6 +299,7 @@ wire::calls! {
     };
     AddRegion(AddRegion) => Region(Region);
     SetRegionSchedulable(SetRegionSchedulable) => Region(Region);
+    Revoke(Revoke) => Revoked(wire::revocation::Revocation);
     RecordHeartbeat(RecordHeartbeat) -> () {
         Outcome::Recorded => (),
         |_recorded| Outcome::Recorded

@@ -17,7 +17,8 @@
 //! - `sentinels`: sentinels and their reported status, the environment's
 //!   sentinel of a region (shared with apply).
 //! - `policies`: cilium policies and krane's apply reports.
-//! - `regions`, `rollouts`, `requests`, `routes`: one table each.
+//! - `regions`, `rollouts`, `requests`, `routes`, `revocations`: one
+//!   table each.
 //! - `notify`: webhook endpoints, deliveries, the notification counters.
 
 mod change_log;
@@ -26,6 +27,7 @@ mod notify;
 mod policies;
 mod regions;
 mod requests;
+mod revocations;
 mod rollouts;
 mod routes;
 mod sentinels;
@@ -76,6 +78,7 @@ pub struct ReadView {
     pub(crate) pending_deliveries: ReadOnlyTable<DueKey, ()>,
     pub(crate) rollouts: ReadOnlyTable<u64, Bytes>,
     pub(crate) routes: ReadOnlyTable<RegionKey, Bytes>,
+    pub(crate) revocations: ReadOnlyTable<&'static str, Bytes>,
     schema_version: u32,
     last_pk: Pk,
     floor_pk: Pk,
@@ -218,6 +221,9 @@ impl ReadView {
                 .open_table(tables::ROLLOUTS)
                 .ctx_table(OP, name::ROLLOUTS)?,
             routes: txn.open_table(tables::ROUTES).ctx_table(OP, name::ROUTES)?,
+            revocations: txn
+                .open_table(tables::REVOCATIONS)
+                .ctx_table(OP, name::REVOCATIONS)?,
             schema_version,
             last_pk,
             floor_pk,
@@ -304,6 +310,7 @@ impl ReadView {
         )?;
         hash_table(&mut hash, name::ROLLOUTS, &self.rollouts)?;
         hash_table(&mut hash, name::ROUTES, &self.routes)?;
+        hash_table(&mut hash, name::REVOCATIONS, &self.revocations)?;
         hash.write_framed(name::METADATA.as_bytes());
         hash.write(&self.schema_version.to_le_bytes());
         hash.write(&self.last_pk.to_le_bytes());

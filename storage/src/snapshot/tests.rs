@@ -46,12 +46,18 @@ fn populated() -> Store {
     apply_one(
         &store,
         30,
-        vec![Mutation::Compact(crate::mutations::Compact {
-            created_before_ms: 15,
-            rows_max: 3,
-            requests_created_before_ms: 0,
-            keep_rows_min: 0,
-        })],
+        vec![
+            Mutation::Compact(crate::mutations::Compact {
+                created_before_ms: 15,
+                rows_max: 3,
+                requests_created_before_ms: 0,
+                keep_rows_min: 0,
+            }),
+            Mutation::Revoke(crate::mutations::Revoke {
+                target: wire::revocation::RevokedTarget::Operator("alice".into()),
+                reason: "laptop lost".into(),
+            }),
+        ],
     );
     store
 }
@@ -85,6 +91,12 @@ fn export_then_import_gives_an_identical_state() {
         (view.floor_pk(), view.last_pk())
     );
     assert_eq!(answers(&target), answers(&source));
+    assert_eq!(
+        imported.revocations().unwrap(),
+        view.revocations().unwrap(),
+        "the revocations travel with the snapshot"
+    );
+    assert_eq!(imported.revocations().unwrap().len(), 1);
     // The same state exports to the same bytes.
     assert_eq!(target.export_snapshot().unwrap().0, bytes);
 }
@@ -233,6 +245,7 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
         rollouts: vec![],
         identity: None,
         routes: vec![],
+        revocations: vec![],
     };
     let row = |region: &str| ChangeRow {
         resource_type: wire::model::ResourceType::Sentinel,
@@ -266,9 +279,26 @@ fn a_well_formed_but_inconsistent_body_is_refused() {
     future_version.policies = vec![policy("p", "eu")];
     future_version.policies[0].version = 1;
 
+    let revocation = |target: wire::revocation::RevokedTarget| wire::revocation::Revocation {
+        target,
+        reason: "lost".into(),
+        revoked_at_ms: 1,
+        revoked_by: "admin".into(),
+    };
+    let mut bad_revocation = empty(0, 0);
+    bad_revocation.revocations = vec![revocation(wire::revocation::RevokedTarget::Operator(
+        "Not A Name".into(),
+    ))];
+    let mut revocations_unordered = empty(0, 0);
+    revocations_unordered.revocations = ["zed", "amy"]
+        .map(|name| revocation(wire::revocation::RevokedTarget::Operator(name.into())))
+        .to_vec();
+
     let store = store();
     for (what, body) in [
         ("floor above last", empty(1, 2)),
+        ("a revocation of a malformed name", bad_revocation),
+        ("revocations out of order", revocations_unordered),
         ("unindexed", unindexed),
         ("below floor", below_floor),
         ("orphan instance", orphan),

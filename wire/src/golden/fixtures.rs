@@ -924,7 +924,32 @@ pub fn operator_requests() -> Vec<OperatorRequest> {
             seen: 0x0fed_cba9_8765_4321,
             wait_ms: 30_000,
         }),
+        OperatorRequest::RevokeCertificate(crate::operator::request::RevokeCertificate {
+            target: crate::revocation::RevokedTarget::Operator("alice".into()),
+            reason: "laptop lost".into(),
+        }),
+        OperatorRequest::ListRevocations(crate::operator::request::ListRevocations),
     ]
+}
+
+/// Every [`crate::revocation::RevokedTarget`] variant.
+pub fn revoked_targets() -> Vec<crate::revocation::RevokedTarget> {
+    use crate::revocation::RevokedTarget;
+    vec![
+        RevokedTarget::Serial("4f1c2a9e07b3".into()),
+        RevokedTarget::Operator("alice".into()),
+        RevokedTarget::Agent("eu-west".into()),
+    ]
+}
+
+/// A fixture [`crate::revocation::Revocation`], every field set.
+pub fn revocation() -> crate::revocation::Revocation {
+    crate::revocation::Revocation {
+        target: crate::revocation::RevokedTarget::Operator("alice".into()),
+        reason: "laptop lost".into(),
+        revoked_at_ms: NOW_MS,
+        revoked_by: "ctrl://operator/root/admin".into(),
+    }
 }
 
 /// A fixture [`BackupChunk`], every field set.
@@ -1161,6 +1186,8 @@ pub fn operator_responses() -> Vec<OperatorResponse> {
             items: vec![environment_view()],
             next_after: Some("env_prod".into()),
         },
+        OperatorResponse::Revoked(revocation()),
+        OperatorResponse::Revocations(vec![revocation()]),
     ]
 }
 

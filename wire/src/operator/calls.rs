@@ -14,6 +14,7 @@ use super::{
 use crate::call::Call;
 use crate::model::{Deployment, Environment, JournalEntry, Region};
 use crate::notify::{AddEndpoint, Delivery, EndpointView};
+use crate::revocation::Revocation;
 use crate::rollout::{Rollout, RolloutSummary};
 
 /// A [`Call`] of the operator protocol: what a client of ctrl can send.
@@ -111,4 +112,6 @@ crate::calls! {
     };
     WaitSentinel(WaitSentinel) => Sentinel(SentinelView);
     WaitRollout(WaitRollout) => Rollout(Option<Rollout>);
+    RevokeCertificate(RevokeCertificate) => Revoked(Revocation);
+    ListRevocations(ListRevocations) => Revocations(Vec<Revocation>);
 }

@@ -244,6 +244,10 @@ pub enum OperatorRequest {
     WaitSentinel(request::WaitSentinel),
     /// [`request::WaitRollout`].
     WaitRollout(request::WaitRollout),
+    /// [`request::RevokeCertificate`].
+    RevokeCertificate(request::RevokeCertificate),
+    /// [`request::ListRevocations`].
+    ListRevocations(request::ListRevocations),
 }
 
 impl OperatorRequest {
@@ -293,6 +297,8 @@ impl OperatorRequest {
             OperatorRequest::ListEnvironments(_) => "list_environments",
             OperatorRequest::WaitSentinel(_) => "wait_sentinel",
             OperatorRequest::WaitRollout(_) => "wait_rollout",
+            OperatorRequest::RevokeCertificate(_) => "revoke_certificate",
+            OperatorRequest::ListRevocations(_) => "list_revocations",
         }
     }
 
@@ -331,7 +337,8 @@ impl OperatorRequest {
             | OperatorRequest::ReplayDelivery(_)
             | OperatorRequest::StartRollout(_)
             | OperatorRequest::ControlRollout(_)
-            | OperatorRequest::UpdateDeployment(_) => true,
+            | OperatorRequest::UpdateDeployment(_)
+            | OperatorRequest::RevokeCertificate(_) => true,
             OperatorRequest::GetDeployment(_)
             | OperatorRequest::ListDeployments(_)
             | OperatorRequest::InitCluster(_)
@@ -358,7 +365,8 @@ impl OperatorRequest {
             | OperatorRequest::DescribeEnvironment(_)
             | OperatorRequest::ListEnvironments(_)
             | OperatorRequest::WaitSentinel(_)
-            | OperatorRequest::WaitRollout(_) => false,
+            | OperatorRequest::WaitRollout(_)
+            | OperatorRequest::ListRevocations(_) => false,
             // Idempotent by themselves (adding a known region, setting the
             // schedulable flag it has), so safe to repeat without an id.
             OperatorRequest::AddRegion(_) | OperatorRequest::SetRegionSchedulable(_) => false,
@@ -491,4 +499,9 @@ pub enum OperatorResponse {
         /// Pass as `after` to read on; `None` at the end.
         next_after: Option<String>,
     },
+    /// The revocation as committed (answer to `RevokeCertificate`; the
+    /// earlier one if its target was already revoked).
+    Revoked(crate::revocation::Revocation),
+    /// Every revocation, by key (answer to `ListRevocations`).
+    Revocations(Vec<crate::revocation::Revocation>),
 }

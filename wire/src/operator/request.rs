@@ -350,6 +350,31 @@ pub struct Backup;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeVersion;
 
+/// Revoke a certificate (by serial) or every certificate of an operator
+/// or of a region's agent issued up to now; answered by `Revoked`. Every
+/// node refuses the certificates it covers from its next request or
+/// stream on, and closes their open connections. Revoking a target
+/// already revoked answers the earlier revocation and changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeCertificate {
+    /// What to revoke.
+    pub target: crate::revocation::RevokedTarget,
+    /// Why (1 to [`crate::revocation::REASON_BYTES_MAX`] bytes).
+    pub reason: String,
+}
+
+impl RevokeCertificate {
+    /// Checks the target and the reason; the error names the field.
+    pub fn validate(&self) -> Result<(), WireError> {
+        self.target.validate()?;
+        crate::revocation::validate_reason(&self.reason)
+    }
+}
+
+/// Every revocation; answered by `Revocations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListRevocations;
+
 /// The changes of [`OperatorRequest::UpdateDeployment`]; a field left
 /// `None` keeps its value.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -757,8 +757,26 @@ pub(crate) fn operator_request() -> BoxedStrategy<OperatorRequest> {
         Just(OperatorRequest::NodeVersion(
             wire::operator::request::NodeVersion
         )),
+        (revoked_target(), short_string()).prop_map(|(target, reason)| {
+            OperatorRequest::RevokeCertificate(wire::operator::request::RevokeCertificate {
+                target,
+                reason,
+            })
+        }),
+        Just(OperatorRequest::ListRevocations(
+            wire::operator::request::ListRevocations
+        )),
     ]
     .boxed()
+}
+
+pub(crate) fn revoked_target() -> impl Strategy<Value = wire::revocation::RevokedTarget> {
+    use wire::revocation::RevokedTarget;
+    prop_oneof![
+        short_string().prop_map(RevokedTarget::Serial),
+        short_string().prop_map(RevokedTarget::Operator),
+        short_string().prop_map(RevokedTarget::Agent),
+    ]
 }
 
 pub(crate) fn operator_call() -> impl Strategy<Value = OperatorCall> {

@@ -73,6 +73,8 @@ fn table() -> BTreeMap<&'static str, Who> {
         ("list_environments", Anyone),
         ("wait_sentinel", Anyone),
         ("wait_rollout", Anyone),
+        ("revoke_certificate", AdminOnly),
+        ("list_revocations", Anyone),
     ])
 }
 
