@@ -38,7 +38,8 @@ pub const RENEW_DAYS_MAX: u64 = 3_650;
 pub const CA_BUNDLE_MAX: usize = 4;
 
 /// Which leaves [`renew`] issues again. All empty: every leaf the
-/// directory holds (`node-*.pem`, `operator.pem`, `agent-*.pem`).
+/// directory holds (`node-*.pem`, `operator.pem`, `operator-*.pem`,
+/// `agent-*.pem`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RenewSelection {
     /// Node ids.
@@ -47,11 +48,16 @@ pub struct RenewSelection {
     pub agents: Vec<String>,
     /// The operator certificate.
     pub operator: bool,
+    /// Named operators (`operator-NAME.pem`).
+    pub operators: Vec<String>,
 }
 
 impl RenewSelection {
     fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.agents.is_empty() && !self.operator
+        self.nodes.is_empty()
+            && self.agents.is_empty()
+            && !self.operator
+            && self.operators.is_empty()
     }
 }
 
@@ -125,7 +131,11 @@ fn selected_bundles(dir: &Path, selection: &RenewSelection) -> Result<Vec<CertBu
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".pem")) else {
                 continue;
             };
-            if stem == "operator" || stem.starts_with("node-") || stem.starts_with("agent-") {
+            if stem == "operator"
+                || stem.starts_with("operator-")
+                || stem.starts_with("node-")
+                || stem.starts_with("agent-")
+            {
                 stems.insert(stem.to_string());
             }
             if stems.len() > RENEW_CERTS_MAX {
@@ -151,6 +161,15 @@ fn selected_bundles(dir: &Path, selection: &RenewSelection) -> Result<Vec<CertBu
         for region in &selection.agents {
             certs::check_region(region)?;
         }
+        let unique: BTreeSet<&String> = selection.operators.iter().collect();
+        if unique.len() != selection.operators.len() {
+            return Err(CertError::InvalidInput(
+                "an operator is listed twice".into(),
+            ));
+        }
+        for name in &selection.operators {
+            wire::access::validate_name(name).map_err(CertError::InvalidInput)?;
+        }
         bundles.extend(
             selection
                 .nodes
@@ -160,6 +179,12 @@ fn selected_bundles(dir: &Path, selection: &RenewSelection) -> Result<Vec<CertBu
         if selection.operator {
             bundles.push(certs::operator_bundle(dir));
         }
+        bundles.extend(
+            selection
+                .operators
+                .iter()
+                .map(|name| certs::named_operator_bundle(dir, name)),
+        );
         bundles.extend(
             selection
                 .agents

@@ -105,9 +105,12 @@ pub(crate) enum CertsCommand {
         /// Agent regions, comma-separated.
         #[arg(long, value_delimiter = ',', value_name = "REGION,...")]
         agents: Vec<String>,
-        /// The operator certificate.
+        /// The operator certificate (`operator.pem`).
         #[arg(long)]
         operator: bool,
+        /// Named operators (`operator-NAME.pem`), comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+        operators: Vec<String>,
         /// Validity in days (never past the CA's own expiry).
         #[arg(long, default_value_t = renew::RENEW_DEFAULT_DAYS)]
         days: u64,
@@ -229,12 +232,14 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
             nodes,
             agents,
             operator,
+            operators,
             days,
         } => {
             let selection = RenewSelection {
                 nodes,
                 agents,
                 operator,
+                operators,
             };
             for renewed in renew::renew(&dir, &selection, days)? {
                 println!(

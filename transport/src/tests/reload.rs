@@ -219,7 +219,7 @@ async fn a_ca_bundle_trusts_both_cas_until_the_old_one_is_dropped() {
         let selection = RenewSelection {
             nodes: vec![1],
             agents: vec!["us-east".into()],
-            operator: false,
+            ..RenewSelection::default()
         };
         renew::renew(dir.path(), &selection, 30).unwrap();
         assert!(matches!(tls.check().await, ReloadOutcome::Reloaded));
@@ -292,4 +292,48 @@ fn renew_keeps_identities_and_names_and_checks_before_writing() {
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn named_operators_are_renewed_by_name_and_by_default_keeping_their_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    certs::init_dir(dir.path(), &[1], &[], &[]).unwrap();
+    let grant = wire::access::Grant {
+        name: "alice".into(),
+        role: wire::access::Role::Deployer,
+        environments: vec!["staging-*".into()],
+    };
+    certs::issue_named_operator(dir.path(), &grant).unwrap();
+    let alice = certs::named_operator_bundle(dir.path(), "alice");
+    let serial = |path: &Path| {
+        crate::expiry::inspect_pem(path, &tls::read_text(path).unwrap()).unwrap()[0]
+            .serial
+            .clone()
+    };
+    let first = serial(&alice.cert);
+    let by_name = RenewSelection {
+        operators: vec!["alice".into()],
+        ..RenewSelection::default()
+    };
+    let renewed = renew::renew(dir.path(), &by_name, 30).unwrap();
+    assert_eq!(renewed.len(), 1);
+    assert_eq!(renewed[0].identity, Identity::Operator(grant.clone()));
+    let second = serial(&alice.cert);
+    assert_ne!(second, first);
+    // No selection renews every leaf, alice's among them.
+    let all = renew::renew(dir.path(), &RenewSelection::default(), 30).unwrap();
+    assert!(
+        all.iter()
+            .any(|r| r.identity == Identity::Operator(grant.clone()))
+    );
+    assert_ne!(serial(&alice.cert), second);
+    // A name twice, or a malformed one, is refused before anything is written.
+    for operators in [vec!["alice".into(), "alice".into()], vec!["Alice".into()]] {
+        let selection = RenewSelection {
+            operators,
+            ..RenewSelection::default()
+        };
+        let error = renew::renew(dir.path(), &selection, 30).unwrap_err();
+        assert!(matches!(error, CertError::InvalidInput(_)), "{error}");
+    }
 }
