@@ -182,8 +182,10 @@ async fn serve_connection(
             accepted = connection.accept_bi() => accepted,
             changed = revocations_changed.changed() => {
                 // A new revocation may cover this certificate: its open
-                // streams (a watch) end with the connection.
-                if changed.is_ok() && close_if_revoked(&connection, &state, &peer) {
+                // streams (a watch) end with the connection. (The list,
+                // owned by `state`, cannot close its channel while
+                // `state` is held here; if it did, the connection ends.)
+                if changed.is_err() || close_if_revoked(&connection, &state, &peer) {
                     return Ok(());
                 }
                 continue;
