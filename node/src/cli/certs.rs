@@ -14,7 +14,7 @@ use node::client::Client;
 use serde::Serialize;
 use transport::expiry::{self, CertInfo, CertKind, ExpiryStatus};
 use transport::renew::{self, RenewSelection};
-use wire::operator::request::{ListRevocations, RevokeCertificate};
+use wire::operator::request::{ListEnvironments, ListRevocations, RevokeCertificate};
 use wire::revocation::{Revocation, RevokedTarget, normalize_serial};
 
 use super::Output;
@@ -292,7 +292,77 @@ pub(super) fn run(command: CertsCommand) -> Result<()> {
     Ok(())
 }
 
+/// Bound on asking the cluster which environments exist, after issuing a
+/// scoped operator certificate.
+const PATTERN_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The patterns of `patterns` that match none of `environments`.
+fn unmatched<'a>(patterns: &'a [String], environments: &[&str]) -> Vec<&'a str> {
+    patterns
+        .iter()
+        .filter(|p| {
+            !environments
+                .iter()
+                .any(|e| wire::access::pattern_matches(p, e))
+        })
+        .map(String::as_str)
+        .collect()
+}
+
+/// After `add-operator`: warns about each scope pattern that matches no
+/// environment the cluster has now (accepted all the same: the
+/// environment may come later), or says why it could not ask.
+pub(super) async fn warn_unmatched(config: Result<OperatorConfig>, patterns: &[String]) {
+    if patterns.is_empty() {
+        return;
+    }
+    let config = match config {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("note: the environment patterns were not checked against the cluster: {e}");
+            return;
+        }
+    };
+    let environments = async {
+        let client = Client::new(&config)?;
+        let page = |after| ListEnvironments {
+            after,
+            limit: wire::operator::LIST_PAGE_MAX,
+        };
+        anyhow::Ok(client.all_pages(page).await?)
+    };
+    match tokio::time::timeout(PATTERN_CHECK_TIMEOUT, environments).await {
+        Ok(Ok(environments)) => {
+            let ids: Vec<&str> = environments
+                .iter()
+                .map(|e| e.environment.id.as_str())
+                .collect();
+            for pattern in unmatched(patterns, &ids) {
+                eprintln!(
+                    "warning: the pattern {pattern:?} matches no environment the cluster has now \
+                     (accepted: it applies to environments created later)"
+                );
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("note: the environment patterns were not checked against the cluster: {e}")
+        }
+        Err(_) => eprintln!(
+            "note: the environment patterns were not checked: the cluster did not answer within {} s",
+            PATTERN_CHECK_TIMEOUT.as_secs()
+        ),
+    }
+}
+
 impl CertsCommand {
+    /// The scope patterns of an `add-operator` (none for other commands).
+    pub(super) fn scope_patterns(&self) -> Vec<String> {
+        match self {
+            CertsCommand::AddOperator { environments, .. } => environments.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the command talks to the running cluster (the others work
     /// on files only).
     pub(super) fn needs_cluster(&self) -> bool {
@@ -513,6 +583,15 @@ pub(crate) fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_matching_no_environment_are_the_ones_warned_about() {
+        let patterns: Vec<String> = ["staging-*", "prod", "qa-*"].map(String::from).to_vec();
+        let environments = ["staging-eu", "prod-eu", "dev"];
+        assert_eq!(unmatched(&patterns, &environments), vec!["prod", "qa-*"]);
+        assert_eq!(unmatched(&patterns, &[]), vec!["staging-*", "prod", "qa-*"]);
+        assert!(unmatched(&[], &environments).is_empty());
+    }
 
     #[test]
     fn rfc3339_of_known_times() {

@@ -213,7 +213,12 @@ pub(crate) async fn run(cli: Cli) -> Result<()> {
         Command::Certs(command) if command.needs_cluster() => {
             certs::run_remote(&operator_config(&cli.config)?, command).await
         }
-        Command::Certs(command) => certs::run(command),
+        Command::Certs(command) => {
+            let patterns = command.scope_patterns();
+            certs::run(command)?;
+            certs::warn_unmatched(operator_config(&cli.config), &patterns).await;
+            Ok(())
+        }
         Command::Deploy(args) => ops::deploy(&operator_config(&cli.config)?, *args).await,
         Command::Get(command) => ops::get(&operator_config(&cli.config)?, command).await,
         Command::List(command) => ops::list(&operator_config(&cli.config)?, command).await,
