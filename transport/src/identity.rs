@@ -128,8 +128,13 @@ impl Identity {
     /// Reads the identity from a DER certificate: the one SAN URI starting
     /// with `ctrl://`. Other SANs (DNS names, IPs) are ignored.
     pub fn from_cert_der(der: &[u8]) -> Result<Identity, CertError> {
-        let (_, cert) = x509_parser::parse_x509_certificate(der)
-            .map_err(|e| CertError::Parse(e.to_string()))?;
+        Identity::from_x509(&parse_der(der)?)
+    }
+
+    /// [`Identity::from_cert_der`] of a parsed certificate.
+    fn from_x509(
+        cert: &x509_parser::certificate::X509Certificate<'_>,
+    ) -> Result<Identity, CertError> {
         let san = cert
             .subject_alternative_name()
             .map_err(|e| CertError::Parse(format!("subject alternative names: {e}")))?;
@@ -160,6 +165,13 @@ impl Identity {
     }
 }
 
+/// Parses a DER certificate.
+fn parse_der(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_>, CertError> {
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(der).map_err(|e| CertError::Parse(e.to_string()))?;
+    Ok(cert)
+}
+
 /// A peer's certificate as a revocation check reads it: who holds it,
 /// its serial number and the start of its validity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,9 +189,8 @@ pub struct PeerCertificate {
 impl PeerCertificate {
     /// Reads a DER certificate (see [`Identity::from_cert_der`]).
     pub fn from_cert_der(der: &[u8]) -> Result<PeerCertificate, CertError> {
-        let identity = Identity::from_cert_der(der)?;
-        let (_, cert) = x509_parser::parse_x509_certificate(der)
-            .map_err(|e| CertError::Parse(e.to_string()))?;
+        let cert = parse_der(der)?;
+        let identity = Identity::from_x509(&cert)?;
         let hex: String = cert
             .raw_serial()
             .iter()

@@ -195,14 +195,14 @@ impl RevocationSet {
     /// or its holder's name revocation if the certificate's validity
     /// started at or before it.
     pub fn refusal(&self, presented: &Presented<'_>) -> Option<&Revocation> {
+        if self.by_key.is_empty() {
+            return None;
+        }
         let name_key = match presented.holder {
             Holder::Node => return None,
             Holder::Operator(name) => RevokedTarget::Operator(name.to_string()).key(),
             Holder::Agent(region) => RevokedTarget::Agent(region.to_string()).key(),
         };
-        if self.by_key.is_empty() {
-            return None;
-        }
         if let Some(r) = self
             .by_key
             .get(&RevokedTarget::Serial(presented.serial.to_string()).key())

@@ -112,11 +112,8 @@ const CLOSE_REASON_BYTES_MAX: usize = 900;
 /// Closes `connection` with `code`, telling the peer `reason` (cut to
 /// [`CLOSE_REASON_BYTES_MAX`] bytes).
 fn close_with(connection: &quinn::Connection, code: u32, reason: &str) {
-    let mut end = reason.len().min(CLOSE_REASON_BYTES_MAX);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    connection.close(code.into(), &reason.as_bytes()[..end]);
+    let reason = wire::model::truncate_utf8(reason, CLOSE_REASON_BYTES_MAX);
+    connection.close(code.into(), reason.as_bytes());
 }
 
 /// Closes `connection` if its certificate is revoked, telling the peer
